@@ -1,0 +1,180 @@
+//! The fencing decision: a presented token against a resource's mark.
+//!
+//! no mark -> admit, mark := p; p > m -> admit, mark := p (advanced);
+//! p == m -> admit (the holder writing again), or refuse as replayed when strict;
+//! p < m -> refuse as stale, reporting m. Tokens whose arity differs from the
+//! mark's are malformed. The decision never lowers a mark.
+
+use crate::resource;
+use crate::token::{Malformed, Token};
+use core::cmp::Ordering;
+
+/// What a host does when the validator cannot decide.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Fail closed (default): missing tokens and undecidable requests are refused.
+    #[default]
+    Correctness,
+    /// Fail open: stale tokens are still refused, but requests without a token and
+    /// requests the validator cannot decide pass, and are counted.
+    Efficiency,
+}
+
+/// How a validator decides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Policy {
+    /// Correctness (fail closed) or efficiency (fail open).
+    pub mode: Mode,
+    /// Refuse a token equal to the mark as replayed instead of admitting it.
+    pub strict: bool,
+}
+
+/// The decision on one presented token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Admit. `mark` is the mark after the admit; when `advanced` the host must
+    /// store it (compare-and-swap) before reporting the admit.
+    Admit {
+        /// The mark after this admit (the presented token).
+        mark: Token,
+        /// The mark rose.
+        advanced: bool,
+    },
+    /// The token is lower than the mark.
+    Stale {
+        /// The current mark.
+        mark: Token,
+    },
+    /// Strict mode: the token equals the mark.
+    Replayed {
+        /// The current mark.
+        mark: Token,
+    },
+    /// The token or the resource key is malformed.
+    Malformed(Malformed),
+    /// No token was presented.
+    Missing,
+}
+
+/// Decide on `presented` (raw text; `None` when the request carried no token) for
+/// `resource`, whose current mark is `mark` (`None` before its first admit).
+pub fn decide(policy: &Policy, resource: &str, presented: Option<&str>, mark: Option<&Token>) -> Verdict {
+    if let Err(e) = resource::check(resource) {
+        return Verdict::Malformed(Malformed::Resource(e));
+    }
+    let Some(raw) = presented else {
+        return Verdict::Missing;
+    };
+    match Token::parse(raw) {
+        Ok(token) => decide_token(policy, token, mark),
+        Err(e) => Verdict::Malformed(e),
+    }
+}
+
+/// [`decide`] for a token that is already parsed.
+pub fn decide_token(policy: &Policy, presented: Token, mark: Option<&Token>) -> Verdict {
+    let Some(mark) = mark else {
+        return Verdict::Admit { mark: presented, advanced: true };
+    };
+    match presented.partial_cmp(mark) {
+        None => Verdict::Malformed(Malformed::ArityMismatch {
+            mark: mark.arity(),
+            presented: presented.arity(),
+        }),
+        Some(Ordering::Greater) => Verdict::Admit { mark: presented, advanced: true },
+        Some(Ordering::Equal) if policy.strict => Verdict::Replayed { mark: *mark },
+        Some(Ordering::Equal) => Verdict::Admit { mark: *mark, advanced: false },
+        Some(Ordering::Less) => Verdict::Stale { mark: *mark },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn t(s: &str) -> Token {
+        Token::parse(s).unwrap()
+    }
+
+    const LAX: Policy = Policy { mode: Mode::Correctness, strict: false };
+    const STRICT: Policy = Policy { mode: Mode::Correctness, strict: true };
+
+    #[test]
+    fn seed_scenario_refuses_the_paused_holder() {
+        let mark = t("34");
+        assert_eq!(decide(&LAX, "file", Some("33"), Some(&mark)), Verdict::Stale { mark });
+    }
+
+    #[test]
+    fn equal_token_is_admitted_without_advancing_unless_strict() {
+        let mark = t("34");
+        assert_eq!(decide(&LAX, "f", Some("034"), Some(&mark)), Verdict::Admit { mark, advanced: false });
+        assert_eq!(decide(&STRICT, "f", Some("34"), Some(&mark)), Verdict::Replayed { mark });
+    }
+
+    #[test]
+    fn first_token_is_admitted_and_fixes_arity() {
+        assert_eq!(decide(&STRICT, "f", Some("7.1"), None), Verdict::Admit { mark: t("7.1"), advanced: true });
+        assert_eq!(
+            decide(&LAX, "f", Some("8"), Some(&t("7.1"))),
+            Verdict::Malformed(Malformed::ArityMismatch { mark: 2, presented: 1 })
+        );
+    }
+
+    #[test]
+    fn missing_token_and_bad_keys_are_reported() {
+        assert_eq!(decide(&LAX, "f", None, None), Verdict::Missing);
+        assert!(matches!(decide(&LAX, "", Some("1"), None), Verdict::Malformed(Malformed::Resource(_))));
+        let long = "k".repeat(1025);
+        assert!(matches!(decide(&LAX, &long, Some("1"), None), Verdict::Malformed(Malformed::Resource(_))));
+        assert!(matches!(decide(&LAX, &long[..1024], Some("1"), None), Verdict::Admit { .. }));
+    }
+
+    fn token_strategy(arity: usize) -> impl Strategy<Value = Token> {
+        proptest::collection::vec(any::<u64>(), arity).prop_map(|v| Token::from_parts(&v).unwrap())
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics_and_round_trips(raw in ".{0,64}") {
+            if let Ok(tok) = Token::parse(&raw) {
+                prop_assert_eq!(Token::parse(&std::format!("{tok}")), Ok(tok));
+            }
+        }
+
+        #[test]
+        fn canonical_text_round_trips(tok in (1usize..=4).prop_flat_map(token_strategy)) {
+            prop_assert_eq!(Token::parse(&std::format!("{tok}")), Ok(tok));
+        }
+
+        #[test]
+        fn applying_verdicts_never_lowers_the_mark(
+            strict in any::<bool>(),
+            steps in proptest::collection::vec(0u64..20, 1..64),
+        ) {
+            let policy = Policy { mode: Mode::Correctness, strict };
+            let mut mark: Option<Token> = None;
+            for step in steps {
+                let presented = Token::from_parts(&[step]).unwrap();
+                let verdict = decide_token(&policy, presented, mark.as_ref());
+                match verdict {
+                    Verdict::Admit { mark: new, advanced } => {
+                        prop_assert!(mark.is_none_or(|m| new >= m));
+                        prop_assert_eq!(advanced, mark.is_none_or(|m| new > m));
+                        prop_assert_eq!(new, presented);
+                        mark = Some(new);
+                    }
+                    Verdict::Stale { mark: m } => prop_assert!(presented < m && Some(m) == mark),
+                    Verdict::Replayed { mark: m } => prop_assert!(strict && presented == m),
+                    other => prop_assert!(false, "unexpected {:?}", other),
+                }
+            }
+        }
+
+        #[test]
+        fn comparison_is_lexicographic(a in token_strategy(2), b in token_strategy(2)) {
+            prop_assert_eq!(a.partial_cmp(&b), Some(a.parts().cmp(b.parts())));
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Fencekeeper's core: the fencing decision and the token codec.
+//!
+//! This crate is the one place where Fencekeeper's policy lives. Every build of the
+//! guest (the WebAssembly component, the proxy-wasm filter) and every host adapter
+//! that maps a verdict to a response calls into it; none keeps a copy of its rules.
+//! It is `no_std`, allocates nothing, performs no I/O and never panics on input, so
+//! it compiles unchanged to `wasm32-unknown-unknown` and natively.
+//!
+//! # Layout
+//! * [`token`]: parsing and comparing fencing tokens (`34`, `7.1042`).
+//! * [`resource`]: the rules for resource keys.
+//! * [`decision`]: the verdict for a presented token against a mark.
+//! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
+//!   HTTP / gRPC status, under which mode.
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(test)]
+extern crate std;
+
+pub mod decision;
+pub mod refusal;
+pub mod resource;
+pub mod token;
+
+pub use decision::{decide, Mode, Policy, Verdict};
+pub use refusal::{Action, Class};
+pub use resource::ResourceError;
+pub use token::{Malformed, Token};

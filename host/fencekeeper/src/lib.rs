@@ -1,0 +1,24 @@
+//! Fencekeeper's host library: give a storage engine fencing.
+//!
+//! A lock service hands every acquisition an increasing fencing token. A lease can
+//! expire while its holder is paused, so two holders can believe they own a lock;
+//! only the resource can stop the stale one, by remembering the highest token it has
+//! seen and refusing anything lower. This crate is that check for a resource that
+//! embeds it: a [`Guard`] runs the atomic read -> decide -> compare-and-swap loop
+//! against a [`MarkStore`], asking a [`Decider`] (by default the bundled WebAssembly
+//! validator) for each verdict.
+//!
+//! # Layout
+//! * [`decider`]: who decides: the wasm validator or the native core.
+//! * [`guard`]: the compare-and-swap loop, modes, counters.
+//! * [`store`]: where marks live: memory, a durable file, or your own transaction.
+#![forbid(unsafe_code)]
+
+pub mod decider;
+pub mod guard;
+pub mod store;
+
+pub use decider::{DecideError, Decider, NativeDecider};
+pub use fencekeeper_core::{Class, Mode, Policy, Token, Verdict};
+pub use guard::{Counters, Decision, Guard};
+pub use store::{MarkStore, MemoryStore, StoreError, Swap};
