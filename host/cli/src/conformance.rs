@@ -1,0 +1,12 @@
+//! `fencekeeper conformance` (being built; see the issue that owns it).
+
+use std::process::ExitCode;
+
+/// Arguments of `fencekeeper conformance`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Run the subcommand.
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("fencekeeper conformance is not built yet")
+}

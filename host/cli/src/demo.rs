@@ -1,0 +1,12 @@
+//! `fencekeeper demo` (being built; see the issue that owns it).
+
+use std::process::ExitCode;
+
+/// Arguments of `fencekeeper demo`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Run the subcommand.
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("fencekeeper demo is not built yet")
+}

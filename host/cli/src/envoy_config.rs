@@ -1,0 +1,12 @@
+//! `fencekeeper envoy-config` (being built; see the issue that owns it).
+
+use std::process::ExitCode;
+
+/// Arguments of `fencekeeper envoy-config`.
+#[derive(clap::Args)]
+pub struct Args {}
+
+/// Run the subcommand.
+pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
+    anyhow::bail!("fencekeeper envoy-config is not built yet")
+}

@@ -1,0 +1,247 @@
+//! Real services for tests, each a child process on loopback that dies with its handle.
+//!
+//! Readiness is always checked (a health request or a TCP accept), never slept for.
+
+use anyhow::{bail, Context, Result};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound, then released for the service to take).
+pub fn free_port() -> Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped.
+pub struct Process {
+    /// The child.
+    pub child: Child,
+    /// What it is, for messages.
+    pub name: String,
+    /// Where its output goes.
+    pub log: PathBuf,
+}
+
+impl Process {
+    /// Spawn `cmd` with stdout and stderr appended to `log`.
+    pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Process> {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+        let err = out.try_clone()?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .with_context(|| format!("starting {name} ({:?}); is it installed? run scripts/install-deps.sh", cmd.get_program()))?;
+        Ok(Process { child, name: name.to_owned(), log: log.to_owned() })
+    }
+
+    /// The tail of the log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+
+    /// Fail if the process has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("{} exited ({status}):\n{}", self.name, self.log_tail());
+        }
+        Ok(())
+    }
+
+    /// Send a signal (e.g. `SIGSTOP`, `SIGCONT`, `SIGTERM`) by name to the process.
+    pub fn signal(&self, signal: &str) -> Result<()> {
+        let status = Command::new("kill").arg(format!("-{signal}")).arg(self.child.id().to_string()).status()?;
+        if !status.success() {
+            bail!("kill -{signal} {} failed", self.name);
+        }
+        Ok(())
+    }
+
+    /// Kill (SIGKILL) and reap.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Poll `ready` every few milliseconds until it answers true or `timeout` passes,
+/// failing early if `process` dies.
+pub fn wait_until(process: &mut Process, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if ready() {
+            return Ok(());
+        }
+        process.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("{} not ready after {timeout:?}:\n{}", process.name, process.log_tail());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A minimal blocking HTTP/1.1 request on loopback, for readiness checks and test
+/// assertions: returns (status, body). Sends `Connection: close`.
+pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(u16, Vec<u8>)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP header end")?;
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status: u16 = head.split_whitespace().nth(1).context("no status")?.parse()?;
+    let mut body = raw[split + 4..].to_vec();
+    if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        body = dechunk(&body);
+    }
+    Ok((status, body))
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(end) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&raw[..end]).trim(), 16).unwrap_or(0);
+        if size == 0 || raw.len() < end + 2 + size {
+            break;
+        }
+        out.extend_from_slice(&raw[end + 2..end + 2 + size]);
+        raw = &raw[(end + 4 + size).min(raw.len())..];
+    }
+    out
+}
+
+/// A single-member etcd on loopback, in a temporary data directory.
+pub struct Etcd {
+    /// The process.
+    pub process: Process,
+    /// Client address (`http://` + this is the v3 JSON gateway too).
+    pub client: SocketAddr,
+    peer: SocketAddr,
+    /// The data directory (kept across [`Etcd::restart`]).
+    pub dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    /// Start etcd and wait until it answers `/health`.
+    pub fn start() -> Result<Etcd> {
+        let dir = tempfile::tempdir()?;
+        let client: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let peer: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let process = Self::spawn(dir.path(), client, peer)?;
+        let mut etcd = Etcd { process, client, peer, dir };
+        etcd.wait_ready()?;
+        Ok(etcd)
+    }
+
+    fn spawn(dir: &Path, client: SocketAddr, peer: SocketAddr) -> Result<Process> {
+        let mut cmd = Command::new("etcd");
+        cmd.arg("--name=fk")
+            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--listen-client-urls=http://{client}"))
+            .arg(format!("--advertise-client-urls=http://{client}"))
+            .arg(format!("--listen-peer-urls=http://{peer}"))
+            .arg(format!("--initial-advertise-peer-urls=http://{peer}"))
+            .arg(format!("--initial-cluster=fk=http://{peer}"))
+            .arg("--log-level=warn");
+        Process::spawn("etcd", cmd, &dir.join("etcd.log"))
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let client = self.client;
+        wait_until(&mut self.process, Duration::from_secs(30), || {
+            matches!(http(client, "GET", "/health", &[], b""), Ok((200, body)) if String::from_utf8_lossy(&body).contains("true"))
+        })
+    }
+
+    /// The client URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.client)
+    }
+
+    /// Stop etcd (SIGKILL); the data directory stays for [`Etcd::restart`].
+    pub fn stop(&mut self) {
+        self.process.kill();
+    }
+
+    /// Start etcd again on the same ports and data, and wait until it is healthy.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.kill();
+        self.process = Self::spawn(self.dir.path(), self.client, self.peer)?;
+        self.wait_ready()
+    }
+}
+
+/// nginx serving a directory with WebDAV PUT/DELETE: a real store that accepts any
+/// write and cannot fence.
+pub struct NginxDav {
+    /// The process.
+    pub process: Process,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    /// The served directory: files written by PUT land here.
+    pub root: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl NginxDav {
+    /// Start nginx and wait until it accepts a request.
+    pub fn start() -> Result<NginxDav> {
+        let dir = tempfile::tempdir()?;
+        let root = dir.path().join("data");
+        std::fs::create_dir_all(&root)?;
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let conf = dir.path().join("nginx.conf");
+        let d = dir.path().display();
+        std::fs::write(
+            &conf,
+            format!(
+                "daemon off;\nmaster_process off;\nworker_processes 1;\nerror_log {d}/error.log warn;\npid {d}/nginx.pid;\n\
+                 events {{ worker_connections 1024; }}\n\
+                 http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+                   fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+                   client_max_body_size 64m;\n\
+                   server {{\n    listen {addr};\n    root {root};\n    dav_methods PUT DELETE MKCOL COPY MOVE;\n\
+                     create_full_put_path on;\n    dav_access user:rw group:rw all:r;\n    autoindex on;\n  }}\n}}\n",
+                root = root.display()
+            ),
+        )?;
+        let mut cmd = Command::new(nginx_binary());
+        cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path());
+        let mut process = Process::spawn("nginx", cmd, &dir.path().join("stderr.log"))?;
+        wait_until(&mut process, Duration::from_secs(20), || TcpStream::connect(addr).is_ok())?;
+        Ok(NginxDav { process, addr, root, _dir: dir })
+    }
+
+    /// The contents of a file the store holds, by its URL path.
+    pub fn read(&self, path: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.root.join(path.trim_start_matches('/'))).ok()
+    }
+}
+
+fn nginx_binary() -> PathBuf {
+    // Debian installs nginx in /usr/sbin, which is not on every PATH.
+    for p in ["/usr/sbin/nginx", "/usr/bin/nginx"] {
+        if Path::new(p).exists() {
+            return PathBuf::from(p);
+        }
+    }
+    PathBuf::from("nginx")
+}
