@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Fencekeeper's whole test suite, from a clean clone: installs what the tests need,
+# checks the committed guest artifacts against a rebuild from source, builds, and
+# runs every test tier (tests/README.md). The tests start their own etcd, nginx and
+# Envoy on loopback. Everything runs in release: wasmtime is built once for all.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+# Envoy comes from a PyPI wheel; nginx lives in /usr/sbin: put both on PATH.
+PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
+export PATH
+
+echo "== guest artifacts: rebuild from source and compare" >&2
+scripts/build-guests.sh --check
+
+echo "== build" >&2
+cargo build --release --workspace --bins --examples --locked
+
+echo "== tests" >&2
+cargo test --release --workspace --locked
