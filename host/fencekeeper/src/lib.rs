@@ -14,6 +14,8 @@
 //! * [`store`]: where marks live: memory, a durable file, or your own transaction.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod decider;
 pub mod guard;
 pub mod store;
