@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Rebuild every WebAssembly guest from source: scripts/build-guests.sh [--check]
+#
+#   (no flag)  build into guest/artifacts/ (then commit the changed files).
+#   --check    build into a temporary directory and compare. On the reference
+#              toolchain every byte must match the committed artifact (exit 1 when
+#              one differs, naming the file). On the fallback toolchain bytes cannot
+#              be compared; the fresh build is kept and its directory printed on
+#              stdout as `FENCEKEEPER_GUEST_DIR=DIR`, for the tests to load instead
+#              of the committed artifacts.
+#
+# Toolchains (see TOOLCHAIN.md):
+#   reference  rustup's 1.95.0 with the wasm32-unknown-unknown target (added with
+#              `rustup target add` when missing). Only this one reproduces the bytes.
+#   fallback   Debian's rustc-web/cargo-web/rust-web-src (installed with apt-get when
+#              the target cannot be had), building core/alloc/std from source.
+#
+# Interface of a guest: every guest/<name>/build.sh is run as `build.sh OUTDIR` and
+# writes its *.wasm into OUTDIR (test guests into OUTDIR/test-guests/, each named
+# after the test file that uses it). It reads:
+#   FK_CARGO         the cargo command to run.
+#   FK_BUILD_STD=1   set on the fallback toolchain: add `-Z build-std=core,alloc`
+#                    (no_std guests) or `-Z build-std=std,panic_abort` (std guests).
+#   FK_COMPONENTIZE  the native `fencekeeper-componentize` binary (core -> component).
+#   RUSTC, RUSTC_BOOTSTRAP, CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER
+#                    already exported for the chosen toolchain.
+# A guest remaps its source paths (--remap-path-prefix) and builds with --locked, so
+# its bytes depend only on the sources, its Cargo.lock and the toolchain.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+artifacts=$repo/guest/artifacts
+reference=1.95.0
+check=0
+case "${1:-}" in
+  --check) check=1 ;;
+  "") ;;
+  *) echo "usage: scripts/build-guests.sh [--check]" >&2; exit 2 ;;
+esac
+say() { echo "build-guests: $*" >&2; }
+
+# The component tool runs natively; build it first, with the default toolchain,
+# from the root workspace (its version is pinned there).
+(cd "$repo" && cargo build --release -q -p fencekeeper-componentize)
+export FK_COMPONENTIZE=$repo/target/release/fencekeeper-componentize
+
+toolchain=""
+for candidate in "$reference" stable; do
+  if rustup run "$candidate" rustc -V 2>/dev/null | grep -q "^rustc $reference "; then
+    toolchain=$candidate
+    break
+  fi
+done
+if [[ -n $toolchain ]] && ! rustup +"$toolchain" target list --installed | grep -qx wasm32-unknown-unknown; then
+  say "adding the wasm32-unknown-unknown target to rustup's $toolchain"
+  rustup +"$toolchain" target add wasm32-unknown-unknown >&2 || toolchain=""
+fi
+
+if [[ -n $toolchain ]]; then
+  mode=reference
+  export FK_CARGO="cargo +$toolchain" RUSTC="$(rustup +"$toolchain" which rustc)"
+else
+  mode=fallback
+  say "rustup $reference with wasm32-unknown-unknown is not available: using Debian's rustc-web"
+  if [[ ! -x /usr/bin/rustc || ! -x /usr/bin/cargo ]]; then
+    apt-get install -y rustc-web cargo-web rust-web-src >&2
+  fi
+  export FK_CARGO=/usr/bin/cargo RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 FK_BUILD_STD=1
+  export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER="$($RUSTC --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin/rust-lld"
+fi
+say "toolchain: $mode ($($RUSTC -V))"
+
+if [[ $check == 1 ]]; then
+  out=$(mktemp -d "${TMPDIR:-/tmp}/fencekeeper-guests.XXXXXX")
+else
+  out=$artifacts
+fi
+for script in "$repo"/guest/*/build.sh; do
+  say "building $(basename "$(dirname "$script")")"
+  "$script" "$out" >&2
+done
+
+# A test guest exists for one test file, named after it (wasmtime's test-programs rule).
+status=0
+for guest in "$out"/test-guests/*.wasm; do
+  [[ -e $guest ]] || continue
+  name=$(basename "$guest" .wasm)
+  if [[ -z $(find "$repo/host" "$repo/tests" -path "*/tests/$name.rs" -print -quit) ]]; then
+    say "test guest $name.wasm has no test file tests/$name.rs: name it after the test that uses it"
+    status=1
+  fi
+done
+
+if [[ $check == 0 ]]; then
+  say "wrote the guests to ${out#"$repo"/}; commit the changed files"
+  exit $status
+fi
+
+if [[ $mode == fallback ]]; then
+  say "fallback toolchain: its bytes cannot be compared with the committed artifacts (built by rustc $reference)."
+  say "the tests must run against this fresh build instead:"
+  echo "FENCEKEEPER_GUEST_DIR=$out"
+  exit $status
+fi
+
+(cd "$out" && find . -name '*.wasm' | sort) >"$out/.built"
+(cd "$artifacts" && find . -name '*.wasm' | sort) >"$out/.committed"
+while read -r file; do
+  if ! cmp -s "$out/$file" "$artifacts/$file"; then
+    if [[ -e $artifacts/$file ]]; then
+      say "guest/artifacts/${file#./} differs from a rebuild from source ($out/${file#./});"
+    else
+      say "guest/artifacts/${file#./} is built from source but not committed;"
+    fi
+    say "  run scripts/build-guests.sh and commit guest/artifacts, or find what made the build differ"
+    status=1
+  fi
+done <"$out/.built"
+for file in $(comm -13 "$out/.built" "$out/.committed"); do
+  say "guest/artifacts/${file#./} is committed but no guest builds it any more: remove it"
+  status=1
+done
+if [[ $status == 0 ]]; then
+  say "every committed guest artifact is byte-identical to its rebuild from source"
+  rm -rf "$out"
+fi
+exit $status
