@@ -4,8 +4,12 @@
 //! Implement the trait on your engine's transaction handle to keep marks inside
 //! your own transaction (see `examples/engine_transaction.rs`).
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod memory;
 
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdStore, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
 pub use memory::MemoryStore;
 
 use fencekeeper_core::Token;

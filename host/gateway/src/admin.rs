@@ -1,0 +1,87 @@
+//! The admin listener, apart from the proxied port so that no store path can collide
+//! with it and it can stay on loopback while the proxy listens wider:
+//!
+//! * `GET /metrics`: Prometheus text;
+//! * `GET /fencekeeper/marks/<resource>`: a resource's mark, read-only (`404` when it has
+//!   none); the resource is the rest of the path, percent-decoded, so the path resource
+//!   `/import/a` is `GET /fencekeeper/marks//import/a`;
+//! * `GET /fencekeeper/marks`: every mark, one `resource<TAB>mark` line each (where the
+//!   store can list);
+//! * `GET /healthz`: `ok` once the gateway serves.
+
+use crate::proxy::Proxy;
+use crate::refusal::full;
+use crate::Body;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use std::convert::Infallible;
+use std::sync::Arc;
+
+const MARKS: &str = "/fencekeeper/marks";
+
+/// Answer one admin request.
+pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let path = request.uri().path().to_owned();
+    let answer = match (request.method(), path.as_str()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, proxy.metrics().render()),
+        (&Method::GET, "/healthz") => (StatusCode::OK, "ok\n".to_owned()),
+        (&Method::GET, MARKS) => list(&proxy).await,
+        (&Method::GET, p) if p.starts_with("/fencekeeper/marks/") => match percent_decode(&p[MARKS.len() + 1..]) {
+            Some(resource) => mark(&proxy, resource).await,
+            None => (StatusCode::BAD_REQUEST, "the resource is not valid percent-encoded UTF-8\n".to_owned()),
+        },
+        _ => (StatusCode::NOT_FOUND, "admin endpoints: /metrics, /fencekeeper/marks/<resource>, /healthz\n".to_owned()),
+    };
+    let mut response = Response::new(full(answer.1));
+    *response.status_mut() = answer.0;
+    Ok(response)
+}
+
+async fn mark(proxy: &Arc<Proxy>, resource: String) -> (StatusCode, String) {
+    let guard = proxy.guard().clone();
+    let read = tokio::task::spawn_blocking(move || guard.mark(&resource).map(|m| (resource, m))).await;
+    match read {
+        Ok(Ok((_, Some(mark)))) => (StatusCode::OK, format!("{mark}\n")),
+        Ok(Ok((resource, None))) => (StatusCode::NOT_FOUND, format!("no mark for {resource:?}\n")),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    }
+}
+
+async fn list(proxy: &Arc<Proxy>) -> (StatusCode, String) {
+    let guard = proxy.guard().clone();
+    match tokio::task::spawn_blocking(move || guard.store().list()).await {
+        Ok(Ok(marks)) => (StatusCode::OK, marks.iter().map(|(r, m)| format!("{r}\t{m}\n")).collect()),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn resources_are_percent_decoded() {
+        assert_eq!(percent_decode("%2Fimport%2Fa").as_deref(), Some("/import/a"));
+        assert_eq!(percent_decode("/import/a b").as_deref(), Some("/import/a b"));
+        assert_eq!(percent_decode("%zz"), None);
+    }
+}

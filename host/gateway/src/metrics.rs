@@ -1,0 +1,148 @@
+//! The gateway's counters and latency histogram, rendered as Prometheus text.
+//!
+//! Hand-rolled: a dozen atomics and one fixed-bucket histogram do not justify a
+//! metrics registry dependency.
+
+use fencekeeper_core::Class;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 14] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+/// Everything the gateway counts.
+#[derive(Default)]
+pub struct Metrics {
+    by_class: [AtomicU64; Class::ALL.len()],
+    failed_open: AtomicU64,
+    passthrough: AtomicU64,
+    gate_waits: AtomicU64,
+    gate_timeouts: AtomicU64,
+    upstream_errors: AtomicU64,
+    too_large: AtomicU64,
+    timed_out: AtomicU64,
+    latency_buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_sum_micros: AtomicU64,
+}
+
+/// One counted event outside the fencing decision.
+#[derive(Clone, Copy, Debug)]
+pub enum Event {
+    /// A request that is not fenced (a read, or outside the path prefix) was forwarded.
+    Passthrough,
+    /// An admitted write waited at the ordering gate for lower-token writes.
+    GateWait,
+    /// An admitted write waited at the gate past the gate timeout.
+    GateTimeout,
+    /// The upstream could not be reached, failed, or did not answer in time.
+    UpstreamError,
+    /// The request body exceeded the size limit.
+    TooLarge,
+    /// Reading the request body took longer than the request timeout.
+    TimedOut,
+}
+
+impl Metrics {
+    /// Count a fencing outcome; `forwarded` without an admit is a fail-open pass.
+    pub fn outcome(&self, class: Class, forwarded: bool) {
+        let i = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        self.by_class[i].fetch_add(1, Relaxed);
+        if forwarded && class != Class::Admitted {
+            self.failed_open.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Count an event.
+    pub fn event(&self, event: Event) {
+        let counter = match event {
+            Event::Passthrough => &self.passthrough,
+            Event::GateWait => &self.gate_waits,
+            Event::GateTimeout => &self.gate_timeouts,
+            Event::UpstreamError => &self.upstream_errors,
+            Event::TooLarge => &self.too_large,
+            Event::TimedOut => &self.timed_out,
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+
+    /// Record how long one request took, from its arrival to its response head.
+    pub fn latency(&self, took: Duration) {
+        let secs = took.as_secs_f64();
+        if let Some(i) = BUCKETS.iter().position(|b| secs <= *b) {
+            self.latency_buckets[i].fetch_add(1, Relaxed);
+        }
+        self.latency_count.fetch_add(1, Relaxed);
+        self.latency_sum_micros.fetch_add(took.as_micros() as u64, Relaxed);
+    }
+
+    /// How many outcomes of `class` were counted.
+    pub fn count(&self, class: Class) -> u64 {
+        let i = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        self.by_class[i].load(Relaxed)
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut counter = |name: &str, help: &str, samples: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, value) in samples {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        let labels: Vec<String> = Class::ALL.iter().map(|c| format!("{{class=\"{}\"}}", c.name())).collect();
+        let by_class: Vec<(&str, u64)> =
+            labels.iter().zip(&self.by_class).map(|(l, v)| (l.as_str(), v.load(Relaxed))).collect();
+        counter(
+            "fencekeeper_gateway_requests_total",
+            "Fenced requests by outcome class (admitted, stale, replayed, malformed, missing, undecided).",
+            &by_class,
+        );
+        let simple = [
+            ("fencekeeper_gateway_failed_open_total", "Requests passed without an admit (efficiency mode).", &self.failed_open),
+            ("fencekeeper_gateway_passthrough_total", "Requests forwarded unfenced (not a fenced method or path).", &self.passthrough),
+            ("fencekeeper_gateway_gate_waits_total", "Admitted writes that waited for lower-token writes in flight.", &self.gate_waits),
+            ("fencekeeper_gateway_gate_timeouts_total", "Admitted writes that waited at the gate past --gate-timeout.", &self.gate_timeouts),
+            ("fencekeeper_gateway_upstream_errors_total", "Forwarded requests the upstream failed or did not answer in time.", &self.upstream_errors),
+            ("fencekeeper_gateway_too_large_total", "Requests refused with 413 (body over --max-body).", &self.too_large),
+            ("fencekeeper_gateway_timed_out_total", "Requests whose body did not arrive within --request-timeout.", &self.timed_out),
+        ];
+        for (name, help, value) in simple {
+            counter(name, help, &[("", value.load(Relaxed))]);
+        }
+        let name = "fencekeeper_gateway_request_duration_seconds";
+        let _ = writeln!(out, "# HELP {name} Time from a request's arrival to its response head.\n# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (bound, count) in BUCKETS.iter().zip(&self.latency_buckets) {
+            cumulative += count.load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        let total = self.latency_count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {total}");
+        let _ = writeln!(out, "{name}_sum {}", self.latency_sum_micros.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count {total}");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_counts_refusals_by_class_and_buckets_cumulatively() {
+        let m = Metrics::default();
+        m.outcome(Class::Stale, false);
+        m.outcome(Class::Undecided, true);
+        m.latency(Duration::from_micros(700));
+        m.latency(Duration::from_millis(20));
+        let text = m.render();
+        assert!(text.contains("fencekeeper_gateway_requests_total{class=\"stale\"} 1"), "{text}");
+        assert!(text.contains("fencekeeper_gateway_failed_open_total 1"));
+        assert!(text.contains("fencekeeper_gateway_request_duration_seconds_bucket{le=\"0.001\"} 1"));
+        assert!(text.contains("fencekeeper_gateway_request_duration_seconds_bucket{le=\"0.025\"} 2"));
+        assert!(text.contains("fencekeeper_gateway_request_duration_seconds_count 2"));
+    }
+}

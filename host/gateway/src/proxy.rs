@@ -1,0 +1,197 @@
+//! One request through the gateway: unfenced requests stream straight through; a
+//! fenced write is read whole (bounded by size and time), admitted through the gate,
+//! and forwarded with the admitted token, or refused under the refusal contract.
+//!
+//! The body is read before the token is decided, so a slow uploader never holds a
+//! resource's gate, and a write is forwarded in one piece the moment it is admitted.
+
+use crate::config::{Config, ResourceFrom};
+use crate::gate::{Gate, Permit};
+use crate::metrics::{Event, Metrics};
+use crate::refusal::{self, full, is_grpc};
+use crate::Body;
+use fencekeeper::Guard;
+use fencekeeper_core::refusal::ADMITTED_HEADER;
+use fencekeeper_core::Class;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use hyper::http::request::Parts;
+use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Hop-by-hop headers: they describe one connection and are not forwarded.
+const HOP_BY_HOP: [&str; 6] = ["connection", "keep-alive", "proxy-connection", "upgrade", "proxy-authenticate", "proxy-authorization"];
+
+/// The gateway's request handler, shared by every connection.
+pub struct Proxy {
+    config: Config,
+    guard: Arc<Guard>,
+    gate: Arc<Gate>,
+    metrics: Arc<Metrics>,
+    client: Client<HttpConnector, Body>,
+}
+
+impl Proxy {
+    /// A handler fencing with `guard` under `config`.
+    pub fn new(config: Config, guard: Arc<Guard>) -> Proxy {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
+        let gate = Gate::new(config.gate, config.gate_timeout);
+        Proxy { config, guard, gate, metrics: Arc::default(), client }
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The guard (validator and mark store).
+    pub fn guard(&self) -> &Arc<Guard> {
+        &self.guard
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Answer one request.
+    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+        let start = Instant::now();
+        let response = if self.config.fences(request.method(), request.uri().path()) {
+            self.fenced(request).await
+        } else {
+            self.metrics.event(Event::Passthrough);
+            self.forward(request.map(BodyExt::boxed), None).await
+        };
+        self.metrics.latency(start.elapsed());
+        Ok(response)
+    }
+
+    async fn fenced(&self, request: Request<Incoming>) -> Response<Body> {
+        let grpc = is_grpc(&request);
+        let limit = self.config.max_body;
+        let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return self.too_large();
+        }
+        let (mut parts, body) = request.into_parts();
+        let bytes = match tokio::time::timeout(self.config.request_timeout, Limited::new(body, limit).collect()).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(),
+            Ok(Err(e)) => return refusal::error(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}")),
+            Err(_) => {
+                self.metrics.event(Event::TimedOut);
+                let reason = format!("the request body did not arrive within {:?}", self.config.request_timeout);
+                return refusal::error(StatusCode::REQUEST_TIMEOUT, &reason);
+            }
+        };
+        let resource = self.resource(&parts);
+        let token = parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
+        let action = admission.action;
+        self.metrics.outcome(action.class, action.forward);
+        if admission.waited {
+            self.metrics.event(Event::GateWait);
+        }
+        if admission.timed_out {
+            self.metrics.event(Event::GateTimeout);
+        }
+        if !action.forward {
+            match action.class {
+                Class::Undecided => tracing::warn!(resource, status = 503, reason = admission.reason, "refused"),
+                class => tracing::info!(resource, class = class.name(), reason = admission.reason, "refused"),
+            }
+            return refusal::refuse(&action, &admission.reason, grpc);
+        }
+        if action.class == Class::Admitted {
+            if let Some(v) = action.token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+                parts.headers.insert(ADMITTED_HEADER, v);
+            }
+            tracing::debug!(resource, reason = admission.reason, waited = admission.waited, "admitted");
+        } else {
+            tracing::warn!(resource, class = action.class.name(), reason = admission.reason, "failed open");
+        }
+        parts.headers.remove(TRANSFER_ENCODING);
+        parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        self.forward(Request::from_parts(parts, full(bytes)), admission.permit).await
+    }
+
+    fn resource(&self, parts: &Parts) -> String {
+        match &self.config.resource {
+            ResourceFrom::Path => parts.uri.path().to_owned(),
+            // A missing or non-UTF-8 header becomes the empty key, which the core
+            // refuses as malformed (resources are 1..=1024 bytes of UTF-8).
+            ResourceFrom::Header(name) => {
+                parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
+            }
+        }
+    }
+
+    fn too_large(&self) -> Response<Body> {
+        self.metrics.event(Event::TooLarge);
+        let reason = format!("request body is larger than the gateway's limit of {} bytes", self.config.max_body);
+        refusal::error(StatusCode::PAYLOAD_TOO_LARGE, &reason)
+    }
+
+    /// Send `request` upstream. `permit` (the write's place at the gate) is released
+    /// once the upstream has answered, or given up on.
+    async fn forward(&self, mut request: Request<Body>, permit: Option<Permit>) -> Response<Body> {
+        let upstream = &self.config.upstream;
+        let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
+        let target = format!("http://{}{path}", upstream.authority().map_or("", |a| a.as_str()));
+        match target.parse::<Uri>() {
+            Ok(uri) => *request.uri_mut() = uri,
+            Err(e) => return refusal::error(StatusCode::BAD_REQUEST, &format!("bad request target: {e}")),
+        }
+        *request.version_mut() = if self.config.upstream_http2 { Version::HTTP_2 } else { Version::HTTP_11 };
+        for name in HOP_BY_HOP {
+            request.headers_mut().remove(name);
+        }
+        let (client, timeout) = (self.client.clone(), self.config.request_timeout);
+        // Its own task: when the client goes away, the upstream exchange still runs to
+        // its end before the permit is released, so the gate never lets a higher
+        // token pass while the store may still be applying this write.
+        let exchange = tokio::spawn(async move {
+            let answer = tokio::time::timeout(timeout, client.request(request)).await;
+            drop(permit);
+            answer
+        });
+        match exchange.await {
+            Ok(Ok(Ok(response))) => response.map(BodyExt::boxed),
+            Ok(Ok(Err(e))) => {
+                self.metrics.event(Event::UpstreamError);
+                let reason = format!("upstream {upstream} failed: {}", error_chain(&e));
+                tracing::warn!(reason, "upstream error");
+                refusal::error(StatusCode::BAD_GATEWAY, &reason)
+            }
+            Ok(Err(_)) => {
+                self.metrics.event(Event::UpstreamError);
+                let reason = format!("upstream {upstream} did not answer within {timeout:?}");
+                tracing::warn!(reason, "upstream timeout");
+                refusal::error(StatusCode::GATEWAY_TIMEOUT, &reason)
+            }
+            Err(e) => {
+                self.metrics.event(Event::UpstreamError);
+                refusal::error(StatusCode::BAD_GATEWAY, &format!("forwarding failed: {e}"))
+            }
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
