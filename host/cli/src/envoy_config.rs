@@ -1,12 +1,209 @@
-//! `fencekeeper envoy-config` (being built; see the issue that owns it).
+//! `fencekeeper envoy-config`: print an Envoy v3 configuration that fences an
+//! upstream with the proxy-wasm filter (docs/envoy.md).
+//!
+//! The output is complete: a listener, a route to the upstream, the filter with its
+//! JSON configuration and the failure policy that keeps fencing on after a guest
+//! fault (FAIL_RELOAD: the VM is reloaded, the shared-data marks stay), and the etcd
+//! cluster the filter reaches for marks in correctness mode.
 
+use anyhow::{bail, Context, Result};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+/// Where the committed filter lives in the repository.
+const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
 
 /// Arguments of `fencekeeper envoy-config`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The store to fence, HOST:PORT (an IP address or a DNS name).
+    #[arg(long)]
+    upstream: String,
+    /// The port Envoy listens on.
+    #[arg(long, default_value_t = 10000)]
+    listen: u16,
+    /// The address Envoy listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    listen_address: String,
+    /// The port of Envoy's admin interface (stats, /ready), on 127.0.0.1.
+    #[arg(long, default_value_t = 9901)]
+    admin: u16,
+    /// The filter .wasm. Default: guest/artifacts/fencekeeper_filter.wasm of the
+    /// checkout this binary was built in, else of the current directory.
+    #[arg(long)]
+    filter: Option<PathBuf>,
+    /// etcd's client address, HOST:PORT (its v3 JSON gateway holds the marks).
+    #[arg(long, default_value = "127.0.0.1:2379")]
+    etcd: String,
+    /// Keep marks in Envoy's shared data only, without etcd (efficiency mode only:
+    /// a restart forgets the marks, and two Envoys do not share them).
+    #[arg(long)]
+    no_etcd: bool,
+    /// correctness (fail closed) or efficiency (fail open).
+    #[arg(long, default_value = "correctness", value_parser = ["correctness", "efficiency"])]
+    mode: String,
+    /// Refuse a token equal to the mark (each token admits once).
+    #[arg(long)]
+    strict: bool,
+    /// Take the resource key from this request header instead of the path.
+    #[arg(long)]
+    resource_header: Option<String>,
+    /// Strip this prefix from the path to form the resource key.
+    #[arg(long)]
+    strip_prefix: Option<String>,
+    /// Testing only: requests with this header make the filter trap (exercises the
+    /// failure policy). Never set it in production.
+    #[arg(long, hide = true)]
+    test_fault_header: Option<String>,
+}
 
 /// Run the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("fencekeeper envoy-config is not built yet")
+pub fn run(args: Args) -> Result<ExitCode> {
+    let filter = match &args.filter {
+        Some(p) => p.clone(),
+        None => default_filter()?,
+    };
+    print!("{}", render(&args, &filter)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn default_filter() -> Result<PathBuf> {
+    let exe = std::env::current_exe().ok();
+    let cwd = std::env::current_dir().ok();
+    let starts = exe.as_deref().and_then(Path::parent).into_iter().chain(cwd.as_deref());
+    for start in starts {
+        for dir in start.ancestors() {
+            let candidate = dir.join(ARTIFACT);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    bail!("cannot find {ARTIFACT} above this binary or the current directory; pass --filter PATH")
+}
+
+/// The filter's JSON configuration (keys sorted, so the output is stable).
+fn plugin_config(args: &Args) -> serde_json::Value {
+    let mut c = serde_json::Map::new();
+    c.insert("mode".into(), args.mode.clone().into());
+    c.insert("strict".into(), args.strict.into());
+    if args.no_etcd {
+        c.insert("etcd".into(), serde_json::Value::Null);
+    } else {
+        c.insert("etcd".into(), serde_json::json!({"cluster": "fencekeeper_etcd", "timeout_ms": 1000}));
+    }
+    let mut resource = serde_json::Map::new();
+    match &args.resource_header {
+        Some(h) => {
+            resource.insert("from".into(), "header".into());
+            resource.insert("header".into(), h.clone().into());
+        }
+        None => {
+            resource.insert("from".into(), "path".into());
+            if let Some(p) = &args.strip_prefix {
+                resource.insert("strip_prefix".into(), p.clone().into());
+            }
+        }
+    }
+    c.insert("resource".into(), resource.into());
+    if let Some(h) = &args.test_fault_header {
+        c.insert("test_fault_header".into(), h.clone().into());
+    }
+    c.into()
+}
+
+/// A cluster pointing at HOST:PORT.
+fn cluster(out: &mut String, name: &str, addr: &str) -> Result<()> {
+    let (host, port) = addr.rsplit_once(':').with_context(|| format!("{addr:?} is not HOST:PORT"))?;
+    let port: u16 = port.parse().with_context(|| format!("{addr:?}: bad port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
+    writeln!(out, "  - name: {name}")?;
+    writeln!(out, "    type: {kind}")?;
+    writeln!(out, "    connect_timeout: 1s")?;
+    writeln!(out, "    load_assignment:")?;
+    writeln!(out, "      cluster_name: {name}")?;
+    writeln!(out, "      endpoints:")?;
+    writeln!(out, "      - lb_endpoints:")?;
+    writeln!(out, "        - endpoint:")?;
+    writeln!(out, "            address:")?;
+    writeln!(out, "              socket_address: {{ address: {host}, port_value: {port} }}")?;
+    Ok(())
+}
+
+fn yaml_single_quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// The whole Envoy configuration.
+pub fn render(args: &Args, filter: &Path) -> Result<String> {
+    if args.no_etcd && args.mode == "correctness" {
+        bail!("--no-etcd needs --mode efficiency: correctness mode keeps marks in etcd (shared data dies with Envoy)");
+    }
+    let config = serde_json::to_string(&plugin_config(args))?;
+    let mut out = String::new();
+    let filter = yaml_single_quoted(&filter.display().to_string());
+    let config = yaml_single_quoted(&config);
+    let (listen, listen_address, admin) = (args.listen, &args.listen_address, args.admin);
+    write!(
+        out,
+        r#"# Generated by `fencekeeper envoy-config`; see docs/envoy.md.
+# Envoy fences the upstream store: writes must carry a fencing token, and a token
+# below the highest one seen for the same resource is refused with 409.
+admin:
+  address:
+    socket_address: {{ address: 127.0.0.1, port_value: {admin} }}
+static_resources:
+  listeners:
+  - name: fencekeeper
+    address:
+      socket_address: {{ address: {listen_address}, port_value: {listen} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: fencekeeper
+          # One spelling per file: the resource key is the normalized, decoded path.
+          normalize_path: true
+          merge_slashes: true
+          path_with_escaped_slashes_action: REJECT_REQUEST
+          route_config:
+            virtual_hosts:
+            - name: store
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route: {{ cluster: store, timeout: 60s }}
+          http_filters:
+          - name: fencekeeper
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: fencekeeper
+                root_id: fencekeeper
+                # After a guest fault the VM is reloaded and the shared-data marks
+                # stay; requests meanwhile get 503 (FAIL_OPEN would bypass fencing).
+                failure_policy: FAIL_RELOAD
+                vm_config:
+                  vm_id: fencekeeper
+                  runtime: envoy.wasm.runtime.v8
+                  code:
+                    local:
+                      filename: {filter}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: {config}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+"#
+    )?;
+    cluster(&mut out, "store", &args.upstream)?;
+    if !args.no_etcd {
+        cluster(&mut out, "fencekeeper_etcd", &args.etcd)?;
+    }
+    Ok(out)
 }

@@ -1,0 +1,289 @@
+//! The filter's plugin configuration: JSON, every field optional.
+//!
+//! An empty configuration means: token in `fencing-token`, resource = the request
+//! path, every method but GET/HEAD/OPTIONS fenced, correctness mode, not strict,
+//! marks in etcd through the Envoy cluster `fencekeeper_etcd`. docs/envoy.md is the
+//! reference for each field.
+
+use fencekeeper_core::{Mode, Policy};
+use serde::Deserialize;
+use std::fmt;
+
+/// The parsed and validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The request header carrying the token (lower case).
+    pub token_header: String,
+    /// How the resource key is derived from a request.
+    pub resource: ResourceFrom,
+    /// Methods that are fenced; `None` = every method but GET, HEAD and OPTIONS.
+    pub fenced_methods: Option<Vec<String>>,
+    /// Mode and strictness, for the core.
+    pub policy: Policy,
+    /// The durable shared mark store; `None` = proxy shared data only.
+    pub etcd: Option<Etcd>,
+    /// How many shared-data slot keys hold the local marks.
+    pub shared_slots: u32,
+    /// Testing only: a request carrying this header makes the filter trap.
+    pub test_fault_header: Option<String>,
+}
+
+/// Where the resource key comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ResourceFrom {
+    /// The percent-decoded request path without its query, minus `strip_prefix`.
+    Path {
+        /// Removed from the front of the path when present.
+        strip_prefix: String,
+    },
+    /// A request header's value.
+    Header(String),
+}
+
+/// How the filter reaches etcd's v3 JSON gateway.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Etcd {
+    /// The Envoy cluster that routes to etcd's client port.
+    pub cluster: String,
+    /// The `:authority` sent to etcd.
+    pub authority: String,
+    /// Prefix of mark keys; the resource key follows it.
+    pub key_prefix: String,
+    /// How long one etcd call may take before the request is undecided.
+    pub timeout_ms: u64,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The etcd key prefix shared with the gateway (host/fencekeeper's etcd store).
+pub const DEFAULT_KEY_PREFIX: &str = "/fencekeeper/marks/";
+/// The default name of the etcd cluster in the Envoy configuration.
+pub const DEFAULT_ETCD_CLUSTER: &str = "fencekeeper_etcd";
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default = "default_token_header")]
+    token_header: String,
+    #[serde(default)]
+    resource: RawResource,
+    #[serde(default)]
+    fenced_methods: Option<Vec<String>>,
+    #[serde(default)]
+    mode: RawMode,
+    #[serde(default)]
+    strict: bool,
+    // Absent = the default etcd; JSON null = no etcd (efficiency mode only).
+    #[serde(default = "default_etcd")]
+    etcd: Option<RawEtcd>,
+    #[serde(default = "default_slots")]
+    shared_slots: u32,
+    #[serde(default)]
+    test_fault_header: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawResource {
+    #[serde(default)]
+    from: RawFrom,
+    #[serde(default)]
+    header: Option<String>,
+    #[serde(default)]
+    strip_prefix: Option<String>,
+}
+
+#[derive(Deserialize, Default, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum RawFrom {
+    #[default]
+    Path,
+    Header,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+enum RawMode {
+    #[default]
+    Correctness,
+    Efficiency,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEtcd {
+    #[serde(default = "default_cluster")]
+    cluster: String,
+    #[serde(default = "default_authority")]
+    authority: String,
+    #[serde(default = "default_prefix")]
+    key_prefix: String,
+    #[serde(default = "default_timeout")]
+    timeout_ms: u64,
+}
+
+fn default_token_header() -> String {
+    fencekeeper_core::refusal::TOKEN_HEADER.to_owned()
+}
+fn default_cluster() -> String {
+    DEFAULT_ETCD_CLUSTER.to_owned()
+}
+fn default_authority() -> String {
+    "etcd".to_owned()
+}
+fn default_prefix() -> String {
+    DEFAULT_KEY_PREFIX.to_owned()
+}
+fn default_timeout() -> u64 {
+    1000
+}
+fn default_slots() -> u32 {
+    256
+}
+fn default_etcd() -> Option<RawEtcd> {
+    Some(RawEtcd {
+        cluster: default_cluster(),
+        authority: default_authority(),
+        key_prefix: default_prefix(),
+        timeout_ms: default_timeout(),
+    })
+}
+
+fn header_name(what: &str, name: String) -> Result<String, ConfigError> {
+    let valid = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if !valid {
+        return Err(ConfigError(format!("{what} {name:?} is not an HTTP header name")));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+impl Config {
+    /// Parse the plugin configuration (empty or whitespace = all defaults).
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError("configuration is not UTF-8".into()))?;
+        let raw: Raw = if text.trim().is_empty() {
+            serde_json::from_str("{}")
+        } else {
+            serde_json::from_str(text)
+        }
+        .map_err(|e| ConfigError(format!("configuration is not valid: {e}")))?;
+        Config::validate(raw)
+    }
+
+    fn validate(raw: Raw) -> Result<Config, ConfigError> {
+        let mode = match raw.mode {
+            RawMode::Correctness => Mode::Correctness,
+            RawMode::Efficiency => Mode::Efficiency,
+        };
+        let resource = match raw.resource.from {
+            RawFrom::Path => {
+                if raw.resource.header.is_some() {
+                    return Err(ConfigError("resource.header needs resource.from = \"header\"".into()));
+                }
+                ResourceFrom::Path { strip_prefix: raw.resource.strip_prefix.unwrap_or_default() }
+            }
+            RawFrom::Header => {
+                if raw.resource.strip_prefix.is_some() {
+                    return Err(ConfigError("resource.strip_prefix needs resource.from = \"path\"".into()));
+                }
+                let name = raw.resource.header.ok_or_else(|| ConfigError("resource.from = \"header\" needs resource.header".into()))?;
+                ResourceFrom::Header(header_name("resource.header", name)?)
+            }
+        };
+        let fenced_methods = match raw.fenced_methods {
+            Some(list) if list.is_empty() => return Err(ConfigError("fenced_methods is empty: nothing would be fenced".into())),
+            Some(list) => Some(list.into_iter().map(|m| m.to_ascii_uppercase()).collect()),
+            None => None,
+        };
+        let etcd = match raw.etcd {
+            Some(e) if e.cluster.is_empty() => return Err(ConfigError("etcd.cluster is empty".into())),
+            Some(e) if e.timeout_ms == 0 => return Err(ConfigError("etcd.timeout_ms must be above 0".into())),
+            Some(e) => Some(Etcd { cluster: e.cluster, authority: e.authority, key_prefix: e.key_prefix, timeout_ms: e.timeout_ms }),
+            None if mode == Mode::Correctness => {
+                return Err(ConfigError(
+                    "correctness mode needs etcd (marks in shared data die with the proxy); set \"mode\": \"efficiency\" to run without it".into(),
+                ))
+            }
+            None => None,
+        };
+        if !(1..=65536).contains(&raw.shared_slots) {
+            return Err(ConfigError("shared_slots must be between 1 and 65536".into()));
+        }
+        Ok(Config {
+            token_header: header_name("token_header", raw.token_header)?,
+            resource,
+            fenced_methods,
+            policy: Policy { mode, strict: raw.strict },
+            etcd,
+            shared_slots: raw.shared_slots,
+            test_fault_header: raw.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
+        })
+    }
+
+    /// Whether requests with this method are fenced.
+    pub fn fences(&self, method: &str) -> bool {
+        match &self.fenced_methods {
+            Some(list) => list.iter().any(|m| m.eq_ignore_ascii_case(method)),
+            None => !matches!(method, "GET" | "HEAD" | "OPTIONS"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_configuration_is_all_defaults() {
+        let c = Config::parse(b"").unwrap();
+        assert_eq!(c.token_header, "fencing-token");
+        assert_eq!(c.resource, ResourceFrom::Path { strip_prefix: String::new() });
+        assert_eq!(c.policy, Policy::default());
+        assert_eq!(c.etcd.as_ref().unwrap().cluster, DEFAULT_ETCD_CLUSTER);
+        assert_eq!(c.etcd.as_ref().unwrap().key_prefix, "/fencekeeper/marks/");
+        assert!(c.fences("PUT") && c.fences("DELETE") && c.fences("POST"));
+        assert!(!c.fences("GET") && !c.fences("HEAD") && !c.fences("OPTIONS"));
+        assert_eq!(Config::parse(b"{}").unwrap(), c);
+    }
+
+    #[test]
+    fn efficiency_mode_may_drop_etcd_but_correctness_may_not() {
+        let c = Config::parse(br#"{"mode":"efficiency","etcd":null}"#).unwrap();
+        assert_eq!(c.etcd, None);
+        let e = Config::parse(br#"{"etcd":null}"#).unwrap_err();
+        assert!(e.0.contains("correctness mode needs etcd"), "{e}");
+    }
+
+    #[test]
+    fn bad_configurations_say_why() {
+        for (json, needle) in [
+            (r#"{"mode":"fast"}"#, "unknown variant"),
+            (r#"{"tokenheader":"x"}"#, "unknown field"),
+            (r#"{"resource":{"from":"header"}}"#, "needs resource.header"),
+            (r#"{"token_header":"a b"}"#, "not an HTTP header name"),
+            (r#"{"fenced_methods":[]}"#, "nothing would be fenced"),
+            (r#"{"shared_slots":0}"#, "shared_slots"),
+            ("{", "not valid"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn header_resource_and_method_list() {
+        let c = Config::parse(br#"{"resource":{"from":"header","header":"Fencing-Resource"},"fenced_methods":["put"],"strict":true}"#)
+            .unwrap();
+        assert_eq!(c.resource, ResourceFrom::Header("fencing-resource".into()));
+        assert!(c.fences("PUT") && !c.fences("DELETE"));
+        assert!(c.policy.strict);
+    }
+}

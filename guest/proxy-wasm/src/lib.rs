@@ -1,0 +1,126 @@
+//! Fencekeeper as a proxy-wasm HTTP filter: drop one `.wasm` into Envoy (or any
+//! proxy-wasm host) and an HTTP store that accepts any write gets fencing.
+//!
+//! The decision, the status mapping and the fail-open rules are fencekeeper-core's
+//! (`decide`, `resolve`, `Class`, `Reason`); this crate only carries requests to it
+//! and stores marks. docs/envoy.md is the user's guide and configuration reference.
+//!
+//! # Layout
+//! * [`config`]: the JSON plugin configuration.
+//! * [`resource`]: the resource key of a request (path or header).
+//! * [`slots`]: marks in the proxy's shared data, race-free for new resources.
+//! * [`etcd`]: marks in etcd through its v3 JSON gateway (correctness mode).
+//! * [`request`]: the per-request state machine (the HTTP context).
+
+// Natively (unit tests) nothing registers the root context.
+#![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+
+pub mod config;
+pub mod etcd;
+pub mod request;
+pub mod resource;
+pub mod slots;
+
+use config::Config;
+use fencekeeper_core::Class;
+use proxy_wasm::hostcalls;
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::{ContextType, MetricType};
+use std::rc::Rc;
+
+/// The module's entry point (`_initialize`): registers the root context.
+#[cfg(target_arch = "wasm32")]
+#[allow(missing_docs)]
+mod entry {
+    use super::Root;
+    use proxy_wasm::traits::RootContext;
+
+    proxy_wasm::main! {{
+        proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
+        proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { filter: None }) });
+    }}
+}
+
+/// The Envoy stat names (Envoy shows them prefixed with `wasmcustom.`).
+pub fn metric_name(what: &str) -> String {
+    format!("fencekeeper.{what}")
+}
+
+/// Counter ids, one per outcome class plus fail-open passes.
+pub struct Metrics {
+    by_class: [u32; Class::ALL.len()],
+    failed_open: u32,
+}
+
+impl Metrics {
+    fn define() -> Result<Metrics, proxy_wasm::types::Status> {
+        let mut by_class = [0; Class::ALL.len()];
+        for (id, class) in by_class.iter_mut().zip(Class::ALL) {
+            *id = hostcalls::define_metric(MetricType::Counter, &metric_name(class.name()))?;
+        }
+        let failed_open = hostcalls::define_metric(MetricType::Counter, &metric_name("failed_open"))?;
+        Ok(Metrics { by_class, failed_open })
+    }
+
+    /// Count one outcome; `failed_open` when it was forwarded without an admit.
+    pub fn count(&self, class: Class, failed_open: bool) {
+        if let Some(i) = Class::ALL.iter().position(|c| *c == class) {
+            let _ = hostcalls::increment_metric(self.by_class[i], 1);
+        }
+        if failed_open {
+            let _ = hostcalls::increment_metric(self.failed_open, 1);
+        }
+    }
+}
+
+/// What every request of one configured filter shares.
+pub struct Filter {
+    /// The configuration.
+    pub config: Config,
+    /// The stats.
+    pub metrics: Metrics,
+    /// The shared-data marks.
+    pub slots: slots::Slots,
+}
+
+struct Root {
+    filter: Option<Rc<Filter>>,
+}
+
+impl Context for Root {}
+
+impl RootContext for Root {
+    fn on_configure(&mut self, _size: usize) -> bool {
+        let bytes = self.get_plugin_configuration().unwrap_or_default();
+        let config = match Config::parse(&bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                log::error!("fencekeeper: bad plugin configuration: {e}");
+                return false;
+            }
+        };
+        let slots = slots::Slots { count: config.shared_slots };
+        if let Err(s) = slots.create_absent() {
+            log::error!("fencekeeper: cannot create the shared-data slots ({s:?})");
+            return false;
+        }
+        let metrics = match Metrics::define() {
+            Ok(m) => m,
+            Err(s) => {
+                log::error!("fencekeeper: cannot define stats ({s:?})");
+                return false;
+            }
+        };
+        self.filter = Some(Rc::new(Filter { config, metrics, slots }));
+        true
+    }
+
+    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+        let filter = self.filter.clone()?;
+        Some(Box::new(request::Request::new(filter)))
+    }
+
+    fn get_type(&self) -> Option<ContextType> {
+        Some(ContextType::HttpContext)
+    }
+}
