@@ -1,12 +1,227 @@
-//! `fencekeeper serve` (being built; see the issue that owns it).
+//! `fencekeeper serve`: the fencing gateway in front of an HTTP store.
+//!
+//! Start-up errors (bad upstream URL, unreadable store, unreachable etcd, port taken)
+//! end the command with exit code 2 and one message; after that the gateway serves
+//! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
+use anyhow::Context;
+use fencekeeper::{Decider, Guard, MarkStore, Mode, Policy};
+use fencekeeper_gateway::config::{self, Config, ResourceFrom, DEFAULT_FENCED_METHODS};
+use fencekeeper_gateway::Server;
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Arguments of `fencekeeper serve`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The store to fence, `http://HOST:PORT`.
+    #[arg(long)]
+    upstream: String,
+    /// Where clients connect.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// The admin listener: /metrics, /fencekeeper/marks/<resource>, /healthz.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    admin: SocketAddr,
+    /// The durable embedded mark store (a file; created if missing).
+    #[arg(long, default_value = "fencekeeper-marks.redb", conflicts_with = "etcd")]
+    store: PathBuf,
+    /// Keep marks in etcd instead (`http://HOST:PORT`), shared by every gateway and
+    /// Envoy that uses the same etcd and prefix.
+    #[arg(long)]
+    etcd: Option<String>,
+    /// The etcd key prefix for marks.
+    #[arg(long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
+    etcd_prefix: String,
+    /// correctness: refuse what cannot be decided (fail closed); efficiency: let it pass, counted.
+    #[arg(long, value_enum, default_value_t = ModeArg::Correctness)]
+    mode: ModeArg,
+    /// Refuse a token equal to the mark (each token writes once).
+    #[arg(long)]
+    strict: bool,
+    /// The request header carrying the fencing token.
+    #[arg(long, default_value = fencekeeper_core::refusal::TOKEN_HEADER)]
+    token_header: String,
+    /// Where the resource key comes from: `path` or `header:NAME`.
+    #[arg(long, default_value = "path")]
+    resource: String,
+    /// Only paths starting with this are fenced; others pass through.
+    #[arg(long, default_value = "/")]
+    path_prefix: String,
+    /// The methods that are fenced (comma-separated); others pass through.
+    #[arg(long, default_value = DEFAULT_FENCED_METHODS)]
+    fenced_methods: String,
+    /// The largest request body, in bytes (k, m, g suffixes allowed); larger gets 413.
+    #[arg(long, default_value = "16m", value_parser = parse_size)]
+    max_body: usize,
+    /// The longest a request may take to arrive, and the upstream to answer (ms, s, m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    request_timeout: Duration,
+    /// The longest an admitted write waits for lower-token writes in flight (then 503).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    gate_timeout: Duration,
+    /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
+    /// land after a higher one. For measurements and demonstrations only.
+    #[arg(long)]
+    no_gate: bool,
+    /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
+    #[arg(long)]
+    upstream_http2: bool,
+    /// A validator guest component to use instead of the bundled one.
+    #[arg(long)]
+    guest: Option<PathBuf>,
+    /// Log lines as text or JSON (level from RUST_LOG, default info).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ModeArg {
+    Correctness,
+    Efficiency,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
 
 /// Run the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("fencekeeper serve is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    init_logs(args.log_format);
+    let config = configure(&args)?;
+    let store = open_store(&args)?;
+    let guard = Arc::new(Guard::new(decider(&args, config.policy)?, store));
+    let server = Server::bind(config.clone(), guard)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    tracing::info!(
+        listen = %server.local_addr()?,
+        admin = %args.admin,
+        upstream = %config.upstream,
+        marks = %marks_description(&args),
+        gate = config.gate,
+        "fencekeeper gateway serving"
+    );
+    if !config.gate {
+        tracing::warn!("the ordering gate is off (--no-gate): a slow lower-token write can land after a higher one");
+    }
+    runtime.block_on(server.run(shutdown_signal()))?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn configure(args: &Args) -> anyhow::Result<Config> {
+    let mut c = Config::new(args.listen, config::upstream(&args.upstream)?);
+    c.admin = Some(args.admin);
+    c.upstream_http2 = args.upstream_http2;
+    let mode = match args.mode {
+        ModeArg::Correctness => Mode::Correctness,
+        ModeArg::Efficiency => Mode::Efficiency,
+    };
+    c.policy = Policy { mode, strict: args.strict };
+    c.token_header = config::header_name(&args.token_header)?;
+    c.resource = args.resource.parse::<ResourceFrom>()?;
+    c.path_prefix = args.path_prefix.clone();
+    c.fenced_methods = config::methods(&args.fenced_methods)?;
+    c.max_body = args.max_body;
+    c.request_timeout = args.request_timeout;
+    c.gate_timeout = args.gate_timeout;
+    c.gate = !args.no_gate;
+    Ok(c)
+}
+
+fn open_store(args: &Args) -> anyhow::Result<Arc<dyn MarkStore + Send + Sync>> {
+    Ok(match &args.etcd {
+        Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(url, &args.etcd_prefix, Duration::from_secs(2))?),
+        None => Arc::new(fencekeeper::MemoryStore::new()),
+    })
+}
+
+fn marks_description(args: &Args) -> String {
+    match &args.etcd {
+        Some(url) => format!("etcd {url} prefix {}", args.etcd_prefix),
+        None => format!("file {}", args.store.display()),
+    }
+}
+
+fn decider(args: &Args, policy: Policy) -> anyhow::Result<Arc<dyn Decider>> {
+    anyhow::ensure!(args.guest.is_none(), "--guest needs the wasm validator, which is not built yet");
+    Ok(Arc::new(fencekeeper::NativeDecider(policy)))
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => logs.try_init(),
+        LogFormat::Json => logs.json().try_init(),
+    };
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        },
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+/// A byte count: `1048576`, `64k`, `16m`, `1g`.
+fn parse_size(text: &str) -> Result<usize, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (digits, unit) = match lower.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => lower.split_at(i),
+        None => (lower.as_str(), ""),
+    };
+    let shift = match unit.trim_end_matches("ib").trim_end_matches('b') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        _ => return Err(format!("bad size {text:?}; expected a number of bytes with an optional k, m or g")),
+    };
+    digits.parse::<usize>().ok().and_then(|n| n.checked_mul(1 << shift)).ok_or_else(|| format!("bad size {text:?}"))
+}
+
+/// A duration: `250ms`, `5s`, `2m`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let bad = || format!("bad duration {text:?}; expected a number with ms, s or m, like 500ms or 5s");
+    let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = t.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = t.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        return Err(bad());
+    };
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    Duration::try_from_secs_f64(value * scale).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_durations_parse_with_units() {
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("16MiB"), Ok(16 << 20));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(parse_size("lots").is_err());
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert!(parse_duration("5").is_err());
+    }
 }

@@ -23,7 +23,7 @@ const MARKS: &str = "/fencekeeper/marks";
 pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     let path = request.uri().path().to_owned();
     let answer = match (request.method(), path.as_str()) {
-        (&Method::GET, "/metrics") => (StatusCode::OK, proxy.metrics().render()),
+        (&Method::GET, "/metrics") => (StatusCode::OK, proxy.render_metrics()),
         (&Method::GET, "/healthz") => (StatusCode::OK, "ok\n".to_owned()),
         (&Method::GET, MARKS) => list(&proxy).await,
         (&Method::GET, p) if p.starts_with("/fencekeeper/marks/") => match percent_decode(&p[MARKS.len() + 1..]) {

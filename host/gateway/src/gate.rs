@@ -49,6 +49,7 @@ pub struct Gate {
     timeout: Duration,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     next_id: AtomicU64,
+    waiting: AtomicUsize,
 }
 
 /// One resource's state; lives while a request for the resource is at the gate.
@@ -130,12 +131,17 @@ impl Gate {
     /// A gate whose writes wait at most `timeout`; when `enabled` is false, writes are
     /// admitted and forwarded without ordering (the window stays open).
     pub fn new(enabled: bool, timeout: Duration) -> Arc<Gate> {
-        Arc::new(Gate { enabled, timeout, entries: Mutex::default(), next_id: AtomicU64::new(0) })
+        Arc::new(Gate { enabled, timeout, entries: Mutex::default(), next_id: AtomicU64::new(0), waiting: AtomicUsize::new(0) })
     }
 
     /// Writes currently in flight on `resource` (for tests and inspection).
     pub fn in_flight(&self, resource: &str) -> usize {
         lock(&self.entries).get(resource).map_or(0, |e| lock(&e.state).in_flight.len())
+    }
+
+    /// Admitted writes currently waiting for lower-token writes, on every resource.
+    pub fn waiting_total(&self) -> usize {
+        self.waiting.load(Relaxed)
     }
 
     /// Admitted writes on `resource` currently waiting for lower-token writes.
@@ -185,10 +191,12 @@ impl Gate {
                 return from_decision(decision, resource, Some(Permit { id, entry }));
             }
             state.waiting += 1;
+            self.waiting.fetch_add(1, Relaxed);
         }
         drop(serial);
         let admission = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision).await;
         lock(&resource_state.state).waiting -= 1;
+        self.waiting.fetch_sub(1, Relaxed);
         admission
     }
 

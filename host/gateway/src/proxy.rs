@@ -14,7 +14,7 @@ use fencekeeper::Guard;
 use fencekeeper_core::refusal::ADMITTED_HEADER;
 use fencekeeper_core::Class;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use hyper::body::Incoming;
+use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri, Version};
@@ -51,6 +51,14 @@ impl Proxy {
         &self.metrics
     }
 
+    /// The metrics in Prometheus text, with the gate's gauge.
+    pub fn render_metrics(&self) -> String {
+        let name = "fencekeeper_gateway_gate_waiting";
+        let waiting = self.gate.waiting_total();
+        let gauge = format!("# HELP {name} Admitted writes waiting now for lower-token writes in flight.\n# TYPE {name} gauge\n{name} {waiting}\n");
+        self.metrics.render() + &gauge
+    }
+
     /// The guard (validator and mark store).
     pub fn guard(&self) -> &Arc<Guard> {
         &self.guard
@@ -65,7 +73,7 @@ impl Proxy {
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
         let response = if self.config.fences(request.method(), request.uri().path()) {
-            self.fenced(request).await
+            self.clone().fenced(request).await
         } else {
             self.metrics.event(Event::Passthrough);
             self.forward(request.map(BodyExt::boxed), None).await
@@ -74,14 +82,14 @@ impl Proxy {
         Ok(response)
     }
 
-    async fn fenced(&self, request: Request<Incoming>) -> Response<Body> {
+    async fn fenced(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         let grpc = is_grpc(&request);
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
             return self.too_large();
         }
-        let (mut parts, body) = request.into_parts();
+        let (parts, body) = request.into_parts();
         let bytes = match tokio::time::timeout(self.config.request_timeout, Limited::new(body, limit).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
             Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(),
@@ -92,6 +100,16 @@ impl Proxy {
                 return refusal::error(StatusCode::REQUEST_TIMEOUT, &reason);
             }
         };
+        // Its own task: when the client goes away mid-request, the admission and the
+        // upstream exchange still run to their end, so the gate's bookkeeping is never
+        // cut short and a write is never released while the store may still apply it.
+        match tokio::spawn(async move { self.admit_and_forward(parts, bytes, grpc).await }).await {
+            Ok(response) => response,
+            Err(e) => refusal::error(StatusCode::INTERNAL_SERVER_ERROR, &format!("the request task failed: {e}")),
+        }
+    }
+
+    async fn admit_and_forward(&self, mut parts: Parts, bytes: Bytes, grpc: bool) -> Response<Body> {
         let resource = self.resource(&parts);
         let token = parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
@@ -154,32 +172,23 @@ impl Proxy {
         for name in HOP_BY_HOP {
             request.headers_mut().remove(name);
         }
-        let (client, timeout) = (self.client.clone(), self.config.request_timeout);
-        // Its own task: when the client goes away, the upstream exchange still runs to
-        // its end before the permit is released, so the gate never lets a higher
-        // token pass while the store may still be applying this write.
-        let exchange = tokio::spawn(async move {
-            let answer = tokio::time::timeout(timeout, client.request(request)).await;
-            drop(permit);
-            answer
-        });
-        match exchange.await {
-            Ok(Ok(Ok(response))) => response.map(BodyExt::boxed),
-            Ok(Ok(Err(e))) => {
+        let timeout = self.config.request_timeout;
+        let answer = tokio::time::timeout(timeout, self.client.request(request)).await;
+        // The upstream has answered (its response head is here) or been given up on.
+        drop(permit);
+        match answer {
+            Ok(Ok(response)) => response.map(BodyExt::boxed),
+            Ok(Err(e)) => {
                 self.metrics.event(Event::UpstreamError);
                 let reason = format!("upstream {upstream} failed: {}", error_chain(&e));
                 tracing::warn!(reason, "upstream error");
                 refusal::error(StatusCode::BAD_GATEWAY, &reason)
             }
-            Ok(Err(_)) => {
+            Err(_) => {
                 self.metrics.event(Event::UpstreamError);
                 let reason = format!("upstream {upstream} did not answer within {timeout:?}");
                 tracing::warn!(reason, "upstream timeout");
                 refusal::error(StatusCode::GATEWAY_TIMEOUT, &reason)
-            }
-            Err(e) => {
-                self.metrics.event(Event::UpstreamError);
-                refusal::error(StatusCode::BAD_GATEWAY, &format!("forwarding failed: {e}"))
             }
         }
     }
