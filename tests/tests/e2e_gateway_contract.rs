@@ -1,0 +1,158 @@
+//! The gateway's refusal contract and operations, against the real binary: statuses and
+//! headers, gRPC statuses, limits, metrics, mark lookup, start-up errors, graceful stop.
+
+use fencekeeper_tests::gateway::{request, Gateway, RecordingUpstream};
+use fencekeeper_tests::workspace_bin;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn refusals_follow_the_contract_and_admits_carry_the_admitted_token() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &[]).unwrap();
+    let missing = gw.put("/f", None, b"x").unwrap();
+    assert_eq!(missing.status, 428, "{}", missing.body);
+    let malformed = gw.put("/f", Some("3x"), b"x").unwrap();
+    assert_eq!(malformed.status, 400, "{}", malformed.body);
+    assert_eq!(gw.put("/f", Some("034"), b"new").unwrap().status, 201);
+    let stale = gw.put("/f", Some("33"), b"old").unwrap();
+    assert_eq!(stale.status, 409);
+    assert_eq!(stale.header("fencing-highest"), Some("34"));
+    assert_eq!(stale.body.trim().lines().count(), 1, "{}", stale.body);
+    assert!(stale.body.contains("stale"), "{}", stale.body);
+    let applied = upstream.applied();
+    assert_eq!(applied.len(), 1, "only the admitted write reaches the store");
+    assert_eq!((applied[0].token.as_str(), &applied[0].body[..]), ("34", &b"new"[..]));
+    assert_eq!(gw.mark("/f").unwrap().as_deref(), Some("34"));
+    assert_eq!(gw.mark("/never").unwrap(), None);
+    for (class, n) in [("admitted", 1), ("stale", 1), ("malformed", 1), ("missing", 1), ("undecided", 0)] {
+        assert_eq!(gw.metric(&format!("fencekeeper_gateway_requests_total{{class=\"{class}\"}}")).unwrap(), n, "{class}");
+    }
+    assert_eq!(gw.metric("fencekeeper_gateway_request_duration_seconds_count").unwrap(), 4);
+}
+
+#[test]
+fn grpc_requests_get_grpc_statuses() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--fenced-methods", "POST"]).unwrap();
+    let grpc = |token: &str| {
+        let headers = [("content-type", "application/grpc"), ("fencing-token", token)];
+        request(&gw.url(), "POST", "/pkg.Store/Put", &headers, b"").unwrap()
+    };
+    assert_eq!(grpc("34").status, 201);
+    let stale = grpc("33");
+    assert_eq!((stale.status, stale.header("grpc-status")), (200, Some("9")));
+    assert_eq!(stale.header("fencing-highest"), Some("34"));
+    assert_eq!(grpc("x").header("grpc-status"), Some("3"));
+}
+
+#[test]
+fn reads_and_paths_outside_the_prefix_pass_through_unfenced() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--path-prefix", "/data/"]).unwrap();
+    assert_eq!(request(&gw.url(), "GET", "/data/f", &[], b"").unwrap().status, 201);
+    assert_eq!(gw.put("/public/f", None, b"x").unwrap().status, 201);
+    assert_eq!(gw.put("/data/f", None, b"x").unwrap().status, 428);
+    assert_eq!(gw.metric("fencekeeper_gateway_passthrough_total").unwrap(), 2);
+}
+
+#[test]
+fn resource_can_come_from_a_header() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--resource", "header:x-resource"]).unwrap();
+    let put = |path: &str, resource: &str, token: &str| {
+        let headers = [("x-resource", resource), ("fencing-token", token)];
+        request(&gw.url(), "PUT", path, &headers, b"").unwrap().status
+    };
+    assert_eq!(put("/a", "table-7", "5"), 201);
+    assert_eq!(put("/b", "table-7", "4"), 409, "a different path, the same resource");
+    assert_eq!(put("/b", "table-8", "4"), 201);
+    assert_eq!(gw.put("/c", Some("9"), b"").unwrap().status, 400, "no resource header is malformed");
+}
+
+#[test]
+fn efficiency_mode_lets_a_missing_token_through_and_counts_it() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--mode", "efficiency"]).unwrap();
+    assert_eq!(gw.put("/f", None, b"x").unwrap().status, 201);
+    assert_eq!(gw.put("/f", Some("5"), b"x").unwrap().status, 201);
+    assert_eq!(gw.put("/f", Some("4"), b"x").unwrap().status, 409, "stale is refused in every mode");
+    assert_eq!(gw.metric("fencekeeper_gateway_failed_open_total").unwrap(), 1);
+}
+
+#[test]
+fn body_over_the_limit_gets_413_and_slow_upstream_gets_504() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--max-body", "1k", "--request-timeout", "300ms"]).unwrap();
+    let big = gw.put("/f", Some("1"), &[b'x'; 2048]).unwrap();
+    assert_eq!(big.status, 413, "{}", big.body);
+    assert!(upstream.applied().is_empty());
+    upstream.hold("2");
+    let slow = gw.put("/f", Some("2"), b"x").unwrap();
+    assert_eq!(slow.status, 504, "{}", slow.body);
+    upstream.release("2");
+    assert_eq!(gw.metric("fencekeeper_gateway_too_large_total").unwrap(), 1);
+    assert_eq!(gw.metric("fencekeeper_gateway_upstream_errors_total").unwrap(), 1);
+}
+
+#[test]
+fn sigterm_finishes_the_write_in_flight_then_exits_zero() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let mut gw = Gateway::start(&upstream.url(), &[]).unwrap();
+    upstream.hold("7");
+    let url = gw.url();
+    let client = std::thread::spawn(move || request(&url, "PUT", "/f", &[("fencing-token", "7")], b"x"));
+    upstream.wait_held("7").unwrap();
+    gw.process.signal("TERM").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gw.log().contains("shutting down") {
+        assert!(Instant::now() < deadline, "no shutdown in the log:\n{}", gw.log());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    upstream.release("7");
+    assert_eq!(client.join().unwrap().unwrap().status, 201);
+    assert!(gw.terminate(Duration::from_secs(10)).unwrap().success());
+}
+
+/// Run `fencekeeper serve` expecting it to fail at start-up (bounded wait).
+fn serve_fails(args: &[&str]) -> Output {
+    let mut child = Command::new(workspace_bin("fencekeeper").unwrap())
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("fencekeeper serve {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn start_up_errors_exit_2_with_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("m.redb").display().to_string();
+    let bad = serve_fails(&["--upstream", "localhost:80", "--store", &store]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("bad upstream URL \"localhost:80\""), "{}", stderr(&bad));
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let busy = serve_fails(&["--upstream", "http://127.0.0.1:1", "--listen", &addr, "--store", &store]);
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(stderr(&busy).contains(&format!("address {addr} is in use")), "{}", stderr(&busy));
+
+    let etcd = serve_fails(&["--upstream", "http://127.0.0.1:1", "--etcd", "http://127.0.0.1:1"]);
+    assert_eq!(etcd.status.code(), Some(2));
+    assert!(stderr(&etcd).contains("mark store unavailable: etcd at http://127.0.0.1:1"), "{}", stderr(&etcd));
+}
