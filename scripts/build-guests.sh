@@ -24,8 +24,10 @@
 #   FK_COMPONENTIZE  the native `fencekeeper-componentize` binary (core -> component).
 #   RUSTC, RUSTC_BOOTSTRAP, CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER
 #                    already exported for the chosen toolchain.
-# A guest remaps its source paths (--remap-path-prefix) and builds with --locked, so
-# its bytes depend only on the sources, its Cargo.lock and the toolchain.
+# The guests are built from a copy of guest/ and wit/ at a fixed path (below), so
+# build.sh finds the sources beside itself as usual. A guest remaps its source paths
+# (--remap-path-prefix) and builds with --locked, so its bytes depend only on the
+# sources, its Cargo.lock and the toolchain.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 artifacts=$repo/guest/artifacts
@@ -74,7 +76,27 @@ if [[ $check == 1 ]]; then
 else
   out=$artifacts
 fi
-for script in "$repo"/guest/*/build.sh; do
+# Build from a copy of the sources at one fixed path. Cargo hashes the absolute path
+# of a path dependency that lies outside the building workspace (guest/core, for
+# each guest workspace) into symbol names, and that was seen to change the code
+# layout between two checkouts; --remap-path-prefix cannot reach that hash. The copy
+# gets fresh mtimes, so cargo rebuilds the local crates and never trusts stale
+# output; registry dependencies stay cached in the stage's target directories.
+stage=/tmp/fencekeeper-guest-build
+mkdir -p "$stage/guest"
+exec 9>"$stage.lock"
+flock 9
+rm -rf "$stage/wit" && cp -r "$repo/wit" "$stage/wit"
+# guest/core inherits its package fields from the root workspace manifest.
+cp "$repo/Cargo.toml" "$stage/Cargo.toml"
+for dir in "$repo"/guest/*/; do
+  name=$(basename "$dir")
+  [[ $name == artifacts ]] && continue
+  mkdir -p "$stage/guest/$name"
+  find "$stage/guest/$name" -mindepth 1 -maxdepth 1 ! -name target -exec rm -rf {} +
+  find "$dir" -mindepth 1 -maxdepth 1 ! -name target -exec cp -r {} "$stage/guest/$name/" \;
+done
+for script in "$stage"/guest/*/build.sh; do
   say "building $(basename "$(dirname "$script")")"
   "$script" "$out" >&2
 done
