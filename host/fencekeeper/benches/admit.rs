@@ -1,0 +1,111 @@
+//! The cost of an admit: the native core against the wasm component (instance
+//! reused), the bare cost of crossing the component boundary, the guard's loop with
+//! a memory store, and the durable file store for advancing (fsync) and
+//! non-advancing (read only) admits.
+//!
+//! `cargo bench --bench admit -p fencekeeper`; results in BENCHMARKS.md.
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use fencekeeper::store::FileStore;
+use fencekeeper::validator::Validator;
+use fencekeeper::{Decider, Guard, MarkStore, MemoryStore, NativeDecider, Policy, Token};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+const RESOURCE: &str = "orders/2026.csv";
+
+fn token(n: u64) -> Token {
+    Token::from_parts(&[n]).expect("one component is a valid token")
+}
+
+fn wasm() -> Validator {
+    Validator::bundled(Policy::default()).expect("load the bundled validator")
+}
+
+/// One decision, no store: the core natively and through the component.
+fn decide(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decide");
+    let mark = token(34);
+    let native = NativeDecider(Policy::default());
+    let wasm = wasm();
+    g.bench_function("native", |b| {
+        b.iter(|| native.decide(black_box(RESOURCE), black_box(Some("35")), black_box(Some(&mark))))
+    });
+    g.bench_function("wasm", |b| b.iter(|| wasm.decide(black_box(RESOURCE), black_box(Some("35")), black_box(Some(&mark)))));
+    g.finish();
+}
+
+/// The cheapest calls through the component boundary, for the fixed cost of a call.
+fn component_call(c: &mut Criterion) {
+    let mut g = c.benchmark_group("component_call");
+    let wasm = wasm();
+    g.bench_function("parse", |b| b.iter(|| wasm.parse(black_box("34"))));
+    g.bench_function("describe", |b| b.iter(|| wasm.describe()));
+    g.finish();
+}
+
+/// Admits that advance: a fresh, higher token each iteration.
+fn advancing(guard: &Guard) -> impl FnMut() + '_ {
+    let mut next = 1u64;
+    move || {
+        next += 1;
+        let d = guard.admit(RESOURCE, Some(&next.to_string()));
+        assert!(d.admitted(), "{}", d.reason(RESOURCE));
+    }
+}
+
+/// Admits that reuse the current mark (the holder writing again).
+fn repeating(guard: &Guard) -> impl FnMut() + '_ {
+    assert!(guard.admit(RESOURCE, Some("34")).admitted());
+    move || {
+        let d = guard.admit(RESOURCE, Some(black_box("34")));
+        assert!(d.admitted());
+    }
+}
+
+/// The guard's read -> decide -> compare-and-swap loop with the memory store.
+fn guard_memory(c: &mut Criterion) {
+    let mut g = c.benchmark_group("guard_memory");
+    let deciders: [(&str, Arc<dyn Decider>); 2] =
+        [("native", Arc::new(NativeDecider(Policy::default()))), ("wasm", Arc::new(wasm()))];
+    for (name, decider) in deciders {
+        let guard = Guard::new(decider.clone(), Arc::new(MemoryStore::new()));
+        let mut admit = advancing(&guard);
+        g.bench_function(format!("{name}/advancing"), |b| b.iter(&mut admit));
+        let guard = Guard::new(decider, Arc::new(MemoryStore::new()));
+        let mut admit = repeating(&guard);
+        g.bench_function(format!("{name}/repeating"), |b| b.iter(&mut admit));
+    }
+    g.finish();
+}
+
+/// The durable store: an advancing admit commits (fsync) before it returns; an admit
+/// that reuses the mark only reads.
+fn guard_file(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut g = c.benchmark_group("guard_file");
+    let open = |name: &str| -> Arc<dyn MarkStore + Send + Sync> {
+        Arc::new(FileStore::open(&dir.path().join(name)).expect("open the file store"))
+    };
+    let guard = Guard::new(Arc::new(wasm()), open("advancing.redb"));
+    let mut admit = advancing(&guard);
+    g.sample_size(10).measurement_time(Duration::from_secs(4));
+    g.bench_function("wasm/advancing", |b| b.iter(&mut admit));
+    let guard = Guard::new(Arc::new(wasm()), open("repeating.redb"));
+    let mut admit = repeating(&guard);
+    g.sample_size(20).measurement_time(Duration::from_secs(2));
+    g.bench_function("wasm/repeating", |b| b.iter(&mut admit));
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    // Short runs: the whole bench takes about a minute on 2 cores.
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = decide, component_call, guard_memory, guard_file
+}
+criterion_main!(benches);
