@@ -19,13 +19,12 @@ pub(crate) fn inject(resource: &str, presented: Option<&str>, mark: Option<&[u64
         "fault/loop" => loop {
             core::hint::black_box(mark);
         },
-        "fault/grow" => {
-            let mut hoard: Vec<Vec<u8>> = Vec::new();
-            loop {
-                // Touch the pages so nothing can be optimised away.
-                hoard.push(core::hint::black_box(alloc::vec![1u8; 1 << 20]));
-            }
-        }
+        "fault/grow" => loop {
+            // Reserve a mebibyte at a time and never free it. Untouched, so the
+            // memory limit (not the fuel budget) is what stops it.
+            let block: Vec<u8> = Vec::with_capacity(1 << 20);
+            core::mem::forget(core::hint::black_box(block));
+        },
         "fault/lower" => {
             let token = fencekeeper_core::Token::parse(presented?).ok()?;
             Some(wit::Verdict::Admit(wit::Admitted { mark: token.parts().to_vec(), advanced: true }))

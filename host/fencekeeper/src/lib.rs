@@ -19,8 +19,10 @@ pub mod conformance;
 pub mod decider;
 pub mod guard;
 pub mod store;
+pub mod validator;
 
 pub use decider::{DecideError, Decider, NativeDecider};
 pub use fencekeeper_core::{Class, Mode, Policy, Token, Verdict};
 pub use guard::{Counters, Decision, Guard};
-pub use store::{MarkStore, MemoryStore, StoreError, Swap};
+pub use store::{FileStore, MarkStore, MemoryStore, StoreError, Swap};
+pub use validator::{bundled_component, GuestInfo, GuestSource, Limits, LoadError, Validator};

@@ -6,10 +6,12 @@
 
 #[cfg(feature = "etcd")]
 mod etcd;
+mod file;
 mod memory;
 
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
+pub use file::FileStore;
 pub use memory::MemoryStore;
 
 use fencekeeper_core::Token;

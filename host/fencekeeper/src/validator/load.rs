@@ -1,0 +1,147 @@
+//! Loading a guest: the engine, and the checks that turn a file into a trusted shape
+//! (a component, implementing `fencekeeper:validator@0.1.0`, importing nothing).
+
+use super::bindings::FencekeeperPre;
+use super::instance::State;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine};
+
+/// The exports a guest must have, by their component-model names.
+const REQUIRED_EXPORTS: [&str; 2] = ["fencekeeper:validator/types@0.1.0", "fencekeeper:validator/validator@0.1.0"];
+
+/// Why a guest could not be loaded. Each message is one line and names the guest.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The guest file could not be read.
+    #[error("cannot read guest {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bytes are not WebAssembly at all.
+    #[error("{what} is not WebAssembly (it does not start with the \\0asm header)")]
+    NotWasm {
+        /// Which guest.
+        what: String,
+    },
+    /// The bytes are a core module, not a component.
+    #[error(
+        "{what} is a core WebAssembly module, not a component; build it into a component \
+         (scripts/build-guests.sh does, with wit-component)"
+    )]
+    CoreModule {
+        /// Which guest.
+        what: String,
+    },
+    /// The component does not validate or compile.
+    #[error("{what} is not a valid component: {detail}")]
+    Invalid {
+        /// Which guest.
+        what: String,
+        /// The compiler's reason.
+        detail: String,
+    },
+    /// The component lacks one of the world's exports.
+    #[error("{what} does not implement fencekeeper:validator@0.1.0: it has no export named {export:?}")]
+    MissingExport {
+        /// Which guest.
+        what: String,
+        /// The missing export.
+        export: &'static str,
+    },
+    /// The component exports the names with the wrong types.
+    #[error("{what} does not implement fencekeeper:validator@0.1.0: {detail}")]
+    WrongShape {
+        /// Which guest.
+        what: String,
+        /// What did not match.
+        detail: String,
+    },
+    /// The component imports something; the world imports nothing.
+    #[error(
+        "{what} imports {import:?}; a fencekeeper guest must import nothing \
+         (it is given no authority beyond its own memory)"
+    )]
+    Imports {
+        /// Which guest.
+        what: String,
+        /// The first import's name.
+        import: String,
+    },
+    /// The component loaded but could not be instantiated or constructed.
+    #[error("{what} failed to start: {detail}")]
+    Start {
+        /// Which guest.
+        what: String,
+        /// Why.
+        detail: String,
+    },
+    /// The WebAssembly engine could not be configured on this machine.
+    #[error("cannot set up the WebAssembly engine: {0}")]
+    Engine(String),
+}
+
+/// The process's one engine. Every validator shares it: an engine is the compiler
+/// configuration and the code memory, and is meant to live as long as the process.
+pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
+    static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| {
+            let mut config = Config::new();
+            // Fuel bounds every call deterministically (a loop stops after the same
+            // work on every machine), without a timer thread as epochs would need.
+            config.consume_fuel(true);
+            // A trap ends in a one-line GuestFault; collecting wasm frames for a
+            // backtrace would only slow the failure path down.
+            config.wasm_backtrace_max_frames(None);
+            Engine::new(&config).map_err(|e| one_line(&e))
+        })
+        .as_ref()
+        .map_err(|e| LoadError::Engine(e.clone()))
+}
+
+/// Compile `bytes` and check that they implement the world and import nothing.
+pub(crate) fn compile(engine: &Engine, bytes: &[u8], what: &str) -> Result<FencekeeperPre<State>, LoadError> {
+    let what = what.to_owned();
+    match bytes.get(..8) {
+        Some([0, b'a', b's', b'm', 1, 0, 0, 0]) => return Err(LoadError::CoreModule { what }),
+        Some([0, b'a', b's', b'm', ..]) => {}
+        _ => return Err(LoadError::NotWasm { what }),
+    }
+    let component =
+        Component::new(engine, bytes).map_err(|e| LoadError::Invalid { what: what.clone(), detail: one_line(&e) })?;
+    let ty = component.component_type();
+    if let Some((import, _)) = ty.imports(engine).next() {
+        return Err(LoadError::Imports { what, import: import.to_owned() });
+    }
+    if let Some(export) = REQUIRED_EXPORTS.into_iter().find(|name| ty.get_export(engine, name).is_none()) {
+        return Err(LoadError::MissingExport { what, export });
+    }
+    // An empty linker: instantiation succeeding is the proof the guest needs nothing.
+    let linker = Linker::<State>::new(engine);
+    linker
+        .instantiate_pre(&component)
+        .and_then(FencekeeperPre::new)
+        .map_err(|e| LoadError::WrongShape { what, detail: one_line(&e) })
+}
+
+/// A wasmtime error as one line: its chain of causes joined by ": ".
+pub(crate) fn one_line(error: &wasmtime::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
