@@ -1,12 +1,119 @@
-//! `fencekeeper admit` (being built; see the issue that owns it).
+//! `fencekeeper admit`: decide on one write, through the wasm validator and a
+//! durable mark store, exactly as an embedding engine would (Guard + Validator +
+//! FileStore). Exit 0 admitted (or passed by efficiency mode), 1 refused, 2 error.
 
+use anyhow::Context;
+use fencekeeper::store::FileStore;
+use fencekeeper::validator::{GuestSource, Limits, Validator};
+use fencekeeper::{Guard, Mode, Policy, Verdict};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Where `admit` and `marks` keep marks unless told otherwise.
+pub const DEFAULT_STORE: &str = ".fencekeeper/marks.redb";
 
 /// Arguments of `fencekeeper admit`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The mark store file (created, with its directory, if missing).
+    #[arg(long, default_value = DEFAULT_STORE)]
+    store: PathBuf,
+    /// Refuse a token equal to the mark as a replay.
+    #[arg(long)]
+    strict: bool,
+    /// correctness: fail closed; efficiency: let undecidable and tokenless writes pass.
+    #[arg(long, value_enum, default_value_t = ModeArg::Correctness)]
+    mode: ModeArg,
+    /// A guest component implementing the fencekeeper world, instead of the bundled one.
+    #[arg(long, value_name = "COMPONENT.wasm")]
+    guest: Option<PathBuf>,
+    /// Print one JSON object instead of a line of text.
+    #[arg(long)]
+    json: bool,
+    /// The protected resource (1 to 1024 bytes of UTF-8).
+    resource: String,
+    /// The fencing token the writer holds; omit it for a write that carries none.
+    /// (A token like `-1` is passed on, and refused as malformed.)
+    #[arg(allow_hyphen_values = true)]
+    token: Option<String>,
+}
+
+/// The policy modes, as command-line values.
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum ModeArg {
+    /// Fail closed.
+    Correctness,
+    /// Fail open, counted.
+    Efficiency,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Correctness => Mode::Correctness,
+            ModeArg::Efficiency => Mode::Efficiency,
+        }
+    }
+}
+
+/// The machine-readable answer (`--json`).
+#[derive(serde::Serialize)]
+struct Answer<'a> {
+    resource: &'a str,
+    token: Option<&'a str>,
+    class: &'static str,
+    admitted: bool,
+    mark: Option<String>,
+    advanced: bool,
+    http_status: u16,
+    reason: String,
+}
+
+/// Load the guest: the bundled component, or the one at `path`.
+pub fn load_validator(path: Option<&Path>, policy: Policy) -> anyhow::Result<Validator> {
+    let source = match path {
+        Some(p) => GuestSource::Path(p),
+        None => GuestSource::Bundled,
+    };
+    Validator::load(source, policy, Limits::default()).with_context(|| match path {
+        Some(p) => format!("cannot load guest {}", p.display()),
+        None => "cannot load the bundled guest".to_owned(),
+    })
+}
 
 /// Run the subcommand.
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("fencekeeper admit is not built yet")
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policy = Policy { mode: args.mode.into(), strict: args.strict };
+    let validator = load_validator(args.guest.as_deref(), policy)?;
+    if let Some(dir) = args.store.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    let store = FileStore::open(&args.store)?;
+    let guard = Guard::new(Arc::new(validator), Arc::new(store));
+
+    let decision = guard.admit(&args.resource, args.token.as_deref());
+    let reason = decision.reason(&args.resource);
+    if args.json {
+        let (mark, advanced) = match &decision.verdict {
+            Some(Verdict::Admit { mark, advanced }) => (Some(*mark), *advanced),
+            Some(Verdict::Stale { mark } | Verdict::Replayed { mark }) => (Some(*mark), false),
+            // No mark in the verdict: report the store's (unchanged) mark, if readable.
+            _ => (guard.mark(&args.resource).ok().flatten(), false),
+        };
+        let answer = Answer {
+            resource: &args.resource,
+            token: args.token.as_deref(),
+            class: decision.class().name(),
+            admitted: decision.admitted(),
+            mark: mark.map(|m| m.to_string()),
+            advanced,
+            http_status: decision.class().http_status(),
+            reason,
+        };
+        println!("{}", serde_json::to_string(&answer)?);
+    } else {
+        println!("{reason}");
+    }
+    Ok(if decision.admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,0 +1,257 @@
+//! The `fencekeeper` command end to end: real processes, real store files, the
+//! bundled wasm guest. Transcripts are compared with golden files in
+//! `tests/golden/`; re-bless them after an intended change with
+//! `BLESS=1 cargo test --release -p fencekeeper-cli` and review the diff.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencekeeper");
+
+/// A temporary directory and the transcript of the commands run in it. Paths under
+/// the directory are written `$TMP` so the transcript does not depend on where it ran.
+struct Session {
+    dir: tempfile::TempDir,
+    transcript: String,
+}
+
+/// What one command did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Session {
+    fn new() -> Session {
+        Session { dir: tempfile::tempdir().expect("temp dir"), transcript: String::new() }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn store(&self) -> String {
+        self.path("marks.redb").display().to_string()
+    }
+
+    /// Run `fencekeeper args...` in the session's directory and record it.
+    fn run(&mut self, args: &[&str]) -> Run {
+        let out = Command::new(BIN).args(args).current_dir(self.dir.path()).output().expect("run fencekeeper");
+        let run = Run {
+            code: out.status.code().expect("exited, not killed"),
+            stdout: self.redact(&String::from_utf8_lossy(&out.stdout)),
+            stderr: self.redact(&String::from_utf8_lossy(&out.stderr)),
+        };
+        let shown: Vec<String> = args.iter().map(|a| self.redact(a)).collect();
+        self.transcript.push_str(&format!("$ fencekeeper {}\n", shown.join(" ")));
+        self.transcript.push_str(&run.stdout);
+        for line in run.stderr.lines() {
+            self.transcript.push_str(&format!("stderr: {line}\n"));
+        }
+        self.transcript.push_str(&format!("[exit {}]\n\n", run.code));
+        run
+    }
+
+    fn redact(&self, text: &str) -> String {
+        text.replace(&self.dir.path().display().to_string(), "$TMP").replace(&repo_root().display().to_string(), "$REPO")
+    }
+
+    /// Compare the transcript with `tests/golden/<name>.txt` (or write it, with BLESS=1).
+    fn check_golden(&self, name: &str) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.txt"));
+        if std::env::var_os("BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().expect("golden dir")).expect("create golden dir");
+            std::fs::write(&path, &self.transcript).expect("write golden file");
+            return;
+        }
+        let golden = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}; create it with BLESS=1", path.display()));
+        assert!(
+            golden == self.transcript,
+            "transcript differs from {}; if the change is intended, re-bless with BLESS=1\n--- golden\n{golden}\n--- now\n{}",
+            path.display(),
+            self.transcript
+        );
+    }
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+fn bundled_artifact() -> PathBuf {
+    match std::env::var_os("FENCEKEEPER_GUEST_DIR") {
+        Some(dir) => PathBuf::from(dir).join("fencekeeper_validator.wasm"),
+        None => repo_root().join("guest/artifacts/fencekeeper_validator.wasm"),
+    }
+}
+
+fn json(run: &Run) -> serde_json::Value {
+    serde_json::from_str(&run.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", run.stdout))
+}
+
+#[test]
+fn seed_scenario_admits_33_and_34_then_refuses_33_with_mark_34() {
+    let mut s = Session::new();
+    let store = s.store();
+    assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "33"]).code, 0);
+    assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "34"]).code, 0);
+    let stale = s.run(&["admit", "--store", &store, "orders/2026.csv", "33"]);
+    assert_eq!(stale.code, 1);
+    assert!(stale.stdout.contains("stale") && stale.stdout.contains("34"), "{}", stale.stdout);
+    assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "34"]).code, 0, "the holder writes again");
+    assert_eq!(s.run(&["admit", "--store", &store, "--strict", "orders/2026.csv", "34"]).code, 1, "strict: replayed");
+    assert_eq!(s.run(&["admit", "--store", &store, "invoices/7", "7.1042"]).code, 0);
+    let one = s.run(&["marks", "--store", &store, "orders/2026.csv"]);
+    assert_eq!((one.code, one.stdout.as_str()), (0, "34\n"));
+    assert_eq!(s.run(&["marks", "--store", &store]).code, 0);
+    assert_eq!(s.run(&["marks", "--store", &store, "never/admitted"]).code, 1);
+    s.check_golden("seed_scenario");
+}
+
+#[test]
+fn json_output_reports_class_mark_and_http_status() {
+    let mut s = Session::new();
+    let store = s.store();
+    let first = json(&s.run(&["admit", "--json", "--store", &store, "orders/2026.csv", "34"]));
+    assert_eq!(first["admitted"], true);
+    assert_eq!(first["advanced"], true);
+    assert_eq!(first["mark"], "34");
+    let stale = s.run(&["admit", "--json", "--store", &store, "orders/2026.csv", "0033"]);
+    assert_eq!(stale.code, 1);
+    let v = json(&stale);
+    assert_eq!((v["class"].as_str(), v["http_status"].as_u64(), v["mark"].as_str()), (Some("stale"), Some(409), Some("34")));
+    assert_eq!(v["token"], "0033");
+    let bad = json(&s.run(&["admit", "--json", "--store", &store, "orders/2026.csv", "-1"]));
+    assert_eq!((bad["class"].as_str(), bad["http_status"].as_u64()), (Some("malformed"), Some(400)));
+    let marks = json(&s.run(&["marks", "--json", "--store", &store]));
+    assert_eq!(marks, serde_json::json!([{"resource": "orders/2026.csv", "mark": "34"}]));
+    s.check_golden("json");
+}
+
+#[test]
+fn missing_token_is_refused_as_428_in_correctness_mode_and_passes_in_efficiency_mode() {
+    let mut s = Session::new();
+    let store = s.store();
+    let refused = s.run(&["admit", "--json", "--store", &store, "orders/2026.csv"]);
+    assert_eq!(refused.code, 1);
+    let v = json(&refused);
+    assert_eq!((v["class"].as_str(), v["http_status"].as_u64(), v["admitted"].as_bool()), (Some("missing"), Some(428), Some(false)));
+    assert!(v["token"].is_null());
+    let passed = s.run(&["admit", "--mode", "efficiency", "--store", &store, "orders/2026.csv"]);
+    assert_eq!(passed.code, 0, "efficiency mode fails open: {}", passed.stdout);
+    s.check_golden("missing_token");
+}
+
+#[test]
+fn corrupt_store_is_an_error_with_exit_2_and_is_left_untouched() {
+    let mut s = Session::new();
+    let store = s.store();
+    let garbage = b"this is not a mark store\n".repeat(100);
+    std::fs::write(&store, &garbage).expect("write garbage");
+    for args in [&["admit", "--store", &store, "orders/2026.csv", "35"][..], &["marks", "--store", &store][..]] {
+        let run = s.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{args:?} must not print a verdict: {}", run.stdout);
+        assert!(run.stderr.starts_with("fencekeeper: ") && run.stderr.contains("marks.redb"), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains("corrupt"), "{args:?} must say the store is corrupt: {}", run.stderr);
+        assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+        assert_eq!(std::fs::read(&store).expect("store file still there"), garbage, "{args:?} replaced the store");
+    }
+    let absent = s.path("absent.redb").display().to_string();
+    assert_eq!(s.run(&["marks", "--store", &absent]).code, 2);
+    assert!(!Path::new(&absent).exists(), "inspecting must not create a store");
+    s.check_golden("corrupt_store");
+}
+
+#[test]
+fn default_store_is_created_under_dot_fencekeeper() {
+    let mut s = Session::new();
+    assert_eq!(s.run(&["admit", "orders/2026.csv", "1"]).code, 0);
+    assert!(s.path(".fencekeeper/marks.redb").is_file());
+    assert_eq!(s.run(&["marks", "orders/2026.csv"]).stdout, "1\n");
+}
+
+#[test]
+fn conformance_passes_on_the_bundled_artifact() {
+    let mut s = Session::new();
+    let guest = bundled_artifact();
+    let run = s.run(&["conformance", &guest.display().to_string()]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains(" passed, 0 failed"), "{}", run.stdout);
+    assert!(!run.stdout.contains("FAIL"));
+    if std::env::var_os("FENCEKEEPER_GUEST_DIR").is_none() {
+        s.check_golden("conformance_bundled");
+    }
+}
+
+#[test]
+fn conformance_fails_with_exit_1_when_the_guest_disagrees_with_a_vector() {
+    let mut s = Session::new();
+    // The right guest against a wrong expectation: the table must show the failure.
+    let wrong = r#"{"vectors":[
+        {"name":"stale is refused","resource":"r","presented":"33","mark":"34","strict":false,"expect":{"verdict":"stale","mark":"34"}},
+        {"name":"deliberately wrong: expects stale to be admitted","resource":"r","presented":"33","mark":"34","strict":false,
+         "expect":{"verdict":"admit","mark":"33","advanced":true}}]}"#;
+    let vectors = s.path("wrong.json");
+    std::fs::write(&vectors, wrong).expect("write vectors");
+    let run = s.run(&["conformance", "--vectors", &vectors.display().to_string(), &bundled_artifact().display().to_string()]);
+    assert_eq!(run.code, 1);
+    assert!(run.stdout.contains("FAIL") && run.stdout.contains("1 passed, 1 failed"), "{}", run.stdout);
+}
+
+#[test]
+fn conformance_cannot_load_a_file_that_is_not_a_guest_component() {
+    let mut s = Session::new();
+    let not_wasm = s.path("not-a-guest.wasm");
+    std::fs::write(&not_wasm, b"\0asm but not really").expect("write file");
+    let run = s.run(&["conformance", &not_wasm.display().to_string()]);
+    assert_eq!(run.code, 2);
+    assert!(run.stdout.is_empty() && run.stderr.starts_with("fencekeeper: "), "{}{}", run.stdout, run.stderr);
+    // A core module (the proxy-wasm filter) is wasm, but not a component of our world.
+    let filter = repo_root().join("guest/artifacts/fencekeeper_filter.wasm");
+    if filter.exists() {
+        assert_eq!(s.run(&["conformance", &filter.display().to_string()]).code, 2);
+    }
+    let missing = s.run(&["conformance", "/nonexistent/guest.wasm"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+}
+
+fn fault_guest() -> PathBuf {
+    let dir = std::env::var_os("FENCEKEEPER_GUEST_DIR").map_or_else(|| repo_root().join("guest/artifacts"), PathBuf::from);
+    dir.join("test-guests/guest_faults.wasm")
+}
+
+#[test]
+fn a_trapping_guest_is_refused_as_503_in_correctness_mode_and_passes_in_efficiency_mode() {
+    let mut s = Session::new();
+    let store = s.store();
+    let guest = fault_guest().display().to_string();
+    for fault in ["fault/trap", "fault/loop", "fault/grow"] {
+        let run = s.run(&["admit", "--json", "--guest", &guest, "--store", &store, fault, "5"]);
+        assert_eq!(run.code, 1, "{fault}: {}{}", run.stdout, run.stderr);
+        let v = json(&run);
+        assert_eq!((v["class"].as_str(), v["http_status"].as_u64()), (Some("undecided"), Some(503)), "{fault}");
+        let open = s.run(&["admit", "--mode", "efficiency", "--guest", &guest, "--store", &store, fault, "5"]);
+        assert_eq!(open.code, 0, "{fault}: efficiency mode fails open: {}", open.stdout);
+    }
+    // The same guest decides normally on other keys, and nothing above set a mark.
+    assert_eq!(s.run(&["admit", "--guest", &guest, "--store", &store, "orders/2026.csv", "5"]).code, 0);
+    assert_eq!(s.run(&["marks", "--store", &store, "fault/trap"]).code, 1);
+}
+
+#[test]
+fn conformance_reports_a_faulting_guest_as_failures_not_a_crash() {
+    let mut s = Session::new();
+    let vectors = r#"{"vectors":[
+        {"name":"normal key","resource":"r","presented":"35","mark":"34","strict":false,"expect":{"verdict":"admit","mark":"35","advanced":true}},
+        {"name":"guest traps","resource":"fault/trap","presented":"35","mark":"34","strict":false,"expect":{"verdict":"admit","mark":"35","advanced":true}},
+        {"name":"guest loops","resource":"fault/loop","presented":"35","mark":"34","strict":false,"expect":{"verdict":"admit","mark":"35","advanced":true}}]}"#;
+    let path = s.path("faults.json");
+    std::fs::write(&path, vectors).expect("write vectors");
+    let run = s.run(&["conformance", "--vectors", &path.display().to_string(), &fault_guest().display().to_string()]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("1 passed, 2 failed"), "{}", run.stdout);
+    assert_eq!(run.stdout.matches("error: ").count(), 2, "{}", run.stdout);
+}
