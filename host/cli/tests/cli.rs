@@ -83,7 +83,9 @@ fn repo_root() -> PathBuf {
 
 /// The validator guest file (the fresh build in `FENCEKEEPER_GUEST_DIR` when set).
 fn bundled_artifact() -> PathBuf {
-    guest_path(VALIDATOR_FILE)
+    // Canonical, so the transcript shows it under $REPO.
+    let path = guest_path(VALIDATOR_FILE);
+    path.canonicalize().unwrap_or(path)
 }
 
 fn json(run: &Run) -> serde_json::Value {
