@@ -201,14 +201,20 @@ pub struct RecordingUpstream {
 impl RecordingUpstream {
     /// Start it on a free loopback port; its threads end with the test process.
     pub fn start() -> Result<RecordingUpstream> {
+        Self::start_jittered(Duration::ZERO)
+    }
+
+    /// [`RecordingUpstream::start`], taking a pseudo-random 0..`jitter` before applying
+    /// each write, so that concurrent writes reach the store in shuffled order.
+    pub fn start_jittered(jitter: Duration) -> Result<RecordingUpstream> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let shared: Arc<(Mutex<Shared>, Condvar)> = Arc::default();
         let s = shared.clone();
         std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
+            for (n, stream) in listener.incoming().flatten().enumerate() {
                 let s = s.clone();
-                std::thread::spawn(move || serve(stream, &s));
+                std::thread::spawn(move || serve(stream, &s, jitter, n as u64));
             }
         });
         Ok(RecordingUpstream { addr, shared })
@@ -261,8 +267,9 @@ impl RecordingUpstream {
 }
 
 /// One keep-alive connection: read a request, hold it if asked, apply, answer.
-fn serve(stream: TcpStream, shared: &(Mutex<Shared>, Condvar)) {
+fn serve(stream: TcpStream, shared: &(Mutex<Shared>, Condvar), jitter: Duration, seed: u64) {
     let _ = stream.set_nodelay(true);
+    let mut random = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let Ok(mut writer) = stream.try_clone() else { return };
     let mut reader = BufReader::new(stream);
     loop {
@@ -289,6 +296,13 @@ fn serve(stream: TcpStream, shared: &(Mutex<Shared>, Condvar)) {
         }
         let path = head.split_whitespace().nth(1).unwrap_or_default().to_owned();
         let token = header("fencing-admitted-token").unwrap_or_default();
+        if !jitter.is_zero() {
+            // xorshift: cheap, deterministic per connection.
+            random ^= random << 13;
+            random ^= random >> 7;
+            random ^= random << 17;
+            std::thread::sleep(jitter.mul_f64((random % 1000) as f64 / 1000.0));
+        }
         {
             let (lock, changed) = shared;
             let mut s = lock.lock().unwrap_or_else(|p| p.into_inner());

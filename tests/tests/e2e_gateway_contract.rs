@@ -152,6 +152,13 @@ fn start_up_errors_exit_2_with_one_clear_line() {
     assert_eq!(busy.status.code(), Some(2));
     assert!(stderr(&busy).contains(&format!("address {addr} is in use")), "{}", stderr(&busy));
 
+    let garbage = dir.path().join("garbage.redb");
+    std::fs::write(&garbage, b"not a mark store at all").unwrap();
+    let corrupt = serve_fails(&["--upstream", "http://127.0.0.1:1", "--store", &garbage.display().to_string()]);
+    assert_eq!(corrupt.status.code(), Some(2));
+    assert!(stderr(&corrupt).contains("is corrupt or not a mark store"), "{}", stderr(&corrupt));
+    assert_eq!(stderr(&corrupt).trim().lines().count(), 1, "{}", stderr(&corrupt));
+
     let etcd = serve_fails(&["--upstream", "http://127.0.0.1:1", "--etcd", "http://127.0.0.1:1"]);
     assert_eq!(etcd.status.code(), Some(2));
     assert!(stderr(&etcd).contains("mark store unavailable: etcd at http://127.0.0.1:1"), "{}", stderr(&etcd));

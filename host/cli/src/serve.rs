@@ -5,7 +5,7 @@
 //! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
 use anyhow::Context;
-use fencekeeper::{Decider, Guard, MarkStore, Mode, Policy};
+use fencekeeper::{Decider, GuestSource, Guard, Limits, MarkStore, Mode, Policy, Validator};
 use fencekeeper_gateway::config::{self, Config, ResourceFrom, DEFAULT_FENCED_METHODS};
 use fencekeeper_gateway::Server;
 use std::net::SocketAddr;
@@ -137,7 +137,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 fn open_store(args: &Args) -> anyhow::Result<Arc<dyn MarkStore + Send + Sync>> {
     Ok(match &args.etcd {
         Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(url, &args.etcd_prefix, Duration::from_secs(2))?),
-        None => Arc::new(fencekeeper::MemoryStore::new()),
+        None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
     })
 }
 
@@ -149,8 +149,11 @@ fn marks_description(args: &Args) -> String {
 }
 
 fn decider(args: &Args, policy: Policy) -> anyhow::Result<Arc<dyn Decider>> {
-    anyhow::ensure!(args.guest.is_none(), "--guest needs the wasm validator, which is not built yet");
-    Ok(Arc::new(fencekeeper::NativeDecider(policy)))
+    let validator = match &args.guest {
+        Some(path) => Validator::load(GuestSource::Path(path), policy, Limits::default())?,
+        None => Validator::bundled(policy)?,
+    };
+    Ok(Arc::new(validator))
 }
 
 fn init_logs(format: LogFormat) {
