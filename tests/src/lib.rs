@@ -2,6 +2,7 @@
 //! (etcd, nginx with WebDAV, Envoy) started on loopback, on free ports, in temporary
 //! directories, and stopped when their handle drops. See tests/README.md for tiers.
 
+pub mod envoy;
 pub mod gateway;
 pub mod services;
 

@@ -1,0 +1,52 @@
+//! `fencekeeper envoy-config` output, pinned by golden files (re-bless with
+//! `BLESS=1 cargo test --release -p fencekeeper-cli --test envoy_config`).
+//! tests/tests/e2e_envoy_config.rs runs `envoy --mode validate` on the same output.
+
+use std::path::Path;
+use std::process::Command;
+
+fn generate(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_fencekeeper")).arg("envoy-config").args(args).output().unwrap()
+}
+
+fn golden(name: &str, args: &[&str]) {
+    let out = generate(args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    let actual = String::from_utf8(out.stdout).unwrap();
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, &actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(actual == expected, "{} differs from the output; re-bless with BLESS=1 if intended:\n{actual}", path.display());
+}
+
+// A fixed --filter path: the default depends on where the checkout lives.
+const FILTER: &str = "/opt/fencekeeper/fencekeeper_filter.wasm";
+
+#[test]
+fn default_config_fences_the_path_in_correctness_mode_with_etcd() {
+    golden("envoy-config-default.yaml", &["--upstream", "127.0.0.1:8080", "--filter", FILTER]);
+}
+
+#[test]
+fn efficiency_config_without_etcd_keeps_marks_in_shared_data() {
+    golden(
+        "envoy-config-efficiency.yaml",
+        &["--upstream", "store.internal:80", "--filter", FILTER, "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object", "--strict"],
+    );
+}
+
+#[test]
+fn correctness_mode_without_etcd_is_refused_with_a_reason() {
+    let out = generate(&["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--no-etcd"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-etcd needs --mode efficiency"));
+}
+
+#[test]
+fn bad_upstream_is_refused_with_a_reason() {
+    let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not HOST:PORT"));
+}

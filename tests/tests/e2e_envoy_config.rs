@@ -1,0 +1,25 @@
+//! Envoy accepts what `fencekeeper envoy-config` prints (`envoy --mode validate`).
+
+use fencekeeper_tests::envoy::{envoy_binary, generate};
+use std::process::Command;
+
+fn validate(args: &[&str]) {
+    let yaml = generate(10000, 9901, args).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("envoy.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = Command::new(envoy_binary())
+        .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("OK"), "envoy --mode validate refused {args:?}:\n{text}");
+}
+
+#[test]
+fn envoy_validates_the_generated_configs() {
+    validate(&["--upstream", "127.0.0.1:8080"]);
+    validate(&["--upstream", "store.internal:80", "--etcd", "etcd.internal:2379", "--strict", "--strip-prefix", "/data/"]);
+    validate(&["--upstream", "127.0.0.1:8080", "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object"]);
+}
