@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Benchmark: the same PUT load with wrk against the same nginx WebDAV store, four ways:
+# straight to nginx, through the gateway (embedded file store), through the gateway
+# (etcd store), and through Envoy with the proxy-wasm filter (marks in etcd).
+#
+# Two workloads per target:
+#   steady     one resource, one token: the current holder writing again (no mark I/O)
+#   advancing  a new resource per request: every admit creates a mark
+#              (an fsync'd redb commit, or an etcd Txn)
+#
+# Usage: scripts/bench-gateway.sh [SECONDS] [CONNECTIONS]   (default 10 s, 16 connections)
+# Prints a Markdown table for BENCHMARKS.md. Needs wrk, nginx, etcd, envoy
+# (scripts/install-deps.sh); without envoy the Envoy rows are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+connections=${2:-16}
+threads=2
+
+for tool in wrk etcd; do
+    command -v "$tool" >/dev/null || { echo "$tool not found; run scripts/install-deps.sh" >&2; exit 2; }
+done
+nginx=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$nginx" ] || { echo "nginx not found; run scripts/install-deps.sh" >&2; exit 2; }
+
+cargo build --release --quiet -p fencekeeper-cli
+fk=$PWD/target/release/fencekeeper
+work=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wait_http() { # URL [expect]
+    for _ in $(seq 1 300); do
+        if curl -fsS "$1" 2>/dev/null | grep -q "${2:-}"; then return 0; fi
+        sleep 0.1
+    done
+    echo "not ready: $1" >&2; exit 2
+}
+
+# nginx WebDAV: a store that accepts any write.
+np=$(port)
+mkdir -p "$work/nginx/data"
+cat >"$work/nginx/nginx.conf" <<EOF
+daemon off; master_process off; worker_processes 1;
+error_log $work/nginx/error.log warn; pid $work/nginx/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
+  fastcgi_temp_path $work/nginx/fastcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
+  server { listen 127.0.0.1:$np; root $work/nginx/data; dav_methods PUT; create_full_put_path on; }
+}
+EOF
+"$nginx" -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=($!)
+
+# etcd: the shared mark store.
+ec=$(port); ep=$(port)
+etcd --name=bench --data-dir="$work/etcd" --listen-client-urls="http://127.0.0.1:$ec" \
+    --advertise-client-urls="http://127.0.0.1:$ec" --listen-peer-urls="http://127.0.0.1:$ep" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ep" --initial-cluster="bench=http://127.0.0.1:$ep" \
+    --log-level=warn >"$work/etcd.log" 2>&1 & pids+=($!)
+wait_http "http://127.0.0.1:$ec/health" true
+until curl -s -o /dev/null "http://127.0.0.1:$np/"; do sleep 0.1; done
+
+gateway() { # NAME ARGS... -> echoes the port
+    local p a; p=$(port); a=$(port)
+    RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$np" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
+        "${@:2}" >"$work/$1.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$a/healthz" ok
+    echo "$p"
+}
+gw_file=$(gateway gateway-file --store "$work/marks.redb")
+gw_etcd=$(gateway gateway-etcd --etcd "http://127.0.0.1:$ec")
+
+envoy_port=""
+if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]; then
+    envoy_port=$(port); envoy_admin=$(port)
+    "$fk" envoy-config --upstream "127.0.0.1:$np" --listen "$envoy_port" --admin "$envoy_admin" \
+        --etcd "127.0.0.1:$ec" >"$work/envoy.yaml"
+    envoy -c "$work/envoy.yaml" --concurrency 2 --log-level warn --base-id "$envoy_port" >"$work/envoy.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$envoy_admin/ready" LIVE
+else
+    echo "envoy or guest/artifacts/fencekeeper_filter.wasm missing: Envoy rows skipped" >&2
+fi
+
+cat >"$work/steady.lua" <<'EOF'
+wrk.method = "PUT"
+wrk.body = "x"
+wrk.headers["fencing-token"] = "1000"
+EOF
+cat >"$work/advancing.lua" <<'EOF'
+local threads, next_id, n = {}, 0, 0
+function setup(thread) thread:set("id", next_id); next_id = next_id + 1 end
+function request()
+  n = n + 1
+  return wrk.format("PUT", wrk.path .. "-" .. id .. "-" .. n, {["fencing-token"] = "1"}, "x")
+end
+EOF
+
+run() { # LABEL PORT WORKLOAD
+    local out p50 p99 rps errors
+    out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$3.lua" \
+        "http://127.0.0.1:$2/bench/$1-$3" 2>&1)
+    p50=$(awk '/^ +50%/ {print $2}' <<<"$out")
+    p99=$(awk '/^ +99%/ {print $2}' <<<"$out")
+    rps=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$out")
+    errors=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$3" "$rps" "$p50" "$p99" "${errors:-0}"
+}
+
+echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies to nginx WebDAV; $(nproc) cores; $(date -u +%F)"
+echo
+echo "| target | workload | requests/s | p50 | p99 | non-2xx |"
+echo "|---|---|---:|---:|---:|---:|"
+for workload in steady advancing; do
+    run nginx-direct "$np" "$workload"
+    run gateway-file "$gw_file" "$workload"
+    run gateway-etcd "$gw_etcd" "$workload"
+    if [ -n "$envoy_port" ]; then run envoy-filter-etcd "$envoy_port" "$workload"; fi
+done
