@@ -4,13 +4,18 @@
 //! write with token 34 admitted later. The gate tracks, per resource, the admitted
 //! writes forwarded but not yet answered by the upstream:
 //!
-//! * admitting a token and registering it as in flight happen under one per-resource
-//!   lock, so the order of registration is the order of admission;
+//! * an admitted write is registered as in flight only if no higher token has been
+//!   registered on the resource (else it is stale, and refused) and no lower-token
+//!   write is in flight; this check-and-register step is atomic, so registration
+//!   order is token order;
 //! * a write whose token is higher than a write in flight waits (at most the gate
 //!   timeout) until every lower-token write on that resource has been answered;
-//! * after waiting it is checked again, under the same lock: if a higher token was
-//!   admitted meanwhile (here, or by another gateway sharing the store), it is stale
-//!   and refused; otherwise it is registered and forwarded.
+//! * after waiting it is checked again: against the store's mark (another gateway
+//!   sharing it may have admitted a higher token) and at registration, and refused
+//!   as stale if a higher token got there first.
+//!
+//! Admits themselves (the store round trip) run concurrently; only the registration
+//! step takes a lock, for microseconds.
 //!
 //! Hence, on one resource, the upstream receives a write only when every write it
 //! received before has a token no higher, or has been answered. What remains: a write
@@ -54,8 +59,6 @@ pub struct Gate {
 
 /// One resource's state; lives while a request for the resource is at the gate.
 struct Entry {
-    /// Serialises admit-and-register on the resource (held across the store round trip).
-    admission: tokio::sync::Mutex<()>,
     state: Mutex<State>,
     /// Signalled whenever a write in flight is answered.
     answered: Notify,
@@ -155,7 +158,6 @@ impl Gate {
             .entry(resource.to_owned())
             .or_insert_with(|| {
                 Arc::new(Entry {
-                    admission: tokio::sync::Mutex::new(()),
                     state: Mutex::default(),
                     answered: Notify::new(),
                     users: AtomicUsize::new(0),
@@ -172,30 +174,29 @@ impl Gate {
         if !self.enabled {
             return from_decision(admit_blocking(guard, resource, token).await, resource, None);
         }
+        // Entered before the admit and held until the write is registered: the entry,
+        // and the highest token it has registered, cannot be evicted in between. So a
+        // higher token registered while this admit was deciding is seen at registration;
+        // and one registered and answered before this entry existed had advanced the
+        // store's mark before this admit read it.
         let entry = self.enter(resource);
-        let resource_state = entry.entry.clone();
-        let serial = resource_state.admission.lock().await;
         let decision = admit_blocking(guard, resource, token).await;
         let admitted = match decision.verdict {
             Some(Verdict::Admit { mark, .. }) if decision.action.forward => mark,
             // Refusals, and fail-open passes without a token, are not ordered.
             _ => return from_decision(decision, resource, None),
         };
+        let mode = guard.decider().policy().mode;
         let id = self.next_id.fetch_add(1, Relaxed);
-        {
-            let mut state = lock(&resource_state.state);
-            state.raise(admitted);
-            if !state.lower_in_flight(&admitted) {
-                state.in_flight.push((id, admitted));
-                drop(state);
-                return from_decision(decision, resource, Some(Permit { id, entry }));
-            }
-            state.waiting += 1;
-            self.waiting.fetch_add(1, Relaxed);
+        match register(&entry.entry, admitted, id) {
+            Registered::Yes => return from_decision(decision, resource, Some(Permit { id, entry })),
+            Registered::Stale(mark) => return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", false),
+            Registered::Wait => {}
         }
-        drop(serial);
+        lock(&entry.entry.state).waiting += 1;
+        self.waiting.fetch_add(1, Relaxed);
         let admission = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision).await;
-        lock(&resource_state.state).waiting -= 1;
+        lock(&entry.entry.state).waiting -= 1;
         self.waiting.fetch_sub(1, Relaxed);
         admission
     }
@@ -211,41 +212,55 @@ impl Gate {
         decision: Decision,
     ) -> Admission {
         let mode = guard.decider().policy().mode;
-        let resource_state = &entry.entry;
         let deadline = Instant::now() + self.timeout;
         loop {
-            let timed_out = || {
+            if !wait_for_lower(&entry.entry, &admitted, deadline).await {
                 let mut admission = gate_verdict(mode, None, resource, TIMED_OUT, true);
                 admission.timed_out = true;
-                admission
-            };
-            if !wait_for_lower(&resource_state, &admitted, deadline).await {
-                return timed_out();
+                return admission;
             }
-            let Ok(_serial) = tokio::time::timeout_at(deadline, resource_state.admission.lock()).await else {
-                return timed_out();
-            };
-            let local = lock(&resource_state.state).highest.filter(|h| *h > admitted);
-            let newer = match local {
-                Some(mark) => Ok(Some(mark)),
-                // Another gateway sharing the store may have admitted a higher token.
-                None => mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)),
-            };
-            match newer {
+            // Another gateway sharing the store may have admitted a higher token.
+            match mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)) {
                 Ok(Some(mark)) => return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", true),
                 Err(e) => return gate_verdict(mode, None, resource, &e.to_string(), true),
                 Ok(None) => {}
             }
-            let mut state = lock(&resource_state.state);
-            if !state.lower_in_flight(&admitted) {
-                state.in_flight.push((id, admitted));
-                drop(state);
-                let mut admission = from_decision(decision, resource, Some(Permit { id, entry: entry.clone() }));
-                admission.waited = true;
-                return admission;
+            match register(&entry.entry, admitted, id) {
+                Registered::Yes => {
+                    let mut admission = from_decision(decision, resource, Some(Permit { id, entry: entry.clone() }));
+                    admission.waited = true;
+                    return admission;
+                }
+                Registered::Stale(mark) => return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", true),
+                Registered::Wait => {}
             }
         }
     }
+}
+
+enum Registered {
+    /// In flight now: forward it.
+    Yes,
+    /// A higher token was registered meanwhile: the write is stale.
+    Stale(Token),
+    /// A lower-token write is in flight: wait for it.
+    Wait,
+}
+
+/// The one step that orders writes, atomic under the resource's state lock: refuse a
+/// token below one already registered, and register a token only when no lower one is
+/// in flight. Registration order is therefore token order.
+fn register(entry: &Entry, token: Token, id: u64) -> Registered {
+    let mut state = lock(&entry.state);
+    if let Some(highest) = state.highest.filter(|h| *h > token) {
+        return Registered::Stale(highest);
+    }
+    state.raise(token);
+    if state.lower_in_flight(&token) {
+        return Registered::Wait;
+    }
+    state.in_flight.push((id, token));
+    Registered::Yes
 }
 
 const TIMED_OUT: &str = "timed out at the ordering gate waiting for lower-token writes in flight";
