@@ -14,6 +14,7 @@
 #              `rustup target add` when missing). Only this one reproduces the bytes.
 #   fallback   Debian's rustc-web/cargo-web/rust-web-src (installed with apt-get when
 #              the target cannot be had), building core/alloc/std from source.
+#              FK_TOOLCHAIN=fallback forces it (to test that path).
 #
 # Interface of a guest: every guest/<name>/build.sh is run as `build.sh OUTDIR` and
 # writes its *.wasm into OUTDIR (test guests into OUTDIR/test-guests/, each named
@@ -40,13 +41,9 @@ case "${1:-}" in
 esac
 say() { echo "build-guests: $*" >&2; }
 
-# The component tool runs natively; build it first, with the default toolchain,
-# from the root workspace (its version is pinned there).
-(cd "$repo" && cargo build --release -q -p fencekeeper-componentize)
-export FK_COMPONENTIZE=$repo/target/release/fencekeeper-componentize
-
 toolchain=""
 for candidate in "$reference" stable; do
+  [[ ${FK_TOOLCHAIN:-} == fallback ]] && break
   if rustup run "$candidate" rustc -V 2>/dev/null | grep -q "^rustc $reference "; then
     toolchain=$candidate
     break
@@ -66,10 +63,23 @@ else
   if [[ ! -x /usr/bin/rustc || ! -x /usr/bin/cargo ]]; then
     apt-get install -y rustc-web cargo-web rust-web-src >&2
   fi
+  # Debian's /usr/bin/rust-lld links to the LLVM lld of the same version (lld-22 for
+  # rustc-web 1.96), which rustc-web does not pull in by itself.
+  if [[ ! -x /usr/bin/rust-lld ]]; then
+    apt-get install -y "$(basename "$(readlink /usr/bin/rust-lld)")" >&2
+  fi
   export FK_CARGO=/usr/bin/cargo RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 FK_BUILD_STD=1
-  export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER="$($RUSTC --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin/rust-lld"
+  # Debian ships rust-lld as /usr/bin/rust-lld (package rust-web-llvm), not in the sysroot.
+  export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=/usr/bin/rust-lld
 fi
 say "toolchain: $mode ($($RUSTC -V))"
+
+# The component tool runs natively: build it from the root workspace (its version
+# is pinned there), with the usual native toolchain when there is one (sharing the
+# root target directory's cache), else with the chosen cargo.
+(cd "$repo" && env -u RUSTC -u RUSTC_BOOTSTRAP cargo build --release -q -p fencekeeper-componentize 2>/dev/null) ||
+  (cd "$repo" && $FK_CARGO build --release -q -p fencekeeper-componentize)
+export FK_COMPONENTIZE=$repo/target/release/fencekeeper-componentize
 
 if [[ $check == 1 ]]; then
   out=$(mktemp -d "${TMPDIR:-/tmp}/fencekeeper-guests.XXXXXX")

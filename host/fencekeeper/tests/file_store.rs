@@ -2,6 +2,9 @@
 //! error that names it (never a fresh empty store), marks never go down, and many
 //! threads can admit at once.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper::{Class, FileStore, Guard, MarkStore, NativeDecider, Policy, StoreError, Swap, Token};
 use std::path::Path;
 use std::sync::Arc;

@@ -5,6 +5,9 @@
 //! keeps serving, correctness mode refuses, efficiency mode passes and counts, and
 //! no guest can lower a mark. Also: what loading a wrong guest says.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper::validator::{guest_path, GuestSource, Limits, LoadError, Validator};
 use fencekeeper::{Class, DecideError, Decider, Guard, MemoryStore, Mode, Policy, Token};
 use std::sync::Arc;
