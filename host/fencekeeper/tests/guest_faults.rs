@@ -200,3 +200,11 @@ fn unreadable_guest_file_names_the_path() {
     assert!(matches!(err, LoadError::Read { .. }));
     assert!(err.to_string().contains("/nonexistent/guest.wasm"), "{err}");
 }
+
+#[test]
+fn memory_limit_below_the_guests_needs_fails_at_load_not_at_the_first_request() {
+    let limits = Limits { memory_bytes: 64 << 10, ..Limits::default() };
+    let err = Validator::load(GuestSource::Bundled, Policy::default(), limits).unwrap_err();
+    assert!(matches!(err, LoadError::Start { .. }), "{err:?}");
+    assert!(err.to_string().contains("failed to start") && !err.to_string().contains('\n'), "{err}");
+}

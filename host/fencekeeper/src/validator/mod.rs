@@ -124,16 +124,15 @@ impl Validator {
     /// start one instance (so a guest that cannot start fails here, not later).
     pub fn load(source: GuestSource<'_>, policy: Policy, limits: Limits) -> Result<Validator, LoadError> {
         let engine = load::engine()?;
-        let pre = match source {
-            GuestSource::Bundled => match std::env::var_os(GUEST_DIR_ENV) {
-                Some(dir) => compile_file(engine, &PathBuf::from(dir).join(VALIDATOR_FILE))?,
-                None => bundled_pre(engine)?,
-            },
-            GuestSource::Path(path) => compile_file(engine, path)?,
-            GuestSource::Bytes(bytes) => load::compile(engine, bytes, "the guest bytes")?,
+        let fresh_build = std::env::var_os(GUEST_DIR_ENV).map(|dir| PathBuf::from(dir).join(VALIDATOR_FILE));
+        let (pre, what) = match (source, fresh_build) {
+            (GuestSource::Bundled, Some(path)) => (compile_file(engine, &path)?, describe_path(&path)),
+            (GuestSource::Bundled, None) => (bundled_pre(engine)?, "the bundled guest".to_owned()),
+            (GuestSource::Path(path), _) => (compile_file(engine, path)?, describe_path(path)),
+            (GuestSource::Bytes(bytes), _) => (load::compile(engine, bytes, "the guest bytes")?, "the guest bytes".to_owned()),
         };
         let first = Instance::start(engine, &pre, policy, &limits)
-            .map_err(|e| LoadError::Start { what: "the guest".into(), detail: e.to_string() })?;
+            .map_err(|e| LoadError::Start { what, detail: e.to_string() })?;
         Ok(Validator { engine, pre, policy, limits, idle: Mutex::new(vec![first]) })
     }
 
@@ -205,9 +204,13 @@ impl std::fmt::Debug for Validator {
     }
 }
 
+fn describe_path(path: &Path) -> String {
+    format!("guest {}", path.display())
+}
+
 fn compile_file(engine: &Engine, path: &Path) -> Result<bindings::FencekeeperPre<State>, LoadError> {
     let bytes = std::fs::read(path).map_err(|source| LoadError::Read { path: path.to_owned(), source })?;
-    load::compile(engine, &bytes, &format!("guest {}", path.display()))
+    load::compile(engine, &bytes, &describe_path(path))
 }
 
 /// The bundled guest is compiled once per process, however many validators use it.
