@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Envoy with and without the fencing filter, side by side in one run:
+#   scripts/bench-envoy.sh [DURATION_SECONDS]   (default 10 per row)
+#
+# One nginx answering 204 to everything (a fast upstream, so the proxy's cost shows),
+# one etcd, and three Envoys (one worker each) built by `fencekeeper envoy-config`:
+#   none        the same config with the filter removed
+#   shared      the filter in efficiency mode on shared data alone (--no-etcd)
+#   etcd        the filter in correctness mode, marks in etcd
+# wrk sends PUTs: either one fixed token on one resource (every request an admit
+# that does not advance the mark: a shared-data read, or an etcd compare Txn), or
+# rising tokens from one connection (every request advances the mark: a shared-data
+# CAS write, or an etcd Txn put). Prints a Markdown table for BENCHMARKS.md.
+# Needs: nginx, etcd, envoy, wrk (scripts/install-deps.sh) and a release build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+duration=${1:-10}
+PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
+cargo build --release -q -p fencekeeper-cli
+fk=target/release/fencekeeper
+work=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_http() { for _ in $(seq 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 2; }
+
+up=$(port)
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1; error_log $work/nginx/error.log warn; pid $work/nginx/nginx.pid;
+events { worker_connections 1024; }
+http { access_log off; client_body_temp_path $work/nginx/body;
+  server { listen 127.0.0.1:$up; location / { return 204; } } }
+CONF
+nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 & pids+=($!)
+
+ec=$(port); ep=$(port)
+etcd --name bench --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ec" \
+  --advertise-client-urls "http://127.0.0.1:$ec" --listen-peer-urls "http://127.0.0.1:$ep" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$ep" --initial-cluster "bench=http://127.0.0.1:$ep" \
+  --log-level warn >"$work/etcd.log" 2>&1 & pids+=($!)
+
+declare -A listen
+start_envoy() { # NAME ARGS...
+  local name=$1; shift
+  local l a; l=$(port); a=$(port)
+  "$fk" envoy-config --upstream "127.0.0.1:$up" --listen "$l" --admin "$a" "$@" >"$work/$name.yaml"
+  if [[ $name == none ]]; then
+    # Drop the wasm filter, keep everything else identical.
+    python3 - "$work/$name.yaml" <<'PY'
+import sys
+p = sys.argv[1]; lines = open(p).read().split("\n"); out = []; skip = False
+for line in lines:
+    if line.strip() == "- name: fencekeeper" and line.startswith("          -"):
+        skip = True
+    elif skip and line.strip() == "- name: envoy.filters.http.router":
+        skip = False
+    if not skip:
+        out.append(line)
+open(p, "w").write("\n".join(out))
+PY
+  fi
+  envoy -c "$work/$name.yaml" --concurrency 1 --disable-hot-restart --log-level error >"$work/$name.log" 2>&1 & pids+=($!)
+  listen[$name]=$l
+  wait_http "http://127.0.0.1:$a/ready"
+}
+wait_http "http://127.0.0.1:$ec/health"
+start_envoy none --no-etcd --mode efficiency
+start_envoy shared --no-etcd --mode efficiency
+start_envoy etcd --etcd "127.0.0.1:$ec"
+
+cat >"$work/fixed.lua" <<'LUA'
+wrk.method = "PUT"
+wrk.body = "x"
+wrk.headers["fencing-token"] = "1"
+LUA
+cat >"$work/rising.lua" <<'LUA'
+local n = 1
+request = function()
+  n = n + 1
+  return wrk.format("PUT", "/rising", { ["fencing-token"] = tostring(n) }, "x")
+end
+LUA
+
+# One row: NAME SCRIPT CONNECTIONS -> "p50_us p99_us rps non2xx"
+run() {
+  local out
+  out=$(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/fixed")
+  python3 - "$out" <<'PY'
+import re, sys
+t = sys.argv[1]
+def us(v):
+    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", t)
+print(f"{us(p['50']):.0f} {us(p['99']):.0f} {rps:.0f} {bad.group(1) if bad else 0}")
+PY
+}
+
+# Warm up each path (V8 tiers, connection pools, the first etcd write).
+for n in none shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+
+echo "| Envoy (1 worker) | tokens | connections | p50 µs | p99 µs | requests/s | non-2xx |"
+echo "|---|---|---|---|---|---|---|"
+for c in 1 16; do
+  for n in none shared etcd; do
+    read -r p50 p99 rps bad < <(run "$n" fixed "$c")
+    echo "| $n | fixed | $c | $p50 | $p99 | $rps | $bad |"
+  done
+done
+for n in shared etcd; do
+  read -r p50 p99 rps bad < <(run "$n" rising 1)
+  echo "| $n | rising | 1 | $p50 | $p99 | $rps | $bad |"
+done
