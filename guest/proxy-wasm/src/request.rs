@@ -22,7 +22,6 @@ const MAX_ETCD_ROUNDS: u32 = 8;
 pub struct Request {
     filter: Rc<Filter>,
     pending: Option<Pending>,
-    grpc: bool,
 }
 
 /// A request waiting for etcd.
@@ -36,7 +35,7 @@ struct Pending {
 impl Request {
     /// A request of `filter`.
     pub fn new(filter: Rc<Filter>) -> Request {
-        Request { filter, pending: None, grpc: false }
+        Request { filter, pending: None }
     }
 
     fn header(&self, name: &str) -> Option<Vec<u8>> {
@@ -148,8 +147,10 @@ impl Request {
         let reason = Reason { verdict: verdict.as_ref(), resource, cause };
         if action.forward {
             if let (Class::Admitted, Some(t)) = (action.class, action.token) {
+                // Replaces any value a client sent.
                 self.set_http_request_header(ADMITTED_HEADER, Some(&t.to_string()));
             } else {
+                self.set_http_request_header(ADMITTED_HEADER, None);
                 log::warn!("fencekeeper: passed without a decision (efficiency mode): {reason}");
             }
             return Action::Continue;
@@ -159,7 +160,8 @@ impl Request {
         }
         let text = reason.to_string();
         let highest = action.token.filter(|_| matches!(action.class, Class::Stale | Class::Replayed)).map(|t| t.to_string());
-        if self.grpc {
+        let grpc = self.header("content-type").is_some_and(|c| c.starts_with(b"application/grpc"));
+        if grpc {
             let code = grpc_code(action.class.grpc_status());
             let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
             self.send_grpc_response(code, Some(&text), meta);
@@ -213,10 +215,10 @@ impl Context for Request {
 
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        // Only the filter may tell the upstream what it admitted.
-        self.set_http_request_header(ADMITTED_HEADER, None);
         let method = self.header(":method").map(|m| String::from_utf8_lossy(&m).into_owned()).unwrap_or_default();
         if !self.filter.config.fences(&method) {
+            // Only the filter may tell the upstream what it admitted.
+            self.set_http_request_header(ADMITTED_HEADER, None);
             return Action::Continue;
         }
         if let Some(h) = &self.filter.config.test_fault_header {
@@ -228,9 +230,6 @@ impl HttpContext for Request {
                 }
             }
         }
-        self.grpc = self
-            .header("content-type")
-            .is_some_and(|c| c.starts_with(b"application/grpc"));
         self.start()
     }
 }
