@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 connections=${2:-16}
-threads=2
+threads=$(( connections < 2 ? connections : 2 ))
 
 for tool in wrk etcd; do
     command -v "$tool" >/dev/null || { echo "$tool not found; run scripts/install-deps.sh" >&2; exit 2; }
@@ -107,6 +107,8 @@ EOF
 
 run() { # LABEL PORT WORKLOAD
     local out p50 p99 rps errors
+    # Warm-up (discarded): connections, caches, the first marks.
+    wrk -t"$threads" -c"$connections" -d2s -s "$work/$3.lua" "http://127.0.0.1:$2/bench/warm-$1-$3" >/dev/null 2>&1
     out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$3.lua" \
         "http://127.0.0.1:$2/bench/$1-$3" 2>&1)
     p50=$(awk '/^ +50%/ {print $2}' <<<"$out")
