@@ -9,6 +9,9 @@
 //! one admit that nothing else on that value wholly precedes, and refusals report a
 //! value some admit wrote. The checker is tested against broken histories too.
 
+// A test states its expectations by panicking.
+#![allow(clippy::panic)]
+
 use fencekeeper::store::FileStore;
 use fencekeeper::validator::Validator;
 use fencekeeper::{Decider, Guard, MarkStore, MemoryStore, Mode, Policy, Verdict};

@@ -8,6 +8,9 @@
 //! token, and that a token below the last printed one is refused; then restarts the
 //! child on the same store, for several rounds.
 
+// A test states its expectations by panicking.
+#![allow(clippy::panic)]
+
 use fencekeeper::store::FileStore;
 use fencekeeper::validator::Validator;
 use fencekeeper::{Class, Guard, MarkStore, Policy};

@@ -3,6 +3,9 @@
 //! `tests/golden/`; re-bless them after an intended change with
 //! `BLESS=1 cargo test --release -p fencekeeper-cli` and review the diff.
 
+// A test states its expectations by panicking.
+#![allow(clippy::panic)]
+
 use fencekeeper::validator::{guest_path, VALIDATOR_FILE};
 use std::path::{Path, PathBuf};
 use std::process::Command;
