@@ -329,7 +329,7 @@ mod tests {
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        panic!("condition not reached");
+        assert!(condition(), "condition not reached");
     }
 
     #[tokio::test]
