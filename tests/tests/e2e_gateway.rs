@@ -21,15 +21,17 @@ fn paused_holder_writes_land_without_fencing_and_none_land_through_the_gateway()
     let (without, with) = (&result["without_fencing"], &result["with_gateway"]);
     let n = |run: &Value, key: &str| run[key].as_u64().unwrap_or_else(|| panic!("{key} missing in {run}"));
 
-    // Without fencing the window is real: the paused holder's writes land.
-    assert_eq!(n(without, "stale_accepted"), 8, "{result}");
-    assert_eq!(n(without, "stale_landed"), 8, "{result}");
+    // Without fencing the window is real: each write the paused holder sends after it
+    // resumes lands over the new holder's record. (8 of them, or 7 when the pause caught
+    // a write in flight: that one went out with a valid lease and is not counted.)
+    assert!(n(without, "stale_accepted") >= 7, "{result}");
+    assert_eq!(n(without, "stale_landed"), n(without, "stale_accepted"), "{result}");
     // Through the gateway none land, and the gateway counted every refusal.
     assert!(n(with, "token_2") > n(with, "token_1"), "{result}");
     assert_eq!(n(with, "stale_accepted"), 0, "{result}");
     assert_eq!(n(with, "stale_landed"), 0, "{result}");
-    assert_eq!(n(with, "stale_refused"), 8, "{result}");
-    assert_eq!(n(with, "gateway_refusals"), 8, "{result}");
+    assert!(n(with, "stale_refused") >= 7, "{result}");
+    assert_eq!(n(with, "gateway_refusals"), n(with, "stale_refused"), "{result}");
 
     // The store's own files agree: every fenced record holds worker 2's import.
     let token_2 = n(with, "token_2").to_string();

@@ -118,29 +118,41 @@ fn scenario_pair(args: &Args, dir: &Path) -> Result<(Run, Run)> {
 fn scenario(args: &Args, etcd: &str, target: &str, prefix: &str, root: &Path) -> Result<Run> {
     let mut one = Worker::spawn(args, "worker-1", etcd, target, prefix)?;
     let token_1 = one.acquired()?;
-    for _ in 0..args.pause_after {
-        one.wrote()?;
+    let mut written = 0;
+    while written < args.pause_after {
+        if let Event::Wrote(..) = one.event()? {
+            written += 1;
+        }
     }
     signal(&one.child, "STOP")?;
-    eprintln!("  worker-1 (token {token_1}) paused with SIGSTOP after {} records", args.pause_after);
+    eprintln!("  worker-1 (token {token_1}) paused with SIGSTOP after {written} records");
     let mut two = Worker::spawn(args, "worker-2", etcd, target, prefix)?;
     let token_2 = two.acquired()?;
     eprintln!("  worker-1's lease expired; worker-2 acquired token {token_2} and imports");
-    for _ in 0..args.records {
-        two.wrote()?;
-    }
-    two.finish()?;
-    signal(&one.child, "CONT")?;
-    eprintln!("  worker-1 resumed with SIGCONT; it keeps writing with token {token_1}");
-    let (mut stale_accepted, mut stale_refused) = (0, 0);
-    for _ in args.pause_after..args.records {
-        match one.wrote()? {
-            200..=299 => stale_accepted += 1,
-            409 => stale_refused += 1,
+    while two.event()? != Event::Done {}
+    // What worker 1 reported before it stopped (the reader thread has had seconds to
+    // pass it on): a write sent but not answered when it stopped went out with a valid
+    // lease, so it is not counted as stale.
+    let mut in_flight = None;
+    for event in one.drain() {
+        match event {
+            Event::Sending(i) => in_flight = Some(i),
+            Event::Wrote(i, _) if in_flight == Some(i) => in_flight = None,
             _ => {}
         }
     }
-    one.finish()?;
+    signal(&one.child, "CONT")?;
+    eprintln!("  worker-1 resumed with SIGCONT; it keeps writing with token {token_1}");
+    let (mut stale_accepted, mut stale_refused) = (0, 0);
+    loop {
+        match one.event()? {
+            Event::Wrote(i, _) if in_flight == Some(i) => {}
+            Event::Wrote(_, 200..=299) => stale_accepted += 1,
+            Event::Wrote(_, 409) => stale_refused += 1,
+            Event::Done => break,
+            _ => {}
+        }
+    }
     let stale_landed = (0..args.records)
         .filter(|i| {
             let file = root.join(prefix.trim_matches('/')).join(format!("record-{i:03}"));
@@ -148,6 +160,26 @@ fn scenario(args: &Args, etcd: &str, target: &str, prefix: &str, root: &Path) ->
         })
         .count();
     Ok(Run { token_1, token_2, stale_accepted, stale_refused, stale_landed, gateway_refusals: None })
+}
+
+/// One line of a worker's progress.
+#[derive(Debug, PartialEq, Eq)]
+enum Event {
+    Acquired(u64),
+    Sending(usize),
+    Wrote(usize, u16),
+    Done,
+}
+
+fn parse_event(line: &str) -> Option<Event> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["acquired", token] => Some(Event::Acquired(token.parse().ok()?)),
+        ["sending", i] => Some(Event::Sending(i.parse().ok()?)),
+        ["wrote", i, status] => Some(Event::Wrote(i.parse().ok()?, status.parse().ok()?)),
+        ["done"] => Some(Event::Done),
+        _ => None,
+    }
 }
 
 /// A worker process and its progress lines.
@@ -178,32 +210,22 @@ impl Worker {
         Ok(Worker { child, lines, name })
     }
 
-    fn next(&mut self) -> Result<String> {
-        // Bounded: worker 2 waits for worker 1's lease (seconds), never longer.
-        self.lines.recv_timeout(Duration::from_secs(60)).with_context(|| format!("{} stopped reporting", self.name))
+    /// The next event; bounded: worker 2 waits for worker 1's lease (seconds), never longer.
+    fn event(&mut self) -> Result<Event> {
+        let line = self.lines.recv_timeout(Duration::from_secs(60)).with_context(|| format!("{} stopped reporting", self.name))?;
+        parse_event(&line).with_context(|| format!("{}: unexpected line {line:?}", self.name))
+    }
+
+    /// The events already reported, without waiting.
+    fn drain(&mut self) -> Vec<Event> {
+        self.lines.try_iter().filter_map(|line| parse_event(&line)).collect()
     }
 
     fn acquired(&mut self) -> Result<u64> {
-        let line = self.next()?;
-        match line.strip_prefix("acquired ") {
-            Some(token) => Ok(token.parse()?),
-            None => bail!("{}: expected `acquired`, got {line:?}", self.name),
+        match self.event()? {
+            Event::Acquired(token) => Ok(token),
+            other => bail!("{}: expected `acquired`, got {other:?}", self.name),
         }
-    }
-
-    fn wrote(&mut self) -> Result<u16> {
-        let line = self.next()?;
-        match line.strip_prefix("wrote ").and_then(|rest| rest.split_whitespace().nth(1)) {
-            Some(status) => Ok(status.parse()?),
-            None => bail!("{}: expected `wrote`, got {line:?}", self.name),
-        }
-    }
-
-    fn finish(&mut self) -> Result<()> {
-        let line = self.next()?;
-        anyhow::ensure!(line == "done", "{}: expected `done`, got {line:?}", self.name);
-        self.child.wait()?;
-        Ok(())
     }
 }
 

@@ -26,7 +26,7 @@ pub struct Job {
     pub pace: Duration,
 }
 
-/// Run the job; one stdout line per event: `acquired T`, `wrote I STATUS`, `done`.
+/// Run the job; one stdout line per event: `acquired T`, `sending I`, `wrote I STATUS`, `done`.
 pub fn run(job: &Job) -> Result<()> {
     let etcd = Etcd::new(&job.etcd);
     let held = etcd.acquire(&format!("/demo/lock{}", job.prefix), &job.name, job.ttl, Duration::from_secs(60))?;
@@ -40,6 +40,8 @@ pub fn run(job: &Job) -> Result<()> {
     for i in 0..job.records {
         let record = format!("record {i} imported by {} holding token {token}\n", job.name);
         let url = format!("{}{}record-{i:03}", job.target, job.prefix);
+        writeln!(out, "sending {i}")?;
+        out.flush()?;
         let status = match agent.put(&url).header("fencing-token", &token).send(record) {
             Ok(response) => response.status().as_u16(),
             Err(_) => 0,
