@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Envoy with and without the fencing filter, side by side in one run:
-#   scripts/bench-envoy.sh [DURATION_SECONDS]   (default 10 per row)
+#   scripts/bench-envoy.sh [SECONDS_PER_ROW [ROUNDS]]   (default 5 and 3)
 #
 # One nginx answering 204 to everything (a fast upstream, so the proxy's cost shows),
 # one etcd, and three Envoys (one worker each) built by `fencekeeper envoy-config`:
@@ -10,11 +10,13 @@
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
 # that does not advance the mark: a shared-data read, or an etcd compare Txn), or
 # rising tokens from one connection (every request advances the mark: a shared-data
-# CAS write, or an etcd Txn put). Prints a Markdown table for BENCHMARKS.md.
+# CAS write, or an etcd Txn put). GET rows show the filter's fixed cost: a GET is not
+# fenced, so the filter only looks at the method. Prints a table for BENCHMARKS.md.
 # Needs: nginx, etcd, envoy, wrk (scripts/install-deps.sh) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-duration=${1:-10}
+duration=${1:-5}
+rounds=${2:-3}
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
 cargo build --release -q -p fencekeeper-cli
 fk=target/release/fencekeeper
@@ -75,11 +77,16 @@ wrk.method = "PUT"
 wrk.body = "x"
 wrk.headers["fencing-token"] = "1"
 LUA
+cat >"$work/get.lua" <<'LUA'
+wrk.method = "GET"
+LUA
 cat >"$work/rising.lua" <<'LUA'
-local n = 1
+-- Start above every token an earlier run sent (runs are seconds apart, and one
+-- run sends far fewer than 100000 requests a second).
+local n = os.time() * 100000
 request = function()
   n = n + 1
-  return wrk.format("PUT", "/rising", { ["fencing-token"] = tostring(n) }, "x")
+  return wrk.format("PUT", "/rising", { ["fencing-token"] = string.format("%.0f", n) }, "x")
 end
 LUA
 
@@ -103,15 +110,27 @@ PY
 # Warm up each path (V8 tiers, connection pools, the first etcd write).
 for n in none shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
 
-echo "| Envoy (1 worker) | tokens | connections | p50 µs | p99 µs | requests/s | non-2xx |"
-echo "|---|---|---|---|---|---|---|"
-for c in 1 16; do
-  for n in none shared etcd; do
-    read -r p50 p99 rps bad < <(run "$n" fixed "$c")
-    echo "| $n | fixed | $c | $p50 | $p99 | $rps | $bad |"
+# Rows interleaved, ROUNDS times, medians reported: the machine is shared, and
+# interleaving spreads its drift over every row alike.
+rows=(none:fixed:1 shared:fixed:1 etcd:fixed:1 none:fixed:16 shared:fixed:16 etcd:fixed:16 shared:rising:1 etcd:rising:1
+  none:get:1 shared:get:1 none:get:16 shared:get:16)
+for round in $(seq "$rounds"); do
+  for row in "${rows[@]}"; do
+    IFS=: read -r n script c <<<"$row"
+    echo "$n $script $c $(run "$n" "$script" "$c")" >>"$work/results"
   done
 done
-for n in shared etcd; do
-  read -r p50 p99 rps bad < <(run "$n" rising 1)
-  echo "| $n | rising | 1 | $p50 | $p99 | $rps | $bad |"
-done
+python3 - "$work/results" "$rounds" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    n, tok, c, p50, p99, rps, bad = line.split()
+    rows.setdefault((n, tok, c), []).append((float(p50), float(p99), float(rps), int(bad)))
+print(f"| Envoy (1 worker) | tokens | connections | p50 µs | p99 µs | requests/s | non-2xx | vs none, same connections |")
+print("|---|---|---|---|---|---|---|---|")
+med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) + (sum(x[3] for x in v),) for k, v in rows.items()}
+for (n, tok, c), (p50, p99, rps, bad) in med.items():
+    base = med[("none", "get" if tok == "get" else "fixed", c)]
+    rel = "" if n == "none" else f"p50 {p50 - base[0]:+.0f} µs, {100 * rps / base[2]:.0f}% throughput"
+    print(f"| {n} | {tok} | {c} | {p50:.0f} | {p99:.0f} | {rps:.0f} | {bad} | {rel} |")
+PY

@@ -2,6 +2,8 @@
 //! `fencekeeper envoy-config`, in front of a real nginx WebDAV store (which accepts
 //! any write), with a real etcd holding the marks in correctness mode.
 
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper_tests::envoy::{exchange_on, Envoy, Reply};
 use fencekeeper_tests::services::{Etcd, NginxDav};
 use std::collections::HashSet;

@@ -1,5 +1,7 @@
 //! Envoy accepts what `fencekeeper envoy-config` prints (`envoy --mode validate`).
 
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper_tests::envoy::{envoy_binary, generate};
 use std::process::Command;
 

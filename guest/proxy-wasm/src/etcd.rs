@@ -110,6 +110,7 @@ pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

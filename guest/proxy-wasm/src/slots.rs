@@ -169,6 +169,7 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Token)>> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -2,6 +2,8 @@
 //! `BLESS=1 cargo test --release -p fencekeeper-cli --test envoy_config`).
 //! tests/tests/e2e_envoy_config.rs runs `envoy --mode validate` on the same output.
 
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use std::path::Path;
 use std::process::Command;
 
