@@ -100,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     tracing::info!(
         listen = %server.local_addr()?,
-        admin = %args.admin,
+        admin = %server.admin_addr().map_or("off".to_owned(), |a| a.to_string()),
         upstream = %config.upstream,
         marks = %marks_description(&args),
         gate = config.gate,
