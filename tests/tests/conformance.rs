@@ -14,6 +14,7 @@ use fencekeeper::conformance::{self, Vectors};
 use fencekeeper::validator::{LoadError, Validator};
 use fencekeeper::{Decider, Mode, NativeDecider, Policy, Token};
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use std::sync::OnceLock;
 
 /// The bundled component (which honours `FENCEKEEPER_GUEST_DIR`).
@@ -81,16 +82,60 @@ fn resource() -> impl Strategy<Value = String> {
     prop_oneof![Just("orders/2026.csv".to_owned()), Just(String::new()), "\\PC{1,8}", Just("k".repeat(1025))]
 }
 
+/// Token text next to the mark, where the decision flips: the mark itself (plain
+/// and with leading zeros) and its last component plus or minus one.
+fn near(mark: &Token) -> impl Strategy<Value = String> {
+    let parts = mark.parts().to_vec();
+    (0u8..4).prop_map(move |k| {
+        let mut p: Vec<String> = parts.iter().map(u64::to_string).collect();
+        let last = parts[parts.len() - 1];
+        let n = p.len() - 1;
+        match k {
+            0 => {}
+            1 => p[0] = format!("00{}", p[0]),
+            // Past u64::MAX this is an overflow: malformed, as it should be.
+            2 => p[n] = (u128::from(last) + 1).to_string(),
+            _ => p[n] = last.saturating_sub(1).to_string(),
+        }
+        p.join(".")
+    })
+}
+
+/// One decision to make: (strict, resource, presented, mark).
+type Case = (bool, String, Option<String>, Option<Token>);
+
+fn case() -> impl Strategy<Value = Case> {
+    (any::<bool>(), resource(), mark()).prop_flat_map(|(strict, resource, mark)| {
+        let presented = match mark {
+            Some(m) => prop_oneof![token_text(), near(&m)].boxed(),
+            None => token_text().boxed(),
+        };
+        (Just(strict), Just(resource), proptest::option::weighted(0.95, presented), Just(mark))
+    })
+}
+
+#[test]
+fn random_inputs_reach_every_verdict() {
+    // Otherwise the agreement below could hold on malformed input alone.
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = case();
+    let mut seen = std::collections::HashMap::new();
+    for _ in 0..4000 {
+        let (strict, resource, presented, mark) = strategy.new_tree(&mut runner).expect("generate").current();
+        let verdict = NativeDecider(Policy { mode: Mode::Correctness, strict })
+            .decide(&resource, presented.as_deref(), mark.as_ref())
+            .expect("native always decides");
+        *seen.entry(conformance::Kind::of(&verdict)).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 5, "verdict kinds reached: {seen:?}");
+    assert!(seen.values().all(|n| *n >= 20), "verdict kinds reached: {seen:?}");
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 4000, ..ProptestConfig::default() })]
 
     #[test]
-    fn native_and_wasm_agree_on_random_inputs(
-        strict in any::<bool>(),
-        resource in resource(),
-        presented in proptest::option::weighted(0.95, token_text()),
-        mark in mark(),
-    ) {
+    fn native_and_wasm_agree_on_random_inputs((strict, resource, presented, mark) in case()) {
         let native = NativeDecider(Policy { mode: Mode::Correctness, strict });
         let n = native.decide(&resource, presented.as_deref(), mark.as_ref()).expect("native always decides");
         let w = wasm_for(strict).decide(&resource, presented.as_deref(), mark.as_ref());

@@ -208,7 +208,7 @@ fn conformance_fails_with_exit_1_when_the_guest_disagrees_with_a_vector() {
 }
 
 #[test]
-fn conformance_cannot_load_a_file_that_is_not_a_guest_component() {
+fn conformance_cannot_load_a_file_that_is_not_a_guest_component_or_vectors() {
     let mut s = Session::new();
     let not_wasm = s.path("not-a-guest.wasm");
     std::fs::write(&not_wasm, b"\0asm but not really").expect("write file");
@@ -222,6 +222,11 @@ fn conformance_cannot_load_a_file_that_is_not_a_guest_component() {
     }
     let missing = s.run(&["conformance", "/nonexistent/guest.wasm"]);
     assert_eq!(missing.code, 2, "{}", missing.stderr);
+    let not_vectors = s.path("vectors.json");
+    std::fs::write(&not_vectors, "{\"vectors\": 3}").expect("write file");
+    let bad = s.run(&["conformance", "--vectors", &not_vectors.display().to_string(), &bundled_artifact().display().to_string()]);
+    assert_eq!(bad.code, 2, "{}{}", bad.stdout, bad.stderr);
+    assert!(bad.stderr.contains("conformance vectors are not valid"), "{}", bad.stderr);
 }
 
 /// The fault-injection guest: reserved `fault/*` keys trap, loop or grow memory.

@@ -44,7 +44,7 @@ pub enum VectorError {
 }
 
 /// The verdict a vector expects (or a decider gave), without the reason text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kind {
     /// Admitted.
