@@ -187,7 +187,7 @@ fn concurrent_admits_through_wasm_and_memory_store_are_linearizable() {
 #[test]
 fn concurrent_admits_through_wasm_and_file_store_are_linearizable() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = FileStore::open(&dir.path().join("marks.redb")).expect("open the file store");
+    let store = FileStore::open(dir.path().join("marks.redb")).expect("open the file store");
     let store: Arc<dyn MarkStore + Send + Sync> = Arc::new(store);
     let guard = Guard::new(wasm_validator(), store);
     // Every advance is an fsync'd transaction: fewer ops keep the test quick.

@@ -146,7 +146,7 @@ fn guard_file(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut g = c.benchmark_group("guard_file");
     let open = |name: &str| -> Arc<dyn MarkStore + Send + Sync> {
-        Arc::new(FileStore::open(&dir.path().join(name)).expect("open the file store"))
+        Arc::new(FileStore::open(dir.path().join(name)).expect("open the file store"))
     };
     let guard = Guard::new(Arc::new(wasm()), open("advancing.redb"));
     let mut admit = advancing(&guard);
