@@ -3,6 +3,9 @@
 //! the store, the real gateway, two worker processes; worker 1 is paused with SIGSTOP
 //! past its lease and resumed with SIGCONT. The test reads the store's files itself.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper_tests::workspace_bin;
 use serde_json::Value;
 use std::process::Command;

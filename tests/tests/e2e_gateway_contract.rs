@@ -1,6 +1,9 @@
 //! The gateway's refusal contract and operations, against the real binary: statuses and
 //! headers, gRPC statuses, limits, metrics, mark lookup, start-up errors, graceful stop.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper_tests::gateway::{request, Gateway, RecordingUpstream};
 use fencekeeper_tests::workspace_bin;
 use std::process::{Command, Output, Stdio};

@@ -2,6 +2,9 @@
 //! key scheme (checked with etcdctl, as any other client of the etcd would see it),
 //! and concurrent guards on one resource ending at the highest admitted token.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper::store::EtcdStore;
 use fencekeeper::{Guard, MarkStore, NativeDecider, Policy, Swap, Token};
 use fencekeeper_tests::services::Etcd;

@@ -2,6 +2,9 @@
 //! store's recorded history; SIGKILL loses no acknowledged mark; an etcd outage is
 //! refused with 503 (never a wrong admit) and the gateway recovers when etcd returns.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use fencekeeper_tests::gateway::{request, Gateway, RecordingUpstream};
 use fencekeeper_tests::services::Etcd;
 use std::collections::HashMap;

@@ -2,6 +2,9 @@
 //! upstream that holds chosen writes: with the ordering gate, a late lower-token write
 //! never lands after a higher one; with `--no-gate`, the same schedule shows the window.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use anyhow::Result;
 use fencekeeper_tests::gateway::{Gateway, RecordingUpstream, Reply};
 use std::thread::JoinHandle;

@@ -1,0 +1,29 @@
+//! A gateway and an Envoy with the Fencekeeper filter in front of one store, sharing
+//! marks through one etcd (the shared key scheme): each refuses the tokens the other
+//! has made stale.
+
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use fencekeeper_tests::envoy::Envoy;
+use fencekeeper_tests::gateway::Gateway;
+use fencekeeper_tests::services::{Etcd, NginxDav};
+
+#[test]
+fn gateway_and_envoy_sharing_etcd_refuse_each_others_stale_tokens() {
+    let (etcd, nginx) = (Etcd::start().unwrap(), NginxDav::start().unwrap());
+    let envoy = Envoy::start(1, &["--upstream", &nginx.addr.to_string(), "--etcd", &etcd.client.to_string()]).unwrap();
+    let gateway = Gateway::start(&format!("http://{}", nginx.addr), &["--etcd", &etcd.url()]).unwrap();
+
+    let via_envoy = envoy.send("PUT", "/shared/a", &[("fencing-token", "34")], b"envoy 34").unwrap();
+    assert!(matches!(via_envoy.status, 201 | 204), "{}", via_envoy.text());
+    let stale = gateway.put("/shared/a", Some("33"), b"gateway 33").unwrap();
+    assert_eq!((stale.status, stale.header("fencing-highest")), (409, Some("34")), "{}", stale.body);
+    assert_eq!(gateway.mark("/shared/a").unwrap().as_deref(), Some("34"));
+
+    let newer = gateway.put("/shared/a", Some("35"), b"gateway 35").unwrap();
+    assert!(matches!(newer.status, 201 | 204), "{}", newer.body);
+    let stale = envoy.send("PUT", "/shared/a", &[("fencing-token", "34")], b"envoy 34 again").unwrap();
+    assert_eq!((stale.status, stale.header("fencing-highest")), (409, Some("35")), "{}", stale.text());
+    assert_eq!(nginx.read("/shared/a").as_deref(), Some(&b"gateway 35"[..]));
+}
