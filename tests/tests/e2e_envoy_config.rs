@@ -2,7 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::envoy::{envoy_binary, generate};
+use fencekeeper_tests::envoy::{envoy_binary, generate, Envoy};
+use fencekeeper_tests::services::free_port;
 use std::process::Command;
 
 fn validate(args: &[&str]) {
@@ -24,4 +25,15 @@ fn envoy_validates_the_generated_configs() {
     validate(&["--upstream", "127.0.0.1:8080"]);
     validate(&["--upstream", "store.internal:80", "--etcd", "etcd.internal:2379", "--strict", "--strip-prefix", "/data/"]);
     validate(&["--upstream", "127.0.0.1:8080", "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object"]);
+}
+
+#[test]
+fn envoy_refuses_to_start_on_a_bad_plugin_configuration_and_logs_why() {
+    let (listen, admin) = (free_port().unwrap(), free_port().unwrap());
+    let yaml = generate(listen, admin, &["--upstream", "127.0.0.1:9", "--mode", "efficiency", "--no-etcd"]).unwrap();
+    let bad = yaml.replace(r#""strict":false"#, r#""strict":"yes""#);
+    assert_ne!(bad, yaml);
+    let err = Envoy::start_with(1, listen, admin, &bad).err().expect("envoy started on a bad configuration");
+    let text = format!("{err:#}");
+    assert!(text.contains("fencekeeper: bad plugin configuration"), "{text}");
 }
