@@ -318,3 +318,48 @@ fn conformance_vectors_hold_through_envoy() {
     }
     assert!(checked >= vectors.len() - 2, "only {checked} of {} vectors ran", vectors.len());
 }
+
+/// A one-thread upstream that answers 204 and hands each request's header block
+/// over a channel: to see what Envoy forwards.
+fn capturing_upstream() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<String>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => raw.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            if tx.send(String::from_utf8_lossy(&raw).to_ascii_lowercase()).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+#[test]
+fn admitted_requests_reach_the_store_with_the_admitted_token_and_a_forged_one_is_replaced() {
+    let (upstream, seen) = capturing_upstream();
+    let upstream = upstream.to_string();
+    let envoy = &envoys(1, vec![vec!["--upstream".into(), upstream, "--no-etcd".into(), "--mode".into(), "efficiency".into()]])[0];
+    let forged = ("fencing-admitted-token", "999");
+    let r = envoy.send("PUT", "/h", &[("fencing-token", "0042"), forged], b"x").unwrap();
+    assert_eq!(r.status, 204);
+    let head = seen.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert!(head.contains("\r\nfencing-admitted-token: 42\r\n"), "{head}");
+    assert!(!head.contains("999"), "the client's forged header was forwarded: {head}");
+    assert!(head.contains("\r\nfencing-token: 0042\r\n"), "the request is otherwise unchanged: {head}");
+    // Unfenced reads carry no admitted token, forged or not.
+    assert_eq!(envoy.send("GET", "/h", &[forged], b"").unwrap().status, 204);
+    let head = seen.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+    assert!(!head.contains("fencing-admitted-token"), "{head}");
+}
