@@ -197,12 +197,17 @@ fn two_envoys_on_one_etcd_refuse_a_token_lower_than_one_the_other_admitted() {
 }
 
 #[test]
-fn etcd_down_refuses_with_503_in_correctness_mode_passes_in_efficiency_mode_and_recovers() {
+fn etcd_down_or_frozen_refuses_with_503_in_correctness_mode_passes_in_efficiency_mode_and_recovers() {
     let (nginx, mut etcd) = store_and_etcd();
     let pair = envoys(2, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, Some(&etcd), &["--mode", "efficiency"])]);
     let (correct, efficient) = (&pair[0], &pair[1]);
     assert_admitted(&put(correct, "/d", "5", "five"));
     assert_admitted(&put(efficient, "/e", "1", "one"));
+    // A frozen etcd: the call times out (etcd.timeout_ms) and the request is undecided.
+    etcd.process.signal("STOP").unwrap();
+    let frozen = put(correct, "/d", "6", "six");
+    etcd.process.signal("CONT").unwrap();
+    assert_eq!(frozen.status, 503, "{}", frozen.text());
     etcd.stop();
     let down = put(correct, "/d", "6", "six");
     assert_eq!(down.status, 503, "{}", down.text());
