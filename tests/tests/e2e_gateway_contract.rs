@@ -59,10 +59,24 @@ fn reads_and_paths_outside_the_prefix_pass_through_unfenced() {
     assert_eq!(gw.metric("fencekeeper_gateway_passthrough_total").unwrap(), 2);
 }
 
+/// Regression: the gateway keyed marks on the raw path, so a stale writer could
+/// re-encode `/data/f` as `/data/%66` (one file to the store) and get a fresh mark,
+/// or as `/dat%61/f` and slip out of the fenced prefix.
+#[test]
+fn a_re_encoded_path_cannot_dodge_its_mark_or_the_prefix() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--path-prefix", "/data/", "--strip-prefix", "/data/"]).unwrap();
+    assert_eq!(gw.put("/data/f", Some("34"), b"new").unwrap().status, 201);
+    assert_eq!(gw.put("/data/%66", Some("33"), b"old").unwrap().status, 409);
+    assert_eq!(gw.put("/dat%61/f?v=2", Some("33"), b"old").unwrap().status, 409);
+    assert_eq!(gw.mark("f").unwrap().as_deref(), Some("34"), "the key is the decoded path minus the stripped prefix");
+    assert_eq!(upstream.applied().len(), 1);
+}
+
 #[test]
 fn resource_can_come_from_a_header() {
     let upstream = RecordingUpstream::start().unwrap();
-    let gw = Gateway::start(&upstream.url(), &["--resource", "header:x-resource"]).unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--resource-header", "x-resource"]).unwrap();
     let put = |path: &str, resource: &str, token: &str| {
         let headers = [("x-resource", resource), ("fencing-token", token)];
         request(&gw.url(), "PUT", path, &headers, b"").unwrap().status
@@ -145,9 +159,9 @@ fn stderr(out: &Output) -> String {
 fn start_up_errors_exit_2_with_one_clear_line() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("m.redb").display().to_string();
-    let bad = serve_fails(&["--upstream", "localhost:80", "--store", &store]);
+    let bad = serve_fails(&["--upstream", "localhost", "--store", &store]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("bad upstream URL \"localhost:80\""), "{}", stderr(&bad));
+    assert!(stderr(&bad).contains("bad upstream URL \"localhost\": no port"), "{}", stderr(&bad));
 
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

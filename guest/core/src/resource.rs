@@ -34,3 +34,74 @@ pub fn check(key: &str) -> Result<(), ResourceError> {
         _ => Ok(()),
     }
 }
+
+/// The bytes of the resource key a request path names: the path without its query
+/// or fragment, percent-decoded. Every host derives path keys through this, so
+/// `/a%62c` and `/abc` — one file to the store — share one mark, and a stale writer
+/// cannot dodge the mark by re-encoding its path. A `%` not followed by two hex
+/// digits stays as it is. Hosts turn the bytes into UTF-8 lossily: distinct
+/// invalid names may then share a mark, which can only refuse more, never admit a
+/// stale write.
+pub fn path_key_bytes(path: &[u8]) -> PathKeyBytes<'_> {
+    let end = path.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(path.len());
+    PathKeyBytes { rest: &path[..end] }
+}
+
+/// Iterator returned by [`path_key_bytes`].
+#[derive(Clone, Debug)]
+pub struct PathKeyBytes<'a> {
+    rest: &'a [u8],
+}
+
+impl Iterator for PathKeyBytes<'_> {
+    type Item = u8;
+    fn next(&mut self) -> Option<u8> {
+        let (&first, tail) = self.rest.split_first()?;
+        if let [b'%', h, l, ..] = self.rest {
+            if let (Some(h), Some(l)) = (hex(*h), hex(*l)) {
+                self.rest = &self.rest[3..];
+                return Some(h << 4 | l);
+            }
+        }
+        self.rest = tail;
+        Some(first)
+    }
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    fn key(path: &str) -> Vec<u8> {
+        path_key_bytes(path.as_bytes()).collect()
+    }
+
+    #[test]
+    fn re_encoded_paths_share_one_key() {
+        assert_eq!(key("/a%62c"), b"/abc");
+        assert_eq!(key("/a%2Fb%2fc"), b"/a/b/c");
+    }
+
+    #[test]
+    fn query_and_fragment_are_not_part_of_the_key() {
+        assert_eq!(key("/f.txt?x=1"), b"/f.txt");
+        assert_eq!(key("/f.txt#top"), b"/f.txt");
+    }
+
+    #[test]
+    fn lone_percent_signs_stay() {
+        assert_eq!(key("/100%"), b"/100%");
+        assert_eq!(key("/%zz%4"), b"/%zz%4");
+        assert_eq!(key("/%e6%97%a5"), "/日".as_bytes());
+    }
+}

@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use fencekeeper::{Decider, GuestSource, Guard, Limits, MarkStore, Mode, Policy, Validator};
-use fencekeeper_gateway::config::{self, Config, ResourceFrom, DEFAULT_FENCED_METHODS};
+use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::Server;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use std::time::Duration;
 /// Arguments of `fencekeeper serve`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The store to fence, `http://HOST:PORT`.
+    /// The store to fence, `http://HOST:PORT` or `HOST:PORT`.
     #[arg(long)]
     upstream: String,
     /// Where clients connect.
@@ -29,7 +29,7 @@ pub struct Args {
     /// The durable embedded mark store (a file; created if missing).
     #[arg(long, default_value = "fencekeeper-marks.redb", conflicts_with = "etcd")]
     store: PathBuf,
-    /// Keep marks in etcd instead (`http://HOST:PORT`), shared by every gateway and
+    /// Keep marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`), shared by every gateway and
     /// Envoy that uses the same etcd and prefix.
     #[arg(long)]
     etcd: Option<String>,
@@ -45,15 +45,19 @@ pub struct Args {
     /// The request header carrying the fencing token.
     #[arg(long, default_value = fencekeeper_core::refusal::TOKEN_HEADER)]
     token_header: String,
-    /// Where the resource key comes from: `path` or `header:NAME`.
-    #[arg(long, default_value = "path")]
-    resource: String,
-    /// Only paths starting with this are fenced; others pass through.
+    /// Take the resource key from this request header instead of the path.
+    #[arg(long)]
+    resource_header: Option<String>,
+    /// Cut this prefix from the (decoded) path to form the resource key.
+    #[arg(long, default_value = "", conflicts_with = "resource_header")]
+    strip_prefix: String,
+    /// Only paths (decoded) starting with this are fenced; others pass through.
     #[arg(long, default_value = "/")]
     path_prefix: String,
     /// The methods that are fenced (comma-separated); others pass through.
-    #[arg(long, default_value = DEFAULT_FENCED_METHODS)]
-    fenced_methods: String,
+    /// Default: every method but GET, HEAD and OPTIONS.
+    #[arg(long)]
+    fenced_methods: Option<String>,
     /// The largest request body, in bytes (k, m, g suffixes allowed); larger gets 413.
     #[arg(long, default_value = "16m", value_parser = parse_size)]
     max_body: usize,
@@ -124,9 +128,12 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     };
     c.policy = Policy { mode, strict: args.strict };
     c.token_header = config::header_name(&args.token_header)?;
-    c.resource = args.resource.parse::<ResourceFrom>()?;
+    c.resource = match &args.resource_header {
+        Some(name) => ResourceFrom::Header(config::header_name(name)?),
+        None => ResourceFrom::Path { strip_prefix: args.strip_prefix.clone() },
+    };
     c.path_prefix = args.path_prefix.clone();
-    c.fenced_methods = config::methods(&args.fenced_methods)?;
+    c.fenced_methods = args.fenced_methods.as_deref().map(config::methods).transpose()?;
     c.max_body = args.max_body;
     c.request_timeout = args.request_timeout;
     c.gate_timeout = args.gate_timeout;
@@ -136,7 +143,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 
 fn open_store(args: &Args) -> anyhow::Result<Arc<dyn MarkStore + Send + Sync>> {
     Ok(match &args.etcd {
-        Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(url, &args.etcd_prefix, Duration::from_secs(2))?),
+        Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(&config::with_scheme(url), &args.etcd_prefix, Duration::from_secs(2))?),
         None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
     })
 }

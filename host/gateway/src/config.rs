@@ -6,23 +6,19 @@ use fencekeeper_core::Policy;
 use hyper::header::HeaderName;
 use hyper::{Method, Uri};
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// A configuration value that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The upstream is not an `http://HOST:PORT` URL.
-    #[error("bad upstream URL {url:?}: {why}; expected http://HOST:PORT")]
+    #[error("bad upstream URL {url:?}: {why}; expected http://HOST:PORT or HOST:PORT")]
     Upstream {
         /// What was given.
         url: String,
         /// What is wrong with it.
         why: String,
     },
-    /// The resource selector is neither `path` nor `header:NAME`.
-    #[error("bad resource selector {0:?}; expected `path` or `header:NAME`")]
-    Resource(String),
     /// A header name is not valid.
     #[error("bad header name {0:?}")]
     Header(String),
@@ -31,24 +27,25 @@ pub enum ConfigError {
     Method(String),
 }
 
-/// Where a request's resource key comes from.
+/// Where a request's resource key comes from (the Envoy filter's vocabulary).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResourceFrom {
-    /// The request path, without the query (`/bucket/file.txt`).
-    Path,
+    /// The request path as the store sees it: without the query, percent-decoded
+    /// (the core's `path_key_bytes`), minus `strip_prefix` when it starts with it.
+    Path {
+        /// Cut from the front of the decoded path to form the key.
+        strip_prefix: String,
+    },
     /// A request header's value.
     Header(HeaderName),
 }
 
-impl FromStr for ResourceFrom {
-    type Err = ConfigError;
-    fn from_str(s: &str) -> Result<ResourceFrom, ConfigError> {
-        match s.split_once(':') {
-            None if s == "path" => Ok(ResourceFrom::Path),
-            Some(("header", name)) => Ok(ResourceFrom::Header(header_name(name)?)),
-            _ => Err(ConfigError::Resource(s.to_owned())),
-        }
-    }
+/// The decoded path of a request target, as the store will see it: the key every
+/// path-based decision (scope and resource) is made on, so that a re-encoded path
+/// can neither dodge its mark nor slip out of the fenced prefix.
+pub fn decoded_path(path: &str) -> String {
+    let bytes: Vec<u8> = fencekeeper_core::resource::path_key_bytes(path.as_bytes()).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Parse a header name (lower-cased, as HTTP/2 requires).
@@ -65,10 +62,11 @@ pub fn methods(s: &str) -> Result<Vec<Method>, ConfigError> {
         .collect()
 }
 
-/// Parse the upstream URL: `http://HOST:PORT`, no path, no TLS.
+/// Parse the upstream address: `http://HOST:PORT` or `HOST:PORT` (as
+/// `fencekeeper envoy-config` takes it), no path, no TLS.
 pub fn upstream(url: &str) -> Result<Uri, ConfigError> {
     let bad = |why: &str| ConfigError::Upstream { url: url.to_owned(), why: why.to_owned() };
-    let uri: Uri = url.parse().map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
+    let uri: Uri = with_scheme(url).parse().map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
     match uri.scheme_str() {
         Some("http") => {}
         Some("https") => return Err(bad("TLS upstreams are not supported; put the gateway next to the store")),
@@ -84,8 +82,19 @@ pub fn upstream(url: &str) -> Result<Uri, ConfigError> {
     Ok(uri)
 }
 
-/// The methods fenced by default: everything that writes.
-pub const DEFAULT_FENCED_METHODS: &str = "PUT,POST,PATCH,DELETE,MKCOL,COPY,MOVE";
+/// `HOST:PORT` -> `http://HOST:PORT`; anything with a scheme is left as it is.
+pub fn with_scheme(address: &str) -> String {
+    if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    }
+}
+
+/// The methods never fenced by default: the ones that do not write. As in the
+/// Envoy filter, every other method (PUT, POST, PATCH, DELETE, WebDAV's MKCOL, COPY,
+/// MOVE, PROPPATCH, LOCK, ...) is fenced unless `--fenced-methods` names a list.
+pub const UNFENCED_BY_DEFAULT: [Method; 3] = [Method::GET, Method::HEAD, Method::OPTIONS];
 
 /// The gateway's configuration.
 #[derive(Clone, Debug)]
@@ -104,10 +113,12 @@ pub struct Config {
     pub token_header: HeaderName,
     /// Where the resource key comes from.
     pub resource: ResourceFrom,
-    /// Only paths starting with this are fenced; others pass through unchecked.
+    /// Only paths whose decoded form starts with this are fenced; others pass
+    /// through unchecked.
     pub path_prefix: String,
-    /// Only these methods are fenced; others (reads) pass through unchecked.
-    pub fenced_methods: Vec<Method>,
+    /// Only these methods are fenced; others pass through unchecked. `None`: every
+    /// method but GET, HEAD and OPTIONS.
+    pub fenced_methods: Option<Vec<Method>>,
     /// The largest request body accepted (413 above it).
     pub max_body: usize,
     /// The longest a request may take: reading its body, and the upstream's answer.
@@ -128,9 +139,9 @@ impl Config {
             upstream_http2: false,
             policy: Policy::default(),
             token_header: HeaderName::from_static(TOKEN_HEADER),
-            resource: ResourceFrom::Path,
+            resource: ResourceFrom::Path { strip_prefix: String::new() },
             path_prefix: "/".to_owned(),
-            fenced_methods: methods(DEFAULT_FENCED_METHODS).unwrap_or_default(),
+            fenced_methods: None,
             max_body: 16 << 20,
             request_timeout: Duration::from_secs(30),
             gate_timeout: Duration::from_secs(5),
@@ -138,9 +149,13 @@ impl Config {
         }
     }
 
-    /// True when a request with this method and path goes through the fence.
-    pub fn fences(&self, method: &Method, path: &str) -> bool {
-        path.starts_with(&self.path_prefix) && self.fenced_methods.contains(method)
+    /// True when a request with this method and decoded path goes through the fence.
+    pub fn fences(&self, method: &Method, decoded_path: &str) -> bool {
+        let fenced_method = match &self.fenced_methods {
+            Some(list) => list.contains(method),
+            None => !UNFENCED_BY_DEFAULT.contains(method),
+        };
+        decoded_path.starts_with(&self.path_prefix) && fenced_method
     }
 }
 
@@ -151,20 +166,19 @@ mod tests {
     #[test]
     fn upstream_must_be_plain_http_with_a_port() {
         assert!(upstream("http://127.0.0.1:8080").is_ok());
-        for bad in ["127.0.0.1:8080", "https://a:1", "http://a", "http://a:1/x", "ftp://a:1"] {
+        assert_eq!(upstream("127.0.0.1:8080").ok(), upstream("http://127.0.0.1:8080").ok());
+        for bad in ["https://a:1", "http://a", "http://a:1/x", "ftp://a:1"] {
             let e = upstream(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.starts_with("bad upstream URL"), "{bad}: {e}");
         }
     }
 
     #[test]
-    fn resource_selector_is_path_or_a_header() {
-        assert_eq!("path".parse::<ResourceFrom>().ok(), Some(ResourceFrom::Path));
-        assert_eq!(
-            "header:X-Resource".parse::<ResourceFrom>().ok(),
-            Some(ResourceFrom::Header(HeaderName::from_static("x-resource")))
-        );
-        assert!("query".parse::<ResourceFrom>().is_err());
+    fn a_re_encoded_path_is_still_in_the_fenced_prefix() {
+        let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
+        c.path_prefix = "/data/".into();
+        assert!(c.fences(&Method::PUT, &decoded_path("/dat%61/a?x=1")));
+        assert_eq!(decoded_path("/data/%61%62c"), "/data/abc");
     }
 
     #[test]
@@ -174,5 +188,9 @@ mod tests {
         assert!(c.fences(&Method::PUT, "/data/a"));
         assert!(!c.fences(&Method::GET, "/data/a"));
         assert!(!c.fences(&Method::PUT, "/other"));
+        let lock = Method::from_bytes(b"LOCK").unwrap_or_default();
+        assert!(c.fences(&lock, "/data/a"), "every method but GET, HEAD, OPTIONS by default");
+        c.fenced_methods = methods("PUT").ok();
+        assert!(!c.fences(&lock, "/data/a"));
     }
 }

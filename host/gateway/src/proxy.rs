@@ -5,7 +5,7 @@
 //! The body is read before the token is decided, so a slow uploader never holds a
 //! resource's gate, and a write is forwarded in one piece the moment it is admitted.
 
-use crate::config::{Config, ResourceFrom};
+use crate::config::{decoded_path, Config, ResourceFrom};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::refusal::{self, full, is_grpc};
@@ -72,7 +72,7 @@ impl Proxy {
     /// Answer one request.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
-        let response = if self.config.fences(request.method(), request.uri().path()) {
+        let response = if self.config.fences(request.method(), &decoded_path(request.uri().path())) {
             self.clone().fenced(request).await
         } else {
             self.metrics.event(Event::Passthrough);
@@ -143,7 +143,13 @@ impl Proxy {
 
     fn resource(&self, parts: &Parts) -> String {
         match &self.config.resource {
-            ResourceFrom::Path => parts.uri.path().to_owned(),
+            ResourceFrom::Path { strip_prefix } => {
+                let path = decoded_path(parts.uri.path());
+                match path.strip_prefix(strip_prefix.as_str()) {
+                    Some(rest) => rest.to_owned(),
+                    None => path,
+                }
+            }
             // A missing or non-UTF-8 header becomes the empty key, which the core
             // refuses as malformed (resources are 1..=1024 bytes of UTF-8).
             ResourceFrom::Header(name) => {

@@ -54,7 +54,7 @@ impl FileStore {
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => create(&path)?,
-            Err(source) => return Err(StoreError::Io { path, source }),
+            Err(error) => return Err(StoreError::Io { path, error }),
         }
         let db = Database::builder().set_cache_size(CACHE_BYTES).open(&path).map_err(|e| database_error(&path, e))?;
         let store = FileStore { db, path };
@@ -133,7 +133,7 @@ impl MarkStore for FileStore {
 /// then hard-link it into place, which fails rather than replace a file another
 /// process created meanwhile.
 fn create(path: &Path) -> Result<(), StoreError> {
-    let io_err = |source| StoreError::Io { path: path.to_owned(), source };
+    let io_err = |error| StoreError::Io { path: path.to_owned(), error };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -169,7 +169,7 @@ fn database_error(path: &Path, e: DatabaseError) -> StoreError {
     match e {
         DatabaseError::DatabaseAlreadyOpen => StoreError::Io {
             path: path.to_owned(),
-            source: io::Error::new(
+            error: io::Error::new(
                 io::ErrorKind::ResourceBusy,
                 "the store is in use by another process (or is already open in this one); \
                  one process at a time owns a file store",
@@ -189,7 +189,7 @@ fn storage_error(path: &Path, e: StorageError) -> StoreError {
             corrupt(path, "the file is shorter than its own header says (truncated?)")
         }
         StorageError::Io(source) if source.kind() == io::ErrorKind::InvalidData => corrupt(path, source.to_string()),
-        StorageError::Io(source) => StoreError::Io { path: path.to_owned(), source },
+        StorageError::Io(error) => StoreError::Io { path: path.to_owned(), error },
         other => corrupt(path, other.to_string()),
     }
 }

@@ -44,13 +44,14 @@ pub enum StoreError {
         detail: String,
     },
     /// The store's file could not be opened, read or written.
-    #[error("mark store {}: {source}", path.display())]
+    // The I/O error is part of the message, not a `source`: the guard's one-line
+    // refusal reasons print errors with `Display` alone, and `{:#}` would print it twice.
+    #[error("mark store {}: {error}", path.display())]
     Io {
         /// The store's file.
         path: PathBuf,
         /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A stored mark is not a valid token.
     #[error("stored mark for resource {resource:?} is not a valid token ({detail}); the store is damaged")]
