@@ -8,7 +8,26 @@
 //! against a [`MarkStore`], asking a [`Decider`] (by default the bundled WebAssembly
 //! validator) for each verdict.
 //!
+//! ```no_run
+//! use fencekeeper::{FileStore, Guard, Policy, Validator};
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let validator = Validator::bundled(Policy::default())?; // the wasm guest, sandboxed
+//! let store = FileStore::open("marks.redb")?; // durable: fsync'd before an advance returns
+//! let guard = Guard::new(Arc::new(validator), Arc::new(store));
+//! let decision = guard.admit("orders/2026-11.csv", Some("34"));
+//! if decision.admitted() {
+//!     // apply the write
+//! } else {
+//!     eprintln!("{}", decision.reason("orders/2026-11.csv"));
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
+//! * [`validator`]: the WebAssembly guest under wasmtime, with limits.
 //! * [`decider`]: who decides: the wasm validator or the native core.
 //! * [`guard`]: the compare-and-swap loop, modes, counters.
 //! * [`store`]: where marks live: memory, a durable file, or your own transaction.
