@@ -72,8 +72,10 @@ fn seed_scenario_late_write_of_the_paused_holder_is_refused_and_the_file_keeps_t
     let late = put(envoy, "/orders/2026.csv", "33", "from 33, late");
     assert_stale(&late, "34");
     assert!(late.text().contains("stale fencing token"), "{}", late.text());
+    // The same file spelled another way is the same resource.
+    assert_stale(&put(envoy, "/%6frders/2026.csv?v=1", "33", "from 33, re-encoded"), "34");
     assert_eq!(nginx.read("/orders/2026.csv").as_deref(), Some(&b"from 34"[..]));
-    assert_eq!(envoy.stat(STALE).unwrap(), 1);
+    assert_eq!(envoy.stat(STALE).unwrap(), 2);
 }
 
 #[test]

@@ -1,52 +1,26 @@
-//! Deriving a request's resource key.
+//! Deriving a request's resource key, as the gateway does.
 //!
-//! From the path, the key is the path as the store sees it: without the query, and
-//! percent-decoded, so `/a%62c` and `/abc` (one file to nginx) share one mark and a
-//! stale writer cannot dodge its mark by re-encoding the path. Bytes that do not
-//! decode to UTF-8 become U+FFFD: distinct names may then share a mark, which can
-//! only refuse more, never admit a stale write.
+//! From the path, the key is the core's `path_key_bytes`: the path without its
+//! query, percent-decoded, so `/a%62c` and `/abc` (one file to nginx) share one mark
+//! and a stale writer cannot dodge its mark by re-encoding the path. Bytes that do
+//! not decode to UTF-8 become U+FFFD: distinct names may then share a mark, which
+//! can only refuse more, never admit a stale write. From a header, a missing or
+//! non-UTF-8 value is the empty key, which the core refuses as malformed.
 
 use crate::config::ResourceFrom;
+use fencekeeper_core::resource::path_key_bytes;
 
 /// The resource key for a request with this `:path` and header lookup.
 pub fn derive(from: &ResourceFrom, path: &[u8], header: impl FnOnce(&str) -> Option<Vec<u8>>) -> String {
     match from {
         ResourceFrom::Path { strip_prefix } => {
-            let without_query = path.split(|&b| b == b'?' || b == b'#').next().unwrap_or_default();
-            let decoded = String::from_utf8_lossy(&percent_decode(without_query)).into_owned();
+            let decoded = String::from_utf8_lossy(&path_key_bytes(path).collect::<Vec<u8>>()).into_owned();
             match decoded.strip_prefix(strip_prefix.as_str()) {
                 Some(rest) => rest.to_owned(),
                 None => decoded,
             }
         }
-        // A missing header gives the empty key, which the core refuses as malformed.
-        ResourceFrom::Header(name) => header(name).map(|v| String::from_utf8_lossy(&v).into_owned()).unwrap_or_default(),
-    }
-}
-
-fn percent_decode(raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'%' && i + 2 < raw.len() {
-            if let (Some(h), Some(l)) = (hex(raw[i + 1]), hex(raw[i + 2])) {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(raw[i]);
-        i += 1;
-    }
-    out
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
+        ResourceFrom::Header(name) => header(name).and_then(|v| String::from_utf8(v).ok()).unwrap_or_default(),
     }
 }
 
@@ -74,5 +48,6 @@ mod tests {
         let from = ResourceFrom::Header("fencing-resource".into());
         assert_eq!(derive(&from, b"/", |_| Some(b"orders".to_vec())), "orders");
         assert_eq!(derive(&from, b"/", |_| None), "");
+        assert_eq!(derive(&from, b"/", |_| Some(vec![0xff])), "");
     }
 }
