@@ -25,4 +25,7 @@ echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked
 
 echo "== tests" >&2
+# The proxy-wasm filter is its own workspace (it builds for wasm32); its unit tests
+# run natively.
+(cd guest/proxy-wasm && cargo test --release --locked)
 cargo test --release --workspace --locked
