@@ -11,6 +11,16 @@ scripts/install-deps.sh
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
 export PATH
 
+echo "== format" >&2
+if cargo fmt --version >/dev/null 2>&1; then
+    for ws in . guest/component guest/proxy-wasm; do
+        (cd "$ws" && cargo fmt --all --check >/dev/null) \
+            || { echo "$ws is not formatted: run cargo fmt --all there" >&2; exit 1; }
+    done
+else
+    echo "rustfmt is not installed; format not checked (rustup component add rustfmt)" >&2
+fi
+
 echo "== guest artifacts: rebuild from source and compare" >&2
 # On the reference toolchain this fails when a committed .wasm differs from its
 # rebuild. On the fallback toolchain it prints FENCEKEEPER_GUEST_DIR=<fresh build>,

@@ -85,9 +85,11 @@ impl Envoy {
 
     fn wait_ready(&mut self) -> Result<()> {
         let admin = self.admin;
-        wait_until(&mut self.process, Duration::from_secs(60), || {
-            matches!(http(admin, "GET", "/ready", &[], b""), Ok((200, body)) if body.starts_with(b"LIVE"))
-        })
+        wait_until(
+            &mut self.process,
+            Duration::from_secs(60),
+            || matches!(http(admin, "GET", "/ready", &[], b""), Ok((200, body)) if body.starts_with(b"LIVE")),
+        )
     }
 
     /// Kill Envoy (SIGKILL): its shared data is gone.
@@ -112,7 +114,11 @@ impl Envoy {
     pub fn stat(&self, name: &str) -> Result<u64> {
         let (_, body) = http(self.admin, "GET", &format!("/stats?filter=^{name}$"), &[], b"")?;
         let text = String::from_utf8_lossy(&body);
-        Ok(text.lines().find_map(|l| l.strip_prefix(&format!("{name}: "))).and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0))
     }
 }
 
@@ -173,7 +179,10 @@ pub fn exchange_on(mut s: TcpStream, method: &str, path: &str, headers: &[(&str,
         raw.extend_from_slice(&chunk[..n]);
         if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
-            let length = head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse::<usize>().ok());
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok());
             break (split, length);
         }
     };

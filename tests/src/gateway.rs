@@ -39,10 +39,11 @@ impl Gateway {
     pub fn start_in(dir: tempfile::TempDir, store: PathBuf, upstream: &str, extra: &[&str]) -> Result<Gateway> {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let mut args: Vec<String> = ["serve", "--upstream", upstream, "--listen", &addr.to_string(), "--admin", &admin.to_string()]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut args: Vec<String> =
+            ["serve", "--upstream", upstream, "--listen", &addr.to_string(), "--admin", &admin.to_string()]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
         if !extra.contains(&"--etcd") {
             args.extend(["--store".to_owned(), store.display().to_string()]);
         }
@@ -109,7 +110,10 @@ impl Gateway {
         let (status, body) = http(self.admin, "GET", "/metrics", &[], b"")?;
         anyhow::ensure!(status == 200, "/metrics answered {status}");
         let text = String::from_utf8(body)?;
-        let line = text.lines().find(|l| l.split_whitespace().next() == Some(name)).with_context(|| format!("no metric {name}"))?;
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .with_context(|| format!("no metric {name}"))?;
         Ok(line.split_whitespace().nth(1).context("no value")?.parse::<f64>()? as u64)
     }
 

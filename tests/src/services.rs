@@ -29,12 +29,10 @@ impl Process {
     pub fn spawn(name: &str, mut cmd: Command, log: &Path) -> Result<Process> {
         let out = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
         let err = out.try_clone()?;
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
-            .spawn()
-            .with_context(|| format!("starting {name} ({:?}); is it installed? run scripts/install-deps.sh", cmd.get_program()))?;
+        let child =
+            cmd.stdin(Stdio::null()).stdout(Stdio::from(out)).stderr(Stdio::from(err)).spawn().with_context(|| {
+                format!("starting {name} ({:?}); is it installed? run scripts/install-deps.sh", cmd.get_program())
+            })?;
         Ok(Process { child, name: name.to_owned(), log: log.to_owned() })
     }
 
@@ -93,10 +91,17 @@ pub fn wait_until(process: &mut Process, timeout: Duration, mut ready: impl FnMu
 
 /// A minimal blocking HTTP/1.1 request on loopback, for readiness checks and test
 /// assertions: returns (status, body). Sends `Connection: close`.
-pub fn http(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<(u16, Vec<u8>)> {
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Result<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
@@ -166,9 +171,11 @@ impl Etcd {
 
     fn wait_ready(&mut self) -> Result<()> {
         let client = self.client;
-        wait_until(&mut self.process, Duration::from_secs(30), || {
-            matches!(http(client, "GET", "/health", &[], b""), Ok((200, body)) if String::from_utf8_lossy(&body).contains("true"))
-        })
+        wait_until(
+            &mut self.process,
+            Duration::from_secs(30),
+            || matches!(http(client, "GET", "/health", &[], b""), Ok((200, body)) if String::from_utf8_lossy(&body).contains("true")),
+        )
     }
 
     /// The client URL, `http://127.0.0.1:PORT`.

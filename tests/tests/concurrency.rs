@@ -117,7 +117,9 @@ fn check_max_register(ops: &[Op], final_mark: Option<u64>) -> Result<(), String>
     let mut advancing: HashMap<u64, &Op> = HashMap::new();
     for op in ops {
         match op.answer {
-            Answer::Stale { mark } if op.token >= mark => return Err(format!("{op:?}: refused as stale below its mark")),
+            Answer::Stale { mark } if op.token >= mark => {
+                return Err(format!("{op:?}: refused as stale below its mark"))
+            }
             Answer::Admitted { advanced: true } => {
                 if let Some(other) = advancing.insert(op.token, op) {
                     return Err(format!("{op:?} and {other:?} both advanced to the same token"));
@@ -169,7 +171,11 @@ fn check_history(guard: &Guard, ops: &[Op]) {
     let refused = ops.iter().filter(|op| matches!(op.answer, Answer::Stale { .. })).count();
     let advanced = ops.iter().filter(|op| op.answer == Answer::Admitted { advanced: true }).count();
     // The history must exercise every path, or the check proves little.
-    assert!(refused > ops.len() / 10 && advanced > ops.len() / 10, "refused {refused}, advanced {advanced} of {}", ops.len());
+    assert!(
+        refused > ops.len() / 10 && advanced > ops.len() / 10,
+        "refused {refused}, advanced {advanced} of {}",
+        ops.len()
+    );
 }
 
 /// The bundled wasm validator (or the fresh build in `FENCEKEEPER_GUEST_DIR`).

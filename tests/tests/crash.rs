@@ -34,7 +34,8 @@ fn validator() -> Validator {
 }
 
 fn guard_on(path: &Path) -> Guard {
-    let store: Arc<dyn MarkStore + Send + Sync> = Arc::new(FileStore::open(path).expect("the store opens after a SIGKILL"));
+    let store: Arc<dyn MarkStore + Send + Sync> =
+        Arc::new(FileStore::open(path).expect("the store opens after a SIGKILL"));
     Guard::new(Arc::new(validator()), store)
 }
 
@@ -107,7 +108,8 @@ fn run_and_kill(store: &Path, wanted: usize, spin: Duration) -> Vec<u64> {
 fn sigkill_never_loses_an_acknowledged_mark() {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = dir.path().join("marks.redb");
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.subsec_nanos() as u64);
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(7, |d| d.subsec_nanos() as u64);
     eprintln!("crash test seed {seed}");
     let (mut highest_acked, mut unacknowledged_advances) = (0u64, 0);
     for round in 0..ROUNDS as u64 {
@@ -129,5 +131,7 @@ fn sigkill_never_loses_an_acknowledged_mark() {
         // The guard (and its store) must close before the next child opens the file.
         drop(guard);
     }
-    eprintln!("{ROUNDS} rounds; in {unacknowledged_advances} the kill landed after a commit and before its acknowledgement");
+    eprintln!(
+        "{ROUNDS} rounds; in {unacknowledged_advances} the kill landed after a commit and before its acknowledgement"
+    );
 }

@@ -131,7 +131,8 @@ fn first_writes_race(envoy: &Envoy, resources: usize, tokens: u64) {
                     let token = t.to_string();
                     barrier.wait();
                     let path = format!("/race/{r}");
-                    let reply = exchange_on(conn, "PUT", &path, &[("fencing-token", &token)], token.as_bytes()).unwrap();
+                    let reply =
+                        exchange_on(conn, "PUT", &path, &[("fencing-token", &token)], token.as_bytes()).unwrap();
                     match reply.status {
                         201 | 204 => {
                             let mut a = admitted.lock().unwrap();
@@ -259,7 +260,10 @@ fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
 fn conformance_vectors_hold_through_envoy() {
     let (nginx, etcd) = store_and_etcd();
     let header = ["--resource-header", "fencing-resource"];
-    let pair = envoys(2, vec![args(&nginx, Some(&etcd), &header), args(&nginx, Some(&etcd), &[&header[..], &["--strict"]].concat())]);
+    let pair = envoys(
+        2,
+        vec![args(&nginx, Some(&etcd), &header), args(&nginx, Some(&etcd), &[&header[..], &["--strict"]].concat())],
+    );
     let file = fencekeeper_tests::repo_root().join("tests/conformance/vectors.json");
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let vectors = doc["vectors"].as_array().unwrap();
@@ -357,7 +361,9 @@ fn capturing_upstream() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<Stri
 fn admitted_requests_reach_the_store_with_the_admitted_token_and_a_forged_one_is_replaced() {
     let (upstream, seen) = capturing_upstream();
     let upstream = upstream.to_string();
-    let envoy = &envoys(1, vec![vec!["--upstream".into(), upstream, "--no-etcd".into(), "--mode".into(), "efficiency".into()]])[0];
+    let envoy =
+        &envoys(1, vec![vec!["--upstream".into(), upstream, "--no-etcd".into(), "--mode".into(), "efficiency".into()]])
+            [0];
     let forged = ("fencing-admitted-token", "999");
     let r = envoy.send("PUT", "/h", &[("fencing-token", "0042"), forged], b"x").unwrap();
     assert_eq!(r.status, 204);

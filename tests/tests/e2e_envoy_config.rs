@@ -23,7 +23,15 @@ fn validate(args: &[&str]) {
 #[test]
 fn envoy_validates_the_generated_configs() {
     validate(&["--upstream", "127.0.0.1:8080"]);
-    validate(&["--upstream", "store.internal:80", "--etcd", "etcd.internal:2379", "--strict", "--strip-prefix", "/data/"]);
+    validate(&[
+        "--upstream",
+        "store.internal:80",
+        "--etcd",
+        "etcd.internal:2379",
+        "--strict",
+        "--strip-prefix",
+        "/data/",
+    ]);
     validate(&["--upstream", "127.0.0.1:8080", "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object"]);
 }
 

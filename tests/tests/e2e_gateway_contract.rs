@@ -29,7 +29,11 @@ fn refusals_follow_the_contract_and_admits_carry_the_admitted_token() {
     assert_eq!(gw.mark("/f").unwrap().as_deref(), Some("34"));
     assert_eq!(gw.mark("/never").unwrap(), None);
     for (class, n) in [("admitted", 1), ("stale", 1), ("malformed", 1), ("missing", 1), ("undecided", 0)] {
-        assert_eq!(gw.metric(&format!("fencekeeper_gateway_requests_total{{class=\"{class}\"}}")).unwrap(), n, "{class}");
+        assert_eq!(
+            gw.metric(&format!("fencekeeper_gateway_requests_total{{class=\"{class}\"}}")).unwrap(),
+            n,
+            "{class}"
+        );
     }
     assert_eq!(gw.metric("fencekeeper_gateway_request_duration_seconds_count").unwrap(), 4);
 }

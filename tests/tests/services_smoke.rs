@@ -1,5 +1,8 @@
 //! The harness itself: each real service starts, answers, and stores what it is given.
 
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used)]
+
 use fencekeeper_tests::services::{http, Etcd, NginxDav};
 
 #[test]

@@ -77,10 +77,7 @@ pub fn decide_token(policy: &Policy, presented: Token, mark: Option<&Token>) -> 
         return Verdict::Admit { mark: presented, advanced: true };
     };
     match presented.partial_cmp(mark) {
-        None => Verdict::Malformed(Malformed::ArityMismatch {
-            mark: mark.arity(),
-            presented: presented.arity(),
-        }),
+        None => Verdict::Malformed(Malformed::ArityMismatch { mark: mark.arity(), presented: presented.arity() }),
         Some(Ordering::Greater) => Verdict::Admit { mark: presented, advanced: true },
         Some(Ordering::Equal) if policy.strict => Verdict::Replayed { mark: *mark },
         Some(Ordering::Equal) => Verdict::Admit { mark: *mark, advanced: false },
@@ -89,6 +86,7 @@ pub fn decide_token(policy: &Policy, presented: Token, mark: Option<&Token>) -> 
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proptest::prelude::*;

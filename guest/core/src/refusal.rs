@@ -145,6 +145,7 @@ impl fmt::Display for Reason<'_> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

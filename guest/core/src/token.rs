@@ -54,15 +54,10 @@ impl fmt::Display for Malformed {
             Malformed::EmptyComponent(i) => {
                 write!(f, "fencing token component {i} is empty; {SYNTAX}")
             }
-            Malformed::NotDecimal(i) => write!(
-                f,
-                "fencing token component {i} is not a decimal number (no sign, no spaces); {SYNTAX}"
-            ),
-            Malformed::Overflow(i) => write!(
-                f,
-                "fencing token component {i} exceeds {} (u64); {SYNTAX}",
-                u64::MAX
-            ),
+            Malformed::NotDecimal(i) => {
+                write!(f, "fencing token component {i} is not a decimal number (no sign, no spaces); {SYNTAX}")
+            }
+            Malformed::Overflow(i) => write!(f, "fencing token component {i} exceeds {} (u64); {SYNTAX}", u64::MAX),
             Malformed::ArityMismatch { mark, presented } => write!(
                 f,
                 "fencing token has {presented} component(s) but this resource's tokens have {mark}; \
@@ -167,6 +162,7 @@ impl core::str::FromStr for Token {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

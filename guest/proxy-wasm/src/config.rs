@@ -169,12 +169,8 @@ impl Config {
     /// Parse the plugin configuration (empty or whitespace = all defaults).
     pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
         let text = std::str::from_utf8(bytes).map_err(|_| ConfigError("configuration is not UTF-8".into()))?;
-        let raw: Raw = if text.trim().is_empty() {
-            serde_json::from_str("{}")
-        } else {
-            serde_json::from_str(text)
-        }
-        .map_err(|e| ConfigError(format!("configuration is not valid: {e}")))?;
+        let raw: Raw = if text.trim().is_empty() { serde_json::from_str("{}") } else { serde_json::from_str(text) }
+            .map_err(|e| ConfigError(format!("configuration is not valid: {e}")))?;
         Config::validate(raw)
     }
 
@@ -194,12 +190,17 @@ impl Config {
                 if raw.resource.strip_prefix.is_some() {
                     return Err(ConfigError("resource.strip_prefix needs resource.from = \"path\"".into()));
                 }
-                let name = raw.resource.header.ok_or_else(|| ConfigError("resource.from = \"header\" needs resource.header".into()))?;
+                let name = raw
+                    .resource
+                    .header
+                    .ok_or_else(|| ConfigError("resource.from = \"header\" needs resource.header".into()))?;
                 ResourceFrom::Header(header_name("resource.header", name)?)
             }
         };
         let fenced_methods = match raw.fenced_methods {
-            Some(list) if list.is_empty() => return Err(ConfigError("fenced_methods is empty: nothing would be fenced".into())),
+            Some(list) if list.is_empty() => {
+                return Err(ConfigError("fenced_methods is empty: nothing would be fenced".into()))
+            }
             Some(list) => Some(list.into_iter().map(|m| m.to_ascii_uppercase()).collect()),
             None => None,
         };
@@ -281,8 +282,10 @@ mod tests {
 
     #[test]
     fn header_resource_and_method_list() {
-        let c = Config::parse(br#"{"resource":{"from":"header","header":"Fencing-Resource"},"fenced_methods":["put"],"strict":true}"#)
-            .unwrap();
+        let c = Config::parse(
+            br#"{"resource":{"from":"header","header":"Fencing-Resource"},"fenced_methods":["put"],"strict":true}"#,
+        )
+        .unwrap();
         assert_eq!(c.resource, ResourceFrom::Header("fencing-resource".into()));
         assert!(c.fences("PUT") && !c.fences("DELETE"));
         assert!(c.policy.strict);

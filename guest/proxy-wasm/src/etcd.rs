@@ -90,7 +90,8 @@ pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
         let text = String::from_utf8_lossy(&body[..body.len().min(200)]).replace('\n', " ");
         return Err(EtcdError(format!("etcd answered status {} {}", status.unwrap_or("none"), text.trim())));
     }
-    let r: TxnResponse = serde_json::from_slice(body).map_err(|e| EtcdError(format!("etcd answer does not parse: {e}")))?;
+    let r: TxnResponse =
+        serde_json::from_slice(body).map_err(|e| EtcdError(format!("etcd answer does not parse: {e}")))?;
     if r.succeeded {
         return Ok(Outcome::Succeeded);
     }
@@ -105,7 +106,8 @@ pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
     let raw = B64.decode(kv.value).map_err(|_| EtcdError("etcd mark value is not base64".into()))?;
     let text = String::from_utf8(raw).map_err(|_| EtcdError("etcd mark value is not UTF-8".into()))?;
     // A value that is not a token is a store fault, never a reason to admit.
-    let mark = Token::parse(&text).map_err(|_| EtcdError(format!("etcd holds {text:?}, which is not a fencing token")))?;
+    let mark =
+        Token::parse(&text).map_err(|_| EtcdError(format!("etcd holds {text:?}, which is not a fencing token")))?;
     Ok(Outcome::Current(Some(mark)))
 }
 
@@ -120,7 +122,8 @@ mod tests {
 
     #[test]
     fn txn_compares_on_the_canonical_text() {
-        let body: serde_json::Value = serde_json::from_slice(&txn("/fencekeeper/marks/a", Some(&t("033")), &t("34"))).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_slice(&txn("/fencekeeper/marks/a", Some(&t("033")), &t("34"))).unwrap();
         assert_eq!(body["compare"][0]["value"], B64.encode("33"));
         assert_eq!(body["success"][0]["request_put"]["value"], B64.encode("34"));
         assert_eq!(body["compare"][0]["key"], B64.encode("/fencekeeper/marks/a"));
@@ -133,9 +136,13 @@ mod tests {
     #[test]
     fn answers_parse_and_bad_ones_are_errors() {
         assert_eq!(parse(Some("200"), br#"{"header":{},"succeeded":true}"#), Ok(Outcome::Succeeded));
-        assert_eq!(parse(Some("200"), br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#), Ok(Outcome::Current(None)));
+        assert_eq!(
+            parse(Some("200"), br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#),
+            Ok(Outcome::Current(None))
+        );
         let v = B64.encode("7.1042");
-        let body = format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}"}}],"count":"1"}}}}]}}"#);
+        let body =
+            format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}"}}],"count":"1"}}}}]}}"#);
         assert_eq!(parse(Some("200"), body.as_bytes()), Ok(Outcome::Current(Some(t("7.1042")))));
         assert!(parse(Some("503"), b"no healthy upstream").is_err());
         assert!(parse(None, b"").is_err());

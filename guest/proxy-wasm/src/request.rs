@@ -159,7 +159,8 @@ impl Request {
             log::warn!("fencekeeper: {reason}");
         }
         let text = reason.to_string();
-        let highest = action.token.filter(|_| matches!(action.class, Class::Stale | Class::Replayed)).map(|t| t.to_string());
+        let highest =
+            action.token.filter(|_| matches!(action.class, Class::Stale | Class::Replayed)).map(|t| t.to_string());
         let grpc = self.header("content-type").is_some_and(|c| c.starts_with(b"application/grpc"));
         if grpc {
             let code = grpc_code(action.class.grpc_status());
@@ -170,7 +171,11 @@ impl Request {
             if let Some(h) = &highest {
                 headers.push((HIGHEST_HEADER, h.as_str()));
             }
-            self.send_http_response(u32::from(action.class.http_status()), headers, Some(format!("{text}\n").as_bytes()));
+            self.send_http_response(
+                u32::from(action.class.http_status()),
+                headers,
+                Some(format!("{text}\n").as_bytes()),
+            );
         }
         Action::Pause
     }

@@ -33,7 +33,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Load once up front, so that a file that is not a fencekeeper guest is an error
     // (exit 2), not a table of failures.
     let validator = load_validator(Some(&args.guest), Policy::default())?;
-    let info = validator.describe().map_err(|e| anyhow::anyhow!("guest {}: describe failed: {e}", args.guest.display()))?;
+    let info =
+        validator.describe().map_err(|e| anyhow::anyhow!("guest {}: describe failed: {e}", args.guest.display()))?;
     println!("guest: {} {}", info.name, info.version);
     let report = conformance::run(&vectors, |policy| load_validator(Some(&args.guest), policy));
     print!("{report}");

@@ -212,7 +212,10 @@ impl Worker {
 
     /// The next event; bounded: worker 2 waits for worker 1's lease (seconds), never longer.
     fn event(&mut self) -> Result<Event> {
-        let line = self.lines.recv_timeout(Duration::from_secs(60)).with_context(|| format!("{} stopped reporting", self.name))?;
+        let line = self
+            .lines
+            .recv_timeout(Duration::from_secs(60))
+            .with_context(|| format!("{} stopped reporting", self.name))?;
         parse_event(&line).with_context(|| format!("{}: unexpected line {line:?}", self.name))
     }
 

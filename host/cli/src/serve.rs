@@ -5,7 +5,7 @@
 //! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
 use anyhow::Context;
-use fencekeeper::{Decider, GuestSource, Guard, Limits, MarkStore, Mode, Policy, Validator};
+use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Validator};
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::Server;
 use std::net::SocketAddr;
@@ -143,7 +143,11 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 
 fn open_store(args: &Args) -> anyhow::Result<Arc<dyn MarkStore + Send + Sync>> {
     Ok(match &args.etcd {
-        Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(&config::with_scheme(url), &args.etcd_prefix, Duration::from_secs(2))?),
+        Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(
+            &config::with_scheme(url),
+            &args.etcd_prefix,
+            Duration::from_secs(2),
+        )?),
         None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
     })
 }

@@ -58,7 +58,8 @@ impl Session {
     }
 
     fn redact(&self, text: &str) -> String {
-        text.replace(&self.dir.path().display().to_string(), "$TMP").replace(&repo_root().display().to_string(), "$REPO")
+        text.replace(&self.dir.path().display().to_string(), "$TMP")
+            .replace(&repo_root().display().to_string(), "$REPO")
     }
 
     /// Compare the transcript with `tests/golden/<name>.txt` (or write it, with BLESS=1).
@@ -125,7 +126,10 @@ fn json_output_reports_class_mark_and_http_status() {
     let stale = s.run(&["admit", "--json", "--store", &store, "orders/2026.csv", "0033"]);
     assert_eq!(stale.code, 1);
     let v = json(&stale);
-    assert_eq!((v["class"].as_str(), v["http_status"].as_u64(), v["mark"].as_str()), (Some("stale"), Some(409), Some("34")));
+    assert_eq!(
+        (v["class"].as_str(), v["http_status"].as_u64(), v["mark"].as_str()),
+        (Some("stale"), Some(409), Some("34"))
+    );
     assert_eq!(v["token"], "0033");
     let bad = json(&s.run(&["admit", "--json", "--store", &store, "orders/2026.csv", "-1"]));
     assert_eq!((bad["class"].as_str(), bad["http_status"].as_u64()), (Some("malformed"), Some(400)));
@@ -141,7 +145,10 @@ fn missing_token_is_refused_as_428_in_correctness_mode_and_passes_in_efficiency_
     let refused = s.run(&["admit", "--json", "--store", &store, "orders/2026.csv"]);
     assert_eq!(refused.code, 1);
     let v = json(&refused);
-    assert_eq!((v["class"].as_str(), v["http_status"].as_u64(), v["admitted"].as_bool()), (Some("missing"), Some(428), Some(false)));
+    assert_eq!(
+        (v["class"].as_str(), v["http_status"].as_u64(), v["admitted"].as_bool()),
+        (Some("missing"), Some(428), Some(false))
+    );
     assert!(v["token"].is_null());
     let passed = s.run(&["admit", "--mode", "efficiency", "--store", &store, "orders/2026.csv"]);
     assert_eq!(passed.code, 0, "efficiency mode fails open: {}", passed.stdout);
@@ -158,7 +165,11 @@ fn corrupt_store_is_an_error_with_exit_2_and_is_left_untouched() {
         let run = s.run(args);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         assert!(run.stdout.is_empty(), "{args:?} must not print a verdict: {}", run.stdout);
-        assert!(run.stderr.starts_with("fencekeeper: ") && run.stderr.contains("marks.redb"), "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr.starts_with("fencekeeper: ") && run.stderr.contains("marks.redb"),
+            "{args:?}: {}",
+            run.stderr
+        );
         assert!(run.stderr.contains("corrupt"), "{args:?} must say the store is corrupt: {}", run.stderr);
         assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
         assert_eq!(std::fs::read(&store).expect("store file still there"), garbage, "{args:?} replaced the store");
@@ -202,7 +213,8 @@ fn conformance_fails_with_exit_1_when_the_guest_disagrees_with_a_vector() {
          "expect":{"verdict":"admit","mark":"33","advanced":true}}]}"#;
     let vectors = s.path("wrong.json");
     std::fs::write(&vectors, wrong).expect("write vectors");
-    let run = s.run(&["conformance", "--vectors", &vectors.display().to_string(), &bundled_artifact().display().to_string()]);
+    let run =
+        s.run(&["conformance", "--vectors", &vectors.display().to_string(), &bundled_artifact().display().to_string()]);
     assert_eq!(run.code, 1);
     assert!(run.stdout.contains("FAIL") && run.stdout.contains("1 passed, 1 failed"), "{}", run.stdout);
 }
@@ -224,7 +236,12 @@ fn conformance_cannot_load_a_file_that_is_not_a_guest_component_or_vectors() {
     assert_eq!(missing.code, 2, "{}", missing.stderr);
     let not_vectors = s.path("vectors.json");
     std::fs::write(&not_vectors, "{\"vectors\": 3}").expect("write file");
-    let bad = s.run(&["conformance", "--vectors", &not_vectors.display().to_string(), &bundled_artifact().display().to_string()]);
+    let bad = s.run(&[
+        "conformance",
+        "--vectors",
+        &not_vectors.display().to_string(),
+        &bundled_artifact().display().to_string(),
+    ]);
     assert_eq!(bad.code, 2, "{}{}", bad.stdout, bad.stderr);
     assert!(bad.stderr.contains("conformance vectors are not valid"), "{}", bad.stderr);
 }

@@ -20,7 +20,11 @@ fn golden(name: &str, args: &[&str]) {
         std::fs::write(&path, &actual).unwrap();
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(actual == expected, "{} differs from the output; re-bless with BLESS=1 if intended:\n{actual}", path.display());
+    assert!(
+        actual == expected,
+        "{} differs from the output; re-bless with BLESS=1 if intended:\n{actual}",
+        path.display()
+    );
 }
 
 // A fixed --filter path: the default depends on where the checkout lives.
@@ -35,7 +39,18 @@ fn default_config_fences_the_path_in_correctness_mode_with_etcd() {
 fn efficiency_config_without_etcd_keeps_marks_in_shared_data() {
     golden(
         "envoy-config-efficiency.yaml",
-        &["--upstream", "store.internal:80", "--filter", FILTER, "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object", "--strict"],
+        &[
+            "--upstream",
+            "store.internal:80",
+            "--filter",
+            FILTER,
+            "--mode",
+            "efficiency",
+            "--no-etcd",
+            "--resource-header",
+            "x-object",
+            "--strict",
+        ],
     );
 }
 

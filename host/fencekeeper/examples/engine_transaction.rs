@@ -110,7 +110,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // An admitted write that fails later rolls its mark back with it: token 35 was
     // never committed, so the resource's mark is still 34.
     let failed = write(&engine, &fencing, "invoice/7", &"x".repeat(100), "35");
-    println!("C (token 35) with an oversized value: {}", failed.as_ref().err().map_or("ADMITTED (wrong!)", String::as_str));
+    println!(
+        "C (token 35) with an oversized value: {}",
+        failed.as_ref().err().map_or("ADMITTED (wrong!)", String::as_str)
+    );
     assert!(failed.is_err(), "an oversized value must be refused");
     let mark = engine.begin().get("invoice/7")?.map(|t| t.to_string());
     println!("mark on invoice/7 after the rollback: {}", mark.as_deref().unwrap_or("none"));

@@ -153,7 +153,12 @@ impl Guard {
         &*self.store
     }
 
-    fn decide_and_swap(&self, store: &dyn MarkStore, resource: &str, presented: Option<&str>) -> Result<Verdict, Undecided> {
+    fn decide_and_swap(
+        &self,
+        store: &dyn MarkStore,
+        resource: &str,
+        presented: Option<&str>,
+    ) -> Result<Verdict, Undecided> {
         let mut mark = store.get(resource)?;
         for _ in 0..MAX_ROUNDS {
             let verdict = self.decider.decide(resource, presented, mark.as_ref())?;
@@ -181,6 +186,7 @@ impl Guard {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::{MemoryStore, NativeDecider};

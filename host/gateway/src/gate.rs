@@ -24,9 +24,9 @@
 
 use fencekeeper::{Decision, Guard, StoreError};
 use fencekeeper_core::refusal::{self, Action, Reason};
-use fencekeeper_core::{Mode, Token, Verdict};
 #[cfg(test)]
 use fencekeeper_core::Class;
+use fencekeeper_core::{Mode, Token, Verdict};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -134,7 +134,13 @@ impl Gate {
     /// A gate whose writes wait at most `timeout`; when `enabled` is false, writes are
     /// admitted and forwarded without ordering (the window stays open).
     pub fn new(enabled: bool, timeout: Duration) -> Arc<Gate> {
-        Arc::new(Gate { enabled, timeout, entries: Mutex::default(), next_id: AtomicU64::new(0), waiting: AtomicUsize::new(0) })
+        Arc::new(Gate {
+            enabled,
+            timeout,
+            entries: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            waiting: AtomicUsize::new(0),
+        })
     }
 
     /// Writes currently in flight on `resource` (for tests and inspection).
@@ -157,11 +163,7 @@ impl Gate {
         let entry = entries
             .entry(resource.to_owned())
             .or_insert_with(|| {
-                Arc::new(Entry {
-                    state: Mutex::default(),
-                    answered: Notify::new(),
-                    users: AtomicUsize::new(0),
-                })
+                Arc::new(Entry { state: Mutex::default(), answered: Notify::new(), users: AtomicUsize::new(0) })
             })
             .clone();
         entry.users.fetch_add(1, Relaxed);
@@ -231,7 +233,9 @@ impl Gate {
                     admission.waited = true;
                     return admission;
                 }
-                Registered::Stale(mark) => return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", true),
+                Registered::Stale(mark) => {
+                    return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", true)
+                }
                 Registered::Wait => {}
             }
         }

@@ -24,7 +24,7 @@ pub mod refusal;
 pub mod server;
 
 pub use config::{Config, ConfigError, ResourceFrom};
-pub use server::{Server, ServeError};
+pub use server::{ServeError, Server};
 
 /// The body type the gateway sends and receives.
 pub type Body = http_body_util::combinators::BoxBody<hyper::body::Bytes, hyper::Error>;

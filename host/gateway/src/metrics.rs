@@ -101,19 +101,48 @@ impl Metrics {
             &by_class,
         );
         let simple = [
-            ("fencekeeper_gateway_failed_open_total", "Requests passed without an admit (efficiency mode).", &self.failed_open),
-            ("fencekeeper_gateway_passthrough_total", "Requests forwarded unfenced (not a fenced method or path).", &self.passthrough),
-            ("fencekeeper_gateway_gate_waits_total", "Admitted writes that waited for lower-token writes in flight.", &self.gate_waits),
-            ("fencekeeper_gateway_gate_timeouts_total", "Admitted writes that waited at the gate past --gate-timeout.", &self.gate_timeouts),
-            ("fencekeeper_gateway_upstream_errors_total", "Forwarded requests the upstream failed or did not answer in time.", &self.upstream_errors),
-            ("fencekeeper_gateway_too_large_total", "Requests refused with 413 (body over --max-body).", &self.too_large),
-            ("fencekeeper_gateway_timed_out_total", "Requests whose body did not arrive within --request-timeout.", &self.timed_out),
+            (
+                "fencekeeper_gateway_failed_open_total",
+                "Requests passed without an admit (efficiency mode).",
+                &self.failed_open,
+            ),
+            (
+                "fencekeeper_gateway_passthrough_total",
+                "Requests forwarded unfenced (not a fenced method or path).",
+                &self.passthrough,
+            ),
+            (
+                "fencekeeper_gateway_gate_waits_total",
+                "Admitted writes that waited for lower-token writes in flight.",
+                &self.gate_waits,
+            ),
+            (
+                "fencekeeper_gateway_gate_timeouts_total",
+                "Admitted writes that waited at the gate past --gate-timeout.",
+                &self.gate_timeouts,
+            ),
+            (
+                "fencekeeper_gateway_upstream_errors_total",
+                "Forwarded requests the upstream failed or did not answer in time.",
+                &self.upstream_errors,
+            ),
+            (
+                "fencekeeper_gateway_too_large_total",
+                "Requests refused with 413 (body over --max-body).",
+                &self.too_large,
+            ),
+            (
+                "fencekeeper_gateway_timed_out_total",
+                "Requests whose body did not arrive within --request-timeout.",
+                &self.timed_out,
+            ),
         ];
         for (name, help, value) in simple {
             counter(name, help, &[("", value.load(Relaxed))]);
         }
         let name = "fencekeeper_gateway_request_duration_seconds";
-        let _ = writeln!(out, "# HELP {name} Time from a request's arrival to its response head.\n# TYPE {name} histogram");
+        let _ =
+            writeln!(out, "# HELP {name} Time from a request's arrival to its response head.\n# TYPE {name} histogram");
         let mut cumulative = 0;
         for (bound, count) in BUCKETS.iter().zip(&self.latency_buckets) {
             cumulative += count.load(Relaxed);

@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Hop-by-hop headers: they describe one connection and are not forwarded.
-const HOP_BY_HOP: [&str; 6] = ["connection", "keep-alive", "proxy-connection", "upgrade", "proxy-authenticate", "proxy-authorization"];
+const HOP_BY_HOP: [&str; 6] =
+    ["connection", "keep-alive", "proxy-connection", "upgrade", "proxy-authenticate", "proxy-authorization"];
 
 /// The gateway's request handler, shared by every connection.
 pub struct Proxy {
@@ -93,7 +94,9 @@ impl Proxy {
         let bytes = match tokio::time::timeout(self.config.request_timeout, Limited::new(body, limit).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
             Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(),
-            Ok(Err(e)) => return refusal::error(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}")),
+            Ok(Err(e)) => {
+                return refusal::error(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}"))
+            }
             Err(_) => {
                 self.metrics.event(Event::TimedOut);
                 let reason = format!("the request body did not arrive within {:?}", self.config.request_timeout);
@@ -111,7 +114,8 @@ impl Proxy {
 
     async fn admit_and_forward(&self, mut parts: Parts, bytes: Bytes, grpc: bool) -> Response<Body> {
         let resource = self.resource(&parts);
-        let token = parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let token =
+            parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
         let action = admission.action;
         self.metrics.outcome(action.class, action.forward);

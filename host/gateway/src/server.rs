@@ -2,9 +2,9 @@
 //! port is reported at start-up; shutdown stops accepting, lets the requests in
 //! flight finish (bounded by the longest a request may take), then returns.
 
+use crate::admin;
 use crate::config::Config;
 use crate::proxy::Proxy;
-use crate::admin;
 use fencekeeper::Guard;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -140,4 +140,3 @@ async fn serve_admin(listener: tokio::net::TcpListener, proxy: Arc<Proxy>) {
         });
     }
 }
-

@@ -35,7 +35,13 @@ impl Etcd {
 
     fn call(&self, path: &str, body: &Value) -> Result<Value> {
         let url = format!("{}{path}", self.url);
-        let text = self.agent.post(&url).send(body.to_string()).with_context(|| format!("etcd {url}"))?.body_mut().read_to_string()?;
+        let text = self
+            .agent
+            .post(&url)
+            .send(body.to_string())
+            .with_context(|| format!("etcd {url}"))?
+            .body_mut()
+            .read_to_string()?;
         Ok(serde_json::from_str(&text)?)
     }
 

@@ -69,7 +69,9 @@ fn find(program: &str, extra: &[&str], package: &str) -> Result<PathBuf> {
 }
 
 fn answers(addr: SocketAddr, path: &str, expect: &str) -> bool {
-    let agent = ureq::Agent::new_with_config(ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build());
+    let agent = ureq::Agent::new_with_config(
+        ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(2))).build(),
+    );
     match agent.get(format!("http://{addr}{path}")).call() {
         Ok(mut r) => r.body_mut().read_to_string().is_ok_and(|b| b.contains(expect)),
         Err(_) => false,

@@ -89,8 +89,10 @@ impl EtcdStore {
                 let key = decode(kv.get("key"))?;
                 let resource = key.strip_prefix(&self.prefix).unwrap_or(&key).to_owned();
                 let value = decode(kv.get("value"))?;
-                let mark = Token::parse(&value)
-                    .map_err(|e| StoreError::BadMark { resource: resource.clone(), detail: format!("{value:?}: {e}") })?;
+                let mark = Token::parse(&value).map_err(|e| StoreError::BadMark {
+                    resource: resource.clone(),
+                    detail: format!("{value:?}: {e}"),
+                })?;
                 Ok((resource, mark))
             })
             .collect()
@@ -101,7 +103,8 @@ fn decode(field: Option<&Value>) -> Result<String, StoreError> {
     // etcd's JSON gateway omits empty fields, so a missing value is an empty one.
     let raw = field.and_then(Value::as_str).unwrap_or_default();
     let bytes = B64.decode(raw).map_err(|e| StoreError::Unavailable(format!("etcd answered bad base64: {e}")))?;
-    String::from_utf8(bytes).map_err(|e| StoreError::Unavailable(format!("etcd answered a non-UTF-8 key or value: {e}")))
+    String::from_utf8(bytes)
+        .map_err(|e| StoreError::Unavailable(format!("etcd answered a non-UTF-8 key or value: {e}")))
 }
 
 fn one(marks: Vec<(String, Token)>) -> Option<Token> {
@@ -118,7 +121,9 @@ impl MarkStore for EtcdStore {
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let key = B64.encode(self.key(resource));
         let compare = match expected {
-            Some(old) => json!({ "key": key, "target": "VALUE", "result": "EQUAL", "value": B64.encode(old.to_string()) }),
+            Some(old) => {
+                json!({ "key": key, "target": "VALUE", "result": "EQUAL", "value": B64.encode(old.to_string()) })
+            }
             None => json!({ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
         };
         let txn = json!({
@@ -173,8 +178,10 @@ mod tests {
 
     #[test]
     fn unreachable_etcd_is_unavailable_with_a_one_line_reason() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(1);
-        let err = EtcdStore::connect(&format!("http://127.0.0.1:{port}")).err().map(|e| e.to_string()).unwrap_or_default();
+        let port =
+            std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(1);
+        let err =
+            EtcdStore::connect(&format!("http://127.0.0.1:{port}")).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.starts_with("mark store unavailable: etcd at http://127.0.0.1:"), "{err}");
         assert!(!err.contains('\n'));
     }

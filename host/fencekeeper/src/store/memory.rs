@@ -61,7 +61,9 @@ impl MarkStore for MemoryStore {
         let mut all: Vec<(String, Token)> = self
             .shards
             .iter()
-            .flat_map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>())
+            .flat_map(|s| {
+                s.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect::<Vec<_>>()
+            })
             .collect();
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)

@@ -9,7 +9,10 @@ use fencekeeper_core::{decision, Policy, Token, Verdict};
 /// A token the guest returned, which must have 1 to 4 components.
 pub(super) fn token(parts: &[u64], role: &str) -> Result<Token, DecideError> {
     Token::from_parts(parts).map_err(|_| {
-        DecideError::Contract(format!("the guest returned a {role} token with {} components; tokens have 1 to 4", parts.len()))
+        DecideError::Contract(format!(
+            "the guest returned a {role} token with {} components; tokens have 1 to 4",
+            parts.len()
+        ))
     })
 }
 
@@ -42,7 +45,9 @@ pub(super) fn verdict(
     };
     // "missing" means exactly that no token was presented.
     match (&verdict, presented) {
-        (Verdict::Missing, Some(_)) => Err(DecideError::Contract("the guest answered missing for a presented token".into())),
+        (Verdict::Missing, Some(_)) => {
+            Err(DecideError::Contract("the guest answered missing for a presented token".into()))
+        }
         (Verdict::Admit { .. } | Verdict::Stale { .. } | Verdict::Replayed { .. }, None) => {
             Err(DecideError::Contract("the guest decided on a token that was never presented".into()))
         }

@@ -24,7 +24,12 @@ pub(crate) struct Instance {
 
 impl Instance {
     /// Instantiate the guest in a fresh store and construct its checker.
-    pub(crate) fn start(engine: &Engine, pre: &FencekeeperPre<State>, policy: Policy, limits: &Limits) -> Result<Instance, DecideError> {
+    pub(crate) fn start(
+        engine: &Engine,
+        pre: &FencekeeperPre<State>,
+        policy: Policy,
+        limits: &Limits,
+    ) -> Result<Instance, DecideError> {
         let state = State {
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)

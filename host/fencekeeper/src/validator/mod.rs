@@ -129,7 +129,9 @@ impl Validator {
             (GuestSource::Bundled, Some(path)) => (compile_file(engine, &path)?, describe_path(&path)),
             (GuestSource::Bundled, None) => (bundled_pre(engine)?, "the bundled guest".to_owned()),
             (GuestSource::Path(path), _) => (compile_file(engine, path)?, describe_path(path)),
-            (GuestSource::Bytes(bytes), _) => (load::compile(engine, bytes, "the guest bytes")?, "the guest bytes".to_owned()),
+            (GuestSource::Bytes(bytes), _) => {
+                (load::compile(engine, bytes, "the guest bytes")?, "the guest bytes".to_owned())
+            }
         };
         let first = Instance::start(engine, &pre, policy, &limits)
             .map_err(|e| LoadError::Start { what, detail: e.to_string() })?;
