@@ -35,7 +35,13 @@ echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked
 
 echo "== tests" >&2
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 # The proxy-wasm filter is its own workspace (it builds for wasm32); its unit tests
 # run natively.
-(cd guest/proxy-wasm && cargo test --release --locked)
-cargo test --release --workspace --locked
+(cd guest/proxy-wasm && cargo test --release --locked) 2>&1 | tee -a "$log"
+cargo test --release --workspace --locked 2>&1 | tee -a "$log"
+
+# cargo ends on the summary of its last test binary; print the whole suite's.
+awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
+     END { printf "fencekeeper: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"
