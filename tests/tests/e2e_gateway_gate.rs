@@ -25,6 +25,18 @@ fn tokens(upstream: &RecordingUpstream) -> Vec<String> {
     upstream.applied().into_iter().map(|a| a.token).collect()
 }
 
+/// A gateway (started with `args`) whose write with token 33 on `/r` has been
+/// forwarded and is held by the upstream, unanswered: the in-flight write of every
+/// schedule below.
+fn with_33_in_flight(args: &[&str]) -> (RecordingUpstream, Gateway, JoinHandle<Result<Reply>>) {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gateway = Gateway::start(&upstream.url(), args).unwrap();
+    upstream.hold("33");
+    let a = put_in_background(&gateway, "33");
+    upstream.wait_held("33").unwrap();
+    (upstream, gateway, a)
+}
+
 /// Poll the gateway's gauge until `n` writes wait at the gate (bounded).
 fn wait_gate_waiting(gateway: &Gateway, n: u64) {
     for _ in 0..500 {
@@ -38,11 +50,7 @@ fn wait_gate_waiting(gateway: &Gateway, n: u64) {
 
 #[test]
 fn late_lower_token_write_never_lands_after_a_higher_one() {
-    let upstream = RecordingUpstream::start().unwrap();
-    let gateway = Gateway::start(&upstream.url(), &[]).unwrap();
-    upstream.hold("33");
-    let a = put_in_background(&gateway, "33");
-    upstream.wait_held("33").unwrap();
+    let (upstream, gateway, a) = with_33_in_flight(&[]);
     let b = put_in_background(&gateway, "34");
     wait_gate_waiting(&gateway, 1);
     assert!(upstream.applied().is_empty(), "34 reached the store while 33 was in flight");
@@ -55,11 +63,7 @@ fn late_lower_token_write_never_lands_after_a_higher_one() {
 
 #[test]
 fn without_the_gate_a_late_lower_token_write_lands_last() {
-    let upstream = RecordingUpstream::start().unwrap();
-    let gateway = Gateway::start(&upstream.url(), &["--no-gate"]).unwrap();
-    upstream.hold("33");
-    let a = put_in_background(&gateway, "33");
-    upstream.wait_held("33").unwrap();
+    let (upstream, gateway, a) = with_33_in_flight(&["--no-gate"]);
     assert_eq!(gateway.put("/r", Some("34"), b"34").unwrap().status, 201);
     upstream.release("33");
     assert_eq!(join(a).status, 201);
@@ -69,11 +73,7 @@ fn without_the_gate_a_late_lower_token_write_lands_last() {
 
 #[test]
 fn waiting_write_overtaken_by_a_higher_token_is_refused_as_stale() {
-    let upstream = RecordingUpstream::start().unwrap();
-    let gateway = Gateway::start(&upstream.url(), &[]).unwrap();
-    upstream.hold("33");
-    let a = put_in_background(&gateway, "33");
-    upstream.wait_held("33").unwrap();
+    let (upstream, gateway, a) = with_33_in_flight(&[]);
     let b = put_in_background(&gateway, "34");
     wait_gate_waiting(&gateway, 1);
     let c = put_in_background(&gateway, "35");
@@ -88,11 +88,7 @@ fn waiting_write_overtaken_by_a_higher_token_is_refused_as_stale() {
 
 #[test]
 fn write_waiting_past_the_gate_timeout_gets_503_and_never_lands() {
-    let upstream = RecordingUpstream::start().unwrap();
-    let gateway = Gateway::start(&upstream.url(), &["--gate-timeout", "200ms"]).unwrap();
-    upstream.hold("33");
-    let a = put_in_background(&gateway, "33");
-    upstream.wait_held("33").unwrap();
+    let (upstream, gateway, a) = with_33_in_flight(&["--gate-timeout", "200ms"]);
     let b = gateway.put("/r", Some("34"), b"34").unwrap();
     assert_eq!(b.status, 503, "{}", b.body);
     assert!(b.body.contains("ordering gate"), "{}", b.body);
@@ -104,11 +100,7 @@ fn write_waiting_past_the_gate_timeout_gets_503_and_never_lands() {
 
 #[test]
 fn writes_on_other_resources_do_not_wait() {
-    let upstream = RecordingUpstream::start().unwrap();
-    let gateway = Gateway::start(&upstream.url(), &[]).unwrap();
-    upstream.hold("33");
-    let a = put_in_background(&gateway, "33");
-    upstream.wait_held("33").unwrap();
+    let (upstream, gateway, a) = with_33_in_flight(&[]);
     assert_eq!(gateway.put("/other", Some("34"), b"34").unwrap().status, 201);
     upstream.release("33");
     assert_eq!(join(a).status, 201);
