@@ -73,8 +73,11 @@ impl Proxy {
     /// Answer one request.
     pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
-        let response = if self.config.fences(request.method(), &decoded_path(request.uri().path())) {
-            self.clone().fenced(request).await
+        // Decoded once: the fenced prefix and the resource key are both judged on the
+        // path as the store will see it.
+        let path = decoded_path(request.uri().path());
+        let response = if self.config.fences(request.method(), &path) {
+            self.clone().fenced(request, path).await
         } else {
             self.metrics.event(Event::Passthrough);
             self.forward(request.map(BodyExt::boxed), None).await
@@ -83,7 +86,7 @@ impl Proxy {
         Ok(response)
     }
 
-    async fn fenced(self: Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+    async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: String) -> Response<Body> {
         let grpc = is_grpc(&request);
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -106,14 +109,14 @@ impl Proxy {
         // Its own task: when the client goes away mid-request, the admission and the
         // upstream exchange still run to their end, so the gate's bookkeeping is never
         // cut short and a write is never released while the store may still apply it.
-        match tokio::spawn(async move { self.admit_and_forward(parts, bytes, grpc).await }).await {
+        match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, grpc).await }).await {
             Ok(response) => response,
             Err(e) => refusal::error(StatusCode::INTERNAL_SERVER_ERROR, &format!("the request task failed: {e}")),
         }
     }
 
-    async fn admit_and_forward(&self, mut parts: Parts, bytes: Bytes, grpc: bool) -> Response<Body> {
-        let resource = self.resource(&parts);
+    async fn admit_and_forward(&self, mut parts: Parts, path: String, bytes: Bytes, grpc: bool) -> Response<Body> {
+        let resource = self.resource(&parts, path);
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
@@ -145,15 +148,13 @@ impl Proxy {
         self.forward(Request::from_parts(parts, full(bytes)), admission.permit).await
     }
 
-    fn resource(&self, parts: &Parts) -> String {
+    /// The resource key, from the decoded `path` or the configured header.
+    fn resource(&self, parts: &Parts, path: String) -> String {
         match &self.config.resource {
-            ResourceFrom::Path { strip_prefix } => {
-                let path = decoded_path(parts.uri.path());
-                match path.strip_prefix(strip_prefix.as_str()) {
-                    Some(rest) => rest.to_owned(),
-                    None => path,
-                }
-            }
+            ResourceFrom::Path { strip_prefix } => match path.strip_prefix(strip_prefix.as_str()) {
+                Some(rest) => rest.to_owned(),
+                None => path,
+            },
             // A missing or non-UTF-8 header becomes the empty key, which the core
             // refuses as malformed (resources are 1..=1024 bytes of UTF-8).
             ResourceFrom::Header(name) => {
