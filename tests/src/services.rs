@@ -10,8 +10,22 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A free TCP port on 127.0.0.1 (bound, then released for the service to take).
+///
+/// Tests in one binary run in parallel, and a port that was free and released can be
+/// handed out again before its service binds it: then two services share a port and a
+/// readiness check answers for the wrong one (seen in CI: nginx's PUT reset by etcd's
+/// listener). So this process never hands out the same port twice.
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    bail!("no fresh loopback port after 100 tries")
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped.
