@@ -98,7 +98,7 @@ fn record_history(guard: &Guard, ops_per_thread: usize, seed: u64) -> Vec<Op> {
                                 assert_eq!(mark.parts(), &[token], "an admit must carry the presented token");
                                 Answer::Admitted { advanced }
                             }
-                            Some(Verdict::Stale { mark }) => Answer::Stale { mark: mark.parts()[0] },
+                            Some(Verdict::Stale { mark, .. }) => Answer::Stale { mark: mark.parts()[0] },
                             other => panic!("admit of {token} on {r}: unexpected {other:?} ({:?})", decision.undecided),
                         };
                         ops.push(Op { resource: r, token, answer, start, end });

@@ -229,6 +229,32 @@ fn etcd_down_or_frozen_refuses_with_503_in_correctness_mode_passes_in_efficiency
 }
 
 #[test]
+fn what_a_request_carries_never_passes_in_either_mode() {
+    let (nginx, etcd) = store_and_etcd();
+    // Correctness with etcd, and efficiency with marks in shared data only.
+    let pair = envoys(1, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, None, &[])]);
+    for (i, envoy) in pair.iter().enumerate() {
+        let file = format!("/long{i}");
+        assert_admitted(&put(envoy, &file, "50", "fifty"));
+        // A stale token padded with leading zeros far past the length limit.
+        let padded = format!("{}49", "0".repeat(4096));
+        let long = put(envoy, &file, &padded, "stale");
+        assert_eq!(long.status, 400, "envoy {i}: {}", long.text());
+        assert!(long.text().contains("the limit is 128"), "{}", long.text());
+        // Two distinct paths that a lossy decoding would merge into one key.
+        for path in ["/%FF%FE", "/%FE%FF"] {
+            let r = put(envoy, path, "5", "x");
+            assert_eq!(r.status, 400, "envoy {i} {path}: {}", r.text());
+            assert!(r.text().contains("not UTF-8"), "{}", r.text());
+        }
+        let missing = envoy.send("PUT", &file, &[], b"no token").unwrap();
+        assert_eq!(missing.status, 428, "envoy {i}: {}", missing.text());
+        assert_eq!(nginx.read(&file).as_deref(), Some(&b"fifty"[..]));
+        assert_eq!(envoy.stat(FAILED_OPEN).unwrap(), 0);
+    }
+}
+
+#[test]
 fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
     let nginx = NginxDav::start().unwrap();
     // One worker, so the request after the fault meets the VM that trapped; no etcd,
@@ -264,7 +290,7 @@ fn conformance_vectors_hold_through_envoy() {
         2,
         vec![args(&nginx, Some(&etcd), &header), args(&nginx, Some(&etcd), &[&header[..], &["--strict"]].concat())],
     );
-    let file = fencekeeper_tests::repo_root().join("tests/conformance/vectors.json");
+    let file = fencekeeper_tests::repo_root().join("host/fencekeeper/conformance/vectors.json");
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let vectors = doc["vectors"].as_array().unwrap();
     let mut kept = HashSet::new();

@@ -92,13 +92,36 @@ fn resource_can_come_from_a_header() {
 }
 
 #[test]
-fn efficiency_mode_lets_a_missing_token_through_and_counts_it() {
+fn efficiency_mode_refuses_whatever_a_request_carries() {
+    // Efficiency mode fails open only when the mark store cannot be reached
+    // (e2e_gateway_faults.rs); a missing, stale or over-long token is refused.
     let upstream = RecordingUpstream::start().unwrap();
     let gw = Gateway::start(&upstream.url(), &["--mode", "efficiency"]).unwrap();
-    assert_eq!(gw.put("/f", None, b"x").unwrap().status, 201);
-    assert_eq!(gw.put("/f", Some("5"), b"x").unwrap().status, 201);
+    assert_eq!(gw.put("/f", None, b"x").unwrap().status, 428, "a writer cannot dodge its mark by sending no token");
+    assert_eq!(gw.put("/f", Some("50"), b"x").unwrap().status, 201);
     assert_eq!(gw.put("/f", Some("4"), b"x").unwrap().status, 409, "stale is refused in every mode");
-    assert_eq!(gw.metric("fencekeeper_gateway_failed_open_total").unwrap(), 1);
+    // A stale token padded with leading zeros past the limit once exhausted the
+    // guest's fuel, and efficiency mode forwarded it.
+    let padded = format!("{}49", "0".repeat(4096));
+    let long = gw.put("/f", Some(&padded), b"x").unwrap();
+    assert_eq!(long.status, 400, "{}", long.body);
+    assert!(long.body.contains("the limit is 128"), "{}", long.body);
+    assert_eq!(gw.metric("fencekeeper_gateway_failed_open_total").unwrap(), 0);
+    assert_eq!(upstream.applied().len(), 1, "only the admitted write reached the store");
+}
+
+#[test]
+fn paths_that_are_not_utf8_are_malformed_never_merged() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &[]).unwrap();
+    // Lossily decoded, both would be "/\u{fffd}\u{fffd}": one mark for two files.
+    for path in ["/%FF%FE", "/%FE%FF"] {
+        let reply = gw.put(path, Some("5"), b"x").unwrap();
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        assert!(reply.body.contains("not UTF-8"), "{}", reply.body);
+    }
+    assert!(upstream.applied().is_empty());
+    assert_eq!(gw.put("/b%C3%BCcher", Some("5"), b"x").unwrap().status, 201, "UTF-8 paths decode as before");
 }
 
 #[test]

@@ -1,10 +1,11 @@
-//! Fencekeeper's validator as a WebAssembly component (`fencekeeper:validator@0.1.0`).
+//! Fencekeeper's validator as a WebAssembly component (`fencekeeper:validator@0.2.0`).
 //!
 //! One `generate!`, one impl, one `export!`: the impl only converts between the WIT
 //! types and `fencekeeper-core`, where every rule lives. The world imports nothing.
 //!
 //! With the `faults` feature (test builds only, see `faults.rs`) a few reserved
-//! resource keys make the guest misbehave, so the host's limits can be tested.
+//! token texts make the guest misbehave, so the host's limits and checks can be
+//! tested against a guest that is otherwise this one.
 #![no_std]
 
 extern crate alloc;
@@ -13,9 +14,8 @@ extern crate alloc;
 mod faults;
 
 use alloc::string::{String, ToString};
-use alloc::vec::Vec;
 use exports::fencekeeper::validator::types as wit;
-use exports::fencekeeper::validator::validator::{Guest, GuestChecker};
+use exports::fencekeeper::validator::validator::Guest;
 use fencekeeper_core::{decision, Mode, Policy, Token, Verdict};
 
 wit_bindgen::generate!({
@@ -39,53 +39,62 @@ const TOKEN_SYNTAX: &str =
 
 struct Component;
 
-/// A checker holds nothing but its policy: the guest is a pure function.
-struct Checker(Policy);
-
 impl Guest for Component {
-    type Checker = Checker;
-
-    fn describe() -> wit::Info {
-        wit::Info {
-            name: "fencekeeper-validator".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            token_syntax: TOKEN_SYNTAX.into(),
-        }
-    }
-}
-
-impl GuestChecker for Checker {
-    fn new(policy: wit::Policy) -> Checker {
-        let mode = match policy.mode {
-            wit::Mode::Correctness => Mode::Correctness,
-            wit::Mode::Efficiency => Mode::Efficiency,
-        };
-        Checker(Policy { mode, strict: policy.strict })
+    fn parse(raw: String) -> Result<wit::Token, String> {
+        Token::parse(&raw).map(to_wit_token).map_err(|e| e.to_string())
     }
 
-    fn parse(&self, raw: String) -> Result<Vec<u64>, String> {
-        Token::parse(&raw).map(|t| t.parts().to_vec()).map_err(|e| e.to_string())
-    }
-
-    fn decide(&self, resource: String, presented: Option<String>, mark: Option<Vec<u64>>) -> wit::Verdict {
+    fn decide(policy: wit::Policy, presented: Option<String>, mark: Option<wit::Token>) -> wit::Verdict {
         #[cfg(feature = "faults")]
-        if let Some(verdict) = faults::inject(&resource, presented.as_deref(), mark.as_deref()) {
+        if let Some(verdict) = faults::inject(presented.as_deref(), mark) {
             return verdict;
         }
-        let mark = match mark.as_deref().map(Token::from_parts).transpose() {
+        let policy = Policy {
+            mode: match policy.mode {
+                wit::Mode::Correctness => Mode::Correctness,
+                wit::Mode::Efficiency => Mode::Efficiency,
+            },
+            strict: policy.strict,
+        };
+        let mark = match mark.map(from_wit_token).transpose() {
             Ok(mark) => mark,
             Err(e) => return wit::Verdict::Malformed(alloc::format!("the host passed an invalid mark: {e}")),
         };
-        to_wit(decision::decide(&self.0, &resource, presented.as_deref(), mark.as_ref()))
+        to_wit(decision::decide(&policy, presented.as_deref(), mark.as_ref()))
+    }
+
+    fn describe() -> wit::Info {
+        #[cfg(feature = "faults")]
+        let name = faults::hostile_name();
+        #[cfg(not(feature = "faults"))]
+        let name = "fencekeeper-validator".into();
+        wit::Info { name, version: env!("CARGO_PKG_VERSION").into(), token_syntax: TOKEN_SYNTAX.into() }
+    }
+}
+
+pub(crate) fn to_wit_token(t: Token) -> wit::Token {
+    let mut c = [0u64; 4];
+    c[..t.arity()].copy_from_slice(t.parts());
+    wit::Token { arity: t.arity() as u8, c0: c[0], c1: c[1], c2: c[2], c3: c[3] }
+}
+
+fn from_wit_token(t: wit::Token) -> Result<Token, fencekeeper_core::Malformed> {
+    let c = [t.c0, t.c1, t.c2, t.c3];
+    match c.get(..usize::from(t.arity)) {
+        Some(parts) => Token::from_parts(parts),
+        None => Err(fencekeeper_core::Malformed::TooManyComponents),
     }
 }
 
 fn to_wit(verdict: Verdict) -> wit::Verdict {
-    let parts = |t: Token| t.parts().to_vec();
     match verdict {
-        Verdict::Admit { mark, advanced } => wit::Verdict::Admit(wit::Admitted { mark: parts(mark), advanced }),
-        Verdict::Stale { mark } => wit::Verdict::Stale(parts(mark)),
-        Verdict::Replayed { mark } => wit::Verdict::Replayed(parts(mark)),
+        Verdict::Admit { mark, advanced } => wit::Verdict::Admit(wit::Admitted { token: to_wit_token(mark), advanced }),
+        Verdict::Stale { mark, presented } => {
+            wit::Verdict::Stale(wit::Refused { token: to_wit_token(presented), mark: to_wit_token(mark) })
+        }
+        Verdict::Replayed { mark } => {
+            wit::Verdict::Replayed(wit::Refused { token: to_wit_token(mark), mark: to_wit_token(mark) })
+        }
         Verdict::Malformed(m) => wit::Verdict::Malformed(m.to_string()),
         Verdict::Missing => wit::Verdict::Missing,
     }

@@ -30,10 +30,13 @@ pub struct Policy {
 }
 
 /// The decision on one presented token.
+///
+/// `M` is what a malformed verdict carries: the core's own [`Malformed`] value, or,
+/// in a host, the reason text a guest gave (hosts must carry a guest's own reason).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    /// Admit. `mark` is the mark after the admit; when `advanced` the host must
-    /// store it (compare-and-swap) before reporting the admit.
+pub enum Verdict<M = Malformed> {
+    /// Admit. `mark` is the presented token, which is the mark after the admit; when
+    /// `advanced` the host must store it (compare-and-swap) before reporting the admit.
     Admit {
         /// The mark after this admit (the presented token).
         mark: Token,
@@ -44,24 +47,50 @@ pub enum Verdict {
     Stale {
         /// The current mark.
         mark: Token,
+        /// The presented token, as parsed.
+        presented: Token,
     },
     /// Strict mode: the token equals the mark.
     Replayed {
-        /// The current mark.
+        /// The current mark (and the presented token).
         mark: Token,
     },
     /// The token or the resource key is malformed.
-    Malformed(Malformed),
+    Malformed(M),
     /// No token was presented.
     Missing,
 }
 
-/// Decide on `presented` (raw text; `None` when the request carried no token) for
-/// `resource`, whose current mark is `mark` (`None` before its first admit).
-pub fn decide(policy: &Policy, resource: &str, presented: Option<&str>, mark: Option<&Token>) -> Verdict {
-    if let Err(e) = resource::check(resource) {
-        return Verdict::Malformed(Malformed::Resource(e));
+impl<M> Verdict<M> {
+    /// The same verdict with its malformed payload mapped by `f`.
+    pub fn map_malformed<N>(self, f: impl FnOnce(M) -> N) -> Verdict<N> {
+        match self {
+            Verdict::Admit { mark, advanced } => Verdict::Admit { mark, advanced },
+            Verdict::Stale { mark, presented } => Verdict::Stale { mark, presented },
+            Verdict::Replayed { mark } => Verdict::Replayed { mark },
+            Verdict::Malformed(m) => Verdict::Malformed(f(m)),
+            Verdict::Missing => Verdict::Missing,
+        }
     }
+}
+
+/// The bounds every host checks before a validator sees a request: the resource key
+/// (1 to 1024 bytes) and the token text's length ([`MAX_TOKEN_BYTES`](crate::token::MAX_TOKEN_BYTES)).
+/// A request that fails them is malformed without asking the validator, so no
+/// request a client can craft makes a validator do unbounded work.
+pub fn precheck(resource: &str, presented: Option<&str>) -> Result<(), Malformed> {
+    resource::check(resource).map_err(Malformed::Resource)?;
+    match presented {
+        Some(raw) => crate::token::check_length(raw),
+        None => Ok(()),
+    }
+}
+
+/// Decide on `presented` (raw text; `None` when the request carried no token)
+/// against the resource's current mark (`None` before its first admit). The
+/// resource key is not an input: hosts [`precheck`] it, and the decision is a pure
+/// function of (policy, presented token, mark).
+pub fn decide(policy: &Policy, presented: Option<&str>, mark: Option<&Token>) -> Verdict {
     let Some(raw) = presented else {
         return Verdict::Missing;
     };
@@ -81,7 +110,7 @@ pub fn decide_token(policy: &Policy, presented: Token, mark: Option<&Token>) -> 
         Some(Ordering::Greater) => Verdict::Admit { mark: presented, advanced: true },
         Some(Ordering::Equal) if policy.strict => Verdict::Replayed { mark: *mark },
         Some(Ordering::Equal) => Verdict::Admit { mark: *mark, advanced: false },
-        Some(Ordering::Less) => Verdict::Stale { mark: *mark },
+        Some(Ordering::Less) => Verdict::Stale { mark: *mark, presented },
     }
 }
 
@@ -101,32 +130,40 @@ mod tests {
     #[test]
     fn seed_scenario_refuses_the_paused_holder() {
         let mark = t("34");
-        assert_eq!(decide(&LAX, "file", Some("33"), Some(&mark)), Verdict::Stale { mark });
+        assert_eq!(decide(&LAX, Some("33"), Some(&mark)), Verdict::Stale { mark, presented: t("33") });
     }
 
     #[test]
     fn equal_token_is_admitted_without_advancing_unless_strict() {
         let mark = t("34");
-        assert_eq!(decide(&LAX, "f", Some("034"), Some(&mark)), Verdict::Admit { mark, advanced: false });
-        assert_eq!(decide(&STRICT, "f", Some("34"), Some(&mark)), Verdict::Replayed { mark });
+        assert_eq!(decide(&LAX, Some("034"), Some(&mark)), Verdict::Admit { mark, advanced: false });
+        assert_eq!(decide(&STRICT, Some("34"), Some(&mark)), Verdict::Replayed { mark });
     }
 
     #[test]
     fn first_token_is_admitted_and_fixes_arity() {
-        assert_eq!(decide(&STRICT, "f", Some("7.1"), None), Verdict::Admit { mark: t("7.1"), advanced: true });
+        assert_eq!(decide(&STRICT, Some("7.1"), None), Verdict::Admit { mark: t("7.1"), advanced: true });
         assert_eq!(
-            decide(&LAX, "f", Some("8"), Some(&t("7.1"))),
+            decide(&LAX, Some("8"), Some(&t("7.1"))),
             Verdict::Malformed(Malformed::ArityMismatch { mark: 2, presented: 1 })
         );
     }
 
     #[test]
     fn missing_token_and_bad_keys_are_reported() {
-        assert_eq!(decide(&LAX, "f", None, None), Verdict::Missing);
-        assert!(matches!(decide(&LAX, "", Some("1"), None), Verdict::Malformed(Malformed::Resource(_))));
+        assert_eq!(decide(&LAX, None, None), Verdict::Missing);
+        assert!(matches!(precheck("", Some("1")), Err(Malformed::Resource(_))));
         let long = "k".repeat(1025);
-        assert!(matches!(decide(&LAX, &long, Some("1"), None), Verdict::Malformed(Malformed::Resource(_))));
-        assert!(matches!(decide(&LAX, &long[..1024], Some("1"), None), Verdict::Admit { .. }));
+        assert!(matches!(precheck(&long, Some("1")), Err(Malformed::Resource(_))));
+        assert_eq!(precheck(&long[..1024], Some("1")), Ok(()));
+        assert_eq!(precheck("f", None), Ok(()));
+    }
+
+    #[test]
+    fn precheck_bounds_the_token_text_before_any_validator_parses_it() {
+        let long = "0".repeat(crate::token::MAX_TOKEN_BYTES + 1);
+        assert_eq!(precheck("f", Some(&long)), Err(Malformed::TooLong(long.len())));
+        assert_eq!(precheck("f", Some(&long[1..])), Ok(()));
     }
 
     fn token_strategy(arity: usize) -> impl Strategy<Value = Token> {
@@ -163,7 +200,7 @@ mod tests {
                         prop_assert_eq!(new, presented);
                         mark = Some(new);
                     }
-                    Verdict::Stale { mark: m } => prop_assert!(presented < m && Some(m) == mark),
+                    Verdict::Stale { mark: m, presented: p } => prop_assert!(p == presented && presented < m && Some(m) == mark),
                     Verdict::Replayed { mark: m } => prop_assert!(strict && presented == m),
                     other => prop_assert!(false, "unexpected {:?}", other),
                 }

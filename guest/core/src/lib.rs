@@ -23,7 +23,7 @@ pub mod refusal;
 pub mod resource;
 pub mod token;
 
-pub use decision::{decide, Mode, Policy, Verdict};
-pub use refusal::{Action, Class};
+pub use decision::{decide, precheck, Mode, Policy, Verdict};
+pub use refusal::{Action, Class, NoVerdict};
 pub use resource::ResourceError;
 pub use token::{Malformed, Token};

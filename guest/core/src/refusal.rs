@@ -1,5 +1,5 @@
 //! What a host does with a verdict: forward the request, or refuse it with the
-//! status of the refusal contract (DESIGN.md), under the policy's mode.
+//! status of the refusal contract (README, "Refusal contract"), under the policy's mode.
 //!
 //! Every adapter (proxy-wasm filter, gateway, CLI) maps through here, so the HTTP
 //! and gRPC codes, the header names and the fail-open rules exist once.
@@ -36,6 +36,18 @@ impl Class {
     /// Every class, in counter order.
     pub const ALL: [Class; 6] =
         [Class::Admitted, Class::Stale, Class::Replayed, Class::Malformed, Class::Missing, Class::Undecided];
+
+    /// This class's position in [`Class::ALL`] (for arrays of counters).
+    pub fn index(self) -> usize {
+        match self {
+            Class::Admitted => 0,
+            Class::Stale => 1,
+            Class::Replayed => 2,
+            Class::Malformed => 3,
+            Class::Missing => 4,
+            Class::Undecided => 5,
+        }
+    }
 
     /// The stable lower-case name used in metrics, logs and JSON output.
     pub fn name(self) -> &'static str {
@@ -74,6 +86,18 @@ impl Class {
     }
 }
 
+/// Why no verdict was reached, as far as the mode is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoVerdict {
+    /// The mark store could not be reached or answered damaged data. The only
+    /// failure efficiency mode lets a request through on: it depends on the
+    /// infrastructure, never on what the request carried.
+    StoreUnreachable,
+    /// Anything else: a validator fault, a verdict that broke the contract, lost
+    /// races, a timeout at the ordering gate. Refused in both modes.
+    Refused,
+}
+
 /// What the host does with one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Action {
@@ -86,49 +110,56 @@ pub struct Action {
     pub token: Option<Token>,
 }
 
-/// Resolve a verdict, or a failure to reach one, into an action under `mode`.
+impl Action {
+    /// The request is forwarded without an admit: efficiency mode failing open.
+    pub fn failed_open(&self) -> bool {
+        self.forward && self.class != Class::Admitted
+    }
+}
+
+/// Resolve a verdict, or the reason none was reached, into an action under `mode`.
 ///
-/// Correctness mode refuses everything but an admit. Efficiency mode also lets a
-/// request without a token, and a request that could not be decided, through.
-/// Stale, replayed and malformed tokens are refused in both modes.
-pub fn resolve(mode: Mode, verdict: Option<&Verdict>) -> Action {
-    let fail_open = mode == Mode::Efficiency;
-    let (class, token) = match verdict {
-        Some(Verdict::Admit { mark, .. }) => (Class::Admitted, Some(*mark)),
-        Some(Verdict::Stale { mark }) => (Class::Stale, Some(*mark)),
-        Some(Verdict::Replayed { mark }) => (Class::Replayed, Some(*mark)),
-        Some(Verdict::Malformed(_)) => (Class::Malformed, None),
-        Some(Verdict::Missing) => (Class::Missing, None),
-        None => (Class::Undecided, None),
+/// Only an admit is forwarded, in both modes, with one exception: efficiency mode
+/// lets a request through when the mark store cannot be reached
+/// ([`NoVerdict::StoreUnreachable`]). Nothing a request carries (a stale, replayed,
+/// malformed or missing token, or one that makes the validator fail) ever passes.
+pub fn resolve<M>(mode: Mode, outcome: Result<&Verdict<M>, NoVerdict>) -> Action {
+    let (class, token) = match outcome {
+        Ok(Verdict::Admit { mark, .. }) => (Class::Admitted, Some(*mark)),
+        Ok(Verdict::Stale { mark, .. }) => (Class::Stale, Some(*mark)),
+        Ok(Verdict::Replayed { mark }) => (Class::Replayed, Some(*mark)),
+        Ok(Verdict::Malformed(_)) => (Class::Malformed, None),
+        Ok(Verdict::Missing) => (Class::Missing, None),
+        Err(_) => (Class::Undecided, None),
     };
-    let forward = match class {
-        Class::Admitted => true,
-        Class::Missing | Class::Undecided => fail_open,
-        Class::Stale | Class::Replayed | Class::Malformed => false,
+    let forward = match outcome {
+        Ok(Verdict::Admit { .. }) => true,
+        Err(NoVerdict::StoreUnreachable) => mode == Mode::Efficiency,
+        _ => false,
     };
     Action { class, forward, token }
 }
 
 /// The one-line reason for a refusal (or a fail-open pass), for response bodies and
-/// logs. `detail` is the malformed reason or the cause of an undecided outcome.
-pub struct Reason<'a> {
+/// logs.
+pub struct Reason<'a, M> {
     /// The verdict, or `None` when the validator could not decide.
-    pub verdict: Option<&'a Verdict>,
+    pub verdict: Option<&'a Verdict<M>>,
     /// The resource key.
     pub resource: &'a str,
     /// The cause when undecided (guest fault, store error).
     pub cause: &'a dyn fmt::Display,
 }
 
-impl fmt::Display for Reason<'_> {
+impl<M: fmt::Display> fmt::Display for Reason<'_, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = self.resource;
         match self.verdict {
             Some(Verdict::Admit { mark, advanced: true }) => write!(f, "admitted token {mark} on {r:?}; the mark advanced"),
             Some(Verdict::Admit { mark, advanced: false }) => write!(f, "admitted token {mark} on {r:?}; the mark is unchanged"),
-            Some(Verdict::Stale { mark }) => write!(
+            Some(Verdict::Stale { mark, presented }) => write!(
                 f,
-                "stale fencing token for {r:?}: the resource has seen token {mark}; a newer lock holder exists, reacquire the lock"
+                "stale fencing token {presented} for {r:?}: the resource has seen token {mark}; a newer lock holder exists, reacquire the lock"
             ),
             Some(Verdict::Replayed { mark }) => write!(
                 f,
@@ -149,31 +180,47 @@ impl fmt::Display for Reason<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn correctness_mode_fails_closed() {
-        assert!(!resolve(Mode::Correctness, None).forward);
-        assert!(!resolve(Mode::Correctness, Some(&Verdict::Missing)).forward);
-        assert_eq!(resolve(Mode::Correctness, None).class.http_status(), 503);
-        assert_eq!(resolve(Mode::Correctness, Some(&Verdict::Missing)).class.http_status(), 428);
+    fn stale() -> Verdict {
+        Verdict::Stale { mark: Token::parse("34").unwrap(), presented: Token::parse("33").unwrap() }
     }
 
     #[test]
-    fn efficiency_mode_fails_open_but_still_refuses_stale() {
-        let mark = Token::parse("34").unwrap();
-        assert!(resolve(Mode::Efficiency, None).forward);
-        assert!(resolve(Mode::Efficiency, Some(&Verdict::Missing)).forward);
-        let stale = resolve(Mode::Efficiency, Some(&Verdict::Stale { mark }));
+    fn correctness_mode_fails_closed() {
+        for cause in [NoVerdict::StoreUnreachable, NoVerdict::Refused] {
+            assert!(!resolve::<()>(Mode::Correctness, Err(cause)).forward);
+            assert_eq!(resolve::<()>(Mode::Correctness, Err(cause)).class.http_status(), 503);
+        }
+        let missing = resolve(Mode::Correctness, Ok(&Verdict::<()>::Missing));
+        assert!(!missing.forward);
+        assert_eq!(missing.class.http_status(), 428);
+    }
+
+    #[test]
+    fn efficiency_mode_fails_open_only_when_the_store_is_unreachable() {
+        let open = resolve::<()>(Mode::Efficiency, Err(NoVerdict::StoreUnreachable));
+        assert!(open.forward && open.failed_open());
+        assert!(!resolve::<()>(Mode::Efficiency, Err(NoVerdict::Refused)).forward);
+        // What a request carries never passes: no token, a stale, malformed or replayed one.
+        assert!(!resolve(Mode::Efficiency, Ok(&Verdict::<()>::Missing)).forward);
+        assert!(!resolve(Mode::Efficiency, Ok(&Verdict::Malformed(()))).forward);
+        let stale = resolve(Mode::Efficiency, Ok(&stale()));
         assert!(!stale.forward);
-        assert_eq!(stale.token, Some(mark));
+        assert_eq!(stale.token, Token::parse("34").ok());
         assert_eq!(stale.class.http_status(), 409);
         assert_eq!(stale.class.grpc_status(), 9);
     }
 
     #[test]
+    fn class_index_is_the_position_in_all() {
+        for (i, class) in Class::ALL.iter().enumerate() {
+            assert_eq!(class.index(), i);
+        }
+    }
+
+    #[test]
     fn reasons_are_one_line() {
-        let mark = Token::parse("34").unwrap();
-        let v = Verdict::Stale { mark };
+        let v = stale();
         let text = std::format!("{}", Reason { verdict: Some(&v), resource: "f", cause: &"" });
-        assert!(text.contains("34") && !text.contains('\n'));
+        assert!(text.contains("34") && text.contains("33") && !text.contains('\n'));
     }
 }

@@ -12,6 +12,8 @@ pub enum ResourceError {
     Empty,
     /// The key is longer than [`MAX_KEY_BYTES`]; carries its length.
     TooLong(usize),
+    /// The key's bytes (a percent-decoded path, a header value) are not UTF-8.
+    NotUtf8,
 }
 
 impl fmt::Display for ResourceError {
@@ -22,6 +24,9 @@ impl fmt::Display for ResourceError {
                 f,
                 "resource key is {len} bytes; the limit is {MAX_KEY_BYTES} (use a shorter key or a path prefix)"
             ),
+            ResourceError::NotUtf8 => {
+                f.write_str("resource key is not UTF-8 (after percent-decoding); name resources in UTF-8")
+            }
         }
     }
 }
@@ -35,13 +40,20 @@ pub fn check(key: &str) -> Result<(), ResourceError> {
     }
 }
 
+/// A resource key from raw bytes: they must be UTF-8. No lossy conversion: two
+/// distinct byte strings must never become one key (and share one mark), nor one
+/// byte string two keys.
+pub fn key_from_bytes(bytes: &[u8]) -> Result<&str, ResourceError> {
+    core::str::from_utf8(bytes).map_err(|_| ResourceError::NotUtf8)
+}
+
 /// The bytes of the resource key a request path names: the path without its query
 /// or fragment, percent-decoded. Every host derives path keys through this, so
 /// `/a%62c` and `/abc` — one file to the store — share one mark, and a stale writer
 /// cannot dodge the mark by re-encoding its path. A `%` not followed by two hex
-/// digits stays as it is. Hosts turn the bytes into UTF-8 lossily: distinct
-/// invalid names may then share a mark, which can only refuse more, never admit a
-/// stale write.
+/// digits stays as it is. Hosts then take the key with [`key_from_bytes`]: a path
+/// that decodes to bytes that are not UTF-8 (`/%FF%FE`) is malformed, never
+/// replaced lossily (which would give `/%FF%FE` and `/%FE%FF` one mark).
 pub fn path_key_bytes(path: &[u8]) -> PathKeyBytes<'_> {
     let end = path.iter().position(|&b| b == b'?' || b == b'#').unwrap_or(path.len());
     PathKeyBytes { rest: &path[..end] }
@@ -104,5 +116,15 @@ mod tests {
         assert_eq!(key("/100%"), b"/100%");
         assert_eq!(key("/%zz%4"), b"/%zz%4");
         assert_eq!(key("/%e6%97%a5"), "/日".as_bytes());
+    }
+
+    #[test]
+    fn undecodable_paths_are_not_keys_and_never_collide() {
+        let a = key("/%FF%FE");
+        let b = key("/%FE%FF");
+        assert_ne!(a, b);
+        assert_eq!(key_from_bytes(&a), Err(ResourceError::NotUtf8));
+        assert_eq!(key_from_bytes(&b), Err(ResourceError::NotUtf8));
+        assert_eq!(key_from_bytes(&key("/b%C3%BCcher")), Ok("/bücher"));
     }
 }

@@ -9,6 +9,12 @@ use core::fmt;
 /// The most components a token may have.
 pub const MAX_COMPONENTS: usize = 4;
 
+/// The longest token text accepted, in bytes. Four `u64` components in canonical form
+/// take at most 83 bytes (4 x 20 digits and 3 dots); the rest leaves room for leading
+/// zeros. Every host checks this before a validator sees the text, so that parsing any
+/// token a client can send costs bounded work (a guest's fuel budget is sized on it).
+pub const MAX_TOKEN_BYTES: usize = 128;
+
 /// A parsed fencing token.
 ///
 /// Tokens of different arity are not comparable: [`PartialOrd`] answers `None`
@@ -24,6 +30,8 @@ pub struct Token {
 pub enum Malformed {
     /// The token text is empty.
     Empty,
+    /// The token text is longer than [`MAX_TOKEN_BYTES`]; carries its length.
+    TooLong(usize),
     /// More than [`MAX_COMPONENTS`] components.
     TooManyComponents,
     /// A component between dots is empty (`7.`, `.7`, `7..8`); 1-based.
@@ -48,6 +56,9 @@ impl fmt::Display for Malformed {
         const SYNTAX: &str = "expected 1 to 4 decimal u64 components joined by '.', like 34 or 7.1042";
         match self {
             Malformed::Empty => write!(f, "fencing token is empty; {SYNTAX}"),
+            Malformed::TooLong(len) => {
+                write!(f, "fencing token is {len} bytes; the limit is {MAX_TOKEN_BYTES}; {SYNTAX}")
+            }
             Malformed::TooManyComponents => {
                 write!(f, "fencing token has more than {MAX_COMPONENTS} components; {SYNTAX}")
             }
@@ -71,9 +82,7 @@ impl fmt::Display for Malformed {
 impl Token {
     /// Parse the text form of a token.
     pub fn parse(raw: &str) -> Result<Token, Malformed> {
-        if raw.is_empty() {
-            return Err(Malformed::Empty);
-        }
+        check_length(raw)?;
         let mut parts = [0u64; MAX_COMPONENTS];
         let mut len = 0usize;
         for (i, text) in raw.split('.').enumerate() {
@@ -108,6 +117,16 @@ impl Token {
     /// How many components the token has (1 to 4).
     pub fn arity(&self) -> usize {
         self.len as usize
+    }
+}
+
+/// The length rule alone: empty or longer than [`MAX_TOKEN_BYTES`] is malformed.
+/// Hosts check it before handing token text to a validator.
+pub fn check_length(raw: &str) -> Result<(), Malformed> {
+    match raw.len() {
+        0 => Err(Malformed::Empty),
+        len if len > MAX_TOKEN_BYTES => Err(Malformed::TooLong(len)),
+        _ => Ok(()),
     }
 }
 
@@ -192,6 +211,9 @@ mod tests {
             ("18446744073709551616", Malformed::Overflow(1)),
             ("1.99999999999999999999999", Malformed::Overflow(2)),
         ];
+        let padded = std::format!("{}34", "0".repeat(MAX_TOKEN_BYTES - 1));
+        assert_eq!(Token::parse(&padded), Err(Malformed::TooLong(MAX_TOKEN_BYTES + 1)));
+        assert_eq!(Token::parse(&padded[1..]), Ok(Token::from_parts(&[34]).unwrap()));
         for (raw, expected) in cases {
             assert_eq!(Token::parse(raw), Err(*expected), "input {raw:?}");
         }

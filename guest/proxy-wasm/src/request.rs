@@ -8,8 +8,8 @@
 
 use crate::etcd::{self, Outcome};
 use crate::{resource, Filter};
-use fencekeeper_core::refusal::{resolve, Reason, ADMITTED_HEADER, HIGHEST_HEADER};
-use fencekeeper_core::{decide, decision::decide_token, Class, Token, Verdict};
+use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, ADMITTED_HEADER, HIGHEST_HEADER};
+use fencekeeper_core::{decide, decision::decide_token, precheck, Class, Token, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode};
 use std::rc::Rc;
@@ -47,21 +47,29 @@ impl Request {
     fn start(&mut self) -> Action {
         let f = Rc::clone(&self.filter);
         let path = self.header(":path").unwrap_or_default();
-        let resource = resource::derive(&f.config.resource, &path, |h| self.header(h));
         let presented = self.header(&f.config.token_header).map(|v| String::from_utf8_lossy(&v).into_owned());
+        // The host's bounds first: a key that is not UTF-8, empty or too long, or an
+        // over-long token, is malformed before any mark is read.
+        let checked = resource::derive(&f.config.resource, &path, |h| self.header(h))
+            .map_err(fencekeeper_core::Malformed::Resource)
+            .and_then(|r| precheck(&r, presented.as_deref()).map(|()| r));
+        let resource = match checked {
+            Ok(r) => r,
+            Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
+        };
         if f.config.etcd.is_none() {
             return self.shared_only(&resource, presented.as_deref());
         }
         let cached = match resource_mark(&f, &resource) {
             Ok(m) => m,
-            Err(cause) => return self.finish(None, &resource, &cause),
+            Err(cause) => return self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause),
         };
-        match decide(&f.config.policy, &resource, presented.as_deref(), cached.as_ref()) {
+        match decide(&f.config.policy, presented.as_deref(), cached.as_ref()) {
             Verdict::Admit { mark: token, .. } => {
                 self.pending = Some(Pending { resource, token, expected: cached, rounds: 0 });
                 self.send_txn()
             }
-            refusal => self.finish(Some(refusal), &resource, &""),
+            refusal => self.finish(Ok(refusal), &resource, &""),
         }
     }
 
@@ -71,19 +79,19 @@ impl Request {
         for _ in 0..crate::slots::MAX_CAS_ATTEMPTS {
             let read = match f.slots.read(resource) {
                 Ok(r) => r,
-                Err(e) => return self.finish(None, resource, &e),
+                Err(e) => return self.finish(Err(NoVerdict::StoreUnreachable), resource, &e),
             };
-            let verdict = decide(&f.config.policy, resource, presented, read.mark(resource).as_ref());
+            let verdict = decide(&f.config.policy, presented, read.mark(resource).as_ref());
             let Verdict::Admit { mark, advanced: true } = verdict else {
-                return self.finish(Some(verdict), resource, &"");
+                return self.finish(Ok(verdict), resource, &"");
             };
             match f.slots.write(read, resource, mark) {
-                Ok(true) => return self.finish(Some(verdict), resource, &""),
+                Ok(true) => return self.finish(Ok(verdict), resource, &""),
                 Ok(false) => continue,
-                Err(e) => return self.finish(None, resource, &e),
+                Err(e) => return self.finish(Err(NoVerdict::StoreUnreachable), resource, &e),
             }
         }
-        self.finish(None, resource, &"shared-data compare-and-swap kept losing")
+        self.finish(Err(NoVerdict::Refused), resource, &"shared-data compare-and-swap kept losing")
     }
 
     fn send_txn(&mut self) -> Action {
@@ -102,21 +110,21 @@ impl Request {
             Err(s) => {
                 let resource = p.resource.clone();
                 let cause = format!("cannot call etcd cluster {:?} ({s:?})", e.cluster);
-                self.finish(None, &resource, &cause)
+                self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause)
             }
         }
     }
 
     /// The verdict for an etcd answer, or `None` to ask again.
-    fn on_etcd(&mut self, outcome: Result<Outcome, etcd::EtcdError>) -> Option<(Option<Verdict>, String)> {
+    fn on_etcd(&mut self, outcome: Result<Outcome, etcd::EtcdError>) -> Option<(Result<Verdict, NoVerdict>, String)> {
         let f = Rc::clone(&self.filter);
         let p = self.pending.as_mut()?;
         let current = match outcome {
-            Err(e) => return Some((None, e.0)),
+            Err(e) => return Some((Err(NoVerdict::StoreUnreachable), e.0)),
             Ok(Outcome::Succeeded) => {
                 let advanced = p.expected.as_ref() != Some(&p.token);
                 let _ = f.slots.raise(&p.resource, p.token);
-                return Some((Some(Verdict::Admit { mark: p.token, advanced }), String::new()));
+                return Some((Ok(Verdict::Admit { mark: p.token, advanced }), String::new()));
             }
             Ok(Outcome::Current(current)) => current,
         };
@@ -125,26 +133,25 @@ impl Request {
         }
         match decide_token(&f.config.policy, p.token, current.as_ref()) {
             // The range read the mark equal to the token: the holder writing again.
-            v @ Verdict::Admit { advanced: false, .. } => Some((Some(v), String::new())),
+            v @ Verdict::Admit { advanced: false, .. } => Some((Ok(v), String::new())),
             Verdict::Admit { .. } if p.rounds + 1 >= MAX_ETCD_ROUNDS => {
-                Some((None, "etcd compare-and-swap kept losing".to_owned()))
+                Some((Err(NoVerdict::Refused), "etcd compare-and-swap kept losing".to_owned()))
             }
             Verdict::Admit { .. } => {
                 p.rounds += 1;
                 p.expected = current;
                 None
             }
-            refusal => Some((Some(refusal), String::new())),
+            refusal => Some((Ok(refusal), String::new())),
         }
     }
 
-    /// Forward or refuse, as the core resolves the verdict (`None`: undecided).
-    fn finish(&mut self, verdict: Option<Verdict>, resource: &str, cause: &dyn std::fmt::Display) -> Action {
+    /// Forward or refuse, as the core resolves the verdict (or why there is none).
+    fn finish(&mut self, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &dyn std::fmt::Display) -> Action {
         let f = Rc::clone(&self.filter);
-        let action = resolve(f.config.policy.mode, verdict.as_ref());
-        let failed_open = action.forward && action.class != Class::Admitted;
-        f.metrics.count(action.class, failed_open);
-        let reason = Reason { verdict: verdict.as_ref(), resource, cause };
+        let action = resolve(f.config.policy.mode, outcome.as_ref().map_err(|e| *e));
+        f.metrics.count(action.class, action.failed_open());
+        let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause };
         if action.forward {
             if let (Class::Admitted, Some(t)) = (action.class, action.token) {
                 // Replaces any value a client sent.

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use fencekeeper::store::FileStore;
-use fencekeeper::validator::{GuestSource, Limits, Validator};
+use fencekeeper::validator::{Conformance, GuestSource, Limits, Validator};
 use fencekeeper::{Guard, Mode, Policy, Verdict};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -71,12 +71,12 @@ struct Answer<'a> {
 }
 
 /// Load the guest: the bundled component, or the one at `path`.
-pub fn load_validator(path: Option<&Path>, policy: Policy) -> anyhow::Result<Validator> {
+pub fn load_validator(path: Option<&Path>, policy: Policy, conformance: Conformance) -> anyhow::Result<Validator> {
     let source = match path {
         Some(p) => GuestSource::Path(p),
         None => GuestSource::Bundled,
     };
-    Validator::load(source, policy, Limits::default()).with_context(|| match path {
+    Validator::load_with(source, policy, Limits::default(), conformance).with_context(|| match path {
         Some(p) => format!("cannot load guest {}", p.display()),
         None => "cannot load the bundled guest".to_owned(),
     })
@@ -85,7 +85,7 @@ pub fn load_validator(path: Option<&Path>, policy: Policy) -> anyhow::Result<Val
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = Policy { mode: args.mode.into(), strict: args.strict };
-    let validator = load_validator(args.guest.as_deref(), policy)?;
+    let validator = load_validator(args.guest.as_deref(), policy, Conformance::Check)?;
     if let Some(dir) = args.store.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -97,7 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         let (mark, advanced) = match &decision.verdict {
             Some(Verdict::Admit { mark, advanced }) => (Some(*mark), *advanced),
-            Some(Verdict::Stale { mark } | Verdict::Replayed { mark }) => (Some(*mark), false),
+            Some(Verdict::Stale { mark, .. } | Verdict::Replayed { mark }) => (Some(*mark), false),
             // No mark in the verdict: report the store's (unchanged) mark, if readable.
             _ => (guard.mark(&args.resource).ok().flatten(), false),
         };

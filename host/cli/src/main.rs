@@ -12,6 +12,7 @@ mod envoy_config;
 mod marks;
 mod serve;
 
+use clap::error::ErrorKind;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -40,7 +41,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     let result = match cli.command {
         Command::Admit(a) => admit::run(a),
         Command::Marks(a) => marks::run(a),
@@ -56,4 +60,22 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// A bad command line: one `fencekeeper:` line and exit 2, like every other error
+/// (clap's multi-line usage text is for `--help`). Help and version print as usual.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(2);
+    }
+    let rendered = e.to_string();
+    let first = rendered.lines().next().unwrap_or("bad command line");
+    let line = first.strip_prefix("error: ").unwrap_or(first);
+    eprintln!("fencekeeper: {line}; see fencekeeper --help");
+    ExitCode::from(2)
 }

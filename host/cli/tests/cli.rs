@@ -139,7 +139,7 @@ fn json_output_reports_class_mark_and_http_status() {
 }
 
 #[test]
-fn missing_token_is_refused_as_428_in_correctness_mode_and_passes_in_efficiency_mode() {
+fn missing_token_is_refused_as_428_in_both_modes() {
     let mut s = Session::new();
     let store = s.store();
     let refused = s.run(&["admit", "--json", "--store", &store, "orders/2026.csv"]);
@@ -150,8 +150,10 @@ fn missing_token_is_refused_as_428_in_correctness_mode_and_passes_in_efficiency_
         (Some("missing"), Some(428), Some(false))
     );
     assert!(v["token"].is_null());
-    let passed = s.run(&["admit", "--mode", "efficiency", "--store", &store, "orders/2026.csv"]);
-    assert_eq!(passed.code, 0, "efficiency mode fails open: {}", passed.stdout);
+    // Efficiency mode fails open only when the mark store cannot be reached, never
+    // on what a request carries: a writer cannot dodge its mark by dropping its token.
+    let refused = s.run(&["admit", "--mode", "efficiency", "--store", &store, "orders/2026.csv"]);
+    assert_eq!(refused.code, 1, "{}", refused.stdout);
     s.check_golden("missing_token");
 }
 
@@ -246,27 +248,89 @@ fn conformance_cannot_load_a_file_that_is_not_a_guest_component_or_vectors() {
     assert!(bad.stderr.contains("conformance vectors are not valid"), "{}", bad.stderr);
 }
 
-/// The fault-injection guest: reserved `fault/*` keys trap, loop or grow memory.
+/// The fault-injection guest: reserved token texts (`fault-trap`, ...) trap, loop or
+/// grow memory; tokens 64023.K.*.* make it lie (guest/component/src/faults.rs).
 fn fault_guest() -> PathBuf {
     guest_path("test-guests/guest_faults.wasm")
 }
 
 #[test]
-fn a_trapping_guest_is_refused_as_503_in_correctness_mode_and_passes_in_efficiency_mode() {
+fn a_faulting_guest_is_refused_as_503_in_both_modes() {
     let mut s = Session::new();
     let store = s.store();
     let guest = fault_guest().display().to_string();
-    for fault in ["fault/trap", "fault/loop", "fault/grow"] {
-        let run = s.run(&["admit", "--json", "--guest", &guest, "--store", &store, fault, "5"]);
-        assert_eq!(run.code, 1, "{fault}: {}{}", run.stdout, run.stderr);
-        let v = json(&run);
-        assert_eq!((v["class"].as_str(), v["http_status"].as_u64()), (Some("undecided"), Some(503)), "{fault}");
-        let open = s.run(&["admit", "--mode", "efficiency", "--guest", &guest, "--store", &store, fault, "5"]);
-        assert_eq!(open.code, 0, "{fault}: efficiency mode fails open: {}", open.stdout);
+    for fault in ["fault-trap", "fault-loop", "fault-grow"] {
+        for mode in ["correctness", "efficiency"] {
+            let run = s.run(&["admit", "--json", "--mode", mode, "--guest", &guest, "--store", &store, "f", fault]);
+            assert_eq!(run.code, 1, "{fault} {mode}: {}{}", run.stdout, run.stderr);
+            let v = json(&run);
+            assert_eq!((v["class"].as_str(), v["http_status"].as_u64()), (Some("undecided"), Some(503)), "{fault}");
+        }
     }
-    // The same guest decides normally on other keys, and nothing above set a mark.
+    // The same guest decides normally on other tokens, and nothing above set a mark.
     assert_eq!(s.run(&["admit", "--guest", &guest, "--store", &store, "orders/2026.csv", "5"]).code, 0);
-    assert_eq!(s.run(&["marks", "--store", &store, "fault/trap"]).code, 1);
+    assert_eq!(s.run(&["marks", "--store", &store, "f"]).code, 1);
+}
+
+#[test]
+fn a_lying_guest_cannot_get_a_stale_write_admitted_or_the_cli_to_say_so() {
+    let mut s = Session::new();
+    let store = s.store();
+    let guest = fault_guest().display().to_string();
+    assert_eq!(s.run(&["admit", "--store", &store, "r", "64023.3.0.34"]).code, 0);
+    for mode in ["correctness", "efficiency"] {
+        // This guest answers "admit, the mark unchanged" for any token.
+        let run = s.run(&["admit", "--mode", mode, "--guest", &guest, "--store", &store, "r", "64023.3.0.5"]);
+        assert_eq!(run.code, 1, "{mode}: {}{}", run.stdout, run.stderr);
+        assert!(run.stdout.starts_with("stale fencing token 64023.3.0.5"), "{}", run.stdout);
+        assert!(!run.stdout.contains("admitted"), "{}", run.stdout);
+    }
+    assert_eq!(s.run(&["marks", "--store", &store, "r"]).stdout.trim(), "64023.3.0.34");
+}
+
+#[test]
+fn an_over_long_token_is_malformed_in_both_modes() {
+    let mut s = Session::new();
+    let store = s.store();
+    assert_eq!(s.run(&["admit", "--store", &store, "r", "50"]).code, 0);
+    let padded = format!("{}49", "0".repeat(4096));
+    for mode in ["correctness", "efficiency"] {
+        let run = s.run(&["admit", "--json", "--mode", mode, "--store", &store, "r", &padded]);
+        assert_eq!(run.code, 1, "{mode}");
+        let v = json(&run);
+        assert_eq!((v["class"].as_str(), v["http_status"].as_u64()), (Some("malformed"), Some(400)), "{mode}");
+    }
+}
+
+#[test]
+fn a_bad_argument_is_one_line_and_exit_2() {
+    use std::os::unix::ffi::OsStrExt;
+    let s = Session::new();
+    let bad = std::ffi::OsStr::from_bytes(b"r\xff");
+    for args in
+        [vec![std::ffi::OsStr::new("admit"), bad], vec![std::ffi::OsStr::new("admit"), std::ffi::OsStr::new("--nope")]]
+    {
+        let out = Command::new(BIN).args(&args).current_dir(s.dir.path()).output().expect("run fencekeeper");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        assert!(stderr.starts_with("fencekeeper: "), "{stderr}");
+    }
+    let help = Command::new(BIN).arg("--help").output().expect("run fencekeeper");
+    assert_eq!(help.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).lines().count() > 3);
+}
+
+#[test]
+fn conformance_prints_a_hostile_guest_name_escaped() {
+    let mut s = Session::new();
+    let run = s.run(&["conformance", &fault_guest().display().to_string()]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let first = run.stdout.lines().next().unwrap_or_default();
+    assert!(first.contains("\\u{1b}[2J") && first.contains("\\u{a}44 passed"), "{first}");
+    assert!(!run.stdout.contains('\x1b'));
+    let summaries = run.stdout.lines().filter(|l| l.split(' ').next().is_some_and(|w| w.parse::<u32>().is_ok()));
+    assert_eq!(summaries.count(), 1, "one summary line, the real one: {}", run.stdout);
 }
 
 #[test]
@@ -274,8 +338,8 @@ fn conformance_reports_a_faulting_guest_as_failures_not_a_crash() {
     let mut s = Session::new();
     let vectors = r#"{"vectors":[
         {"name":"normal key","resource":"r","presented":"35","mark":"34","strict":false,"expect":{"verdict":"admit","mark":"35","advanced":true}},
-        {"name":"guest traps","resource":"fault/trap","presented":"35","mark":"34","strict":false,"expect":{"verdict":"admit","mark":"35","advanced":true}},
-        {"name":"guest loops","resource":"fault/loop","presented":"35","mark":"34","strict":false,"expect":{"verdict":"admit","mark":"35","advanced":true}}]}"#;
+        {"name":"guest traps","resource":"r","presented":"fault-trap","mark":"34","strict":false,"expect":{"verdict":"malformed"}},
+        {"name":"guest loops","resource":"r","presented":"fault-loop","mark":"34","strict":false,"expect":{"verdict":"malformed"}}]}"#;
     let path = s.path("faults.json");
     std::fs::write(&path, vectors).expect("write vectors");
     let run = s.run(&["conformance", "--vectors", &path.display().to_string(), &fault_guest().display().to_string()]);

@@ -89,12 +89,8 @@ fn decide(c: &mut Criterion<ThreadCpuTime>) {
     let mark = token(34);
     let native = NativeDecider(Policy::default());
     let wasm = wasm();
-    g.bench_function("native", |b| {
-        b.iter(|| native.decide(black_box(RESOURCE), black_box(Some("35")), black_box(Some(&mark))))
-    });
-    g.bench_function("wasm", |b| {
-        b.iter(|| wasm.decide(black_box(RESOURCE), black_box(Some("35")), black_box(Some(&mark))))
-    });
+    g.bench_function("native", |b| b.iter(|| native.decide(black_box(Some("35")), black_box(Some(&mark)))));
+    g.bench_function("wasm", |b| b.iter(|| wasm.decide(black_box(Some("35")), black_box(Some(&mark)))));
     g.finish();
 }
 

@@ -1,15 +1,19 @@
-//! The guard: the atomic read -> decide -> compare-and-swap loop.
+//! The guard: the atomic read -> decide -> verify -> compare-and-swap loop.
 //!
-//! Read the mark, ask the decider, and when the verdict advances the mark, swap it
-//! in only if nobody changed it meanwhile; on a lost race, decide again against the
-//! mark that won. Admits that reuse the current mark touch the store only to read.
-//! Because every advance is a compare-and-swap from the value the decision saw, the
-//! admits on one resource are linearizable against a max-register.
+//! Check the request's bounds (key length, token length) before anything else, read
+//! the mark, ask the decider, check its verdict against what the host knows
+//! (`verify`), and when the verdict advances the mark, swap it in only if nobody
+//! changed it meanwhile; on a lost race, decide again against the mark that won.
+//! Admits that reuse the current mark touch the store only to read. Because every
+//! advance is a compare-and-swap from the value the decision saw, the admits on one
+//! resource are linearizable against a max-register.
 
 use crate::decider::{DecideError, Decider};
 use crate::store::{MarkStore, StoreError, Swap};
-use fencekeeper_core::refusal::{self, Action, Reason};
-use fencekeeper_core::{Class, Token, Verdict};
+use crate::verify::{self, Breach};
+use crate::{GuestText, Verdict};
+use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason};
+use fencekeeper_core::{Class, Token};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -21,33 +25,39 @@ const MAX_ROUNDS: usize = 64;
 /// Why a request could not be decided.
 #[derive(Debug, thiserror::Error)]
 pub enum Undecided {
-    /// The mark store failed.
+    /// The mark store failed. The one cause efficiency mode fails open on.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The decider failed.
+    /// The decider failed (trap, fuel, memory, a malformed answer).
     #[error(transparent)]
     Decide(#[from] DecideError),
-    /// The decider answered an admit that would lower or keep a mark it claims to advance.
-    #[error("validator guest broke the contract: it admitted {new} as advancing over mark {old}")]
-    NotAdvancing {
-        /// The mark the guest saw.
-        old: Token,
-        /// The mark it proposed.
-        new: Token,
-    },
+    /// The decider's verdict was proven wrong by the host.
+    #[error(transparent)]
+    Breach(#[from] Breach),
     /// Too many concurrent advances on one resource.
     #[error("gave up after {MAX_ROUNDS} lost compare-and-swap races on one resource")]
     Contention,
 }
 
+impl Undecided {
+    /// How the mode treats this failure.
+    pub fn no_verdict(&self) -> NoVerdict {
+        match self {
+            Undecided::Store(_) => NoVerdict::StoreUnreachable,
+            _ => NoVerdict::Refused,
+        }
+    }
+}
+
 /// The outcome of one admit: the verdict (if one was reached) and what to do.
 #[derive(Debug)]
 pub struct Decision {
-    /// The verdict, or `None` when the request could not be decided.
+    /// The verdict, or `None` when the request could not be decided. After a
+    /// breach this is the refusal the host proved on its own, if it could.
     pub verdict: Option<Verdict>,
     /// Forward or refuse, with the class to count and the header token.
     pub action: Action,
-    /// Why the request could not be decided, when it could not.
+    /// Why the request could not be decided (or which contract was broken).
     pub undecided: Option<Undecided>,
 }
 
@@ -62,6 +72,14 @@ impl Decision {
         self.action.class
     }
 
+    /// The decider broke the contract on this request (counted, to be logged).
+    pub fn breach(&self) -> Option<&Breach> {
+        match &self.undecided {
+            Some(Undecided::Breach(b)) => Some(b),
+            _ => None,
+        }
+    }
+
     /// The one-line reason, for a response body or a log line.
     pub fn reason(&self, resource: &str) -> String {
         let cause: &dyn std::fmt::Display = match &self.undecided {
@@ -72,34 +90,41 @@ impl Decision {
     }
 }
 
-/// Counts of outcomes by class, plus requests passed because efficiency mode failed open.
+/// Counts of outcomes by class, requests passed because efficiency mode failed
+/// open, and verdicts proven wrong.
 #[derive(Debug, Default)]
 pub struct Counters {
     by_class: [AtomicU64; Class::ALL.len()],
     failed_open: AtomicU64,
+    breaches: AtomicU64,
 }
 
 impl Counters {
-    fn record(&self, action: &Action) {
-        self.by_class[class_index(action.class)].fetch_add(1, Ordering::Relaxed);
-        if action.forward && action.class != Class::Admitted {
+    fn record(&self, decision: &Decision) {
+        self.by_class[decision.action.class.index()].fetch_add(1, Ordering::Relaxed);
+        if decision.action.failed_open() {
             self.failed_open.fetch_add(1, Ordering::Relaxed);
+        }
+        if decision.breach().is_some() {
+            self.breaches.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// How many outcomes of `class` were recorded.
     pub fn get(&self, class: Class) -> u64 {
-        self.by_class[class_index(class)].load(Ordering::Relaxed)
+        self.by_class[class.index()].load(Ordering::Relaxed)
     }
 
-    /// How many requests passed without a verdict that admitted them (efficiency mode).
+    /// How many requests passed without a verdict that admitted them (efficiency
+    /// mode, mark store unreachable).
     pub fn failed_open(&self) -> u64 {
         self.failed_open.load(Ordering::Relaxed)
     }
-}
 
-fn class_index(class: Class) -> usize {
-    Class::ALL.iter().position(|c| *c == class).unwrap_or(0)
+    /// How many verdicts the host proved wrong (each one refused).
+    pub fn breaches(&self) -> u64 {
+        self.breaches.load(Ordering::Relaxed)
+    }
 }
 
 /// Fencing for one set of resources: a decider, a mark store and counters.
@@ -124,13 +149,30 @@ impl Guard {
     /// [`Guard::admit`] against another store, such as a view of your engine's open
     /// transaction, so that the mark commits or rolls back with the write itself.
     pub fn admit_in(&self, store: &dyn MarkStore, resource: &str, presented: Option<&str>) -> Decision {
-        let (verdict, undecided) = match self.decide_and_swap(store, resource, presented) {
-            Ok(v) => (Some(v), None),
-            Err(e) => (None, Some(e)),
+        let mode = self.decider.policy().mode;
+        let decision = match self.decide_and_swap(store, resource, presented) {
+            Ok(verdict) => {
+                Decision { action: refusal::resolve(mode, Ok(&verdict)), verdict: Some(verdict), undecided: None }
+            }
+            Err(Undecided::Breach(breach)) => {
+                let verdict = breach.proven.clone();
+                // Only refusals are ever proven, so a breach never forwards; the
+                // guard says so rather than rely on it.
+                let mut action = match &verdict {
+                    Some(v) => refusal::resolve(mode, Ok(v)),
+                    None => refusal::resolve::<GuestText>(mode, Err(NoVerdict::Refused)),
+                };
+                action.forward = false;
+                Decision { verdict, action, undecided: Some(Undecided::Breach(breach)) }
+            }
+            Err(e) => Decision {
+                action: refusal::resolve::<GuestText>(mode, Err(e.no_verdict())),
+                verdict: None,
+                undecided: Some(e),
+            },
         };
-        let action = refusal::resolve(self.decider.policy().mode, verdict.as_ref());
-        self.counters.record(&action);
-        Decision { verdict, action, undecided }
+        self.counters.record(&decision);
+        decision
     }
 
     /// The resource's current mark in the guard's store.
@@ -159,23 +201,25 @@ impl Guard {
         resource: &str,
         presented: Option<&str>,
     ) -> Result<Verdict, Undecided> {
+        // Bounded before anything is read or asked: an over-long token never
+        // reaches the validator, so no request can exhaust its fuel.
+        if let Err(m) = fencekeeper_core::precheck(resource, presented) {
+            return Ok(Verdict::Malformed(GuestText::new(&m.to_string())));
+        }
+        let policy = self.decider.policy();
         let mut mark = store.get(resource)?;
         for _ in 0..MAX_ROUNDS {
-            let verdict = self.decider.decide(resource, presented, mark.as_ref())?;
-            let Verdict::Admit { mark: new, advanced } = verdict else {
+            let verdict = self.decider.decide(presented, mark.as_ref()).map_err(|e| match e {
+                // An answer of the wrong shape is a broken contract like a wrong verdict.
+                DecideError::Contract(what) => {
+                    Undecided::Breach(verify::breach(&policy, presented, mark.as_ref(), what))
+                }
+                fault => Undecided::Decide(fault),
+            })?;
+            verify::check(&policy, presented, mark.as_ref(), &verdict)?;
+            let Verdict::Admit { mark: new, advanced: true } = verdict else {
                 return Ok(verdict);
             };
-            // A user-supplied guest is not trusted to keep the invariant: the host
-            // checks that an admit never lowers the mark, whatever the guest says.
-            match (mark, advanced) {
-                (Some(old), true) if new.partial_cmp(&old) != Some(std::cmp::Ordering::Greater) => {
-                    return Err(Undecided::NotAdvancing { old, new })
-                }
-                (Some(old), false) if new != old => return Err(Undecided::NotAdvancing { old, new }),
-                (None, false) => return Err(DecideError::Contract("admitted without a mark to keep".into()).into()),
-                (_, false) => return Ok(verdict),
-                (_, true) => {}
-            }
             match store.compare_and_swap(resource, mark.as_ref(), &new)? {
                 Swap::Swapped => return Ok(verdict),
                 Swap::Conflict(current) => mark = current,
@@ -204,15 +248,38 @@ mod tests {
         let d = g.admit("f", Some("33"));
         assert_eq!(d.class(), Class::Stale);
         assert_eq!(d.action.token.map(|t| t.to_string()), Some("34".into()));
+        assert!(d.reason("f").contains("stale fencing token 33"), "{}", d.reason("f"));
         assert_eq!(g.mark("f").unwrap().map(|t| t.to_string()), Some("34".into()));
         assert_eq!(g.counters().get(Class::Stale), 1);
     }
 
     #[test]
-    fn missing_token_fails_closed_in_correctness_and_open_in_efficiency() {
-        assert!(!guard(Mode::Correctness).admit("f", None).admitted());
-        let g = guard(Mode::Efficiency);
-        assert!(g.admit("f", None).admitted());
-        assert_eq!(g.counters().failed_open(), 1);
+    fn missing_token_is_refused_in_both_modes() {
+        for mode in [Mode::Correctness, Mode::Efficiency] {
+            let g = guard(mode);
+            let d = g.admit("f", None);
+            assert!(!d.admitted() && d.class() == Class::Missing, "{mode:?}");
+            assert_eq!(g.counters().failed_open(), 0);
+        }
+    }
+
+    #[test]
+    fn over_long_tokens_and_keys_are_malformed_before_the_decider_is_asked() {
+        struct Unreachable;
+        impl Decider for Unreachable {
+            fn policy(&self) -> Policy {
+                Policy { mode: Mode::Efficiency, strict: false }
+            }
+            fn decide(&self, _: Option<&str>, _: Option<&Token>) -> Result<Verdict, DecideError> {
+                Err(DecideError::GuestFault("asked".into()))
+            }
+        }
+        let g = Guard::new(Arc::new(Unreachable), Arc::new(MemoryStore::new()));
+        let long = format!("{}33", "0".repeat(fencekeeper_core::token::MAX_TOKEN_BYTES));
+        for (resource, token) in [("f", long.as_str()), ("", "33")] {
+            let d = g.admit(resource, Some(token));
+            assert_eq!(d.class(), Class::Malformed);
+            assert!(!d.admitted());
+        }
     }
 }

@@ -29,19 +29,29 @@
 //! # Layout
 //! * [`validator`]: the WebAssembly guest under wasmtime, with limits.
 //! * [`decider`]: who decides: the wasm validator or the native core.
+//! * [`verify`]: the host's check of every verdict against what it knows.
 //! * [`guard`]: the compare-and-swap loop, modes, counters.
+//! * [`text`]: a guest's text, capped and escaped before it is printed anywhere.
+//! * [`conformance`]: the conformance vectors, run against any decider.
 //! * [`store`]: where marks live: memory, a durable file, or your own transaction.
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod decider;
 pub mod guard;
 pub mod store;
+pub mod text;
 pub mod validator;
+pub mod verify;
 
 pub use decider::{DecideError, Decider, NativeDecider};
-pub use fencekeeper_core::{Class, Mode, Policy, Token, Verdict};
+pub use fencekeeper_core::{Class, Mode, Policy, Token};
 pub use guard::{Counters, Decision, Guard};
 pub use store::{FileStore, MarkStore, MemoryStore, StoreError, Swap};
-pub use validator::{bundled_component, GuestInfo, GuestSource, Limits, LoadError, Validator};
+pub use text::GuestText;
+pub use validator::{bundled_component, Conformance, GuestInfo, GuestSource, Limits, LoadError, Validator};
+pub use verify::Breach;
+
+/// A verdict as the host holds it: a malformed verdict carries the validator's own
+/// reason, made safe to print.
+pub type Verdict = fencekeeper_core::Verdict<GuestText>;

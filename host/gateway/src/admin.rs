@@ -26,9 +26,9 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
         (&Method::GET, "/metrics") => (StatusCode::OK, proxy.render_metrics()),
         (&Method::GET, "/healthz") => (StatusCode::OK, "ok\n".to_owned()),
         (&Method::GET, MARKS) => list(&proxy).await,
-        (&Method::GET, p) if p.starts_with("/fencekeeper/marks/") => match percent_decode(&p[MARKS.len() + 1..]) {
-            Some(resource) => mark(&proxy, resource).await,
-            None => (StatusCode::BAD_REQUEST, "the resource is not valid percent-encoded UTF-8\n".to_owned()),
+        (&Method::GET, p) if p.starts_with("/fencekeeper/marks/") => match resource_key(&p[MARKS.len() + 1..]) {
+            Ok(resource) => mark(&proxy, resource).await,
+            Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")),
         },
         _ => (StatusCode::NOT_FOUND, "admin endpoints: /metrics, /fencekeeper/marks/<resource>, /healthz\n".to_owned()),
     };
@@ -57,31 +57,22 @@ async fn list(proxy: &Arc<Proxy>) -> (StatusCode, String) {
     }
 }
 
-fn percent_decode(text: &str) -> Option<String> {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+/// The resource named by the rest of an admin path, decoded by the same rule as a
+/// request path's key, so that the key a request is fenced on is the key looked up.
+fn resource_key(rest: &str) -> Result<String, fencekeeper_core::ResourceError> {
+    let bytes: Vec<u8> = fencekeeper_core::resource::path_key_bytes(rest.as_bytes()).collect();
+    fencekeeper_core::resource::key_from_bytes(&bytes).map(str::to_owned)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::resource_key;
 
     #[test]
-    fn resources_are_percent_decoded() {
-        assert_eq!(percent_decode("%2Fimport%2Fa").as_deref(), Some("/import/a"));
-        assert_eq!(percent_decode("/import/a b").as_deref(), Some("/import/a b"));
-        assert_eq!(percent_decode("%zz"), None);
+    fn resources_are_decoded_as_request_keys_are() {
+        assert_eq!(resource_key("%2Fimport%2Fa").as_deref(), Ok("/import/a"));
+        assert_eq!(resource_key("/import/a b").as_deref(), Ok("/import/a b"));
+        assert_eq!(resource_key("100%").as_deref(), Ok("100%"), "a lone % stays, as in request paths");
+        assert!(resource_key("%FF").is_err());
     }
 }

@@ -40,12 +40,13 @@ pub enum ResourceFrom {
     Header(HeaderName),
 }
 
-/// The decoded path of a request target, as the store will see it: the key every
+/// The decoded path of a request target, as the store will see it: the bytes every
 /// path-based decision (scope and resource) is made on, so that a re-encoded path
-/// can neither dodge its mark nor slip out of the fenced prefix.
-pub fn decoded_path(path: &str) -> String {
-    let bytes: Vec<u8> = fencekeeper_core::resource::path_key_bytes(path.as_bytes()).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+/// can neither dodge its mark nor slip out of the fenced prefix. Bytes, not text: a
+/// path that does not decode to UTF-8 is still in scope, and then malformed as a
+/// key, never merged with another path by a lossy conversion.
+pub fn decoded_path(path: &str) -> Vec<u8> {
+    fencekeeper_core::resource::path_key_bytes(path.as_bytes()).collect()
 }
 
 /// Parse a header name (lower-cased, as HTTP/2 requires).
@@ -150,12 +151,12 @@ impl Config {
     }
 
     /// True when a request with this method and decoded path goes through the fence.
-    pub fn fences(&self, method: &Method, decoded_path: &str) -> bool {
+    pub fn fences(&self, method: &Method, decoded_path: &[u8]) -> bool {
         let fenced_method = match &self.fenced_methods {
             Some(list) => list.contains(method),
             None => !UNFENCED_BY_DEFAULT.contains(method),
         };
-        decoded_path.starts_with(&self.path_prefix) && fenced_method
+        decoded_path.starts_with(self.path_prefix.as_bytes()) && fenced_method
     }
 }
 
@@ -178,19 +179,20 @@ mod tests {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         c.path_prefix = "/data/".into();
         assert!(c.fences(&Method::PUT, &decoded_path("/dat%61/a?x=1")));
-        assert_eq!(decoded_path("/data/%61%62c"), "/data/abc");
+        assert!(c.fences(&Method::PUT, &decoded_path("/data/%FF")), "an undecodable path stays in scope");
+        assert_eq!(decoded_path("/data/%61%62c"), b"/data/abc");
     }
 
     #[test]
     fn only_fenced_methods_under_the_prefix_are_fenced() {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         c.path_prefix = "/data/".into();
-        assert!(c.fences(&Method::PUT, "/data/a"));
-        assert!(!c.fences(&Method::GET, "/data/a"));
-        assert!(!c.fences(&Method::PUT, "/other"));
+        assert!(c.fences(&Method::PUT, b"/data/a"));
+        assert!(!c.fences(&Method::GET, b"/data/a"));
+        assert!(!c.fences(&Method::PUT, b"/other"));
         let lock = Method::from_bytes(b"LOCK").unwrap_or_default();
-        assert!(c.fences(&lock, "/data/a"), "every method but GET, HEAD, OPTIONS by default");
+        assert!(c.fences(&lock, b"/data/a"), "every method but GET, HEAD, OPTIONS by default");
         c.fenced_methods = methods("PUT").ok();
-        assert!(!c.fences(&lock, "/data/a"));
+        assert!(!c.fences(&lock, b"/data/a"));
     }
 }

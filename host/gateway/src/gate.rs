@@ -22,11 +22,11 @@
 //! whose upstream exchange timed out is released from the gate, and a store that still
 //! applies it afterwards can apply it out of order (docs/gateway.md).
 
-use fencekeeper::{Decision, Guard, StoreError};
-use fencekeeper_core::refusal::{self, Action, Reason};
+use fencekeeper::{Decision, Guard, StoreError, Verdict};
+use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason};
 #[cfg(test)]
 use fencekeeper_core::Class;
-use fencekeeper_core::{Mode, Token, Verdict};
+use fencekeeper_core::{Mode, Token};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -192,7 +192,7 @@ impl Gate {
         let id = self.next_id.fetch_add(1, Relaxed);
         match register(&entry.entry, admitted, id) {
             Registered::Yes => return from_decision(decision, resource, Some(Permit { id, entry })),
-            Registered::Stale(mark) => return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", false),
+            Registered::Stale(mark) => return stale(mode, mark, admitted, resource, false),
             Registered::Wait => {}
         }
         lock(&entry.entry.state).waiting += 1;
@@ -217,14 +217,14 @@ impl Gate {
         let deadline = Instant::now() + self.timeout;
         loop {
             if !wait_for_lower(&entry.entry, &admitted, deadline).await {
-                let mut admission = gate_verdict(mode, None, resource, TIMED_OUT, true);
+                let mut admission = gate_verdict(mode, Err(NoVerdict::Refused), resource, TIMED_OUT, true);
                 admission.timed_out = true;
                 return admission;
             }
             // Another gateway sharing the store may have admitted a higher token.
             match mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)) {
-                Ok(Some(mark)) => return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", true),
-                Err(e) => return gate_verdict(mode, None, resource, &e.to_string(), true),
+                Ok(Some(mark)) => return stale(mode, mark, admitted, resource, true),
+                Err(e) => return gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &e.to_string(), true),
                 Ok(None) => {}
             }
             match register(&entry.entry, admitted, id) {
@@ -233,9 +233,7 @@ impl Gate {
                     admission.waited = true;
                     return admission;
                 }
-                Registered::Stale(mark) => {
-                    return gate_verdict(mode, Some(Verdict::Stale { mark }), resource, "", true)
-                }
+                Registered::Stale(mark) => return stale(mode, mark, admitted, resource, true),
                 Registered::Wait => {}
             }
         }
@@ -290,10 +288,27 @@ fn from_decision(decision: Decision, resource: &str, permit: Option<Permit>) -> 
     Admission { action: decision.action, reason, permit, waited: false, timed_out: false }
 }
 
-fn gate_verdict(mode: Mode, verdict: Option<Verdict>, resource: &str, cause: &str, waited: bool) -> Admission {
-    let action = refusal::resolve(mode, verdict.as_ref());
-    let reason = Reason { verdict: verdict.as_ref(), resource, cause: &cause }.to_string();
+fn gate_verdict(
+    mode: Mode,
+    outcome: Result<Verdict, NoVerdict>,
+    resource: &str,
+    cause: &str,
+    waited: bool,
+) -> Admission {
+    let action = refusal::resolve(mode, outcome.as_ref().map_err(|e| *e));
+    let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause: &cause }.to_string();
     Admission { action, reason, permit: None, waited, timed_out: false }
+}
+
+/// A request whose resource key could not be formed: malformed, not ordered.
+pub fn malformed(mode: Mode, error: fencekeeper_core::ResourceError) -> Admission {
+    let reason = fencekeeper::GuestText::new(&fencekeeper_core::Malformed::Resource(error).to_string());
+    gate_verdict(mode, Ok(Verdict::Malformed(reason)), "", "", false)
+}
+
+/// The write's token fell below a higher one admitted meanwhile.
+fn stale(mode: Mode, mark: Token, presented: Token, resource: &str, waited: bool) -> Admission {
+    gate_verdict(mode, Ok(Verdict::Stale { mark, presented }), resource, "", waited)
 }
 
 /// The guard is synchronous (wasm and a blocking store): run it off the reactor.
@@ -302,7 +317,8 @@ async fn admit_blocking(guard: &Arc<Guard>, resource: &str, token: Option<&str>)
     match tokio::task::spawn_blocking(move || g.admit(&r, t.as_deref())).await {
         Ok(decision) => decision,
         Err(e) => {
-            let action = refusal::resolve(guard.decider().policy().mode, None);
+            let action =
+                refusal::resolve::<fencekeeper::GuestText>(guard.decider().policy().mode, Err(NoVerdict::Refused));
             let cause = StoreError::Unavailable(format!("the admit task failed: {e}"));
             Decision { verdict: None, action, undecided: Some(cause.into()) }
         }

@@ -47,8 +47,7 @@ pub enum Event {
 impl Metrics {
     /// Count a fencing outcome; `forwarded` without an admit is a fail-open pass.
     pub fn outcome(&self, class: Class, forwarded: bool) {
-        let i = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
-        self.by_class[i].fetch_add(1, Relaxed);
+        self.by_class[class.index()].fetch_add(1, Relaxed);
         if forwarded && class != Class::Admitted {
             self.failed_open.fetch_add(1, Relaxed);
         }
@@ -79,8 +78,7 @@ impl Metrics {
 
     /// How many outcomes of `class` were counted.
     pub fn count(&self, class: Class) -> u64 {
-        let i = Class::ALL.iter().position(|c| *c == class).unwrap_or(0);
-        self.by_class[i].load(Relaxed)
+        self.by_class[class.index()].load(Relaxed)
     }
 
     /// The Prometheus text exposition (format 0.0.4).

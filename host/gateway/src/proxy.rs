@@ -12,6 +12,7 @@ use crate::refusal::{self, full, is_grpc};
 use crate::Body;
 use fencekeeper::Guard;
 use fencekeeper_core::refusal::ADMITTED_HEADER;
+use fencekeeper_core::resource::{key_from_bytes, ResourceError};
 use fencekeeper_core::Class;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -86,7 +87,7 @@ impl Proxy {
         Ok(response)
     }
 
-    async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: String) -> Response<Body> {
+    async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: Vec<u8>) -> Response<Body> {
         let grpc = is_grpc(&request);
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -115,11 +116,16 @@ impl Proxy {
         }
     }
 
-    async fn admit_and_forward(&self, mut parts: Parts, path: String, bytes: Bytes, grpc: bool) -> Response<Body> {
-        let resource = self.resource(&parts, path);
+    async fn admit_and_forward(&self, mut parts: Parts, path: Vec<u8>, bytes: Bytes, grpc: bool) -> Response<Body> {
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
+        let (resource, admission) = match self.resource(&parts, path) {
+            Ok(resource) => {
+                let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
+                (resource, admission)
+            }
+            Err(e) => (String::new(), crate::gate::malformed(self.config.policy.mode, e)),
+        };
         let action = admission.action;
         self.metrics.outcome(action.class, action.forward);
         if admission.waited {
@@ -148,19 +154,18 @@ impl Proxy {
         self.forward(Request::from_parts(parts, full(bytes)), admission.permit).await
     }
 
-    /// The resource key, from the decoded `path` or the configured header.
-    fn resource(&self, parts: &Parts, path: String) -> String {
-        match &self.config.resource {
-            ResourceFrom::Path { strip_prefix } => match path.strip_prefix(strip_prefix.as_str()) {
-                Some(rest) => rest.to_owned(),
+    /// The resource key, from the decoded `path` or the configured header. Bytes
+    /// that are not UTF-8 are malformed, never converted lossily; a missing header
+    /// is the empty key, which the guard refuses as malformed.
+    fn resource(&self, parts: &Parts, path: Vec<u8>) -> Result<String, ResourceError> {
+        let bytes = match &self.config.resource {
+            ResourceFrom::Path { strip_prefix } => match path.strip_prefix(strip_prefix.as_bytes()) {
+                Some(rest) => rest.to_vec(),
                 None => path,
             },
-            // A missing or non-UTF-8 header becomes the empty key, which the core
-            // refuses as malformed (resources are 1..=1024 bytes of UTF-8).
-            ResourceFrom::Header(name) => {
-                parts.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned()
-            }
-        }
+            ResourceFrom::Header(name) => parts.headers.get(name).map(|v| v.as_bytes().to_vec()).unwrap_or_default(),
+        };
+        key_from_bytes(&bytes).map(str::to_owned)
     }
 
     fn too_large(&self) -> Response<Body> {

@@ -69,6 +69,7 @@ fn grpc_message(reason: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use fencekeeper_core::refusal::resolve;
@@ -76,8 +77,9 @@ mod tests {
 
     #[test]
     fn stale_refusal_is_409_with_the_mark_or_grpc_failed_precondition() {
-        let mark = Token::parse("34").ok();
-        let action = resolve(Mode::Correctness, mark.map(|mark| Verdict::Stale { mark }).as_ref());
+        let stale: Verdict =
+            Verdict::Stale { mark: Token::parse("34").unwrap(), presented: Token::parse("33").unwrap() };
+        let action = resolve(Mode::Correctness, Ok(&stale));
         let http = refuse(&action, "stale", false);
         assert_eq!(http.status(), 409);
         assert_eq!(http.headers().get(HIGHEST_HEADER).map(|v| v.as_bytes()), Some(&b"34"[..]));

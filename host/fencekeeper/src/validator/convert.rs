@@ -1,56 +1,52 @@
-//! The guest's answers, as WIT values, into the core's types. The guest is not
-//! trusted to keep the contract: every token it returns is checked here, and the
-//! guard checks that no admit lowers a mark.
+//! The guest's answers, as WIT values, into the host's types. Only the shape is
+//! checked here (a token has 1 to 4 components); whether the verdict is true is
+//! `verify`'s job, in the guard, for every decider alike.
 
 use super::bindings::exports::fencekeeper::validator::types as wit;
-use crate::DecideError;
-use fencekeeper_core::{decision, Policy, Token, Verdict};
+use crate::{DecideError, GuestText, Verdict};
+use fencekeeper_core::{Mode, Policy, Token};
 
 /// A token the guest returned, which must have 1 to 4 components.
-pub(super) fn token(parts: &[u64], role: &str) -> Result<Token, DecideError> {
-    Token::from_parts(parts).map_err(|_| {
-        DecideError::Contract(format!(
-            "the guest returned a {role} token with {} components; tokens have 1 to 4",
-            parts.len()
-        ))
+pub(super) fn token(t: &wit::Token, role: &str) -> Result<Token, DecideError> {
+    let c = [t.c0, t.c1, t.c2, t.c3];
+    c.get(..usize::from(t.arity)).and_then(|parts| Token::from_parts(parts).ok()).ok_or_else(|| {
+        DecideError::Contract(format!("the guest returned a {role} token of arity {}; tokens have 1 to 4", t.arity))
     })
 }
 
-/// The guest's verdict as the core's, after checking it against the question asked.
-pub(super) fn verdict(
-    answer: wit::Verdict,
-    policy: &Policy,
-    resource: &str,
-    presented: Option<&str>,
-    mark: Option<&Token>,
-) -> Result<Verdict, DecideError> {
-    let verdict = match answer {
-        wit::Verdict::Admit(a) => Verdict::Admit { mark: token(&a.mark, "admitted")?, advanced: a.advanced },
-        wit::Verdict::Stale(m) => Verdict::Stale { mark: token(&m, "stale mark")? },
-        wit::Verdict::Replayed(m) => Verdict::Replayed { mark: token(&m, "replayed mark")? },
-        wit::Verdict::Missing => Verdict::Missing,
-        // WIT carries the reason as text, the core's verdict as a value: recover the
-        // value from the core itself. A guest stricter than the core (one that calls
-        // a valid token malformed) cannot be expressed as a core verdict, so it is
-        // reported as a contract break: undecided, refused in correctness mode.
-        wit::Verdict::Malformed(reason) => match decision::decide(policy, resource, presented, mark) {
-            malformed @ Verdict::Malformed(_) => malformed,
-            _ => {
-                return Err(DecideError::Contract(format!(
-                    "the guest called the request malformed ({}) but the token is valid",
-                    reason.replace('\n', " ")
-                )))
-            }
-        },
+/// A token as the WIT record.
+pub(super) fn to_wit(t: &Token) -> wit::Token {
+    let mut c = [0u64; 4];
+    c[..t.arity()].copy_from_slice(t.parts());
+    wit::Token { arity: t.arity() as u8, c0: c[0], c1: c[1], c2: c[2], c3: c[3] }
+}
+
+/// The policy as the WIT record.
+pub(super) fn policy(p: &Policy) -> wit::Policy {
+    let mode = match p.mode {
+        Mode::Correctness => wit::Mode::Correctness,
+        Mode::Efficiency => wit::Mode::Efficiency,
     };
-    // "missing" means exactly that no token was presented.
-    match (&verdict, presented) {
-        (Verdict::Missing, Some(_)) => {
-            Err(DecideError::Contract("the guest answered missing for a presented token".into()))
+    wit::Policy { mode, strict: p.strict }
+}
+
+/// The guest's verdict as the host's, its reason made safe to print.
+pub(super) fn verdict(answer: wit::Verdict) -> Result<Verdict, DecideError> {
+    Ok(match answer {
+        wit::Verdict::Admit(a) => Verdict::Admit { mark: token(&a.token, "admitted")?, advanced: a.advanced },
+        wit::Verdict::Stale(r) => {
+            Verdict::Stale { mark: token(&r.mark, "stale mark")?, presented: token(&r.token, "stale")? }
         }
-        (Verdict::Admit { .. } | Verdict::Stale { .. } | Verdict::Replayed { .. }, None) => {
-            Err(DecideError::Contract("the guest decided on a token that was never presented".into()))
+        wit::Verdict::Replayed(r) => {
+            let mark = token(&r.mark, "replayed mark")?;
+            if token(&r.token, "replayed")? != mark {
+                return Err(DecideError::Contract(
+                    "the guest called a token replayed that differs from the mark".into(),
+                ));
+            }
+            Verdict::Replayed { mark }
         }
-        _ => Ok(verdict),
-    }
+        wit::Verdict::Malformed(reason) => Verdict::Malformed(GuestText::new(&reason)),
+        wit::Verdict::Missing => Verdict::Missing,
+    })
 }

@@ -1,15 +1,19 @@
 //! Loading a guest: the engine, and the checks that turn a file into a trusted shape
-//! (a component, implementing `fencekeeper:validator@0.1.0`, importing nothing).
+//! (a component, implementing `fencekeeper:validator@0.2.0`, importing nothing).
 
 use super::bindings::FencekeeperPre;
-use super::instance::State;
+use super::budget::State;
+use super::one_line;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 /// The exports a guest must have, by their component-model names.
-const REQUIRED_EXPORTS: [&str; 2] = ["fencekeeper:validator/types@0.1.0", "fencekeeper:validator/validator@0.1.0"];
+const REQUIRED_EXPORTS: [&str; 2] = ["fencekeeper:validator/types@0.2.0", "fencekeeper:validator/validator@0.2.0"];
+
+/// The export of the frozen 0.1.0 world, to recognise a guest built against it.
+const OLD_WORLD_EXPORT: &str = "fencekeeper:validator/validator@0.1.0";
 
 /// Why a guest could not be loaded. Each message is one line and names the guest.
 #[derive(Debug, thiserror::Error)]
@@ -46,8 +50,17 @@ pub enum LoadError {
         /// The compiler's reason.
         detail: String,
     },
+    /// The component implements the frozen 0.1.0 world.
+    #[error(
+        "{what} implements fencekeeper:validator@0.1.0, whose verdicts a host cannot verify; \
+         rebuild it against fencekeeper:validator@0.2.0 (wit/fencekeeper.wit)"
+    )]
+    OldWorld {
+        /// Which guest.
+        what: String,
+    },
     /// The component lacks one of the world's exports.
-    #[error("{what} does not implement fencekeeper:validator@0.1.0: it has no export named {export:?}")]
+    #[error("{what} does not implement fencekeeper:validator@0.2.0: it has no export named {export:?}")]
     MissingExport {
         /// Which guest.
         what: String,
@@ -55,7 +68,7 @@ pub enum LoadError {
         export: &'static str,
     },
     /// The component exports the names with the wrong types.
-    #[error("{what} does not implement fencekeeper:validator@0.1.0: {detail}")]
+    #[error("{what} does not implement fencekeeper:validator@0.2.0: {detail}")]
     WrongShape {
         /// Which guest.
         what: String,
@@ -80,6 +93,18 @@ pub enum LoadError {
         what: String,
         /// Why.
         detail: String,
+    },
+    /// The guest answered a conformance vector wrongly when it was loaded.
+    #[error("{what} fails conformance vector {vector:?}: expected {expected}, got {got}")]
+    Conformance {
+        /// Which guest.
+        what: String,
+        /// The vector's name.
+        vector: String,
+        /// What the vector expects.
+        expected: String,
+        /// What the guest answered.
+        got: String,
     },
     /// The WebAssembly engine could not be configured on this machine.
     #[error("cannot set up the WebAssembly engine: {0}")]
@@ -119,6 +144,9 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], what: &str) -> Result<Fence
     if let Some((import, _)) = ty.imports(engine).next() {
         return Err(LoadError::Imports { what, import: import.to_owned() });
     }
+    if ty.get_export(engine, OLD_WORLD_EXPORT).is_some() {
+        return Err(LoadError::OldWorld { what });
+    }
     if let Some(export) = REQUIRED_EXPORTS.into_iter().find(|name| ty.get_export(engine, name).is_none()) {
         return Err(LoadError::MissingExport { what, export });
     }
@@ -128,20 +156,4 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], what: &str) -> Result<Fence
         .instantiate_pre(&component)
         .and_then(FencekeeperPre::new)
         .map_err(|e| LoadError::WrongShape { what, detail: one_line(&e) })
-}
-
-/// A wasmtime error as one line: its chain of causes joined by ": ".
-pub(crate) fn one_line(error: &wasmtime::Error) -> String {
-    let mut line = String::new();
-    for cause in error.chain() {
-        let text = cause.to_string();
-        if line.contains(&text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(&text);
-    }
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }

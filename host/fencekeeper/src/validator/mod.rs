@@ -1,31 +1,38 @@
 //! The WebAssembly validator: the fencing decision run by a guest component that
-//! implements `fencekeeper:validator@0.1.0` (wit/fencekeeper.wit), under limits.
+//! implements `fencekeeper:validator@0.2.0` (wit/fencekeeper.wit), under limits.
 //!
 //! The guest is compiled once per [`Validator`] (the bundled one once per process);
 //! instances are pooled and reused, one per concurrent caller, so a call costs a few
 //! hundred nanoseconds instead of a fresh instantiation. Every call is bounded by a
-//! fuel budget and a memory limit ([`Limits`]). A guest that traps, runs out of
-//! fuel or outgrows its memory has its instance discarded (never reused) and the
-//! call answers [`DecideError::GuestFault`], which the [`Guard`](crate::Guard)
-//! treats as "cannot decide". The host never trusts the guest with the mark: the
-//! guard refuses an admit that would lower it.
+//! fuel budget, and every instance by a memory budget (linear memories and tables
+//! together, and a count of each), all instances of a validator by a pool budget
+//! ([`Limits`]). A guest that traps, runs out of fuel or outgrows a budget has its
+//! instance discarded (never reused) and the call answers
+//! [`DecideError::GuestFault`], which the [`Guard`](crate::Guard) refuses. Loading a
+//! guest runs the conformance vectors against it. The guard checks every verdict;
+//! this module only checks its shape.
 //!
 //! # Layout
 //! * `load`: the engine and the checks on a guest (component, world, no imports).
-//! * `instance`: one store + instance + checker, and how a failed call is reported.
-//! * `convert`: WIT values to the core's types, checking the guest's answers.
+//! * `budget`: the memory and table limits of one instance and of the pool.
+//! * `instance`: one store + instance, and how a failed call is reported.
+//! * `convert`: WIT values to the host's types.
 
+mod budget;
 mod convert;
 mod instance;
 mod load;
 
 pub use load::LoadError;
 
-use crate::{DecideError, Decider};
-use fencekeeper_core::{Policy, Token, Verdict};
-use instance::{Instance, State};
+use crate::conformance::{self, Vectors};
+use crate::{DecideError, Decider, GuestText, Verdict};
+use budget::State;
+use fencekeeper_core::{Policy, Token};
+use instance::Instance;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use wasmtime::Engine;
 
 /// Host bindings generated from the WIT contract.
@@ -46,10 +53,9 @@ static BUNDLED: &[u8] = include_bytes!("../../../../guest/artifacts/fencekeeper_
 pub const VALIDATOR_FILE: &str = "fencekeeper_validator.wasm";
 
 /// The environment variable naming a directory of freshly built guests (same file
-/// names as `guest/artifacts`). The test suite sets it when the guests were rebuilt
-/// on a toolchain whose bytes differ from the committed ones (see
-/// `scripts/build-guests.sh --check`); [`GuestSource::Bundled`] then loads
-/// [`VALIDATOR_FILE`] from there instead of the embedded bytes.
+/// names as `guest/artifacts`), read only by [`guest_path`]. The test suite sets it
+/// when the guests were rebuilt on a toolchain whose bytes differ from the committed
+/// ones (see `scripts/build-guests.sh --check`).
 pub const GUEST_DIR_ENV: &str = "FENCEKEEPER_GUEST_DIR";
 
 /// The bundled validator component's bytes (embedded in this library).
@@ -70,8 +76,7 @@ pub fn guest_path(name: &str) -> PathBuf {
 /// Where a validator's guest comes from.
 #[derive(Clone, Copy, Debug)]
 pub enum GuestSource<'a> {
-    /// The guest embedded in this library (or [`VALIDATOR_FILE`] in
-    /// `FENCEKEEPER_GUEST_DIR` when that is set).
+    /// The guest embedded in this library.
     Bundled,
     /// A component file implementing the world.
     Path(&'a Path),
@@ -79,14 +84,41 @@ pub enum GuestSource<'a> {
     Bytes(&'a [u8]),
 }
 
-/// Bounds on every call into the guest.
+/// Whether loading a guest runs the conformance vectors against it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Conformance {
+    /// Run them; a guest that fails one does not load (the default).
+    #[default]
+    Check,
+    /// Skip them: for a deliberately stricter guest, or to report its failures
+    /// (`fencekeeper conformance`). The guard still checks every verdict.
+    Skip,
+}
+
+/// Bounds on every call into the guest, on each instance, and on all of them.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// Fuel per call (about one unit per wasm instruction). The bundled guest's
-    /// decide uses about 1,800; the default allows about a hundred times that.
+    /// Fuel per call (about one unit per wasm instruction). A typical decide of the
+    /// bundled guest takes about 1,000; its worst accepted input (a token of
+    /// [`MAX_TOKEN_BYTES`](fencekeeper_core::token::MAX_TOKEN_BYTES), four
+    /// components) about 16,000. The default, 200,000, is more than ten times that
+    /// (`tests/guest_faults.rs` measures it), so an honest guest never runs out on
+    /// anything a client can send.
     pub fuel: u64,
-    /// The most linear memory one instance may have, in bytes.
+    /// The most bytes one instance may hold: all its linear memories and table
+    /// elements together.
     pub memory_bytes: usize,
+    /// The most linear memories one instance may create.
+    pub memories: usize,
+    /// The most tables one instance may create.
+    pub tables: usize,
+    /// The most elements one table may have.
+    pub table_elements: usize,
+    /// The most bytes all live instances of one validator may hold together. With
+    /// the per-instance budget, this bounds the pool's memory whatever the guest
+    /// and the concurrency: an instance that would pass it fails to start or to
+    /// grow (a guest fault, refused), it is never granted.
+    pub pool_memory_bytes: usize,
     /// How many idle instances to keep for reuse (about the number of threads
     /// that call at once); more concurrent callers still work, their extra
     /// instances are dropped after use.
@@ -95,19 +127,27 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { fuel: 200_000, memory_bytes: 16 << 20, max_idle_instances: 64 }
+        Limits {
+            fuel: 200_000,
+            memory_bytes: 16 << 20,
+            memories: 1,
+            tables: 4,
+            table_elements: 10_000,
+            pool_memory_bytes: 256 << 20,
+            max_idle_instances: 64,
+        }
     }
 }
 
-/// What a guest says about itself.
+/// What a guest says about itself, made safe to print.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuestInfo {
     /// The guest's name (`fencekeeper-validator` for the bundled one).
-    pub name: String,
+    pub name: GuestText,
     /// The guest's version.
-    pub version: String,
+    pub version: GuestText,
     /// The token syntax it accepts, in one line.
-    pub token_syntax: String,
+    pub token_syntax: GuestText,
 }
 
 /// A [`Decider`] that runs a guest component. Cheap to share (`Arc`) between threads.
@@ -116,26 +156,41 @@ pub struct Validator {
     pre: bindings::FencekeeperPre<State>,
     policy: Policy,
     limits: Limits,
+    /// Bytes held by every live instance (the pool budget's meter).
+    pool: Arc<AtomicUsize>,
     idle: Mutex<Vec<Instance>>,
 }
 
 impl Validator {
-    /// Load a guest, check that it implements the world and imports nothing, and
-    /// start one instance (so a guest that cannot start fails here, not later).
+    /// Load a guest, check that it implements the world and imports nothing, start
+    /// one instance (so a guest that cannot start fails here, not later) and run
+    /// the conformance vectors against it.
     pub fn load(source: GuestSource<'_>, policy: Policy, limits: Limits) -> Result<Validator, LoadError> {
+        Validator::load_with(source, policy, limits, Conformance::Check)
+    }
+
+    /// [`Validator::load`], choosing whether the conformance vectors run.
+    pub fn load_with(
+        source: GuestSource<'_>,
+        policy: Policy,
+        limits: Limits,
+        conformance: Conformance,
+    ) -> Result<Validator, LoadError> {
         let engine = load::engine()?;
-        let fresh_build = std::env::var_os(GUEST_DIR_ENV).map(|dir| PathBuf::from(dir).join(VALIDATOR_FILE));
-        let (pre, what) = match (source, fresh_build) {
-            (GuestSource::Bundled, Some(path)) => (compile_file(engine, &path)?, describe_path(&path)),
-            (GuestSource::Bundled, None) => (bundled_pre(engine)?, "the bundled guest".to_owned()),
-            (GuestSource::Path(path), _) => (compile_file(engine, path)?, describe_path(path)),
-            (GuestSource::Bytes(bytes), _) => {
+        let (pre, what) = match source {
+            GuestSource::Bundled => (bundled_pre(engine)?, "the bundled guest".to_owned()),
+            GuestSource::Path(path) => (compile_file(engine, path)?, describe_path(path)),
+            GuestSource::Bytes(bytes) => {
                 (load::compile(engine, bytes, "the guest bytes")?, "the guest bytes".to_owned())
             }
         };
-        let first = Instance::start(engine, &pre, policy, &limits)
-            .map_err(|e| LoadError::Start { what, detail: e.to_string() })?;
-        Ok(Validator { engine, pre, policy, limits, idle: Mutex::new(vec![first]) })
+        let pool = Arc::new(AtomicUsize::new(0));
+        let mut first = Instance::start(engine, &pre, &limits, &pool)
+            .map_err(|e| LoadError::Start { what: what.clone(), detail: e.to_string() })?;
+        if conformance == Conformance::Check {
+            check_conformance(&mut first, &limits, &what)?;
+        }
+        Ok(Validator { engine, pre, policy, limits, pool, idle: Mutex::new(vec![first]) })
     }
 
     /// The bundled guest with default limits.
@@ -146,14 +201,18 @@ impl Validator {
     /// The guest's name, version and token syntax.
     pub fn describe(&self) -> Result<GuestInfo, DecideError> {
         let info = self.call(|i, l| i.describe(l))?;
-        Ok(GuestInfo { name: info.name, version: info.version, token_syntax: info.token_syntax })
+        Ok(GuestInfo {
+            name: GuestText::new(&info.name),
+            version: GuestText::new(&info.version),
+            token_syntax: GuestText::new(&info.token_syntax),
+        })
     }
 
     /// Parse a raw token with the guest: the token, or the guest's one-line reason.
-    pub fn parse(&self, raw: &str) -> Result<Result<Token, String>, DecideError> {
+    pub fn parse(&self, raw: &str) -> Result<Result<Token, GuestText>, DecideError> {
         match self.call(|i, l| i.parse(l, raw))? {
-            Ok(parts) => convert::token(&parts, "parsed").map(Ok),
-            Err(reason) => Ok(Err(reason)),
+            Ok(t) => convert::token(&t, "parsed").map(Ok),
+            Err(reason) => Ok(Err(GuestText::new(&reason))),
         }
     }
 
@@ -162,10 +221,15 @@ impl Validator {
         &self.limits
     }
 
-    /// Fuel one decide on a fresh resource uses (to size [`Limits::fuel`]).
-    pub fn fuel_per_decide(&self) -> Result<u64, DecideError> {
+    /// Bytes of memory and tables held now by all of this validator's instances.
+    pub fn pool_bytes(&self) -> usize {
+        self.pool.load(Ordering::Relaxed)
+    }
+
+    /// Fuel one decide of `presented` against `mark` uses (to size [`Limits::fuel`]).
+    pub fn fuel_per_decide(&self, presented: &str, mark: Option<&Token>) -> Result<u64, DecideError> {
         self.call(|i, l| {
-            i.decide(l, "fuel-probe", Some("34"), Some(&[33]))?;
+            i.decide(l, &self.policy, Some(presented), mark)?;
             Ok(i.fuel_used(l))
         })
     }
@@ -176,7 +240,7 @@ impl Validator {
         let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let mut instance = match idle {
             Some(instance) => instance,
-            None => Instance::start(self.engine, &self.pre, self.policy, &self.limits)?,
+            None => Instance::start(self.engine, &self.pre, &self.limits, &self.pool)?,
         };
         let result = f(&mut instance, &self.limits);
         if result.is_ok() {
@@ -194,9 +258,8 @@ impl Decider for Validator {
         self.policy
     }
 
-    fn decide(&self, resource: &str, presented: Option<&str>, mark: Option<&Token>) -> Result<Verdict, DecideError> {
-        let verdict = self.call(|i, l| i.decide(l, resource, presented, mark.map(Token::parts)))?;
-        convert::verdict(verdict, &self.policy, resource, presented, mark)
+    fn decide(&self, presented: Option<&str>, mark: Option<&Token>) -> Result<Verdict, DecideError> {
+        self.call(|i, l| i.decide(l, &self.policy, presented, mark))
     }
 }
 
@@ -204,6 +267,37 @@ impl std::fmt::Debug for Validator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Validator").field("policy", &self.policy).field("limits", &self.limits).finish_non_exhaustive()
     }
+}
+
+/// Run the bundled conformance vectors on `instance`, as the guard would decide
+/// them. The first failure is the load error.
+fn check_conformance(instance: &mut Instance, limits: &Limits, what: &str) -> Result<(), LoadError> {
+    let vectors = Vectors::bundled().map_err(|e| LoadError::Engine(format!("the bundled vectors: {e}")))?;
+    let report = conformance::run_with(&vectors, |policy, presented, mark| {
+        instance.decide(limits, policy, presented, mark).map_err(|e| e.to_string())
+    });
+    match report.outcomes.into_iter().find(|o| !o.passed) {
+        Some(o) => {
+            Err(LoadError::Conformance { what: what.to_owned(), vector: o.name, expected: o.expected, got: o.got })
+        }
+        None => Ok(()),
+    }
+}
+
+/// A wasmtime error as one line: its chain of causes joined by ": ".
+pub(crate) fn one_line(error: &wasmtime::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn describe_path(path: &Path) -> String {
