@@ -12,6 +12,7 @@
 //! * [`decision`]: the verdict for a presented token against a mark.
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
 //!   HTTP / gRPC status, under which mode.
+//! * [`verify`]: a host's check of a validator's verdict against what it knows.
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -22,6 +23,7 @@ pub mod decision;
 pub mod refusal;
 pub mod resource;
 pub mod token;
+pub mod verify;
 
 pub use decision::{decide, precheck, Mode, Policy, Verdict};
 pub use refusal::{Action, Class, NoVerdict};
