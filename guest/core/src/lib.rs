@@ -10,6 +10,8 @@
 //! * [`token`]: parsing and comparing fencing tokens (`34`, `7.1042`).
 //! * [`resource`]: the rules for resource keys.
 //! * [`decision`]: the verdict for a presented token against a mark.
+//! * [`http`]: the HTTP vocabulary of every HTTP host: what is fenced, the resource
+//!   key of a request, the rendering of a refusal.
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
 //!   HTTP / gRPC status, under which mode.
 //! * [`verify`]: a host's check of a validator's verdict against what it knows.
@@ -20,6 +22,7 @@
 extern crate std;
 
 pub mod decision;
+pub mod http;
 pub mod refusal;
 pub mod resource;
 pub mod token;

@@ -8,12 +8,7 @@ use crate::decision::{Mode, Verdict};
 use crate::token::Token;
 use core::fmt;
 
-/// The request header that carries the fencing token, by default.
-pub const TOKEN_HEADER: &str = "fencing-token";
-/// The response header that carries the current mark on a stale or replayed refusal.
-pub const HIGHEST_HEADER: &str = "fencing-highest";
-/// The header added to a forwarded request: the token that was admitted.
-pub const ADMITTED_HEADER: &str = "fencing-admitted-token";
+use crate::http::TOKEN_HEADER;
 
 /// The class of an outcome; one counter each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,8 +100,8 @@ pub struct Action {
     pub class: Class,
     /// Forward the request to the resource (true) or refuse it.
     pub forward: bool,
-    /// On admit: the admitted token, for [`ADMITTED_HEADER`]. On stale or replayed:
-    /// the current mark, for [`HIGHEST_HEADER`].
+    /// On admit: the admitted token, for [`ADMITTED_HEADER`](crate::http::ADMITTED_HEADER).
+    /// On stale or replayed: the current mark, for [`HIGHEST_HEADER`](crate::http::HIGHEST_HEADER).
     pub token: Option<Token>,
 }
 

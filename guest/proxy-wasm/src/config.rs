@@ -5,6 +5,7 @@
 //! marks in etcd through the Envoy cluster `fencekeeper_etcd`. docs/envoy.md is the
 //! reference for each field.
 
+use fencekeeper_core::http;
 use fencekeeper_core::{Mode, Policy};
 use serde::Deserialize;
 use std::fmt;
@@ -28,17 +29,8 @@ pub struct Config {
     pub test_fault_header: Option<String>,
 }
 
-/// Where the resource key comes from.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ResourceFrom {
-    /// The percent-decoded request path without its query, minus `strip_prefix`.
-    Path {
-        /// Removed from the front of the path when present.
-        strip_prefix: String,
-    },
-    /// A request header's value.
-    Header(String),
-}
+/// Where the resource key comes from: the core's rule, shared with the gateway.
+pub type ResourceFrom = http::ResourceFrom<String>;
 
 /// How the filter reaches etcd's v3 JSON gateway.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,7 +123,7 @@ struct RawEtcd {
 }
 
 fn default_token_header() -> String {
-    fencekeeper_core::refusal::TOKEN_HEADER.to_owned()
+    http::TOKEN_HEADER.to_owned()
 }
 fn default_cluster() -> String {
     DEFAULT_ETCD_CLUSTER.to_owned()
@@ -229,12 +221,9 @@ impl Config {
         })
     }
 
-    /// Whether requests with this method are fenced.
+    /// Whether requests with this method are fenced (the core's rule).
     pub fn fences(&self, method: &str) -> bool {
-        match &self.fenced_methods {
-            Some(list) => list.iter().any(|m| m.eq_ignore_ascii_case(method)),
-            None => !matches!(method, "GET" | "HEAD" | "OPTIONS"),
-        }
+        http::fences(method, self.fenced_methods.as_deref())
     }
 }
 

@@ -7,7 +7,6 @@
 //!
 //! # Layout
 //! * [`config`]: the JSON plugin configuration.
-//! * [`resource`]: the resource key of a request (path or header).
 //! * [`slots`]: marks in the proxy's shared data, race-free for new resources.
 //! * [`etcd`]: marks in etcd through its v3 JSON gateway (correctness mode).
 //! * [`request`]: the per-request state machine (the HTTP context).
@@ -18,7 +17,6 @@
 pub mod config;
 pub mod etcd;
 pub mod request;
-pub mod resource;
 pub mod slots;
 
 use config::Config;

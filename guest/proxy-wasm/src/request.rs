@@ -7,8 +7,9 @@
 //! a failed compare decide again against the mark etcd returned.
 
 use crate::etcd::{self, Outcome};
-use crate::{resource, Filter};
-use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, ADMITTED_HEADER, HIGHEST_HEADER};
+use crate::Filter;
+use fencekeeper_core::http::{self, Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
+use fencekeeper_core::refusal::{resolve, NoVerdict, Reason};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Class, Token, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode};
@@ -46,13 +47,17 @@ impl Request {
     /// Decide with the shared-data copy, then finish or go to etcd.
     fn start(&mut self) -> Action {
         let f = Rc::clone(&self.filter);
-        let path = self.header(":path").unwrap_or_default();
+        let path: Vec<u8> = http::decoded_path(&self.header(":path").unwrap_or_default()).collect();
+        let header = f.config.resource.header().and_then(|name| self.header(name));
         let presented = self.header(&f.config.token_header).map(|v| String::from_utf8_lossy(&v).into_owned());
         // The host's bounds first: a key that is not UTF-8, empty or too long, or an
         // over-long token, is malformed before any mark is read.
-        let checked = resource::derive(&f.config.resource, &path, |h| self.header(h))
+        let checked = f
+            .config
+            .resource
+            .key(&path, header.as_deref())
             .map_err(fencekeeper_core::Malformed::Resource)
-            .and_then(|r| precheck(&r, presented.as_deref()).map(|()| r));
+            .and_then(|r| precheck(r, presented.as_deref()).map(|()| r.to_owned()));
         let resource = match checked {
             Ok(r) => r,
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
@@ -165,26 +170,27 @@ impl Request {
         if action.class == Class::Undecided {
             log::warn!("fencekeeper: {reason}");
         }
-        let text = reason.to_string();
-        let highest =
-            action.token.filter(|_| matches!(action.class, Class::Stale | Class::Replayed)).map(|t| t.to_string());
-        let grpc = self.header("content-type").is_some_and(|c| c.starts_with(b"application/grpc"));
-        if grpc {
-            let code = grpc_code(action.class.grpc_status());
+        self.refuse(&action, &reason.to_string());
+        Action::Pause
+    }
+
+    /// Answer a refusal: a thin renderer of the core's `http::Refusal`.
+    fn refuse(&mut self, action: &fencekeeper_core::Action, text: &str) {
+        let Some(refusal) = Refusal::of(action) else {
+            return;
+        };
+        let highest = refusal.highest.map(|t| t.to_string());
+        if self.header("content-type").is_some_and(|c| http::is_grpc(&c)) {
             let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
-            self.send_grpc_response(code, Some(&text), meta);
+            // Envoy writes the text into grpc-message of its local reply.
+            self.send_grpc_response(grpc_code(refusal.grpc_status), Some(text), meta);
         } else {
             let mut headers = vec![("content-type", "text/plain; charset=utf-8")];
             if let Some(h) = &highest {
                 headers.push((HIGHEST_HEADER, h.as_str()));
             }
-            self.send_http_response(
-                u32::from(action.class.http_status()),
-                headers,
-                Some(format!("{text}\n").as_bytes()),
-            );
+            self.send_http_response(u32::from(refusal.http_status), headers, Some(format!("{text}\n").as_bytes()));
         }
-        Action::Pause
     }
 }
 

@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long)]
     strict: bool,
     /// The request header carrying the fencing token.
-    #[arg(long, default_value = fencekeeper_core::refusal::TOKEN_HEADER)]
+    #[arg(long, default_value = fencekeeper_core::http::TOKEN_HEADER)]
     token_header: String,
     /// Take the resource key from this request header instead of the path.
     #[arg(long)]
@@ -129,7 +129,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.policy = Policy { mode, strict: args.strict };
     c.token_header = config::header_name(&args.token_header)?;
     c.resource = match &args.resource_header {
-        Some(name) => ResourceFrom::Header(config::header_name(name)?),
+        Some(name) => ResourceFrom::Header(config::header_name(name)?.as_str().to_owned()),
         None => ResourceFrom::Path { strip_prefix: args.strip_prefix.clone() },
     };
     c.path_prefix = args.path_prefix.clone();

@@ -1,7 +1,7 @@
 //! What the gateway fences and how. The vocabulary is the Envoy filter's: a token
 //! header, where the resource key comes from, which paths and methods are fenced.
 
-use fencekeeper_core::refusal::TOKEN_HEADER;
+use fencekeeper_core::http::{self, TOKEN_HEADER};
 use fencekeeper_core::Policy;
 use hyper::header::HeaderName;
 use hyper::{Method, Uri};
@@ -27,26 +27,15 @@ pub enum ConfigError {
     Method(String),
 }
 
-/// Where a request's resource key comes from (the Envoy filter's vocabulary).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ResourceFrom {
-    /// The request path as the store sees it: without the query, percent-decoded
-    /// (the core's `path_key_bytes`), minus `strip_prefix` when it starts with it.
-    Path {
-        /// Cut from the front of the decoded path to form the key.
-        strip_prefix: String,
-    },
-    /// A request header's value.
-    Header(HeaderName),
-}
+/// Where a request's resource key comes from: the core's rule, shared with the Envoy
+/// filter (a header name is lower case).
+pub type ResourceFrom = http::ResourceFrom<String>;
 
-/// The decoded path of a request target, as the store will see it: the bytes every
-/// path-based decision (scope and resource) is made on, so that a re-encoded path
-/// can neither dodge its mark nor slip out of the fenced prefix. Bytes, not text: a
-/// path that does not decode to UTF-8 is still in scope, and then malformed as a
-/// key, never merged with another path by a lossy conversion.
+/// The decoded path of a request target (the core's `http::decoded_path`), as the
+/// store will see it. Bytes, not text: a path that does not decode to UTF-8 is still
+/// in scope, and then malformed as a key, never merged with another path.
 pub fn decoded_path(path: &str) -> Vec<u8> {
-    fencekeeper_core::resource::path_key_bytes(path.as_bytes()).collect()
+    http::decoded_path(path.as_bytes()).collect()
 }
 
 /// Parse a header name (lower-cased, as HTTP/2 requires).
@@ -92,11 +81,6 @@ pub fn with_scheme(address: &str) -> String {
     }
 }
 
-/// The methods never fenced by default: the ones that do not write. As in the
-/// Envoy filter, every other method (PUT, POST, PATCH, DELETE, WebDAV's MKCOL, COPY,
-/// MOVE, PROPPATCH, LOCK, ...) is fenced unless `--fenced-methods` names a list.
-pub const UNFENCED_BY_DEFAULT: [Method; 3] = [Method::GET, Method::HEAD, Method::OPTIONS];
-
 /// The gateway's configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -118,7 +102,7 @@ pub struct Config {
     /// through unchecked.
     pub path_prefix: String,
     /// Only these methods are fenced; others pass through unchecked. `None`: every
-    /// method but GET, HEAD and OPTIONS.
+    /// method but GET, HEAD and OPTIONS (the core's `http::UNFENCED_BY_DEFAULT`).
     pub fenced_methods: Option<Vec<Method>>,
     /// The largest request body accepted (413 above it).
     pub max_body: usize,
@@ -152,11 +136,8 @@ impl Config {
 
     /// True when a request with this method and decoded path goes through the fence.
     pub fn fences(&self, method: &Method, decoded_path: &[u8]) -> bool {
-        let fenced_method = match &self.fenced_methods {
-            Some(list) => list.contains(method),
-            None => !UNFENCED_BY_DEFAULT.contains(method),
-        };
-        decoded_path.starts_with(self.path_prefix.as_bytes()) && fenced_method
+        decoded_path.starts_with(self.path_prefix.as_bytes())
+            && http::fences(method.as_str(), self.fenced_methods.as_deref())
     }
 }
 

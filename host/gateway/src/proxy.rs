@@ -5,14 +5,14 @@
 //! The body is read before the token is decided, so a slow uploader never holds a
 //! resource's gate, and a write is forwarded in one piece the moment it is admitted.
 
-use crate::config::{decoded_path, Config, ResourceFrom};
+use crate::config::{decoded_path, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
-use crate::refusal::{self, full, is_grpc};
+use crate::refusal::{self, full};
 use crate::Body;
 use fencekeeper::Guard;
-use fencekeeper_core::refusal::ADMITTED_HEADER;
-use fencekeeper_core::resource::{key_from_bytes, ResourceError};
+use fencekeeper_core::http::{self, ADMITTED_HEADER};
+use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::Class;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -88,7 +88,7 @@ impl Proxy {
     }
 
     async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: Vec<u8>) -> Response<Body> {
-        let grpc = is_grpc(&request);
+        let grpc = request.headers().get(hyper::header::CONTENT_TYPE).is_some_and(|v| http::is_grpc(v.as_bytes()));
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
@@ -154,18 +154,12 @@ impl Proxy {
         self.forward(Request::from_parts(parts, full(bytes)), admission.permit).await
     }
 
-    /// The resource key, from the decoded `path` or the configured header. Bytes
-    /// that are not UTF-8 are malformed, never converted lossily; a missing header
-    /// is the empty key, which the guard refuses as malformed.
+    /// The resource key, by the core's rule (the decoded `path`, or the configured
+    /// header; never converted lossily).
     fn resource(&self, parts: &Parts, path: Vec<u8>) -> Result<String, ResourceError> {
-        let bytes = match &self.config.resource {
-            ResourceFrom::Path { strip_prefix } => match path.strip_prefix(strip_prefix.as_bytes()) {
-                Some(rest) => rest.to_vec(),
-                None => path,
-            },
-            ResourceFrom::Header(name) => parts.headers.get(name).map(|v| v.as_bytes().to_vec()).unwrap_or_default(),
-        };
-        key_from_bytes(&bytes).map(str::to_owned)
+        let from = &self.config.resource;
+        let header = from.header().and_then(|name| parts.headers.get(name)).map(|v| v.as_bytes());
+        from.key(&path, header).map(str::to_owned)
     }
 
     fn too_large(&self) -> Response<Body> {

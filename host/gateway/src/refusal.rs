@@ -1,45 +1,47 @@
-//! Refusal responses, under the contract of DESIGN.md: the status comes from the
-//! core's [`Class`], the current mark goes in `fencing-highest`, the body is the
-//! one-line reason. gRPC requests get a Trailers-Only answer with the class's gRPC
-//! status instead, so gRPC clients see FAILED_PRECONDITION, INVALID_ARGUMENT or
-//! UNAVAILABLE rather than a transport error.
+//! Refusal responses: a thin renderer of the core's `http::Refusal` (the refusal
+//! contract in README.md, shared with the Envoy filter): its HTTP status, the mark in
+//! `fencing-highest`, the one-line reason as the body. gRPC requests get a
+//! Trailers-Only answer with the gRPC status instead, so gRPC clients see
+//! FAILED_PRECONDITION, INVALID_ARGUMENT or UNAVAILABLE rather than a transport error.
 
 use crate::Body;
-use fencekeeper_core::refusal::{Action, HIGHEST_HEADER};
+use fencekeeper_core::http::{GrpcMessage, Refusal, HIGHEST_HEADER};
+use fencekeeper_core::refusal::Action;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::header::{HeaderValue, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-
-/// True for a gRPC request (its content type is `application/grpc...`).
-pub fn is_grpc<B>(request: &hyper::Request<B>) -> bool {
-    request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/grpc"))
-}
 
 /// A body holding `bytes`.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
     Full::new(bytes.into()).map_err(|never| match never {}).boxed()
 }
 
-/// The response refusing a request: `action`'s class, with `reason` as the body.
+/// The response refusing a request: `action`'s refusal, with `reason` as the body.
 pub fn refuse(action: &Action, reason: &str, grpc: bool) -> Response<Body> {
-    let status = StatusCode::from_u16(action.class.http_status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    // A forwarded action is never refused; render it as undecided rather than panic.
+    let refusal = Refusal::of(action).unwrap_or(Refusal {
+        class: action.class,
+        http_status: 503,
+        grpc_status: 14,
+        highest: None,
+    });
     let mut response = if grpc {
         let mut r = Response::new(full(Bytes::new()));
         let headers = r.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        headers.insert("grpc-status", HeaderValue::from(action.class.grpc_status()));
-        if let Ok(message) = HeaderValue::from_str(&grpc_message(reason)) {
+        headers.insert("grpc-status", HeaderValue::from(refusal.grpc_status));
+        if let Ok(message) = HeaderValue::from_str(&GrpcMessage(reason).to_string()) {
             headers.insert("grpc-message", message);
         }
         r
     } else {
         let mut r = Response::new(full(format!("{reason}\n")));
-        *r.status_mut() = status;
+        *r.status_mut() = StatusCode::from_u16(refusal.http_status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         r
     };
-    if let Some(mark) = action.token.filter(|_| !action.forward) {
+    if let Some(mark) = refusal.highest {
         if let Ok(v) = HeaderValue::from_str(&mark.to_string()) {
             response.headers_mut().insert(HIGHEST_HEADER, v);
         }
@@ -53,19 +55,6 @@ pub fn error(status: StatusCode, reason: &str) -> Response<Body> {
     *r.status_mut() = status;
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
     r
-}
-
-/// gRPC's `grpc-message` is percent-encoded outside printable ASCII (and `%`).
-fn grpc_message(reason: &str) -> String {
-    let mut out = String::with_capacity(reason.len());
-    for byte in reason.bytes() {
-        if (0x20..0x7f).contains(&byte) && byte != b'%' {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,192 @@
+//! The HTTP vocabulary every HTTP host shares (the gateway, the Envoy filter): which
+//! requests are fenced, where a request's resource key comes from, and how a
+//! refusal is rendered. A host only moves bytes between its HTTP library and these
+//! functions, so that two hosts cannot answer the same request differently.
+
+use crate::refusal::{Action, Class};
+use crate::resource::{key_from_bytes, path_key_bytes, ResourceError};
+use crate::token::Token;
+use core::fmt;
+
+/// The request header that carries the fencing token, by default.
+pub const TOKEN_HEADER: &str = "fencing-token";
+/// The response header that carries the current mark on a stale or replayed refusal.
+pub const HIGHEST_HEADER: &str = "fencing-highest";
+/// The header added to a forwarded request: the token that was admitted. Only the
+/// host sets it; a value a client sent is removed.
+pub const ADMITTED_HEADER: &str = "fencing-admitted-token";
+
+/// The methods never fenced by default: the ones that do not write. Every other
+/// method (PUT, POST, PATCH, DELETE, WebDAV's MKCOL, COPY, MOVE, LOCK, ...) is fenced
+/// unless a host is configured with a list.
+pub const UNFENCED_BY_DEFAULT: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
+
+/// Whether a request with `method` is fenced, given the configured list of fenced
+/// methods (`None`: every method but [`UNFENCED_BY_DEFAULT`]). Methods compare
+/// without regard to case.
+pub fn fences<S: AsRef<str>>(method: &str, fenced: Option<&[S]>) -> bool {
+    match fenced {
+        Some(list) => list.iter().any(|m| m.as_ref().eq_ignore_ascii_case(method)),
+        None => !UNFENCED_BY_DEFAULT.iter().any(|m| m.eq_ignore_ascii_case(method)),
+    }
+}
+
+/// True for a gRPC request, by its `content-type` (`application/grpc`, `+proto`, ...).
+pub fn is_grpc(content_type: &[u8]) -> bool {
+    content_type.starts_with(b"application/grpc")
+}
+
+/// Where a request's resource key comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ResourceFrom<S> {
+    /// The request path as the store sees it: without its query, percent-decoded
+    /// ([`path_key_bytes`]), minus `strip_prefix` when it starts with it.
+    Path {
+        /// Cut from the front of the decoded path to form the key.
+        strip_prefix: S,
+    },
+    /// The value of this request header (a lower-case name).
+    Header(S),
+}
+
+impl<S: AsRef<str>> ResourceFrom<S> {
+    /// The key of a request whose decoded path is `decoded_path` (see
+    /// [`decoded_path`]) and whose configured header, when the key comes from one,
+    /// holds `header` (`None`: absent, which is the empty key, refused as malformed).
+    /// Bytes that are not UTF-8 are malformed: never converted lossily, which would
+    /// give distinct paths one mark.
+    pub fn key<'a>(&self, decoded_path: &'a [u8], header: Option<&'a [u8]>) -> Result<&'a str, ResourceError> {
+        let bytes = match self {
+            ResourceFrom::Path { strip_prefix } => {
+                decoded_path.strip_prefix(strip_prefix.as_ref().as_bytes()).unwrap_or(decoded_path)
+            }
+            ResourceFrom::Header(_) => header.unwrap_or_default(),
+        };
+        key_from_bytes(bytes)
+    }
+
+    /// The header the key comes from, if it comes from one.
+    pub fn header(&self) -> Option<&str> {
+        match self {
+            ResourceFrom::Header(name) => Some(name.as_ref()),
+            ResourceFrom::Path { .. } => None,
+        }
+    }
+}
+
+/// The decoded bytes of a request path, as the store will see it: every path-based
+/// decision (the fenced prefix and the key) is made on these, so that a re-encoded
+/// path can neither dodge its mark nor slip out of scope. An iterator, so a host
+/// collects it into its own buffer.
+pub fn decoded_path(path: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    path_key_bytes(path)
+}
+
+/// A refusal as HTTP and gRPC see it, built from the core's resolved [`Action`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The outcome class.
+    pub class: Class,
+    /// The HTTP status (409, 428, 400, 503).
+    pub http_status: u16,
+    /// The gRPC status (9 FAILED_PRECONDITION, 3 INVALID_ARGUMENT, 14 UNAVAILABLE).
+    pub grpc_status: u32,
+    /// The value of [`HIGHEST_HEADER`]: the mark, on a stale or replayed refusal.
+    pub highest: Option<Token>,
+}
+
+impl Refusal {
+    /// The refusal of `action`, or `None` when the action forwards the request.
+    pub fn of(action: &Action) -> Option<Refusal> {
+        if action.forward {
+            return None;
+        }
+        let highest = action.token.filter(|_| matches!(action.class, Class::Stale | Class::Replayed));
+        Some(Refusal {
+            class: action.class,
+            http_status: action.class.http_status(),
+            grpc_status: action.class.grpc_status(),
+            highest,
+        })
+    }
+}
+
+/// gRPC's `grpc-message`: the reason percent-encoded outside printable ASCII (and
+/// `%` itself), so it is always a legal header value. A `Display` adapter, so a host
+/// writes it without the core allocating.
+pub struct GrpcMessage<'a>(pub &'a str);
+
+impl fmt::Display for GrpcMessage<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for byte in self.0.bytes() {
+            if (0x20..0x7f).contains(&byte) && byte != b'%' {
+                fmt::Write::write_char(f, char::from(byte))?;
+            } else {
+                write!(f, "%{byte:02X}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::decision::{Mode, Verdict};
+    use crate::refusal::{resolve, NoVerdict};
+    use std::vec::Vec;
+
+    fn decoded(p: &str) -> Vec<u8> {
+        decoded_path(p.as_bytes()).collect()
+    }
+
+    #[test]
+    fn default_fencing_is_every_method_that_writes() {
+        let none: Option<&[&str]> = None;
+        for m in ["PUT", "POST", "DELETE", "PATCH", "MKCOL", "LOCK", "put"] {
+            assert!(fences(m, none), "{m}");
+        }
+        for m in ["GET", "HEAD", "OPTIONS", "get"] {
+            assert!(!fences(m, none), "{m}");
+        }
+        assert!(fences("put", Some(&["PUT"][..])) && !fences("DELETE", Some(&["PUT"][..])));
+    }
+
+    #[test]
+    fn keys_from_paths_are_decoded_stripped_and_utf8() {
+        let path = ResourceFrom::Path { strip_prefix: "/data/" };
+        assert_eq!(path.key(&decoded("/data/a%62c?x=1"), None), Ok("abc"));
+        assert_eq!(path.key(&decoded("/other/abc"), None), Ok("/other/abc"));
+        assert_eq!(path.key(&decoded("/data/%FF%FE"), None), Err(ResourceError::NotUtf8));
+        assert_ne!(decoded("/%FF%FE"), decoded("/%FE%FF"));
+    }
+
+    #[test]
+    fn keys_from_headers_must_be_utf8_and_present() {
+        let header = ResourceFrom::Header("x-resource");
+        assert_eq!(header.header(), Some("x-resource"));
+        assert_eq!(header.key(b"/ignored", Some(b"table-7")), Ok("table-7"));
+        assert_eq!(header.key(b"/ignored", None), Ok(""), "absent is the empty key: malformed later");
+        assert_eq!(header.key(b"/ignored", Some(&[0xff])), Err(ResourceError::NotUtf8));
+    }
+
+    #[test]
+    fn refusals_carry_the_mark_only_when_stale_or_replayed() {
+        let mark = Token::parse("34").unwrap();
+        let stale: Verdict = Verdict::Stale { mark, presented: Token::parse("33").unwrap() };
+        let r = Refusal::of(&resolve(Mode::Correctness, Ok(&stale))).unwrap();
+        assert_eq!((r.http_status, r.grpc_status, r.highest), (409, 9, Some(mark)));
+        let admit: Verdict = Verdict::Admit { mark, advanced: true };
+        assert_eq!(Refusal::of(&resolve(Mode::Correctness, Ok(&admit))), None);
+        let down = Refusal::of(&resolve::<()>(Mode::Correctness, Err(NoVerdict::StoreUnreachable))).unwrap();
+        assert_eq!((down.http_status, down.grpc_status, down.highest), (503, 14, None));
+    }
+
+    #[test]
+    fn grpc_messages_are_printable_ascii() {
+        let text = std::format!("{}", GrpcMessage("stale \"x\" 100% ü\n"));
+        assert_eq!(text, "stale \"x\" 100%25 %C3%BC%0A");
+        assert!(is_grpc(b"application/grpc+proto") && !is_grpc(b"text/plain"));
+    }
+}
