@@ -207,3 +207,35 @@ fn start_up_errors_exit_2_with_one_clear_line() {
     assert_eq!(etcd.status.code(), Some(2));
     assert!(stderr(&etcd).contains("mark store unavailable: etcd at http://127.0.0.1:1"), "{}", stderr(&etcd));
 }
+
+/// The fault-injection guest (guest/component/src/faults.rs): canonical tokens
+/// 64023.K.*.* make it lie, `fault-trap` makes it trap.
+fn fault_guest() -> String {
+    fencekeeper::validator::guest_path("test-guests/guest_faults.wasm").display().to_string()
+}
+
+#[test]
+fn a_lying_guest_never_gets_a_write_through_and_each_lie_is_counted() {
+    let upstream = RecordingUpstream::start().unwrap();
+    for mode in ["correctness", "efficiency"] {
+        let gw = Gateway::start(&upstream.url(), &["--guest", &fault_guest(), "--mode", mode]).unwrap();
+        let file = format!("/{mode}");
+        // Kind 9 is honest; kind 3 answers "admitted, mark unchanged" for anything.
+        assert_eq!(gw.put(&file, Some("64023.9.0.0"), b"nine").unwrap().status, 201);
+        let lie = gw.put(&file, Some("64023.3.0.5"), b"five").unwrap();
+        assert_eq!(lie.status, 409, "{mode}: the gateway proves it stale: {}", lie.body);
+        assert_eq!(lie.header("fencing-highest"), Some("64023.9.0.0"));
+        // The guest admits 64023.2.0.1 as the maximum token: nothing the host can
+        // prove but the lie, so 503, and no lock-out.
+        let max = gw.put(&format!("{file}-max"), Some("64023.2.0.1"), b"max").unwrap();
+        assert_eq!(max.status, 503, "{mode}: {}", max.body);
+        assert_eq!(gw.mark(&format!("{file}-max")).unwrap(), None);
+        let trap = gw.put(&file, Some("fault-trap"), b"trap").unwrap();
+        assert_eq!(trap.status, 503, "{mode}: a guest fault is refused in every mode: {}", trap.body);
+        assert_eq!(gw.metric("fencekeeper_gateway_contract_breaches_total").unwrap(), 2);
+        assert_eq!(gw.metric("fencekeeper_gateway_failed_open_total").unwrap(), 0);
+        assert!(gw.log().contains("validator broke the contract"), "{}", gw.log());
+    }
+    let bodies: Vec<Vec<u8>> = upstream.applied().into_iter().map(|a| a.body).collect();
+    assert_eq!(bodies, vec![b"nine".to_vec(), b"nine".to_vec()], "only the honest writes landed");
+}

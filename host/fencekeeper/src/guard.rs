@@ -14,7 +14,6 @@ use crate::verify::{self, Breach};
 use crate::{GuestText, Verdict};
 use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason};
 use fencekeeper_core::{Class, Token};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// How many lost compare-and-swap races one admit tolerates before it gives up as
@@ -72,7 +71,7 @@ impl Decision {
         self.action.class
     }
 
-    /// The decider broke the contract on this request (counted, to be logged).
+    /// The decider broke the contract on this request (to count and log).
     pub fn breach(&self) -> Option<&Breach> {
         match &self.undecided {
             Some(Undecided::Breach(b)) => Some(b),
@@ -90,54 +89,18 @@ impl Decision {
     }
 }
 
-/// Counts of outcomes by class, requests passed because efficiency mode failed
-/// open, and verdicts proven wrong.
-#[derive(Debug, Default)]
-pub struct Counters {
-    by_class: [AtomicU64; Class::ALL.len()],
-    failed_open: AtomicU64,
-    breaches: AtomicU64,
-}
-
-impl Counters {
-    fn record(&self, decision: &Decision) {
-        self.by_class[decision.action.class.index()].fetch_add(1, Ordering::Relaxed);
-        if decision.action.failed_open() {
-            self.failed_open.fetch_add(1, Ordering::Relaxed);
-        }
-        if decision.breach().is_some() {
-            self.breaches.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// How many outcomes of `class` were recorded.
-    pub fn get(&self, class: Class) -> u64 {
-        self.by_class[class.index()].load(Ordering::Relaxed)
-    }
-
-    /// How many requests passed without a verdict that admitted them (efficiency
-    /// mode, mark store unreachable).
-    pub fn failed_open(&self) -> u64 {
-        self.failed_open.load(Ordering::Relaxed)
-    }
-
-    /// How many verdicts the host proved wrong (each one refused).
-    pub fn breaches(&self) -> u64 {
-        self.breaches.load(Ordering::Relaxed)
-    }
-}
-
-/// Fencing for one set of resources: a decider, a mark store and counters.
+/// Fencing for one set of resources: a decider and a mark store. It keeps no state
+/// of its own (no counters, no locks): the admit path shares nothing between
+/// callers but the mark. Callers count the [`Decision`]s they act on.
 pub struct Guard {
     decider: Arc<dyn Decider>,
     store: Arc<dyn MarkStore + Send + Sync>,
-    counters: Counters,
 }
 
 impl Guard {
     /// A guard deciding with `decider` against marks in `store`.
     pub fn new(decider: Arc<dyn Decider>, store: Arc<dyn MarkStore + Send + Sync>) -> Guard {
-        Guard { decider, store, counters: Counters::default() }
+        Guard { decider, store }
     }
 
     /// Decide on a write to `resource` carrying `presented` (None: no token), and
@@ -150,7 +113,7 @@ impl Guard {
     /// transaction, so that the mark commits or rolls back with the write itself.
     pub fn admit_in(&self, store: &dyn MarkStore, resource: &str, presented: Option<&str>) -> Decision {
         let mode = self.decider.policy().mode;
-        let decision = match self.decide_and_swap(store, resource, presented) {
+        match self.decide_and_swap(store, resource, presented) {
             Ok(verdict) => {
                 Decision { action: refusal::resolve(mode, Ok(&verdict)), verdict: Some(verdict), undecided: None }
             }
@@ -170,19 +133,12 @@ impl Guard {
                 verdict: None,
                 undecided: Some(e),
             },
-        };
-        self.counters.record(&decision);
-        decision
+        }
     }
 
     /// The resource's current mark in the guard's store.
     pub fn mark(&self, resource: &str) -> Result<Option<Token>, StoreError> {
         self.store.get(resource)
-    }
-
-    /// The outcome counters.
-    pub fn counters(&self) -> &Counters {
-        &self.counters
     }
 
     /// The decider.
@@ -250,7 +206,6 @@ mod tests {
         assert_eq!(d.action.token.map(|t| t.to_string()), Some("34".into()));
         assert!(d.reason("f").contains("stale fencing token 33"), "{}", d.reason("f"));
         assert_eq!(g.mark("f").unwrap().map(|t| t.to_string()), Some("34".into()));
-        assert_eq!(g.counters().get(Class::Stale), 1);
     }
 
     #[test]
@@ -259,7 +214,7 @@ mod tests {
             let g = guard(mode);
             let d = g.admit("f", None);
             assert!(!d.admitted() && d.class() == Class::Missing, "{mode:?}");
-            assert_eq!(g.counters().failed_open(), 0);
+            assert!(!d.action.failed_open());
         }
     }
 

@@ -46,7 +46,7 @@ pub mod verify;
 
 pub use decider::{DecideError, Decider, NativeDecider};
 pub use fencekeeper_core::{Class, Mode, Policy, Token};
-pub use guard::{Counters, Decision, Guard};
+pub use guard::{Decision, Guard, Undecided};
 pub use store::{FileStore, MarkStore, MemoryStore, StoreError, Swap};
 pub use text::GuestText;
 pub use validator::{bundled_component, Conformance, GuestInfo, GuestSource, Limits, LoadError, Validator};

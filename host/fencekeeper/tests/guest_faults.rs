@@ -58,9 +58,9 @@ fn stale_token_is_refused_by_the_wasm_guest_through_the_guard() {
     let d = g.admit("file", Some("33"));
     assert_eq!(d.class(), Class::Stale);
     assert_eq!(d.action.token.map(|t| t.to_string()).as_deref(), Some("34"));
-    assert!(g.admit("file", Some("1.2")).class() == Class::Malformed);
+    let arity = g.admit("file", Some("1.2"));
+    assert!(arity.class() == Class::Malformed && arity.breach().is_none(), "{:?}", arity.undecided);
     assert_eq!(mark(&g, "file").as_deref(), Some("34"));
-    assert_eq!(g.counters().breaches(), 0, "the bundled guest never breaks the contract");
 }
 
 /// Run one faulting admit, in both modes, then show the same validator serves.
@@ -75,7 +75,7 @@ fn fault_is_contained(token: &str, expected_reason: &str) {
         assert!(!d.admitted(), "{mode:?} must refuse a request the guest faulted on");
         assert_eq!(d.class(), Class::Undecided);
         assert_eq!(d.class().http_status(), 503);
-        assert_eq!(g.counters().failed_open(), 0);
+        assert!(!d.action.failed_open());
         let reason = d.reason("r");
         assert!(reason.contains(expected_reason) && !reason.contains('\n'), "reason: {reason}");
         assert_eq!(mark(&g, "r"), None, "a fault must not set a mark");
@@ -120,7 +120,6 @@ fn guest_that_admits_a_token_below_the_mark_is_refused_as_stale() {
         assert!(!d.admitted());
         assert_eq!(d.action.token.map(|t| t.to_string()).as_deref(), Some("64023.1.0.34"));
         assert!(d.breach().is_some_and(|b| b.what.contains("below the mark")), "{:?}", d.undecided);
-        assert_eq!(g.counters().breaches(), 1);
         assert_eq!(mark(&g, "r").as_deref(), Some("64023.1.0.34"), "the mark must never be lowered ({mode:?})");
     }
 }
@@ -249,7 +248,6 @@ fn over_long_tokens_are_malformed_in_both_modes_before_the_guest_is_asked() {
         let padded = format!("{}49", "0".repeat(MAX_TOKEN_BYTES - 2));
         assert_eq!(g.admit("r", Some(&padded)).class(), Class::Stale, "{mode:?}");
         assert_eq!(mark(&g, "r").as_deref(), Some("50"));
-        assert_eq!(g.counters().failed_open(), 0);
     }
 }
 

@@ -34,12 +34,14 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// The outcome of passing the gate.
-pub struct Admission {
+/// A fenced write after the guard decided on it and the gate ordered it.
+pub struct Ordered {
     /// Forward or refuse, with the class to count and the header token.
     pub action: Action,
     /// The one-line reason (for a refusal body or a log line).
     pub reason: String,
+    /// The validator's verdict was proven wrong (what was wrong): count and log it.
+    pub breach: Option<String>,
     /// Held while the write is in flight; drop it when the upstream has answered.
     pub permit: Option<Permit>,
     /// The write waited for lower-token writes in flight.
@@ -172,7 +174,7 @@ impl Gate {
 
     /// Admit a write on `resource` carrying `token` through `guard`, then order it
     /// against the writes in flight.
-    pub async fn admit(self: &Arc<Self>, guard: &Arc<Guard>, resource: &str, token: Option<&str>) -> Admission {
+    pub async fn order(self: &Arc<Self>, guard: &Arc<Guard>, resource: &str, token: Option<&str>) -> Ordered {
         if !self.enabled {
             return from_decision(admit_blocking(guard, resource, token).await, resource, None);
         }
@@ -197,10 +199,10 @@ impl Gate {
         }
         lock(&entry.entry.state).waiting += 1;
         self.waiting.fetch_add(1, Relaxed);
-        let admission = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision).await;
+        let ordered = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision).await;
         lock(&entry.entry.state).waiting -= 1;
         self.waiting.fetch_sub(1, Relaxed);
-        admission
+        ordered
     }
 
     /// The slow path: wait for the lower-token writes, then check the token again.
@@ -212,14 +214,14 @@ impl Gate {
         admitted: Token,
         id: u64,
         decision: Decision,
-    ) -> Admission {
+    ) -> Ordered {
         let mode = guard.decider().policy().mode;
         let deadline = Instant::now() + self.timeout;
         loop {
             if !wait_for_lower(&entry.entry, &admitted, deadline).await {
-                let mut admission = gate_verdict(mode, Err(NoVerdict::Refused), resource, TIMED_OUT, true);
-                admission.timed_out = true;
-                return admission;
+                let mut ordered = gate_verdict(mode, Err(NoVerdict::Refused), resource, TIMED_OUT, true);
+                ordered.timed_out = true;
+                return ordered;
             }
             // Another gateway sharing the store may have admitted a higher token.
             match mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)) {
@@ -229,9 +231,9 @@ impl Gate {
             }
             match register(&entry.entry, admitted, id) {
                 Registered::Yes => {
-                    let mut admission = from_decision(decision, resource, Some(Permit { id, entry: entry.clone() }));
-                    admission.waited = true;
-                    return admission;
+                    let mut ordered = from_decision(decision, resource, Some(Permit { id, entry: entry.clone() }));
+                    ordered.waited = true;
+                    return ordered;
                 }
                 Registered::Stale(mark) => return stale(mode, mark, admitted, resource, true),
                 Registered::Wait => {}
@@ -283,31 +285,26 @@ async fn wait_for_lower(entry: &Entry, token: &Token, deadline: Instant) -> bool
     }
 }
 
-fn from_decision(decision: Decision, resource: &str, permit: Option<Permit>) -> Admission {
+fn from_decision(decision: Decision, resource: &str, permit: Option<Permit>) -> Ordered {
     let reason = decision.reason(resource);
-    Admission { action: decision.action, reason, permit, waited: false, timed_out: false }
+    let breach = decision.breach().map(|b| b.what.clone());
+    Ordered { action: decision.action, reason, breach, permit, waited: false, timed_out: false }
 }
 
-fn gate_verdict(
-    mode: Mode,
-    outcome: Result<Verdict, NoVerdict>,
-    resource: &str,
-    cause: &str,
-    waited: bool,
-) -> Admission {
+fn gate_verdict(mode: Mode, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &str, waited: bool) -> Ordered {
     let action = refusal::resolve(mode, outcome.as_ref().map_err(|e| *e));
     let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause: &cause }.to_string();
-    Admission { action, reason, permit: None, waited, timed_out: false }
+    Ordered { action, reason, breach: None, permit: None, waited, timed_out: false }
 }
 
 /// A request whose resource key could not be formed: malformed, not ordered.
-pub fn malformed(mode: Mode, error: fencekeeper_core::ResourceError) -> Admission {
+pub fn malformed(mode: Mode, error: fencekeeper_core::ResourceError) -> Ordered {
     let reason = fencekeeper::GuestText::new(&fencekeeper_core::Malformed::Resource(error).to_string());
     gate_verdict(mode, Ok(Verdict::Malformed(reason)), "", "", false)
 }
 
 /// The write's token fell below a higher one admitted meanwhile.
-fn stale(mode: Mode, mark: Token, presented: Token, resource: &str, waited: bool) -> Admission {
+fn stale(mode: Mode, mark: Token, presented: Token, resource: &str, waited: bool) -> Ordered {
     gate_verdict(mode, Ok(Verdict::Stale { mark, presented }), resource, "", waited)
 }
 
@@ -355,10 +352,10 @@ mod tests {
     #[tokio::test]
     async fn higher_token_waits_for_lower_in_flight_then_passes() {
         let (gate, guard) = (Gate::new(true, Duration::from_secs(5)), guard());
-        let a = gate.admit(&guard, "r", Some("33")).await;
+        let a = gate.order(&guard, "r", Some("33")).await;
         assert!(a.permit.is_some() && !a.waited);
         let (g2, gd2) = (gate.clone(), guard.clone());
-        let b = tokio::spawn(async move { g2.admit(&gd2, "r", Some("34")).await });
+        let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
         until(|| gate.waiting("r") == 1).await;
         assert!(!b.is_finished());
         drop(a);
@@ -372,12 +369,12 @@ mod tests {
     #[tokio::test]
     async fn waiter_overtaken_by_a_higher_token_is_refused_as_stale() {
         let (gate, guard) = (Gate::new(true, Duration::from_secs(5)), guard());
-        let a = gate.admit(&guard, "r", Some("33")).await;
+        let a = gate.order(&guard, "r", Some("33")).await;
         let (g2, gd2) = (gate.clone(), guard.clone());
-        let b = tokio::spawn(async move { g2.admit(&gd2, "r", Some("34")).await });
+        let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
         until(|| gate.waiting("r") == 1).await;
         let (g3, gd3) = (gate.clone(), guard.clone());
-        let c = tokio::spawn(async move { g3.admit(&gd3, "r", Some("35")).await });
+        let c = tokio::spawn(async move { g3.order(&gd3, "r", Some("35")).await });
         until(|| gate.waiting("r") == 2).await;
         drop(a);
         let (b, c) = (b.await.ok(), c.await.ok());
@@ -389,8 +386,8 @@ mod tests {
     #[tokio::test]
     async fn waiting_past_the_gate_timeout_is_undecided() {
         let (gate, guard) = (Gate::new(true, Duration::from_millis(50)), guard());
-        let _a = gate.admit(&guard, "r", Some("33")).await;
-        let b = gate.admit(&guard, "r", Some("34")).await;
+        let _a = gate.order(&guard, "r", Some("33")).await;
+        let b = gate.order(&guard, "r", Some("34")).await;
         assert!(b.timed_out && !b.action.forward);
         assert_eq!(b.action.class.http_status(), 503);
     }

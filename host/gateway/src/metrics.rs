@@ -22,6 +22,7 @@ pub struct Metrics {
     upstream_errors: AtomicU64,
     too_large: AtomicU64,
     timed_out: AtomicU64,
+    breaches: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -42,6 +43,8 @@ pub enum Event {
     TooLarge,
     /// Reading the request body took longer than the request timeout.
     TimedOut,
+    /// The validator gave a verdict the host proved wrong (refused).
+    Breach,
 }
 
 impl Metrics {
@@ -62,6 +65,7 @@ impl Metrics {
             Event::UpstreamError => &self.upstream_errors,
             Event::TooLarge => &self.too_large,
             Event::TimedOut => &self.timed_out,
+            Event::Breach => &self.breaches,
         };
         counter.fetch_add(1, Relaxed);
     }
@@ -133,6 +137,11 @@ impl Metrics {
                 "fencekeeper_gateway_timed_out_total",
                 "Requests whose body did not arrive within --request-timeout.",
                 &self.timed_out,
+            ),
+            (
+                "fencekeeper_gateway_contract_breaches_total",
+                "Verdicts the gateway proved wrong (a validator guest breaking the contract); each refused.",
+                &self.breaches,
             ),
         ];
         for (name, help, value) in simple {

@@ -107,7 +107,7 @@ impl Proxy {
                 return refusal::error(StatusCode::REQUEST_TIMEOUT, &reason);
             }
         };
-        // Its own task: when the client goes away mid-request, the admission and the
+        // Its own task: when the client goes away mid-request, the ordered and the
         // upstream exchange still run to their end, so the gate's bookkeeping is never
         // cut short and a write is never released while the store may still apply it.
         match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, grpc).await }).await {
@@ -119,39 +119,43 @@ impl Proxy {
     async fn admit_and_forward(&self, mut parts: Parts, path: Vec<u8>, bytes: Bytes, grpc: bool) -> Response<Body> {
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let (resource, admission) = match self.resource(&parts, path) {
+        let (resource, ordered) = match self.resource(&parts, path) {
             Ok(resource) => {
-                let admission = self.gate.admit(&self.guard, &resource, token.as_deref()).await;
-                (resource, admission)
+                let ordered = self.gate.order(&self.guard, &resource, token.as_deref()).await;
+                (resource, ordered)
             }
             Err(e) => (String::new(), crate::gate::malformed(self.config.policy.mode, e)),
         };
-        let action = admission.action;
+        let action = ordered.action;
         self.metrics.outcome(action.class, action.forward);
-        if admission.waited {
+        if ordered.waited {
             self.metrics.event(Event::GateWait);
         }
-        if admission.timed_out {
+        if ordered.timed_out {
             self.metrics.event(Event::GateTimeout);
+        }
+        if let Some(what) = &ordered.breach {
+            self.metrics.event(Event::Breach);
+            tracing::error!(resource, breach = what.as_str(), "validator broke the contract; refused");
         }
         if !action.forward {
             match action.class {
-                Class::Undecided => tracing::warn!(resource, status = 503, reason = admission.reason, "refused"),
-                class => tracing::info!(resource, class = class.name(), reason = admission.reason, "refused"),
+                Class::Undecided => tracing::warn!(resource, status = 503, reason = ordered.reason, "refused"),
+                class => tracing::info!(resource, class = class.name(), reason = ordered.reason, "refused"),
             }
-            return refusal::refuse(&action, &admission.reason, grpc);
+            return refusal::refuse(&action, &ordered.reason, grpc);
         }
         if action.class == Class::Admitted {
             if let Some(v) = action.token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
                 parts.headers.insert(ADMITTED_HEADER, v);
             }
-            tracing::debug!(resource, reason = admission.reason, waited = admission.waited, "admitted");
+            tracing::debug!(resource, reason = ordered.reason, waited = ordered.waited, "admitted");
         } else {
-            tracing::warn!(resource, class = action.class.name(), reason = admission.reason, "failed open");
+            tracing::warn!(resource, class = action.class.name(), reason = ordered.reason, "failed open");
         }
         parts.headers.remove(TRANSFER_ENCODING);
         parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        self.forward(Request::from_parts(parts, full(bytes)), admission.permit).await
+        self.forward(Request::from_parts(parts, full(bytes)), ordered.permit).await
     }
 
     /// The resource key, by the core's rule (the decoded `path`, or the configured
