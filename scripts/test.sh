@@ -42,6 +42,18 @@ trap 'rm -f "$log"' EXIT
 (cd guest/proxy-wasm && cargo test --release --locked) 2>&1 | tee -a "$log"
 cargo test --release --workspace --locked 2>&1 | tee -a "$log"
 
+echo "== an installed binary is enough: cargo install, then envoy-config from elsewhere" >&2
+# Last, because it rebuilds target/release/fencekeeper with the CLI's features alone.
+installed=$(mktemp -d)
+trap 'rm -f "$log"; rm -rf "$installed"' EXIT
+cargo install -q --path host/cli --root "$installed" --locked --target-dir target
+(
+    cd "$installed"
+    bin/fencekeeper envoy-config --upstream 127.0.0.1:8080 --write-filter envoy/fencekeeper_filter.wasm >envoy/envoy.yaml
+    cmp -s envoy/fencekeeper_filter.wasm "$OLDPWD/guest/artifacts/fencekeeper_filter.wasm"
+    envoy --mode validate --disable-hot-restart -c envoy/envoy.yaml >/dev/null
+) || { echo "the installed fencekeeper's Envoy configuration was refused" >&2; exit 1; }
+
 # cargo ends on the summary of its last test binary; print the whole suite's.
 awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
      END { printf "fencekeeper: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"

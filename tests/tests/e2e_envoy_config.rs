@@ -45,3 +45,36 @@ fn envoy_refuses_to_start_on_a_bad_plugin_configuration_and_logs_why() {
     let text = format!("{err:#}");
     assert!(text.contains("fencekeeper: bad plugin configuration"), "{text}");
 }
+
+/// An installed binary is enough: a copy of `fencekeeper` outside the checkout, run
+/// from another directory, writes the filter it carries beside the configuration,
+/// and Envoy accepts both. (scripts/test.sh also runs `cargo install` and this.)
+#[test]
+fn an_installed_binary_writes_its_filter_and_envoy_accepts_the_config() {
+    let install = tempfile::tempdir().unwrap();
+    let bin = install.path().join("fencekeeper");
+    std::fs::copy(fencekeeper_tests::workspace_bin("fencekeeper").unwrap(), &bin).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| Command::new(&bin).args(args).current_dir(elsewhere.path()).output().unwrap();
+    let lost = run(&["envoy-config", "--upstream", "127.0.0.1:8080"]);
+    assert_eq!(lost.status.code(), Some(2), "no checkout here: the filter must be asked for");
+    assert!(String::from_utf8_lossy(&lost.stderr).contains("--write-filter"));
+    let out = run(&["envoy-config", "--upstream", "127.0.0.1:8080", "--write-filter", "envoy/fencekeeper_filter.wasm"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let written = elsewhere.path().join("envoy/fencekeeper_filter.wasm");
+    let committed = fencekeeper_tests::repo_root().join("guest/artifacts/fencekeeper_filter.wasm");
+    assert_eq!(std::fs::read(&written).unwrap(), std::fs::read(committed).unwrap());
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    assert!(yaml.contains(&written.canonicalize().unwrap().display().to_string()), "{yaml}");
+    assert!(!yaml.contains(&fencekeeper_tests::repo_root().display().to_string()), "points into the checkout");
+    let file = elsewhere.path().join("envoy/envoy.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let check = Command::new(envoy_binary())
+        .args(["--mode", "validate", "--disable-hot-restart", "-c"])
+        .arg(&file)
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&check.stdout).into_owned() + &String::from_utf8_lossy(&check.stderr);
+    assert!(check.status.success() && text.contains("OK"), "{text}");
+}

@@ -5,6 +5,10 @@
 //! JSON configuration and the failure policy that keeps fencing on after a guest
 //! fault (FAIL_RELOAD: the VM is reloaded, the shared-data marks stay), and the etcd
 //! cluster the filter reaches for marks in correctness mode.
+//!
+//! The filter is embedded in this binary, as the validator is in the library: an
+//! installed `fencekeeper` writes it next to the configuration (`--write-filter`),
+//! so a generated configuration never points into a build tree.
 
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
@@ -13,6 +17,9 @@ use std::process::ExitCode;
 
 /// Where the committed filter lives in the repository.
 const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
+
+/// The filter, as committed (rebuilt byte-identically by `scripts/build-guests.sh`).
+static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifacts/fencekeeper_filter.wasm");
 
 /// Arguments of `fencekeeper envoy-config`.
 #[derive(clap::Args)]
@@ -29,10 +36,15 @@ pub struct Args {
     /// The port of Envoy's admin interface (stats, /ready), on 127.0.0.1.
     #[arg(long, default_value_t = 9901)]
     admin: u16,
-    /// The filter .wasm. Default: guest/artifacts/fencekeeper_filter.wasm of the
-    /// checkout this binary was built in, else of the current directory.
-    #[arg(long)]
+    /// An existing filter .wasm for the configuration to load. Default: the one
+    /// `--write-filter` writes, else guest/artifacts/fencekeeper_filter.wasm of a
+    /// checkout above this binary or the current directory.
+    #[arg(long, conflicts_with = "write_filter")]
     filter: Option<PathBuf>,
+    /// Write the filter embedded in this binary to this file (directories are
+    /// created), and point the configuration at it. What an installed binary needs.
+    #[arg(long, value_name = "PATH")]
+    write_filter: Option<PathBuf>,
     /// etcd's client address, HOST:PORT (its v3 JSON gateway holds the marks).
     #[arg(long, default_value = "127.0.0.1:2379")]
     etcd: String,
@@ -60,9 +72,10 @@ pub struct Args {
 
 /// Run the subcommand.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let filter = match &args.filter {
-        Some(p) => p.clone(),
-        None => default_filter()?,
+    let filter = match (&args.filter, &args.write_filter) {
+        (Some(p), _) => p.clone(),
+        (None, Some(p)) => write_filter(p)?,
+        (None, None) => default_filter()?,
     };
     print!("{}", render(&args, &filter)?);
     Ok(ExitCode::SUCCESS)
@@ -80,7 +93,27 @@ fn default_filter() -> Result<PathBuf> {
             }
         }
     }
-    bail!("cannot find {ARTIFACT} above this binary or the current directory; pass --filter PATH")
+    bail!(
+        "cannot find {ARTIFACT} above this binary or the current directory; \
+         pass --write-filter PATH to write the filter this binary carries, or --filter PATH"
+    )
+}
+
+/// Write the embedded filter to `path` (atomically: a reader never sees half a
+/// file), and return its absolute path for the configuration.
+fn write_filter(path: &Path) -> Result<PathBuf> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let dir = dir.canonicalize().with_context(|| format!("cannot resolve {}", dir.display()))?;
+    let name = path.file_name().with_context(|| format!("{} names no file", path.display()))?;
+    let target = dir.join(name);
+    let temp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&temp, EMBEDDED_FILTER).with_context(|| format!("cannot write {}", temp.display()))?;
+    std::fs::rename(&temp, &target).with_context(|| format!("cannot write {}", target.display()))?;
+    Ok(target)
 }
 
 /// The filter's JSON configuration (keys sorted, so the output is stable).
