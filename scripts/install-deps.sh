@@ -14,6 +14,21 @@ say() { echo "install-deps: $*" >&2; }
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
+# rust-toolchain.toml pins 1.95.0: make sure rustup has it before anything asks rustup
+# about targets. Where stable is 1.95.0 under its channel name, link it by number
+# (what rustup would download is the same release).
+pinned=1.95.0
+if command -v rustup >/dev/null && ! rustup toolchain list | grep -q "^$pinned-"; then
+    host=$(rustc +stable -vV 2>/dev/null | sed -n 's/^host: //p')
+    if rustc +stable -V 2>/dev/null | grep -q "^rustc $pinned " && [ -n "$host" ]; then
+        say "linking rustup's stable ($pinned) as $pinned-$host"
+        ln -s "stable-$host" "${RUSTUP_HOME:-$HOME/.rustup}/toolchains/$pinned-$host"
+    else
+        say "installing the pinned toolchain $pinned"
+        rustup toolchain install "$pinned" --profile minimal
+    fi
+fi
+
 if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     say "adding the wasm32-unknown-unknown target"
     rustup target add wasm32-unknown-unknown \

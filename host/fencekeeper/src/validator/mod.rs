@@ -39,14 +39,14 @@ use wasmtime::Engine;
 #[allow(missing_docs)]
 mod bindings {
     wasmtime::component::bindgen!({
-        path: "../../wit",
+        path: "wit",
         world: "fencekeeper",
     });
 }
 
 /// The bundled guest: `guest/artifacts/fencekeeper_validator.wasm`, as committed
 /// (rebuilt byte-identically by `scripts/build-guests.sh`).
-static BUNDLED: &[u8] = include_bytes!("../../../../guest/artifacts/fencekeeper_validator.wasm");
+static BUNDLED: &[u8] = include_bytes!("../../guest/fencekeeper_validator.wasm");
 
 /// The file name of the validator guest in `guest/artifacts` and in
 /// `FENCEKEEPER_GUEST_DIR`.
