@@ -9,7 +9,7 @@
 #              stdout as `FENCEKEEPER_GUEST_DIR=DIR`, for the tests to load instead
 #              of the committed artifacts.
 #
-# Toolchains (see TOOLCHAIN.md):
+# Toolchains (see docs/building.md):
 #   reference  rustup's 1.95.0 with the wasm32-unknown-unknown target (added with
 #              `rustup target add` when missing). Only this one reproduces the bytes.
 #   fallback   Debian's rustc-web/cargo-web/rust-web-src (installed with apt-get when

@@ -31,6 +31,10 @@ if [[ $guest_env == FENCEKEEPER_GUEST_DIR=* ]]; then
     echo "== tests run against the fresh fallback build in ${FENCEKEEPER_GUEST_DIR}" >&2
 fi
 
+echo "== the library crates package on their own" >&2
+# The quick half of `cargo publish --dry-run` (docs/building.md): metadata and file lists.
+cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper
+
 echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked
 

@@ -1,4 +1,4 @@
-//! The proxy's check-then-forward window (DESIGN.md), through the real gateway, with an
+//! The proxy's check-then-forward window (docs/gateway.md), through the real gateway, with an
 //! upstream that holds chosen writes: with the ordering gate, a late lower-token write
 //! never lands after a higher one; with `--no-gate`, the same schedule shows the window.
 

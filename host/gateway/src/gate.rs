@@ -1,5 +1,5 @@
 //! The in-flight ordering gate: closes the proxy's check-then-forward window
-//! (DESIGN.md). A proxy checks a token before the upstream commits the write, so an
+//! (docs/gateway.md, docs/architecture.md). A proxy checks a token before the upstream commits the write, so an
 //! admitted write with token 33 that is slow to reach the store could land after a
 //! write with token 34 admitted later. The gate tracks, per resource, the admitted
 //! writes forwarded but not yet answered by the upstream:
