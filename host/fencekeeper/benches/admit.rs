@@ -1,7 +1,8 @@
 //! The cost of an admit: the native core against the wasm component (instance
-//! reused), the bare cost of crossing the component boundary, the guard's loop with
-//! a memory store, and the durable file store for advancing (fsync) and
-//! non-advancing (read only) admits.
+//! reused; with the verdict cache, and without it, which is the honest cost of the
+//! sandbox), the bare cost of crossing the component boundary, the guard's loop with
+//! a memory store, how admits scale from one thread to two, and the durable file
+//! store for advancing (fsync) and non-advancing (read only) admits.
 //!
 //! `cargo bench --bench admit -p fencekeeper`; results in BENCHMARKS.md.
 //!
@@ -83,14 +84,19 @@ fn wasm() -> Validator {
     Validator::bundled(Policy::default()).expect("load the bundled validator")
 }
 
+fn wasm_uncached() -> Validator {
+    wasm().without_verdict_cache()
+}
+
 /// One decision, no store: the core natively and through the component.
 fn decide(c: &mut Criterion<ThreadCpuTime>) {
     let mut g = c.benchmark_group("decide");
     let mark = token(34);
     let native = NativeDecider(Policy::default());
-    let wasm = wasm();
+    let (wasm, uncached) = (wasm(), wasm_uncached());
     g.bench_function("native", |b| b.iter(|| native.decide(black_box(Some("35")), black_box(Some(&mark)))));
     g.bench_function("wasm", |b| b.iter(|| wasm.decide(black_box(Some("35")), black_box(Some(&mark)))));
+    g.bench_function("wasm_uncached", |b| b.iter(|| uncached.decide(black_box(Some("35")), black_box(Some(&mark)))));
     g.finish();
 }
 
@@ -125,8 +131,11 @@ fn repeating(guard: &Guard) -> impl FnMut() + '_ {
 /// The guard's read -> decide -> compare-and-swap loop with the memory store.
 fn guard_memory(c: &mut Criterion<ThreadCpuTime>) {
     let mut g = c.benchmark_group("guard_memory");
-    let deciders: [(&str, Arc<dyn Decider>); 2] =
-        [("native", Arc::new(NativeDecider(Policy::default()))), ("wasm", Arc::new(wasm()))];
+    let deciders: [(&str, Arc<dyn Decider>); 3] = [
+        ("native", Arc::new(NativeDecider(Policy::default()))),
+        ("wasm", Arc::new(wasm())),
+        ("wasm_uncached", Arc::new(wasm_uncached())),
+    ];
     for (name, decider) in deciders {
         let guard = Guard::new(decider.clone(), Arc::new(MemoryStore::new()));
         let mut admit = advancing(&guard);
@@ -134,6 +143,44 @@ fn guard_memory(c: &mut Criterion<ThreadCpuTime>) {
         let guard = Guard::new(decider, Arc::new(MemoryStore::new()));
         let mut admit = repeating(&guard);
         g.bench_function(format!("{name}/repeating"), |b| b.iter(&mut admit));
+    }
+    g.finish();
+}
+
+/// One guard, admits from one thread and from two at once (each on its own
+/// resources, advancing, memory store): wall time per admit, so the ratio of the two
+/// is the speed-up from a second thread. Nothing on the admit path is shared but the
+/// marks, so on two idle cores it should be close to 2.
+fn threads(c: &mut Criterion) {
+    let mut g = c.benchmark_group("threads");
+    for (name, decider) in [
+        ("native", Arc::new(NativeDecider(Policy::default())) as Arc<dyn Decider>),
+        ("wasm", Arc::new(wasm_uncached())),
+    ] {
+        let guard = Arc::new(Guard::new(decider, Arc::new(MemoryStore::new())));
+        for n in [1u64, 2] {
+            g.bench_function(format!("{name}/{n}"), |b| {
+                b.iter_custom(|iters| {
+                    let start = std::time::Instant::now();
+                    std::thread::scope(|s| {
+                        for t in 0..n {
+                            let guard = guard.clone();
+                            s.spawn(move || {
+                                // Each thread its own resource and token counter: nothing
+                                // shared but the guard.
+                                let resource = format!("{RESOURCE}/{n}/{t}");
+                                let mark = guard.mark(&resource).ok().flatten().map_or(0, |m| m.parts()[0]);
+                                for token in mark + 1..=mark + iters / n {
+                                    let d = guard.admit(&resource, Some(&token.to_string()));
+                                    assert!(d.admitted(), "{}", d.reason(&resource));
+                                }
+                            });
+                        }
+                    });
+                    start.elapsed()
+                })
+            });
+        }
     }
     g.finish();
 }
@@ -170,6 +217,6 @@ criterion_group! {
 criterion_group! {
     name = durable;
     config = config(Criterion::default());
-    targets = guard_file
+    targets = threads, guard_file
 }
 criterion_main!(in_memory, durable);

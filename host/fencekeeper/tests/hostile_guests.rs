@@ -100,8 +100,11 @@ fn a_guest_that_grows_a_table_is_stopped_and_refused_in_both_modes() {
     let bytes = component("(table $t 1 funcref)", grow);
     for mode in [Mode::Correctness, Mode::Efficiency] {
         let policy = Policy { mode, strict: false };
+        // Without the verdict cache: every request must reach the guest and grow it.
         let v = Arc::new(
-            Validator::load_with(GuestSource::Bytes(&bytes), policy, Limits::default(), Conformance::Skip).unwrap(),
+            Validator::load_with(GuestSource::Bytes(&bytes), policy, Limits::default(), Conformance::Skip)
+                .unwrap()
+                .without_verdict_cache(),
         );
         let g = Guard::new(v.clone(), Arc::new(MemoryStore::new()));
         // 4,000 elements fit in the 10,000-element budget twice; the third grow
@@ -130,7 +133,7 @@ fn the_pool_budget_bounds_memory_across_every_instance() {
     let grow = "(drop (memory.grow (i32.const 1)))";
     let bytes = component("", grow);
     let limits = Limits { memory_bytes: 1 << 20, pool_memory_bytes: 2 << 20, ..Limits::default() };
-    let v = Arc::new(load(&bytes, limits.clone()).unwrap());
+    let v = Arc::new(load(&bytes, limits.clone()).unwrap().without_verdict_cache());
     let g = Arc::new(Guard::new(v.clone(), Arc::new(MemoryStore::new())));
     let threads: Vec<_> = (0..8)
         .map(|_| {

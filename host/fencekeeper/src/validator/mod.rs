@@ -16,12 +16,16 @@
 //! * `load`: the engine and the checks on a guest (component, world, no imports).
 //! * `budget`: the memory and table limits of one instance and of the pool.
 //! * `instance`: one store + instance, and how a failed call is reported.
+//! * `pool`: where instances wait between calls (one per calling thread, no lock).
+//! * `cache`: a per-thread cache of verdicts (a holder's repeated writes).
 //! * `convert`: WIT values to the host's types.
 
 mod budget;
+mod cache;
 mod convert;
 mod instance;
 mod load;
+mod pool;
 
 pub use load::LoadError;
 
@@ -30,9 +34,10 @@ use crate::{DecideError, Decider, GuestText, Verdict};
 use budget::State;
 use fencekeeper_core::{Policy, Token};
 use instance::Instance;
+use pool::Shared;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock};
 use wasmtime::Engine;
 
 /// Host bindings generated from the WIT contract.
@@ -119,9 +124,8 @@ pub struct Limits {
     /// and the concurrency: an instance that would pass it fails to start or to
     /// grow (a guest fault, refused), it is never granted.
     pub pool_memory_bytes: usize,
-    /// How many idle instances to keep for reuse (about the number of threads
-    /// that call at once); more concurrent callers still work, their extra
-    /// instances are dropped after use.
+    /// How many idle instances to keep for reuse, beyond the one each calling
+    /// thread keeps for itself; more are dropped after use.
     pub max_idle_instances: usize,
 }
 
@@ -151,14 +155,15 @@ pub struct GuestInfo {
 }
 
 /// A [`Decider`] that runs a guest component. Cheap to share (`Arc`) between threads.
+///
+/// Each thread that calls it keeps an instance and a small cache of verdicts for
+/// itself (no lock, nothing shared on the call path); they are released when the
+/// thread exits or calls another validator. The verdict cache is on by default:
+/// a verdict is a function of (policy, token text, mark) for a guest that imports
+/// nothing, and the guard checks cached verdicts like fresh ones.
 pub struct Validator {
-    engine: &'static Engine,
-    pre: bindings::FencekeeperPre<State>,
+    shared: Arc<Shared>,
     policy: Policy,
-    limits: Limits,
-    /// Bytes held by every live instance (the pool budget's meter).
-    pool: Arc<AtomicUsize>,
-    idle: Mutex<Vec<Instance>>,
 }
 
 impl Validator {
@@ -184,13 +189,13 @@ impl Validator {
                 (load::compile(engine, bytes, "the guest bytes")?, "the guest bytes".to_owned())
             }
         };
-        let pool = Arc::new(AtomicUsize::new(0));
-        let mut first = Instance::start(engine, &pre, &limits, &pool)
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let mut first = Instance::start(engine, &pre, &limits, &bytes)
             .map_err(|e| LoadError::Start { what: what.clone(), detail: e.to_string() })?;
         if conformance == Conformance::Check {
             check_conformance(&mut first, &limits, &what)?;
         }
-        Ok(Validator { engine, pre, policy, limits, pool, idle: Mutex::new(vec![first]) })
+        Ok(Validator { shared: Arc::new(Shared::new(engine, pre, limits, bytes, first)), policy })
     }
 
     /// The bundled guest with default limits.
@@ -198,9 +203,21 @@ impl Validator {
         Validator::load(GuestSource::Bundled, policy, Limits::default())
     }
 
+    /// This validator without its verdict cache: every decide calls the guest. For
+    /// measuring the guest, or testing its limits with repeated inputs.
+    pub fn without_verdict_cache(self) -> Validator {
+        let mut shared = self.shared;
+        match Arc::get_mut(&mut shared) {
+            Some(s) => s.cache_verdicts = false,
+            // Shared only through this thread's slot: take the slot's hold away first.
+            None => return Validator { shared: shared.uncached(), policy: self.policy },
+        }
+        Validator { shared, policy: self.policy }
+    }
+
     /// The guest's name, version and token syntax.
     pub fn describe(&self) -> Result<GuestInfo, DecideError> {
-        let info = self.call(|i, l| i.describe(l))?;
+        let info = self.shared.call(|i, l| i.describe(l))?;
         Ok(GuestInfo {
             name: GuestText::new(&info.name),
             version: GuestText::new(&info.version),
@@ -210,7 +227,7 @@ impl Validator {
 
     /// Parse a raw token with the guest: the token, or the guest's one-line reason.
     pub fn parse(&self, raw: &str) -> Result<Result<Token, GuestText>, DecideError> {
-        match self.call(|i, l| i.parse(l, raw))? {
+        match self.shared.call(|i, l| i.parse(l, raw))? {
             Ok(t) => convert::token(&t, "parsed").map(Ok),
             Err(reason) => Ok(Err(GuestText::new(&reason))),
         }
@@ -218,38 +235,20 @@ impl Validator {
 
     /// The limits every call runs under.
     pub fn limits(&self) -> &Limits {
-        &self.limits
+        &self.shared.limits
     }
 
     /// Bytes of memory and tables held now by all of this validator's instances.
     pub fn pool_bytes(&self) -> usize {
-        self.pool.load(Ordering::Relaxed)
+        self.shared.bytes()
     }
 
     /// Fuel one decide of `presented` against `mark` uses (to size [`Limits::fuel`]).
     pub fn fuel_per_decide(&self, presented: &str, mark: Option<&Token>) -> Result<u64, DecideError> {
-        self.call(|i, l| {
+        self.shared.call(|i, l| {
             i.decide(l, &self.policy, Some(presented), mark)?;
             Ok(i.fuel_used(l))
         })
-    }
-
-    /// Run `f` on an idle instance (or a new one). An instance whose call failed is
-    /// dropped, so a faulted guest is never called again; the next call starts fresh.
-    fn call<R>(&self, f: impl FnOnce(&mut Instance, &Limits) -> Result<R, DecideError>) -> Result<R, DecideError> {
-        let idle = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let mut instance = match idle {
-            Some(instance) => instance,
-            None => Instance::start(self.engine, &self.pre, &self.limits, &self.pool)?,
-        };
-        let result = f(&mut instance, &self.limits);
-        if result.is_ok() {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            if idle.len() < self.limits.max_idle_instances {
-                idle.push(instance);
-            }
-        }
-        result
     }
 }
 
@@ -259,13 +258,16 @@ impl Decider for Validator {
     }
 
     fn decide(&self, presented: Option<&str>, mark: Option<&Token>) -> Result<Verdict, DecideError> {
-        self.call(|i, l| i.decide(l, &self.policy, presented, mark))
+        self.shared.decide(&self.policy, presented, mark)
     }
 }
 
 impl std::fmt::Debug for Validator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Validator").field("policy", &self.policy).field("limits", &self.limits).finish_non_exhaustive()
+        f.debug_struct("Validator")
+            .field("policy", &self.policy)
+            .field("limits", &self.shared.limits)
+            .finish_non_exhaustive()
     }
 }
 
