@@ -2,8 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::envoy::{envoy_binary, generate, Envoy};
-use fencekeeper_tests::services::free_port;
+use fencekeeper_harness::envoy::{envoy_binary, generate, Envoy};
+use fencekeeper_harness::services::free_port;
 use std::process::Command;
 
 fn validate(args: &[&str]) {

@@ -6,7 +6,7 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::workspace_bin;
+use fencekeeper_harness::workspace_bin;
 use serde_json::Value;
 use std::process::Command;
 

@@ -3,7 +3,7 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used)]
 
-use fencekeeper_tests::services::{http, Etcd, NginxDav};
+use fencekeeper_harness::services::{http, Etcd, NginxDav};
 
 #[test]
 fn nginx_dav_stores_any_put() {
