@@ -3,8 +3,9 @@
 //! in its own directory, stopped when its handle drops. Readiness is always checked (a
 //! health request or a TCP accept), never slept for.
 //!
-//! It serves the integration and end-to-end tests (`tests/`, tiers in tests/README.md).
-//! It is not published: nothing shipped depends on it.
+//! It serves the integration and end-to-end tests (`tests/`, tiers in tests/README.md)
+//! and the lock-and-pause demo (`fencekeeper-demo`, run by scripts/demo.sh). It is not
+//! published: nothing shipped depends on it.
 //!
 //! # Layout
 //!
@@ -13,6 +14,8 @@
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
+//! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
+//!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
 pub mod envoy;
 pub mod gateway;
