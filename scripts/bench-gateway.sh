@@ -68,16 +68,18 @@ etcd --name=bench --data-dir="$work/etcd" --listen-client-urls="http://127.0.0.1
 wait_http "http://127.0.0.1:$ec/health" true
 until curl -s -o /dev/null "http://127.0.0.1:$np/"; do sleep 0.1; done
 
-gateway() { # NAME ARGS... -> echoes the port
+# Called in this shell, never inside $(...): a gateway started in a subshell records
+# its PID in the subshell's copy of pids, and cleanup never stops it.
+gateway() { # VAR NAME ARGS...: start a gateway, set VAR to its port
     local p a; p=$(port); a=$(port)
     RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$np" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
-        "${@:2}" >"$work/$1.log" 2>&1 &
+        "${@:3}" >"$work/$2.log" 2>&1 &
     pids+=($!)
     wait_http "http://127.0.0.1:$a/healthz" ok
-    echo "$p"
+    printf -v "$1" '%s' "$p"
 }
-gw_file=$(gateway gateway-file --store "$work/marks.redb")
-gw_etcd=$(gateway gateway-etcd --etcd "http://127.0.0.1:$ec")
+gateway gw_file gateway-file --store "$work/marks.redb"
+gateway gw_etcd gateway-etcd --etcd "http://127.0.0.1:$ec"
 
 envoy_port=""
 if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]; then
