@@ -3,9 +3,10 @@
 //! in its own directory, stopped when its handle drops. Readiness is always checked (a
 //! health request or a TCP accept), never slept for.
 //!
-//! It serves the integration and end-to-end tests (`tests/`, tiers in tests/README.md)
-//! and the lock-and-pause demo (`fencekeeper-demo`, run by scripts/demo.sh). It is not
-//! published: nothing shipped depends on it.
+//! One harness serves every place that needs the services: the integration and
+//! end-to-end tests (`tests/`, tiers in tests/README.md), the benchmark scripts
+//! (`fencekeeper-services`) and the lock-and-pause demo (`fencekeeper-demo`, run by
+//! scripts/demo.sh). It is not published: nothing shipped depends on it.
 //!
 //! # Layout
 //!
@@ -14,6 +15,8 @@
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
+//! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
+//!   until the script stops it.
 //! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 

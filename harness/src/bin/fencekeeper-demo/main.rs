@@ -31,7 +31,7 @@ use std::time::Duration;
 /// Two workers import the same records under an etcd lease lock; one is paused past
 /// its lease. Runs the story straight to the store, then through the gateway.
 #[derive(Parser)]
-#[command(name = "fencekeeper-demo", version, about, long_about = None)]
+#[command(name = "fencekeeper-demo", version)]
 struct Args {
     /// Records each worker imports.
     #[arg(long, default_value_t = 24)]
