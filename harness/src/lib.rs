@@ -10,11 +10,13 @@
 //!
 //! # Layout
 //!
-//! * [`services`]: a child process that dies with its handle, free ports, readiness
-//!   polling, a minimal HTTP client; etcd and nginx WebDAV.
+//! * [`services`]: a child process that dies with its handle (and can be frozen), free
+//!   ports, readiness polling, a minimal HTTP client; etcd and nginx WebDAV.
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
+//! * [`relay`]: a TCP relay in front of a service that can act when one request
+//!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
 //!   until the script stops it.
 //! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
@@ -22,6 +24,7 @@
 
 pub mod envoy;
 pub mod gateway;
+pub mod relay;
 pub mod services;
 
 /// The repository root (the workspace directory).

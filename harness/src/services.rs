@@ -74,6 +74,11 @@ impl Process {
         Ok(())
     }
 
+    /// Freeze the process: see [`freeze`].
+    pub fn freeze(&self) -> Result<()> {
+        freeze(self.child.id())
+    }
+
     /// Kill (SIGKILL) and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -85,6 +90,33 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Freeze process `pid` (SIGSTOP) and wait (at most 5 s) until every one of its threads
+/// has stopped, so that it reads nothing more until SIGCONT: what is sent to it from
+/// now on waits in its sockets.
+pub fn freeze(pid: u32) -> Result<()> {
+    let status = Command::new("kill").arg("-STOP").arg(pid.to_string()).status()?;
+    anyhow::ensure!(status.success(), "kill -STOP {pid} failed");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !all_threads_stopped(pid)? {
+        anyhow::ensure!(Instant::now() < deadline, "process {pid} not stopped 5 s after SIGSTOP");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// True when every thread of `pid` is in state T (stopped), by /proc/PID/task/*/stat.
+fn all_threads_stopped(pid: u32) -> Result<bool> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("stat"))?;
+        // "TID (comm) STATE ...": comm may hold spaces and parentheses; the state follows the last ')'.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+        if state != Some('T') {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Poll `ready` every few milliseconds until it answers true or `timeout` passes,
