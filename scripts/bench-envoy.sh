@@ -13,17 +13,20 @@
 # rising tokens from one connection (every request advances the mark: a shared-data
 # CAS write, or an etcd Txn put). GET rows show the filter's fixed cost: a GET is not
 # fenced, so the filter only looks at the method. Prints a table for BENCHMARKS.md.
-# Needs: nginx, etcd, envoy, wrk (scripts/install-deps.sh) and a release build.
+# Needs: nginx, etcd, envoy, wrk (scripts/install-deps.sh); etcd is started by the
+# test harness (fencekeeper-services).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-3}
 rounds=${2:-5}
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
-cargo build --release -q -p fencekeeper-cli
+cargo build --release -q -p fencekeeper-cli -p fencekeeper-harness
 fk=target/release/fencekeeper
 work=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+# Stop every service and wait for it to exit, so that none outlives the script (and
+# none still writes into $work while it is removed).
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_http() { for _ in $(seq 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 2; }
@@ -38,11 +41,12 @@ http { access_log off; client_body_temp_path $work/nginx/body;
 CONF
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 & pids+=($!)
 
-ec=$(port); ep=$(port)
-etcd --name bench --data-dir "$work/etcd" --listen-client-urls "http://127.0.0.1:$ec" \
-  --advertise-client-urls "http://127.0.0.1:$ec" --listen-peer-urls "http://127.0.0.1:$ep" \
-  --initial-advertise-peer-urls "http://127.0.0.1:$ep" --initial-cluster "bench=http://127.0.0.1:$ep" \
-  --log-level warn >"$work/etcd.log" 2>&1 & pids+=($!)
+# etcd from the test harness, started as the tests start it; stopped with the harness.
+target/release/fencekeeper-services --dir "$work/services" etcd >"$work/services.env" & pids+=($!)
+# It says why on stderr if it cannot start them.
+until grep -qs '^FK_READY=1' "$work/services.env"; do kill -0 $! 2>/dev/null || exit 2; sleep 0.1; done
+. "$work/services.env"
+ec=${FK_ETCD##*:}
 
 declare -A listen
 start_envoy() { # NAME ARGS...
@@ -74,7 +78,6 @@ PY
   listen[$name]=$l
   wait_http "http://127.0.0.1:$a/ready"
 }
-wait_http "http://127.0.0.1:$ec/health"
 start_envoy none --no-etcd --mode efficiency
 start_envoy shared --no-etcd --mode efficiency
 start_envoy passthrough --no-etcd --mode efficiency

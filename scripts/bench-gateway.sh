@@ -10,20 +10,17 @@
 #
 # Usage: scripts/bench-gateway.sh [SECONDS] [CONNECTIONS]   (default 10 s, 16 connections)
 # Prints a Markdown table for BENCHMARKS.md. Needs wrk, nginx, etcd, envoy
-# (scripts/install-deps.sh); without envoy the Envoy rows are skipped.
+# (scripts/install-deps.sh); without envoy the Envoy rows are skipped. nginx and etcd
+# come from the test harness (fencekeeper-services).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 connections=${2:-16}
 threads=$(( connections < 2 ? connections : 2 ))
 
-for tool in wrk etcd; do
-    command -v "$tool" >/dev/null || { echo "$tool not found; run scripts/install-deps.sh" >&2; exit 2; }
-done
-nginx=$(command -v nginx || echo /usr/sbin/nginx)
-[ -x "$nginx" ] || { echo "nginx not found; run scripts/install-deps.sh" >&2; exit 2; }
+command -v wrk >/dev/null || { echo "wrk not found; run scripts/install-deps.sh" >&2; exit 2; }
 
-cargo build --release --quiet -p fencekeeper-cli
+cargo build --release --quiet -p fencekeeper-cli -p fencekeeper-harness
 fk=$PWD/target/release/fencekeeper
 work=$(mktemp -d)
 pids=()
@@ -43,41 +40,27 @@ wait_http() { # URL [expect]
     echo "not ready: $1" >&2; exit 2
 }
 
-# nginx WebDAV: a store that accepts any write.
-np=$(port)
-mkdir -p "$work/nginx/data"
-cat >"$work/nginx/nginx.conf" <<EOF
-daemon off; master_process off; worker_processes 1;
-error_log $work/nginx/error.log warn; pid $work/nginx/nginx.pid;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $work/nginx/body; proxy_temp_path $work/nginx/proxy;
-  fastcgi_temp_path $work/nginx/fastcgi; uwsgi_temp_path $work/nginx/uwsgi; scgi_temp_path $work/nginx/scgi;
-  server { listen 127.0.0.1:$np; root $work/nginx/data; dav_methods PUT; create_full_put_path on; }
-}
-EOF
-"$nginx" -c "$work/nginx/nginx.conf" -p "$work/nginx" & pids+=($!)
+# nginx WebDAV (a store that accepts any write) and etcd (the shared mark store),
+# started by the harness as the tests start them; it stops both when it is stopped.
+target/release/fencekeeper-services --dir "$work/services" nginx-dav etcd >"$work/services.env" & pids+=($!)
+# It says why on stderr if it cannot start them.
+until grep -qs '^FK_READY=1' "$work/services.env"; do kill -0 $! 2>/dev/null || exit 2; sleep 0.1; done
+. "$work/services.env"
+np=${FK_NGINX_DAV##*:}
+ec=${FK_ETCD##*:}
 
-# etcd: the shared mark store.
-ec=$(port); ep=$(port)
-etcd --name=bench --data-dir="$work/etcd" --listen-client-urls="http://127.0.0.1:$ec" \
-    --advertise-client-urls="http://127.0.0.1:$ec" --listen-peer-urls="http://127.0.0.1:$ep" \
-    --initial-advertise-peer-urls="http://127.0.0.1:$ep" --initial-cluster="bench=http://127.0.0.1:$ep" \
-    --log-level=warn >"$work/etcd.log" 2>&1 & pids+=($!)
-wait_http "http://127.0.0.1:$ec/health" true
-until curl -s -o /dev/null "http://127.0.0.1:$np/"; do sleep 0.1; done
-
-gateway() { # NAME ARGS... -> echoes the port
+# Called in this shell, never inside $(...): a gateway started in a subshell records
+# its PID in the subshell's copy of pids, and cleanup never stops it.
+gateway() { # VAR NAME ARGS...: start a gateway, set VAR to its port
     local p a; p=$(port); a=$(port)
     RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$np" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
-        "${@:2}" >"$work/$1.log" 2>&1 &
+        "${@:3}" >"$work/$2.log" 2>&1 &
     pids+=($!)
     wait_http "http://127.0.0.1:$a/healthz" ok
-    echo "$p"
+    printf -v "$1" '%s' "$p"
 }
-gw_file=$(gateway gateway-file --store "$work/marks.redb")
-gw_etcd=$(gateway gateway-etcd --etcd "http://127.0.0.1:$ec")
+gateway gw_file gateway-file --store "$work/marks.redb"
+gateway gw_etcd gateway-etcd --etcd "http://127.0.0.1:$ec"
 
 envoy_port=""
 if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]; then

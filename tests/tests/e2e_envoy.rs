@@ -4,8 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::envoy::{exchange_on, Envoy, Reply};
-use fencekeeper_tests::services::{Etcd, NginxDav};
+use fencekeeper_harness::envoy::{exchange_on, Envoy, Reply};
+use fencekeeper_harness::services::{Etcd, NginxDav};
 use std::collections::HashSet;
 
 const STALE: &str = "wasmcustom.fencekeeper.stale";
@@ -290,7 +290,7 @@ fn conformance_vectors_hold_through_envoy() {
         2,
         vec![args(&nginx, Some(&etcd), &header), args(&nginx, Some(&etcd), &[&header[..], &["--strict"]].concat())],
     );
-    let file = fencekeeper_tests::repo_root().join("host/fencekeeper/conformance/vectors.json");
+    let file = fencekeeper_harness::repo_root().join("host/fencekeeper/conformance/vectors.json");
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
     let vectors = doc["vectors"].as_array().unwrap();
     let mut kept = HashSet::new();

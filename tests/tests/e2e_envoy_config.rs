@@ -2,8 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::envoy::{envoy_binary, generate, Envoy};
-use fencekeeper_tests::services::free_port;
+use fencekeeper_harness::envoy::{envoy_binary, generate, Envoy};
+use fencekeeper_harness::services::free_port;
 use std::process::Command;
 
 fn validate(args: &[&str]) {
@@ -53,7 +53,7 @@ fn envoy_refuses_to_start_on_a_bad_plugin_configuration_and_logs_why() {
 fn an_installed_binary_writes_its_filter_and_envoy_accepts_the_config() {
     let install = tempfile::tempdir().unwrap();
     let bin = install.path().join("fencekeeper");
-    std::fs::copy(fencekeeper_tests::workspace_bin("fencekeeper").unwrap(), &bin).unwrap();
+    std::fs::copy(fencekeeper_harness::workspace_bin("fencekeeper").unwrap(), &bin).unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| Command::new(&bin).args(args).current_dir(elsewhere.path()).output().unwrap();
     let lost = run(&["envoy-config", "--upstream", "127.0.0.1:8080"]);
@@ -62,11 +62,11 @@ fn an_installed_binary_writes_its_filter_and_envoy_accepts_the_config() {
     let out = run(&["envoy-config", "--upstream", "127.0.0.1:8080", "--write-filter", "envoy/fencekeeper_filter.wasm"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let written = elsewhere.path().join("envoy/fencekeeper_filter.wasm");
-    let committed = fencekeeper_tests::repo_root().join("guest/artifacts/fencekeeper_filter.wasm");
+    let committed = fencekeeper_harness::repo_root().join("guest/artifacts/fencekeeper_filter.wasm");
     assert_eq!(std::fs::read(&written).unwrap(), std::fs::read(committed).unwrap());
     let yaml = String::from_utf8(out.stdout).unwrap();
     assert!(yaml.contains(&written.canonicalize().unwrap().display().to_string()), "{yaml}");
-    assert!(!yaml.contains(&fencekeeper_tests::repo_root().display().to_string()), "points into the checkout");
+    assert!(!yaml.contains(&fencekeeper_harness::repo_root().display().to_string()), "points into the checkout");
     let file = elsewhere.path().join("envoy/envoy.yaml");
     std::fs::write(&file, &yaml).unwrap();
     let check = Command::new(envoy_binary())

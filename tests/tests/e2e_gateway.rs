@@ -1,4 +1,4 @@
-//! The lock-and-pause scenario end to end, as `fencekeeper demo` runs it: real etcd as
+//! The lock-and-pause scenario end to end, as `fencekeeper-demo` runs it: real etcd as
 //! the lock service (lease lock, token = the lock key's revision), real nginx WebDAV as
 //! the store, the real gateway, two worker processes; worker 1 is paused with SIGSTOP
 //! past its lease and resumed with SIGCONT. The test reads the store's files itself.
@@ -6,15 +6,15 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::workspace_bin;
+use fencekeeper_harness::workspace_bin;
 use serde_json::Value;
 use std::process::Command;
 
 #[test]
 fn paused_holder_writes_land_without_fencing_and_none_land_through_the_gateway() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(workspace_bin("fencekeeper").unwrap())
-        .args(["demo", "--json", "--records", "12", "--pause-after", "4", "--work-dir"])
+    let out = Command::new(workspace_bin("fencekeeper-demo").unwrap())
+        .args(["--json", "--records", "12", "--pause-after", "4", "--work-dir"])
         .arg(dir.path())
         .output()
         .unwrap();

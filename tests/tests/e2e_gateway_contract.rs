@@ -4,8 +4,8 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::gateway::{request, Gateway, RecordingUpstream};
-use fencekeeper_tests::workspace_bin;
+use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream};
+use fencekeeper_harness::workspace_bin;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 

@@ -5,9 +5,9 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::envoy::Envoy;
-use fencekeeper_tests::gateway::Gateway;
-use fencekeeper_tests::services::{Etcd, NginxDav};
+use fencekeeper_harness::envoy::Envoy;
+use fencekeeper_harness::gateway::Gateway;
+use fencekeeper_harness::services::{Etcd, NginxDav};
 
 #[test]
 fn gateway_and_envoy_sharing_etcd_refuse_each_others_stale_tokens() {

@@ -7,7 +7,7 @@
 
 use fencekeeper::store::EtcdStore;
 use fencekeeper::{Guard, MarkStore, NativeDecider, Policy, Swap, Token};
-use fencekeeper_tests::services::Etcd;
+use fencekeeper_harness::services::Etcd;
 use std::sync::Arc;
 use std::time::Duration;
 

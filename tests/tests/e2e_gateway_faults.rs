@@ -5,8 +5,8 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_tests::gateway::{request, Gateway, RecordingUpstream};
-use fencekeeper_tests::services::Etcd;
+use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream};
+use fencekeeper_harness::services::Etcd;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

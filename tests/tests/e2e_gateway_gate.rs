@@ -6,14 +6,14 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use anyhow::Result;
-use fencekeeper_tests::gateway::{Gateway, RecordingUpstream, Reply};
+use fencekeeper_harness::gateway::{Gateway, RecordingUpstream, Reply};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 fn put_in_background(gateway: &Gateway, token: &str) -> JoinHandle<Result<Reply>> {
     let (url, token) = (gateway.url(), token.to_owned());
     std::thread::spawn(move || {
-        fencekeeper_tests::gateway::request(&url, "PUT", "/r", &[("fencing-token", &token)], token.as_bytes())
+        fencekeeper_harness::gateway::request(&url, "PUT", "/r", &[("fencing-token", &token)], token.as_bytes())
     })
 }
 

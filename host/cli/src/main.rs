@@ -7,7 +7,6 @@
 
 mod admit;
 mod conformance;
-mod demo;
 mod envoy_config;
 mod marks;
 mod serve;
@@ -36,8 +35,6 @@ enum Command {
     EnvoyConfig(envoy_config::Args),
     /// Run the fencing gateway: a reverse proxy in front of a store.
     Serve(serve::Args),
-    /// Run the lock-and-pause scenario with and without fencing.
-    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -51,7 +48,6 @@ fn main() -> ExitCode {
         Command::Conformance(a) => conformance::run(a),
         Command::EnvoyConfig(a) => envoy_config::run(a),
         Command::Serve(a) => serve::run(a),
-        Command::Demo(a) => demo::run(a),
     };
     match result {
         Ok(code) => code,

@@ -74,6 +74,11 @@ impl Process {
         Ok(())
     }
 
+    /// Freeze the process: see [`freeze`].
+    pub fn freeze(&self) -> Result<()> {
+        freeze(self.child.id())
+    }
+
     /// Kill (SIGKILL) and reap.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -85,6 +90,33 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Freeze process `pid` (SIGSTOP) and wait (at most 5 s) until every one of its threads
+/// has stopped, so that it reads nothing more until SIGCONT: what is sent to it from
+/// now on waits in its sockets.
+pub fn freeze(pid: u32) -> Result<()> {
+    let status = Command::new("kill").arg("-STOP").arg(pid.to_string()).status()?;
+    anyhow::ensure!(status.success(), "kill -STOP {pid} failed");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !all_threads_stopped(pid)? {
+        anyhow::ensure!(Instant::now() < deadline, "process {pid} not stopped 5 s after SIGSTOP");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+/// True when every thread of `pid` is in state T (stopped), by /proc/PID/task/*/stat.
+fn all_threads_stopped(pid: u32) -> Result<bool> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let stat = std::fs::read_to_string(task?.path().join("stat"))?;
+        // "TID (comm) STATE ...": comm may hold spaces and parentheses; the state follows the last ')'.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+        if state != Some('T') {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Poll `ready` every few milliseconds until it answers true or `timeout` passes,
@@ -147,21 +179,55 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A single-member etcd on loopback, in a temporary data directory.
+/// Where a service keeps its files: a temporary directory, removed with the handle, or
+/// a directory the caller keeps (the demo's `--work-dir`, a benchmark's work area).
+pub enum WorkDir {
+    /// Removed when dropped.
+    Temporary(tempfile::TempDir),
+    /// Left in place.
+    Kept(PathBuf),
+}
+
+impl WorkDir {
+    /// A fresh temporary directory.
+    pub fn temporary() -> Result<WorkDir> {
+        Ok(WorkDir::Temporary(tempfile::tempdir()?))
+    }
+
+    /// `dir`, created if missing, and kept.
+    pub fn kept(dir: &Path) -> Result<WorkDir> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(WorkDir::Kept(dir.to_owned()))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        match self {
+            WorkDir::Temporary(dir) => dir.path(),
+            WorkDir::Kept(dir) => dir,
+        }
+    }
+}
+
+/// A single-member etcd on loopback: data in `etcd/`, log in `etcd.log` of its directory.
 pub struct Etcd {
     /// The process.
     pub process: Process,
     /// Client address (`http://` + this is the v3 JSON gateway too).
     pub client: SocketAddr,
     peer: SocketAddr,
-    /// The data directory (kept across [`Etcd::restart`]).
-    pub dir: tempfile::TempDir,
+    /// The directory (kept across [`Etcd::restart`]).
+    pub dir: WorkDir,
 }
 
 impl Etcd {
-    /// Start etcd and wait until it answers `/health`.
+    /// Start etcd in a temporary directory and wait until it answers `/health`.
     pub fn start() -> Result<Etcd> {
-        let dir = tempfile::tempdir()?;
+        Self::start_in(WorkDir::temporary()?)
+    }
+
+    /// [`Etcd::start`] in `dir`.
+    pub fn start_in(dir: WorkDir) -> Result<Etcd> {
         let client: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let peer: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let process = Self::spawn(dir.path(), client, peer)?;
@@ -173,7 +239,7 @@ impl Etcd {
     fn spawn(dir: &Path, client: SocketAddr, peer: SocketAddr) -> Result<Process> {
         let mut cmd = Command::new("etcd");
         cmd.arg("--name=fk")
-            .arg(format!("--data-dir={}", dir.join("data").display()))
+            .arg(format!("--data-dir={}", dir.join("etcd").display()))
             .arg(format!("--listen-client-urls=http://{client}"))
             .arg(format!("--advertise-client-urls=http://{client}"))
             .arg(format!("--listen-peer-urls=http://{peer}"))
@@ -211,7 +277,8 @@ impl Etcd {
 }
 
 /// nginx serving a directory with WebDAV PUT/DELETE: a real store that accepts any
-/// write and cannot fence.
+/// write and cannot fence. Files written by PUT land in `data/` of its directory; its
+/// configuration, logs and temporary files are in `nginx/`.
 pub struct NginxDav {
     /// The process.
     pub process: Process,
@@ -219,18 +286,24 @@ pub struct NginxDav {
     pub addr: SocketAddr,
     /// The served directory: files written by PUT land here.
     pub root: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: WorkDir,
 }
 
 impl NginxDav {
-    /// Start nginx and wait until it accepts a request.
+    /// Start nginx in a temporary directory and wait until it accepts a request.
     pub fn start() -> Result<NginxDav> {
-        let dir = tempfile::tempdir()?;
+        Self::start_in(WorkDir::temporary()?)
+    }
+
+    /// [`NginxDav::start`] in `dir`.
+    pub fn start_in(dir: WorkDir) -> Result<NginxDav> {
         let root = dir.path().join("data");
+        let prefix = dir.path().join("nginx");
         std::fs::create_dir_all(&root)?;
+        std::fs::create_dir_all(&prefix)?;
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let conf = dir.path().join("nginx.conf");
-        let d = dir.path().display();
+        let conf = prefix.join("nginx.conf");
+        let d = prefix.display();
         std::fs::write(
             &conf,
             format!(
@@ -245,10 +318,15 @@ impl NginxDav {
             ),
         )?;
         let mut cmd = Command::new(nginx_binary());
-        cmd.arg("-c").arg(&conf).arg("-p").arg(dir.path());
-        let mut process = Process::spawn("nginx", cmd, &dir.path().join("stderr.log"))?;
+        cmd.arg("-c").arg(&conf).arg("-p").arg(&prefix);
+        let mut process = Process::spawn("nginx", cmd, &dir.path().join("nginx.log"))?;
         wait_until(&mut process, Duration::from_secs(20), || TcpStream::connect(addr).is_ok())?;
         Ok(NginxDav { process, addr, root, _dir: dir })
+    }
+
+    /// The base URL, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// The contents of a file the store holds, by its URL path.

@@ -1,4 +1,4 @@
-//! `fencekeeper demo`: the lock-and-pause scenario of the design, with real processes.
+//! `fencekeeper-demo`: the lock-and-pause scenario, with real processes.
 //!
 //! etcd is the lock service (a lease lock; the token is the lock key's revision), nginx
 //! with WebDAV is a store that accepts any write. Two worker processes import the same
@@ -7,13 +7,20 @@
 //! worker 1 is resumed with SIGCONT and keeps writing with its old token. The scenario
 //! runs twice: straight to nginx, then through `fencekeeper serve`; a table compares.
 //!
-//! The workers are this binary too (`fencekeeper demo --worker NAME ...`, hidden).
+//! The services are the harness's, as the tests start them; the gateway is the
+//! `fencekeeper` binary beside this one (`scripts/demo.sh` builds both). The workers
+//! are this binary too (`fencekeeper-demo --worker NAME ...`, hidden).
+//!
+//! Exit codes: 0 when no stale write landed through the gateway, 1 when one did, 2 on
+//! an error (printed whole, once).
 
 mod lock;
-mod stage;
 mod worker;
 
 use anyhow::{bail, Context, Result};
+use clap::Parser;
+use fencekeeper_harness::gateway::Gateway;
+use fencekeeper_harness::services::{Etcd, NginxDav, WorkDir};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -21,9 +28,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
-/// Arguments of `fencekeeper demo`.
-#[derive(clap::Args)]
-pub struct Args {
+/// Two workers import the same records under an etcd lease lock; one is paused past
+/// its lease. Runs the story straight to the store, then through the gateway.
+#[derive(Parser)]
+#[command(name = "fencekeeper-demo", version)]
+struct Args {
     /// Records each worker imports.
     #[arg(long, default_value_t = 24)]
     records: usize,
@@ -68,8 +77,17 @@ struct Run {
     gateway_refusals: Option<u64>,
 }
 
-/// Run the subcommand.
-pub fn run(args: Args) -> Result<ExitCode> {
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fencekeeper-demo: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: Args) -> Result<ExitCode> {
     if let Some(name) = &args.worker {
         let job = worker::Job {
             name: name.clone(),
@@ -104,14 +122,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
 
 fn scenario_pair(args: &Args, dir: &Path) -> Result<(Run, Run)> {
     eprintln!("starting etcd, nginx (WebDAV) and the gateway under {}", dir.display());
-    let etcd = stage::etcd(dir)?;
-    let (nginx, root) = stage::nginx(dir)?;
-    let (gateway, admin) = stage::gateway(dir, &nginx.url())?;
+    let etcd = Etcd::start_in(WorkDir::kept(dir)?)?;
+    let nginx = NginxDav::start_in(WorkDir::kept(dir)?)?;
+    let gateway = Gateway::start_in(WorkDir::kept(dir)?, dir.join("marks.redb"), &nginx.url(), &[])
+        .context("starting the gateway from the fencekeeper binary beside this one (scripts/demo.sh builds both)")?;
     eprintln!("run 1: workers write straight to nginx at {}", nginx.url());
-    let without = scenario(args, &etcd.url(), &nginx.url(), "/plain/", &root)?;
+    let without = scenario(args, &etcd.url(), &nginx.url(), "/plain/", &nginx.root)?;
     eprintln!("run 2: workers write through the gateway at {}", gateway.url());
-    let mut with = scenario(args, &etcd.url(), &gateway.url(), "/fenced/", &root)?;
-    with.gateway_refusals = Some(stale_refusals(admin)?);
+    let mut with = scenario(args, &etcd.url(), &gateway.url(), "/fenced/", &nginx.root)?;
+    with.gateway_refusals = Some(gateway.metric("fencekeeper_gateway_requests_total{class=\"stale\"}")?);
     Ok((without, with))
 }
 
@@ -192,7 +211,7 @@ struct Worker {
 impl Worker {
     fn spawn(args: &Args, name: &'static str, etcd: &str, target: &str, prefix: &str) -> Result<Worker> {
         let mut child = Command::new(std::env::current_exe()?)
-            .args(["demo", "--worker", name, "--etcd", etcd, "--target", target, "--prefix", prefix])
+            .args(["--worker", name, "--etcd", etcd, "--target", target, "--prefix", prefix])
             .args(["--records", &args.records.to_string(), "--ttl", &args.ttl.to_string()])
             .args(["--pace-ms", &args.pace_ms.to_string()])
             .stdin(Stdio::null())
@@ -243,13 +262,6 @@ fn signal(child: &Child, name: &str) -> Result<()> {
     let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status()?;
     anyhow::ensure!(status.success(), "kill -{name} failed");
     Ok(())
-}
-
-fn stale_refusals(admin: std::net::SocketAddr) -> Result<u64> {
-    let text = ureq::get(format!("http://{admin}/metrics")).call()?.body_mut().read_to_string()?;
-    let name = "fencekeeper_gateway_requests_total{class=\"stale\"}";
-    let line = text.lines().find(|l| l.starts_with(name)).context("no stale counter in /metrics")?;
-    Ok(line[name.len()..].trim().parse()?)
 }
 
 fn print_table(args: &Args, without: &Run, with: &Run) {

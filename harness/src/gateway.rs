@@ -1,7 +1,7 @@
 //! The fencing gateway (`fencekeeper serve`) as a child process for tests, a client
 //! that sees response headers, and an upstream store the test controls.
 
-use crate::services::{free_port, http, wait_until, Process};
+use crate::services::{free_port, http, wait_until, Process, WorkDir};
 use crate::workspace_bin;
 use anyhow::{bail, Context, Result};
 use std::collections::HashSet;
@@ -23,20 +23,21 @@ pub struct Gateway {
     /// The embedded mark store's file (unused with `--etcd`).
     pub store: PathBuf,
     args: Vec<String>,
-    dir: tempfile::TempDir,
+    dir: WorkDir,
 }
 
 impl Gateway {
     /// Start `fencekeeper serve --upstream <upstream> <extra...>` on free ports, with
     /// its mark file in a fresh directory, and wait until `/healthz` answers.
     pub fn start(upstream: &str, extra: &[&str]) -> Result<Gateway> {
-        let dir = tempfile::tempdir()?;
+        let dir = WorkDir::temporary()?;
         let store = dir.path().join("marks.redb");
         Self::start_in(dir, store, upstream, extra)
     }
 
-    /// [`Gateway::start`] with the mark file `store` (to share it, or to corrupt it first).
-    pub fn start_in(dir: tempfile::TempDir, store: PathBuf, upstream: &str, extra: &[&str]) -> Result<Gateway> {
+    /// [`Gateway::start`] with its log (`gateway.log`) in `dir`, and the mark file `store`
+    /// (to keep it, share it, or corrupt it first).
+    pub fn start_in(dir: WorkDir, store: PathBuf, upstream: &str, extra: &[&str]) -> Result<Gateway> {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let mut args: Vec<String> =
@@ -54,7 +55,7 @@ impl Gateway {
         Ok(gateway)
     }
 
-    fn spawn(args: &[String], dir: &tempfile::TempDir) -> Result<Process> {
+    fn spawn(args: &[String], dir: &WorkDir) -> Result<Process> {
         let mut cmd = Command::new(workspace_bin("fencekeeper")?);
         cmd.args(args).env("RUST_LOG", "info");
         Process::spawn("fencekeeper serve", cmd, &dir.path().join("gateway.log"))

@@ -1,0 +1,52 @@
+//! Fencekeeper's harness for local services: real etcd, nginx with WebDAV, Envoy and
+//! the gateway (`fencekeeper serve`), each a child process on loopback, on a free port,
+//! in its own directory, stopped when its handle drops. Readiness is always checked (a
+//! health request or a TCP accept), never slept for.
+//!
+//! One harness serves every place that needs the services: the integration and
+//! end-to-end tests (`tests/`, tiers in tests/README.md), the benchmark scripts
+//! (`fencekeeper-services`) and the lock-and-pause demo (`fencekeeper-demo`, run by
+//! scripts/demo.sh). It is not published: nothing shipped depends on it.
+//!
+//! # Layout
+//!
+//! * [`services`]: a child process that dies with its handle (and can be frozen), free
+//!   ports, readiness polling, a minimal HTTP client; etcd and nginx WebDAV.
+//! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
+//!   headers, and an upstream store the caller controls.
+//! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
+//! * [`relay`]: a TCP relay in front of a service that can act when one request
+//!   reaches it (freeze etcd exactly when a Txn arrives).
+//! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
+//!   until the script stops it.
+//! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
+//!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
+
+pub mod envoy;
+pub mod gateway;
+pub mod relay;
+pub mod services;
+
+/// The repository root (the workspace directory).
+pub fn repo_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(|p| p.to_path_buf()).unwrap_or_default()
+}
+
+/// A binary built by this workspace (e.g. `fencekeeper`), in the same profile as the
+/// running program: a test binary (`target/<profile>/deps/`) or one of the harness's
+/// own binaries (`target/<profile>/`). scripts/test.sh builds every binary before the
+/// tests run.
+pub fn workspace_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let mut profile_dir = exe.parent().ok_or_else(|| anyhow::anyhow!("odd binary path {}", exe.display()))?;
+    if profile_dir.ends_with("deps") {
+        profile_dir = profile_dir.parent().ok_or_else(|| anyhow::anyhow!("odd test binary path {}", exe.display()))?;
+    }
+    let bin = profile_dir.join(name);
+    anyhow::ensure!(
+        bin.exists(),
+        "{} not found; build it first: cargo build --release --workspace --bins",
+        bin.display()
+    );
+    Ok(bin)
+}

@@ -1,0 +1,41 @@
+//! The harness itself: each real service starts, answers, and stores what it is given.
+
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used)]
+
+use fencekeeper_harness::relay::Relay;
+use fencekeeper_harness::services::{http, Etcd, NginxDav};
+use std::time::Duration;
+
+#[test]
+fn nginx_dav_stores_any_put() {
+    let nginx = NginxDav::start().unwrap();
+    let (status, _) = http(nginx.addr, "PUT", "/a/b.txt", &[], b"hello").unwrap();
+    assert!(status == 201 || status == 204, "status {status}");
+    assert_eq!(nginx.read("/a/b.txt").as_deref(), Some(&b"hello"[..]));
+}
+
+#[test]
+fn etcd_answers_health_and_survives_restart() {
+    let mut etcd = Etcd::start().unwrap();
+    let (status, _) = http(etcd.client, "GET", "/health", &[], b"").unwrap();
+    assert_eq!(status, 200);
+    etcd.restart().unwrap();
+}
+
+#[test]
+fn relay_passes_requests_through_and_springs_its_trap_on_the_pattern_only() {
+    let nginx = NginxDav::start().unwrap();
+    let relay = Relay::start(nginx.addr).unwrap();
+    let trap = relay.trap(b"PUT /trapped", || Ok(()));
+    let (status, _) = http(relay.addr, "PUT", "/free", &[], b"one").unwrap();
+    assert!(status == 201 || status == 204, "status {status}");
+    assert!(trap.wait_fired(Duration::from_millis(100)).is_err(), "fired on another request");
+    let (status, _) = http(relay.addr, "PUT", "/trapped", &[], b"two").unwrap();
+    assert!(status == 201 || status == 204, "status {status}");
+    trap.wait_fired(Duration::from_secs(5)).unwrap();
+    trap.wait_client_closed(Duration::from_secs(5)).unwrap();
+    let answer = trap.wait_answered(Duration::from_secs(5)).unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 201"), "{}", String::from_utf8_lossy(&answer));
+    assert_eq!(nginx.read("/trapped").as_deref(), Some(&b"two"[..]));
+}
