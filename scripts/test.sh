@@ -53,6 +53,7 @@ trap 'rm -f "$log"; rm -rf "$installed"' EXIT
 cargo install -q --path host/cli --root "$installed" --locked --target-dir target
 (
     cd "$installed"
+    mkdir -p envoy
     bin/fencekeeper envoy-config --upstream 127.0.0.1:8080 --write-filter envoy/fencekeeper_filter.wasm >envoy/envoy.yaml
     cmp -s envoy/fencekeeper_filter.wasm "$OLDPWD/guest/artifacts/fencekeeper_filter.wasm"
     envoy --mode validate --disable-hot-restart -c envoy/envoy.yaml >/dev/null

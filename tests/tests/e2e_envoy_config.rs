@@ -53,7 +53,13 @@ fn envoy_refuses_to_start_on_a_bad_plugin_configuration_and_logs_why() {
 fn an_installed_binary_writes_its_filter_and_envoy_accepts_the_config() {
     let install = tempfile::tempdir().unwrap();
     let bin = install.path().join("fencekeeper");
-    std::fs::copy(fencekeeper_harness::workspace_bin("fencekeeper").unwrap(), &bin).unwrap();
+    // A hard link, not a copy: executing a file this process just wrote can fail with
+    // "text file busy" while another test thread forks (the child holds the fd until
+    // its exec). A link is never open for writing.
+    let built = fencekeeper_harness::workspace_bin("fencekeeper").unwrap();
+    if std::fs::hard_link(&built, &bin).is_err() {
+        std::fs::copy(&built, &bin).unwrap();
+    }
     let elsewhere = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| Command::new(&bin).args(args).current_dir(elsewhere.path()).output().unwrap();
     let lost = run(&["envoy-config", "--upstream", "127.0.0.1:8080"]);

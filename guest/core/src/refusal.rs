@@ -165,7 +165,11 @@ impl<M: fmt::Display> fmt::Display for Reason<'_, M> {
                 f,
                 "missing fencing token for {r:?}: send the lock's fencing token in the {TOKEN_HEADER} header"
             ),
-            None => write!(f, "cannot decide on {r:?}: {}; retry later", self.cause),
+            None => write!(
+                f,
+                "cannot decide on {r:?}: {}; retry later (in strict mode with a new token: the mark may have advanced)",
+                self.cause
+            ),
         }
     }
 }
