@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Build the proxy-wasm filter: guest/proxy-wasm/build.sh OUTDIR
-# Writes OUTDIR/fencekeeper_filter.wasm. Environment (set by scripts/build-guests.sh):
+# Writes OUTDIR/fencekeeper_filter.wasm, and OUTDIR/test-guests/filter_faults.wasm (the
+# `faults` build, for tests/tests/filter_faults.rs). Environment (set by
+# scripts/build-guests.sh):
 #   FK_CARGO       the cargo command (default: cargo)
 #   FK_BUILD_STD=1 add -Z build-std=std,panic_abort (the Debian rustc-web fallback)
+#
+# Why a workspace of its own, and so this copy: the filter builds for wasm32 only
+# (the root workspace's `cargo build --workspace` and `cargo test` are native), and
+# its own Cargo.lock pins exactly what goes into the artifact, whatever the host's
+# dependencies do. Outside the root workspace, the core is a path dependency from
+# another workspace, and that costs the fixed directory below.
 #
 # Reproducible bytes: paths are remapped (--remap-path-prefix), and the sources are
 # built from one fixed directory. Cargo hashes the absolute path of a path
@@ -36,7 +44,12 @@ cp -R "$here/Cargo.toml" "$here/Cargo.lock" "$here/src" "$src/guest/proxy-wasm/"
 # The last matching prefix wins, so the most specific come last.
 flags="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$sysroot=/rustc-sysroot --remap-path-prefix=$src=/fencekeeper"
 cd "$src/guest/proxy-wasm"
-RUSTFLAGS="$flags" $cargo_cmd build --release --locked --target wasm32-unknown-unknown \
-  --target-dir "$here/target" ${extra[@]+"${extra[@]}"}
-cp "$here/target/wasm32-unknown-unknown/release/fencekeeper_filter.wasm" "$out/fencekeeper_filter.wasm"
-echo "wrote $out/fencekeeper_filter.wasm ($(wc -c <"$out/fencekeeper_filter.wasm") bytes)"
+build() { # build FEATURES DEST
+  RUSTFLAGS="$flags" $cargo_cmd build --release --locked --target wasm32-unknown-unknown \
+    --target-dir "$here/target" --features "$1" ${extra[@]+"${extra[@]}"}
+  mkdir -p "$(dirname "$2")"
+  cp "$here/target/wasm32-unknown-unknown/release/fencekeeper_filter.wasm" "$2"
+  echo "wrote $2 ($(wc -c <"$2") bytes)"
+}
+build "" "$out/fencekeeper_filter.wasm"
+build faults "$out/test-guests/filter_faults.wasm"

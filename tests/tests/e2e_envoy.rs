@@ -254,32 +254,6 @@ fn what_a_request_carries_never_passes_in_either_mode() {
     }
 }
 
-#[test]
-fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
-    let nginx = NginxDav::start().unwrap();
-    // One worker, so the request after the fault meets the VM that trapped; no etcd,
-    // so the refusal afterwards comes from the shared data FAIL_RELOAD kept.
-    let envoy = &envoys(1, vec![args(&nginx, None, &["--test-fault-header", "x-fencekeeper-fault"])])[0];
-    assert_admitted(&put(envoy, "/g", "5", "five"));
-    let fault = envoy.send("PUT", "/g", &[("fencing-token", "6"), ("x-fencekeeper-fault", "1")], b"boom").unwrap();
-    assert_eq!(fault.status, 503, "{}", fault.text());
-    // While the VM reloads, Envoy answers 503; never does the stale write pass.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let r = put(envoy, "/g", "4", "four");
-        if r.status == 409 {
-            assert_stale(&r, "5");
-            break;
-        }
-        assert_eq!(r.status, 503, "only 503 or 409 while reloading: {}", r.text());
-        assert!(std::time::Instant::now() < deadline, "the filter never came back");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert!(envoy.stat("wasm.fencekeeper.vm_reload_success").unwrap() >= 1);
-    assert_eq!(nginx.read("/g").as_deref(), Some(&b"five"[..]));
-    assert_admitted(&put(envoy, "/g", "6", "six"));
-}
-
 /// The conformance vectors, through Envoy: each vector on a fresh resource (taken
 /// from a header), its mark set up by a first request, then the presented token.
 #[test]

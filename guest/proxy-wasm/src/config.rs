@@ -25,7 +25,10 @@ pub struct Config {
     pub etcd: Option<Etcd>,
     /// How many shared-data slot keys hold the local marks.
     pub shared_slots: u32,
-    /// Testing only: a request carrying this header makes the filter trap.
+    /// Testing only (the `faults` build, `test-guests/filter_faults.wasm`): a request
+    /// carrying this header makes the filter trap. The shipped filter has no such
+    /// field and refuses a configuration that sets it.
+    #[cfg(feature = "faults")]
     pub test_fault_header: Option<String>,
 }
 
@@ -78,6 +81,7 @@ struct Raw {
     etcd: Option<RawEtcd>,
     #[serde(default = "default_slots")]
     shared_slots: u32,
+    #[cfg(feature = "faults")]
     #[serde(default)]
     test_fault_header: Option<String>,
 }
@@ -217,6 +221,7 @@ impl Config {
             policy: Policy { mode, strict: raw.strict },
             etcd,
             shared_slots: raw.shared_slots,
+            #[cfg(feature = "faults")]
             test_fault_header: raw.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
         })
     }

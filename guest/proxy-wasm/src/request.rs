@@ -239,6 +239,7 @@ impl HttpContext for Request {
             self.set_http_request_header(ADMITTED_HEADER, None);
             return Action::Continue;
         }
+        #[cfg(feature = "faults")]
         if let Some(h) = &self.filter.config.test_fault_header {
             if self.header(h).is_some() {
                 // Testing only (docs/envoy.md): trap, so the failure policy is exercised.
