@@ -246,11 +246,6 @@ impl RecordingUpstream {
         self.wait(|s| s.held.contains(token)).with_context(|| format!("no write with token {token} arrived"))
     }
 
-    /// Wait (at most 10 s) until `n` writes have been applied.
-    pub fn wait_applied(&self, n: usize) -> Result<()> {
-        self.wait(|s| s.applied.len() >= n).with_context(|| format!("fewer than {n} writes applied"))
-    }
-
     /// Every write applied so far, in order.
     pub fn applied(&self) -> Vec<Applied> {
         self.lock().applied.clone()
