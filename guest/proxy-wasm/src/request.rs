@@ -23,6 +23,59 @@ const MAX_ETCD_ROUNDS: u32 = 8;
 pub struct Request {
     filter: Rc<Filter>,
     pending: Option<Pending>,
+    /// The request is gRPC (its refusals are gRPC statuses).
+    grpc: bool,
+    /// The client sent a `fencing-admitted-token` of its own (to be removed).
+    admitted_sent: bool,
+}
+
+/// The request headers the filter reads, taken in one host call: every call into
+/// Envoy crosses V8's boundary, and that crossing is most of the filter's cost.
+#[derive(Default)]
+struct Seen {
+    method: Vec<u8>,
+    path: Vec<u8>,
+    token: Option<Vec<u8>>,
+    resource: Option<Vec<u8>>,
+    content_type: Option<Vec<u8>>,
+    admitted: bool,
+    #[cfg(feature = "faults")]
+    fault: bool,
+}
+
+impl Seen {
+    /// The first value of each header the filter needs (names arrive lower-case).
+    fn from(headers: Vec<(String, Vec<u8>)>, filter: &Filter) -> Seen {
+        let mut seen = Seen::default();
+        let resource_header = filter.config.resource.header();
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                ":method" => Some(&mut seen.method),
+                ":path" => Some(&mut seen.path),
+                _ => None,
+            };
+            if let Some(slot) = slot {
+                if slot.is_empty() {
+                    *slot = value;
+                }
+                continue;
+            }
+            if name == filter.config.token_header {
+                seen.token.get_or_insert(value);
+            } else if Some(name.as_str()) == resource_header {
+                seen.resource.get_or_insert(value);
+            } else if name == "content-type" {
+                seen.content_type.get_or_insert(value);
+            } else if name == ADMITTED_HEADER {
+                seen.admitted = true;
+            }
+            #[cfg(feature = "faults")]
+            if filter.config.test_fault_header.as_deref() == Some(name.as_str()) {
+                seen.fault = true;
+            }
+        }
+        seen
+    }
 }
 
 /// A request waiting for etcd.
@@ -36,20 +89,16 @@ struct Pending {
 impl Request {
     /// A request of `filter`.
     pub fn new(filter: Rc<Filter>) -> Request {
-        Request { filter, pending: None }
-    }
-
-    fn header(&self, name: &str) -> Option<Vec<u8>> {
-        // The byte variant: the String one panics on non-UTF-8 header values.
-        self.get_http_request_header_bytes(name)
+        Request { filter, pending: None, grpc: false, admitted_sent: false }
     }
 
     /// Decide with the shared-data copy, then finish or go to etcd.
-    fn start(&mut self) -> Action {
+    fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
-        let path: Vec<u8> = http::decoded_path(&self.header(":path").unwrap_or_default()).collect();
-        let header = f.config.resource.header().and_then(|name| self.header(name));
-        let presented = self.header(&f.config.token_header).map(|v| String::from_utf8_lossy(&v).into_owned());
+        self.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
+        let path: Vec<u8> = http::decoded_path(&seen.path).collect();
+        let header = seen.resource;
+        let presented = seen.token.map(|v| String::from_utf8_lossy(&v).into_owned());
         // The host's bounds first: a key that is not UTF-8, empty or too long, or an
         // over-long token, is malformed before any mark is read.
         let checked = f
@@ -162,7 +211,9 @@ impl Request {
                 // Replaces any value a client sent.
                 self.set_http_request_header(ADMITTED_HEADER, Some(&t.to_string()));
             } else {
-                self.set_http_request_header(ADMITTED_HEADER, None);
+                if self.admitted_sent {
+                    self.set_http_request_header(ADMITTED_HEADER, None);
+                }
                 log::warn!("fencekeeper: passed without a decision (efficiency mode): {reason}");
             }
             return Action::Continue;
@@ -180,7 +231,7 @@ impl Request {
             return;
         };
         let highest = refusal.highest.map(|t| t.to_string());
-        if self.header("content-type").is_some_and(|c| http::is_grpc(&c)) {
+        if self.grpc {
             let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
             // Envoy writes the text into grpc-message of its local reply.
             self.send_grpc_response(grpc_code(refusal.grpc_status), Some(text), meta);
@@ -233,22 +284,25 @@ impl Context for Request {
 
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
-        let method = self.header(":method").map(|m| String::from_utf8_lossy(&m).into_owned()).unwrap_or_default();
-        if !self.filter.config.fences(&method) {
+        // One host call for every header the filter reads (the byte variant: the
+        // String one panics on non-UTF-8 values).
+        let seen = Seen::from(self.get_http_request_headers_bytes(), &self.filter);
+        self.admitted_sent = seen.admitted;
+        if !self.filter.config.fences(&String::from_utf8_lossy(&seen.method)) {
             // Only the filter may tell the upstream what it admitted.
-            self.set_http_request_header(ADMITTED_HEADER, None);
+            if seen.admitted {
+                self.set_http_request_header(ADMITTED_HEADER, None);
+            }
             return Action::Continue;
         }
         #[cfg(feature = "faults")]
-        if let Some(h) = &self.filter.config.test_fault_header {
-            if self.header(h).is_some() {
-                // Testing only (docs/envoy.md): trap, so the failure policy is exercised.
-                #[allow(clippy::panic)]
-                {
-                    panic!("fencekeeper: test fault requested by header {h}");
-                }
+        if seen.fault {
+            // Testing only (docs/envoy.md): trap, so the failure policy is exercised.
+            #[allow(clippy::panic)]
+            {
+                panic!("fencekeeper: test fault requested by header");
             }
         }
-        self.start()
+        self.start(seen)
     }
 }
