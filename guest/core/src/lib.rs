@@ -19,6 +19,7 @@
 extern crate std;
 
 pub mod decision;
+pub mod record;
 pub mod refusal;
 pub mod resource;
 pub mod token;
