@@ -13,7 +13,7 @@
 //! token     = the token's canonical text (`Token`'s `Display`): 34, 7.1042
 //! crc       = 8 lowercase hex digits: CRC32C over
 //!             len(resource) as 8 bytes little-endian ‖ resource ‖ the value up to the crc
-//! example   = "fk2 34 " + crc   (for resource "orders/2026.csv")
+//! example   = "fk2 34 fc4dab37"  (mark 34 of resource "orders/2026.csv")
 //! ```
 //!
 //! The value is plain ASCII, so an operator reading etcd with `etcdctl` sees the mark.
@@ -260,6 +260,20 @@ mod tests {
         let mut crc = Crc32c::new();
         crc.update(b"123456789");
         assert_eq!(crc.finish(), 0xE306_9283);
+    }
+
+    #[test]
+    fn the_format_is_frozen() {
+        // Stored marks, the gateway and the Envoy filter all depend on these bytes.
+        assert_eq!(encode(b"orders/2026.csv", &t("34")).as_str(), "fk2 34 fc4dab37");
+    }
+
+    #[test]
+    fn legible_is_the_token_a_value_shows_without_any_check() {
+        assert_eq!(legible(b"fk2 40 00000000"), Some(t("40")));
+        assert_eq!(legible(b"34"), Some(t("34")));
+        assert_eq!(legible(b"fk2 x 00000000"), None);
+        assert_eq!(legible(b"\xff"), None);
     }
 
     #[test]

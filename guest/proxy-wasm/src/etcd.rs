@@ -3,7 +3,7 @@
 //! Key scheme and value format shared with the gateway (so an Envoy and a gateway
 //! can share one etcd): key = prefix + resource (default prefix
 //! `/fencekeeper/marks/`), value = the mark's record from the core
-//! (`fencekeeper_core::record`: `fk2 34 1b3f9a0c`), whose CRC32C covers the resource
+//! (`fencekeeper_core::record`; `fk2 34 fc4dab37` for mark 34 of `orders/2026.csv`), whose CRC32C covers the resource
 //! and the token. One transaction per step:
 //!
 //! ```text

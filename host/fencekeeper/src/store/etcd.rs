@@ -5,7 +5,7 @@
 //! the Envoy filter's etcd mode, so gateways and proxies can share one etcd:
 //!
 //! * key: `/fencekeeper/marks/` + resource (the prefix is configurable);
-//! * value: the mark's record (`fencekeeper_core::record`: `fk2 34 1b3f9a0c`), whose
+//! * value: the mark's record (`fencekeeper_core::record`; `fk2 34 fc4dab37` for mark 34 of `orders/2026.csv`), whose
 //!   CRC32C covers the resource and the token. Every value read is verified: one that
 //!   another writer damaged is [`StoreError::Damaged`], never a lower mark; a bare
 //!   token (format 1, from an earlier version) is [`StoreError::OldFormat`], which
