@@ -3,8 +3,11 @@
 #   scripts/bench-envoy.sh [SECONDS_PER_ROW [ROUNDS]]   (default 3 and 5)
 #
 # One nginx answering 204 to everything (a fast upstream, so the proxy's cost shows),
-# one etcd, and four Envoys (one worker each) built by `fencekeeper envoy-config`:
+# one etcd, and five Envoys (one worker each) built by `fencekeeper envoy-config`:
 #   none        the same config with the filter removed
+#   empty       an empty proxy-wasm filter built here (root and HTTP context, every
+#               callback the SDK's default, no host call): the floor any wasm filter
+#               pays on V8
 #   passthrough the filter with PUT not fenced (fenced_methods ["POST"])
 #   shared      the filter in efficiency mode on shared data alone (--no-etcd)
 #   etcd        the filter in correctness mode, marks in etcd
@@ -78,7 +81,43 @@ PY
   listen[$name]=$l
   wait_http "http://127.0.0.1:$a/ready"
 }
+# The empty filter, with the same proxy-wasm SDK as ours.
+sdk=$(awk '/^name = "proxy-wasm"$/ { getline; print $3 }' guest/proxy-wasm/Cargo.lock | tr -d '"')
+mkdir -p "$work/empty/src"
+cat >"$work/empty/Cargo.toml" <<TOML
+[package]
+name = "empty-filter"
+version = "0.0.0"
+edition = "2021"
+[lib]
+crate-type = ["cdylib"]
+[dependencies]
+proxy-wasm = "=$sdk"
+[profile.release]
+opt-level = "s"
+lto = true
+panic = "abort"
+[workspace]
+TOML
+cat >"$work/empty/src/lib.rs" <<'RS'
+use proxy_wasm::traits::{Context, HttpContext, RootContext};
+use proxy_wasm::types::ContextType;
+proxy_wasm::main! {{ proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root) }); }}
+struct Root;
+impl Context for Root {}
+impl RootContext for Root {
+    fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> { Some(Box::new(Http)) }
+    fn get_type(&self) -> Option<ContextType> { Some(ContextType::HttpContext) }
+}
+struct Http;
+impl Context for Http {}
+impl HttpContext for Http {}
+RS
+cargo build -q --release --target wasm32-unknown-unknown --manifest-path "$work/empty/Cargo.toml" --target-dir "$work/empty/target"
+empty_wasm=$work/empty/target/wasm32-unknown-unknown/release/empty_filter.wasm
+
 start_envoy none --no-etcd --mode efficiency
+start_envoy empty --no-etcd --mode efficiency --filter "$empty_wasm"
 start_envoy shared --no-etcd --mode efficiency
 start_envoy passthrough --no-etcd --mode efficiency
 start_envoy etcd --etcd "127.0.0.1:$ec"
@@ -119,13 +158,14 @@ PY
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd write).
-for n in none passthrough shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+for n in none empty passthrough shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the
 # machine is shared, interleaving spreads its drift over every row alike, and the
 # best round is the one least disturbed by other work.
-rows=(none:fixed:1 passthrough:fixed:1 shared:fixed:1 etcd:fixed:1 none:fixed:16 passthrough:fixed:16 shared:fixed:16 etcd:fixed:16
-  shared:rising:1 etcd:rising:1 none:get:1 shared:get:1 none:get:16 shared:get:16)
+rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared:fixed:1 etcd:fixed:1
+  none:fixed:16 empty:fixed:16 passthrough:fixed:16 shared:fixed:16 etcd:fixed:16
+  shared:rising:1 etcd:rising:1 none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
 for round in $(seq "$rounds"); do
   for row in "${rows[@]}"; do
     IFS=: read -r n script c <<<"$row"
@@ -138,8 +178,8 @@ rows = {}
 for line in open(sys.argv[1]):
     n, tok, c, p50, p99, rps, bad = line.split()
     rows.setdefault((n, tok, c), []).append((float(p50), float(p99), float(rps), int(bad)))
-print("| Envoy (1 worker) | tokens | conns | p50 µs (median) | p50 µs (best) | p99 µs | requests/s (median) | requests/s (best) | non-2xx | vs none, same conns (median; best) |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| Envoy (1 worker) | tokens | conns | p50 µs (median) | p50 µs (best) | p99 µs | requests/s (median) | requests/s (best) | non-2xx | vs none, same conns (median; best) | vs empty (median) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 med = {k: tuple(statistics.median(x[i] for x in v) for i in range(3)) for k, v in rows.items()}
 best = {k: (min(x[0] for x in v), max(x[2] for x in v)) for k, v in rows.items()}
 for key, (p50, p99, rps) in med.items():
@@ -150,5 +190,7 @@ for key, (p50, p99, rps) in med.items():
     rel = "" if n == "none" else (
         f"p50 {p50 - base[0]:+.0f} µs, {100 * rps / base[2]:.0f}%; "
         f"p50 {best[key][0] - bbase[0]:+.0f} µs, {100 * best[key][1] / bbase[1]:.0f}%")
-    print(f"| {n} | {tok} | {c} | {p50:.0f} | {best[key][0]:.0f} | {p99:.0f} | {rps:.0f} | {best[key][1]:.0f} | {bad} | {rel} |")
+    ekey = ("empty", "get" if tok == "get" else "fixed", c)
+    erel = f"{rps / med[ekey][2]:.3f}x" if n not in ("none", "empty") and ekey in med else ""
+    print(f"| {n} | {tok} | {c} | {p50:.0f} | {best[key][0]:.0f} | {p99:.0f} | {rps:.0f} | {best[key][1]:.0f} | {bad} | {rel} | {erel} |")
 PY

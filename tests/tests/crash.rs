@@ -7,6 +7,9 @@
 //! the store and checks that it opens, that the mark is at least every printed
 //! token, and that a token below the last printed one is refused; then restarts the
 //! child on the same store, for several rounds.
+//!
+//! The same for an upgrade of an old-format store: killed at any point, the file is
+//! either the old store, whole, or the upgraded one, whole.
 
 // A test states its expectations by panicking.
 #![allow(clippy::panic)]
@@ -14,7 +17,7 @@
 use fencekeeper::store::FileStore;
 use fencekeeper::validator::Validator;
 use fencekeeper::{Class, Guard, MarkStore, Policy};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -134,4 +137,126 @@ fn sigkill_never_loses_an_acknowledged_mark() {
     eprintln!(
         "{ROUNDS} rounds; in {unacknowledged_advances} the kill landed after a commit and before its acknowledgement"
     );
+}
+
+/// Set (to the store's path) only in the upgrading child.
+const UPGRADE_CHILD_STORE: &str = "FENCEKEEPER_CRASH_UPGRADE_CHILD_STORE";
+/// Marks in the old store: enough that an upgrade takes a while to commit.
+const OLD_MARKS: u64 = 3_000;
+
+/// The child of the upgrade test: say so, then upgrade the store in place.
+#[test]
+#[ignore = "the child process of sigkill_during_an_upgrade_leaves_the_old_store_or_the_upgraded_one, which runs it"]
+fn upgrading_child() {
+    let Some(path) = std::env::var_os(UPGRADE_CHILD_STORE) else { return };
+    let mut out = std::io::stdout().lock();
+    out.write_all(b"upgrading\n").and_then(|()| out.flush()).expect("stdout");
+    FileStore::upgrade(Path::new(&path)).expect("upgrade");
+    out.write_all(b"upgraded\n").and_then(|()| out.flush()).expect("stdout");
+}
+
+/// A store in the old format (table `fencekeeper_marks`, bare tokens), as the
+/// previous version wrote it: resource `r/N` has mark `N.7`.
+fn old_store(path: &Path) {
+    let db = redb::Database::create(path).expect("create");
+    let txn = db.begin_write().expect("write");
+    {
+        let def: redb::TableDefinition<&str, &str> = redb::TableDefinition::new("fencekeeper_marks");
+        let mut table = txn.open_table(def).expect("table");
+        for n in 0..OLD_MARKS {
+            table.insert(format!("r/{n}").as_str(), format!("{n}.7").as_str()).expect("insert");
+        }
+    }
+    txn.commit().expect("commit");
+}
+
+/// Every mark of [`old_store`], sorted as a store lists them.
+fn old_marks() -> Vec<(String, fencekeeper::Token)> {
+    let mut all: Vec<_> =
+        (0..OLD_MARKS).map(|n| (format!("r/{n}"), fencekeeper::Token::from_parts(&[n, 7]).expect("token"))).collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+/// The old table's marks, read as the previous version would.
+fn format1_marks(path: &Path) -> Vec<(String, fencekeeper::Token)> {
+    use redb::{ReadableDatabase, ReadableTable};
+    let db = redb::Database::open(path).expect("open");
+    let txn = db.begin_read().expect("read");
+    let def: redb::TableDefinition<&str, &str> = redb::TableDefinition::new("fencekeeper_marks");
+    let table = txn.open_table(def).expect("the old table is whole");
+    let all = table
+        .iter()
+        .expect("iterate")
+        .map(|e| {
+            let (k, v) = e.expect("entry");
+            (k.value().to_owned(), fencekeeper::Token::parse(v.value()).expect("old token"))
+        })
+        .collect();
+    all
+}
+
+/// Start the upgrading child on `store`, SIGKILL it `spin` after it said it starts
+/// (or let it finish, with `None`); true if it finished before the kill.
+fn upgrade_and_kill(store: &Path, spin: Option<Duration>) -> bool {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args(["upgrading_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(UPGRADE_CHILD_STORE, store)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start the child");
+    let mut lines = BufReader::new(child.stdout.take().expect("child stdout"));
+    // The test harness prints its own lines first.
+    let mut line = String::new();
+    while !line.ends_with("upgrading\n") {
+        line.clear();
+        assert!(lines.read_line(&mut line).expect("child stdout") > 0, "the child ended before it started");
+    }
+    let Some(spin) = spin else {
+        assert!(child.wait().expect("reap").success());
+        return true;
+    };
+    let until = Instant::now() + spin;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
+    child.kill().expect("SIGKILL the child");
+    child.wait().expect("reap the child");
+    let mut rest = String::new();
+    let _ = lines.read_to_string(&mut rest);
+    rest.contains("upgraded\n")
+}
+
+#[test]
+fn sigkill_during_an_upgrade_leaves_the_old_store_or_the_upgraded_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pristine = dir.path().join("old.redb");
+    old_store(&pristine);
+    let store = dir.path().join("marks.redb");
+    // One whole upgrade, to know how long one takes.
+    std::fs::copy(&pristine, &store).expect("copy");
+    let started = Instant::now();
+    assert!(upgrade_and_kill(&store, None));
+    let whole = started.elapsed();
+    assert_eq!(FileStore::open(&store).expect("upgraded").list().expect("list"), old_marks());
+    let (mut old, mut new) = (0, 0);
+    for round in 0..12u32 {
+        std::fs::copy(&pristine, &store).expect("copy");
+        let spin = whole * round / 12;
+        upgrade_and_kill(&store, Some(spin));
+        match FileStore::open(&store) {
+            Ok(upgraded) => {
+                assert_eq!(upgraded.list().expect("list"), old_marks(), "round {round}: upgraded, every mark");
+                new += 1;
+            }
+            Err(fencekeeper::StoreError::OldFormat { .. }) => {
+                assert_eq!(format1_marks(&store), old_marks(), "round {round}: still old, every mark");
+                old += 1;
+            }
+            Err(e) => panic!("round {round}: after a kill {spin:?} into the upgrade: {e}"),
+        }
+    }
+    eprintln!("12 kills during an upgrade of {whole:?}: {old} left the old store, {new} the upgraded one");
 }

@@ -1,12 +1,15 @@
 //! The etcd mark store against a real etcd: compare-and-swap semantics, the shared
-//! key scheme (checked with etcdctl, as any other client of the etcd would see it),
-//! and concurrent guards on one resource ending at the highest admitted token.
+//! key scheme and record format (checked with etcdctl, as any other client of the
+//! etcd would see it), values damaged or left bare by other writers refused, the
+//! upgrade and the raise-only repair, and concurrent guards on one resource ending
+//! at the highest admitted token.
 
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper::store::EtcdStore;
-use fencekeeper::{Guard, MarkStore, NativeDecider, Policy, Swap, Token};
+use fencekeeper::store::{EtcdStore, Previous, Raise, Repair};
+use fencekeeper::{Class, Guard, MarkStore, NativeDecider, Policy, StoreError, Swap, Token};
+use fencekeeper_core::record;
 use fencekeeper_harness::services::Etcd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,18 +35,76 @@ fn compare_and_swap_creates_raises_and_reports_the_current_mark_on_conflict() {
     assert_eq!(listed, vec![("a".to_owned(), t("7.0")), ("b/c".to_owned(), t("9"))], "only this prefix's marks");
 }
 
-#[test]
-fn marks_live_under_the_shared_key_scheme_as_canonical_text() {
-    let etcd = Etcd::start().unwrap();
-    let store = EtcdStore::connect(&etcd.url()).unwrap();
-    assert_eq!(store.compare_and_swap("/import/a", None, &t("0034")).unwrap(), Swap::Swapped);
+/// Run etcdctl against `etcd`, as any other client of the etcd would; its stdout.
+fn etcdctl(etcd: &Etcd, args: &[&str]) -> String {
     let out = std::process::Command::new("etcdctl")
-        .args(["--endpoints", &etcd.url(), "get", "/fencekeeper/marks//import/a", "--print-value-only"])
+        .args(["--endpoints", &etcd.url()])
+        .args(args)
         .env("ETCDCTL_API", "3")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "34");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn marks_live_under_the_shared_key_scheme_as_checked_records() {
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    assert_eq!(store.compare_and_swap("/import/a", None, &t("0034")).unwrap(), Swap::Swapped);
+    let value = etcdctl(&etcd, &["get", "/fencekeeper/marks//import/a", "--print-value-only"]);
+    assert_eq!(value, record::encode(b"/import/a", &t("34")).as_str());
+    assert!(value.starts_with("fk2 34 "), "readable with etcdctl: {value}");
+}
+
+#[test]
+fn a_value_damaged_by_another_writer_is_refused_not_read_as_a_lower_mark() {
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    assert_eq!(store.compare_and_swap("r", None, &t("50")).unwrap(), Swap::Swapped);
+    let damaged = record::encode(b"r", &t("50")).as_str().replacen("fk2 50", "fk2 40", 1);
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/r", &damaged]);
+    let err = store.get("r").unwrap_err();
+    assert!(matches!(err, StoreError::Damaged { ref resource, .. } if resource == "r"), "{err:?}");
+    assert!(err.to_string().contains("/fencekeeper/marks/r") && !err.to_string().contains('\n'), "{err}");
+    let guard = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(store));
+    let d = guard.admit("r", Some("49"));
+    assert_eq!(d.class(), Class::Undecided, "{}", d.reason("r"));
+    // Nor does a record moved from another resource count here.
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/r", record::encode(b"q", &t("50")).as_str()]);
+    assert!(matches!(guard.store().get("r"), Err(StoreError::Damaged { .. })));
+}
+
+#[test]
+fn a_bare_old_value_is_refused_with_the_upgrade_command_until_upgraded() {
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/orders/2026.csv", "34"]);
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/invoices/7", "7.1042"]);
+    let err = store.get("orders/2026.csv").unwrap_err();
+    assert!(matches!(err, StoreError::OldFormat { .. }), "{err:?}");
+    assert!(err.to_string().contains(&format!("fencekeeper marks --etcd {} --upgrade", etcd.url())), "{err}");
+    assert!(store.compare_and_swap("orders/2026.csv", None, &t("35")).is_err(), "not overwritten unread");
+    let upgraded = store.upgrade().unwrap();
+    assert_eq!(upgraded, vec![("invoices/7".to_owned(), t("7.1042")), ("orders/2026.csv".to_owned(), t("34"))]);
+    assert_eq!(store.upgrade().unwrap(), vec![], "a second upgrade changes nothing");
+    assert_eq!(store.list().unwrap(), upgraded);
+}
+
+#[test]
+fn scan_and_raise_repair_a_damaged_value_by_raising_only() {
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    assert_eq!(store.compare_and_swap("a", None, &t("50")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("b", None, &t("7")).unwrap(), Swap::Swapped);
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/a", "fk2 40 00000000"]);
+    let scan = store.scan().unwrap();
+    let bad: Vec<&str> = scan.iter().filter(|s| s.mark.is_err()).map(|s| s.resource.as_str()).collect();
+    assert_eq!(bad, vec!["a"]);
+    assert!(matches!(store.raise("b", &t("6")).unwrap(), Raise::Refused { .. }));
+    assert!(matches!(store.raise("a", &t("40")).unwrap(), Raise::Refused { .. }), "not below what it shows");
+    assert!(matches!(store.raise("a", &t("60")).unwrap(), Raise::Raised(Previous::Damaged(_))));
+    assert_eq!(store.list().unwrap(), vec![("a".to_owned(), t("60")), ("b".to_owned(), t("7"))]);
 }
 
 #[test]

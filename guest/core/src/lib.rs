@@ -15,6 +15,8 @@
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
 //!   HTTP / gRPC status, under which mode.
 //! * [`verify`]: a host's check of a validator's verdict against what it knows.
+//! * [`record`]: a stored mark: key, token and CRC32C in one checked text record,
+//!   the one format of every store (file, etcd, the Envoy filter).
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -23,6 +25,7 @@ extern crate std;
 
 pub mod decision;
 pub mod http;
+pub mod record;
 pub mod refusal;
 pub mod resource;
 pub mod token;

@@ -1,17 +1,25 @@
 //! Marks in etcd, through etcd's v3 JSON gateway (`POST /v3/kv/txn`).
 //!
-//! Key scheme shared with the gateway (so an Envoy and a gateway can share one
-//! etcd): key = prefix + resource (default prefix `/fencekeeper/marks/`), value =
-//! the mark's canonical text (`34`, `7.1042`). One transaction per step:
+//! Key scheme and value format shared with the gateway (so an Envoy and a gateway
+//! can share one etcd): key = prefix + resource (default prefix
+//! `/fencekeeper/marks/`), value = the mark's record from the core
+//! (`fencekeeper_core::record`; `fk2 34 fc4dab37` for mark 34 of `orders/2026.csv`), whose CRC32C covers the resource
+//! and the token. One transaction per step:
 //!
 //! ```text
-//! compare: value(key) == expected      (create_revision(key) == 0 when no mark)
-//! success: put(key, token)             (nothing when token == expected: a confirm)
-//! failure: range(key)                  (the current mark, to decide again)
+//! compare: value(key) == record(expected)  (create_revision(key) == 0 when no mark)
+//! success: put(key, record(token))         (nothing when token == expected: a confirm)
+//! failure: range(key)                      (the current mark, to decide again)
 //! ```
+//!
+//! Records are deterministic, so comparing record bytes compares marks. A value read
+//! back is verified against the resource: one damaged by another writer, moved from
+//! another key or left bare by an earlier version (format 1) is an error, and the
+//! request is undecided, never admitted against a lower mark.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use fencekeeper_core::record::{self, RecordError};
 use fencekeeper_core::Token;
 use serde::Deserialize;
 use serde_json::json;
@@ -19,18 +27,17 @@ use serde_json::json;
 /// The gateway path of a transaction.
 pub const TXN_PATH: &str = "/v3/kv/txn";
 
-/// The body of one compare-and-advance (or compare-and-confirm) transaction.
-pub fn txn(key: &str, expected: Option<&Token>, token: &Token) -> Vec<u8> {
+/// The body of one compare-and-advance (or compare-and-confirm) transaction on
+/// `resource`'s mark at `key`.
+pub fn txn(key: &str, resource: &str, expected: Option<&Token>, token: &Token) -> Vec<u8> {
     let k = B64.encode(key);
+    let value = |t: &Token| B64.encode(record::encode(resource.as_bytes(), t).as_bytes());
     let compare = match expected {
-        Some(m) => json!({"key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(m.to_string())}),
+        Some(m) => json!({"key": k, "target": "VALUE", "result": "EQUAL", "value": value(m)}),
         None => json!({"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}),
     };
-    let success = if expected == Some(token) {
-        json!([])
-    } else {
-        json!([{"request_put": {"key": k, "value": B64.encode(token.to_string())}}])
-    };
+    let success =
+        if expected == Some(token) { json!([]) } else { json!([{"request_put": {"key": k, "value": value(token)}}]) };
     let body = json!({
         "compare": [compare],
         "success": success,
@@ -84,8 +91,8 @@ struct Kv {
     value: String,
 }
 
-/// Parse the gateway's answer to [`txn`].
-pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
+/// Parse the gateway's answer to [`txn`] on `resource`'s mark.
+pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcome, EtcdError> {
     if status != Some("200") {
         let text = String::from_utf8_lossy(&body[..body.len().min(200)]).replace('\n', " ");
         return Err(EtcdError(format!("etcd answered status {} {}", status.unwrap_or("none"), text.trim())));
@@ -104,10 +111,17 @@ pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
         return Ok(Outcome::Current(None));
     };
     let raw = B64.decode(kv.value).map_err(|_| EtcdError("etcd mark value is not base64".into()))?;
-    let text = String::from_utf8(raw).map_err(|_| EtcdError("etcd mark value is not UTF-8".into()))?;
-    // A value that is not a token is a store fault, never a reason to admit.
-    let mark =
-        Token::parse(&text).map_err(|_| EtcdError(format!("etcd holds {text:?}, which is not a fencing token")))?;
+    // A value that is not this resource's verified record is a store fault, never a
+    // reason to admit.
+    let mark = record::decode(resource.as_bytes(), &raw).map_err(|e| {
+        EtcdError(match e {
+            RecordError::Unchecked => format!(
+                "etcd holds the mark of {resource:?} in the old format without a checksum; \
+                 upgrade it with `fencekeeper marks --etcd URL --upgrade`"
+            ),
+            other => format!("etcd holds a damaged mark for {resource:?}: {other}"),
+        })
+    })?;
     Ok(Outcome::Current(Some(mark)))
 }
 
@@ -120,34 +134,53 @@ mod tests {
         Token::parse(s).unwrap()
     }
 
+    fn value(resource: &str, token: &str) -> String {
+        B64.encode(record::encode(resource.as_bytes(), &t(token)).as_bytes())
+    }
+
+    fn answer(value: &str) -> String {
+        format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{value}"}}],"count":"1"}}}}]}}"#)
+    }
+
     #[test]
-    fn txn_compares_on_the_canonical_text() {
+    fn txn_compares_and_puts_the_records_of_the_canonical_tokens() {
         let body: serde_json::Value =
-            serde_json::from_slice(&txn("/fencekeeper/marks/a", Some(&t("033")), &t("34"))).unwrap();
-        assert_eq!(body["compare"][0]["value"], B64.encode("33"));
-        assert_eq!(body["success"][0]["request_put"]["value"], B64.encode("34"));
+            serde_json::from_slice(&txn("/fencekeeper/marks/a", "a", Some(&t("033")), &t("34"))).unwrap();
+        assert_eq!(body["compare"][0]["value"], value("a", "33"));
+        assert_eq!(body["success"][0]["request_put"]["value"], value("a", "34"));
+        assert!(B64.decode(value("a", "34")).unwrap().starts_with(b"fk2 34 "));
         assert_eq!(body["compare"][0]["key"], B64.encode("/fencekeeper/marks/a"));
-        let first: serde_json::Value = serde_json::from_slice(&txn("k", None, &t("1"))).unwrap();
+        let first: serde_json::Value = serde_json::from_slice(&txn("k", "k", None, &t("1"))).unwrap();
         assert_eq!(first["compare"][0]["target"], "CREATE");
-        let confirm: serde_json::Value = serde_json::from_slice(&txn("k", Some(&t("5")), &t("5"))).unwrap();
+        let confirm: serde_json::Value = serde_json::from_slice(&txn("k", "k", Some(&t("5")), &t("5"))).unwrap();
         assert_eq!(confirm["success"], json!([]));
     }
 
     #[test]
+    fn a_damaged_moved_or_bare_value_is_an_error_not_a_lower_mark() {
+        let good = record::encode(b"r", &t("50"));
+        let mut damaged = good.as_bytes().to_vec();
+        damaged[4] = b'4'; // "fk2 40 ..."
+        let err = parse(Some("200"), answer(&B64.encode(&damaged)).as_bytes(), "r").unwrap_err();
+        assert!(err.0.contains("damaged mark for \"r\""), "{err}");
+        assert!(parse(Some("200"), answer(&value("q", "50")).as_bytes(), "r").is_err(), "another resource's record");
+        let bare = parse(Some("200"), answer(&B64.encode("34")).as_bytes(), "r").unwrap_err();
+        assert!(bare.0.contains("old format") && bare.0.contains("--upgrade"), "{bare}");
+    }
+
+    #[test]
     fn answers_parse_and_bad_ones_are_errors() {
-        assert_eq!(parse(Some("200"), br#"{"header":{},"succeeded":true}"#), Ok(Outcome::Succeeded));
+        assert_eq!(parse(Some("200"), br#"{"header":{},"succeeded":true}"#, "x"), Ok(Outcome::Succeeded));
         assert_eq!(
-            parse(Some("200"), br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#),
+            parse(Some("200"), br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#, "x"),
             Ok(Outcome::Current(None))
         );
-        let v = B64.encode("7.1042");
-        let body =
-            format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}"}}],"count":"1"}}}}]}}"#);
-        assert_eq!(parse(Some("200"), body.as_bytes()), Ok(Outcome::Current(Some(t("7.1042")))));
-        assert!(parse(Some("503"), b"no healthy upstream").is_err());
-        assert!(parse(None, b"").is_err());
-        assert!(parse(Some("200"), b"{").is_err());
-        let bad = format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"value":"{}"}}]}}}}]}}"#, B64.encode("x"));
-        assert!(parse(Some("200"), bad.as_bytes()).unwrap_err().0.contains("not a fencing token"));
+        let body = answer(&value("x", "7.1042"));
+        assert_eq!(parse(Some("200"), body.as_bytes(), "x"), Ok(Outcome::Current(Some(t("7.1042")))));
+        assert!(parse(Some("503"), b"no healthy upstream", "x").is_err());
+        assert!(parse(None, b"", "x").is_err());
+        assert!(parse(Some("200"), b"{", "x").is_err());
+        let bad = answer(&B64.encode("x"));
+        assert!(parse(Some("200"), bad.as_bytes(), "x").unwrap_err().0.contains("damaged mark"));
     }
 }

@@ -152,7 +152,7 @@ impl Request {
         let (Some(p), Some(e)) = (&self.pending, &self.filter.config.etcd) else {
             return Action::Continue;
         };
-        let body = etcd::txn(&format!("{}{}", e.key_prefix, p.resource), p.expected.as_ref(), &p.token);
+        let body = etcd::txn(&format!("{}{}", e.key_prefix, p.resource), &p.resource, p.expected.as_ref(), &p.token);
         let headers = vec![
             (":method", "POST"),
             (":path", etcd::TXN_PATH),
@@ -266,14 +266,14 @@ impl Context for Request {
     fn on_http_call_response(&mut self, _token: u32, _headers: usize, body_size: usize, _trailers: usize) {
         let status = self.get_http_call_response_header(":status");
         let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
-        match self.on_etcd(etcd::parse(status.as_deref(), &body)) {
+        let resource = self.pending.as_ref().map(|p| p.resource.clone()).unwrap_or_default();
+        match self.on_etcd(etcd::parse(status.as_deref(), &body, &resource)) {
             None => {
                 if let Action::Continue = self.send_txn() {
                     self.resume_http_request();
                 }
             }
             Some((verdict, cause)) => {
-                let resource = self.pending.as_ref().map(|p| p.resource.clone()).unwrap_or_default();
                 if let Action::Continue = self.finish(verdict, &resource, &cause) {
                     self.resume_http_request();
                 }

@@ -1,8 +1,10 @@
 //! `fencekeeper admit`: decide on one write, through the wasm validator and a
 //! durable mark store, exactly as an embedding engine would (Guard + Validator +
-//! FileStore). Exit 0 admitted (or passed by efficiency mode), 1 refused, 2 error.
+//! FileStore). Exit 0 admitted (or passed by efficiency mode), 1 refused, 2 error
+//! (the guest or the store cannot be used, a damaged record included).
 
 use anyhow::Context;
+use fencekeeper::guard::Undecided;
 use fencekeeper::store::FileStore;
 use fencekeeper::validator::{Conformance, GuestSource, Limits, Validator};
 use fencekeeper::{Guard, Mode, Policy, Verdict};
@@ -93,6 +95,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let guard = Guard::new(Arc::new(validator), Arc::new(store));
 
     let decision = guard.admit(&args.resource, args.token.as_deref());
+    // A store that fails (a damaged record, an unreadable file) is an error of the
+    // command, in either mode, as a store that cannot be opened is: exit 2, one line.
+    if let Some(Undecided::Store(e)) = decision.undecided {
+        return Err(e.into());
+    }
     let reason = decision.reason(&args.resource);
     if args.json {
         let (mark, advanced) = match &decision.verdict {

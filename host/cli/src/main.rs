@@ -9,6 +9,7 @@ mod admit;
 mod conformance;
 mod envoy_config;
 mod marks;
+mod repair;
 mod serve;
 
 use clap::error::ErrorKind;
@@ -27,7 +28,7 @@ struct Cli {
 enum Command {
     /// Decide on one write: admit or refuse a token for a resource, advancing its mark.
     Admit(admit::Args),
-    /// List or inspect the marks in a store.
+    /// List or inspect the marks in a store; verify, repair (raise only) or upgrade it.
     Marks(marks::Args),
     /// Run the conformance vectors against a guest component and print a table.
     Conformance(conformance::Args),

@@ -1,24 +1,55 @@
-//! `fencekeeper marks`: list a store's marks, or show one resource's mark.
+//! `fencekeeper marks`: list a store's marks, or show one resource's mark; with
+//! `--verify`, `--raise` or `--upgrade`, check or repair the store (`repair.rs`).
 //! Exit 0 found, 1 the resource has no mark, 2 the store cannot be read. A missing
 //! or corrupt store is an error: inspecting never creates or replaces one.
 
 use crate::admit::DEFAULT_STORE;
-use fencekeeper::store::FileStore;
-use fencekeeper::MarkStore;
+use crate::repair;
+use fencekeeper::store::{EtcdStore, FileStore, Repair};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Arguments of `fencekeeper marks`.
 #[derive(clap::Args)]
 pub struct Args {
     /// The mark store file.
     #[arg(long, default_value = DEFAULT_STORE)]
-    store: PathBuf,
+    pub store: PathBuf,
+    /// Read the marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`).
+    #[arg(long, conflicts_with = "store")]
+    pub etcd: Option<String>,
+    /// The etcd key prefix for marks.
+    #[arg(long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX, requires = "etcd")]
+    pub etcd_prefix: String,
     /// Print JSON instead of a table.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
+    /// Check every record in the store and report each damaged one (exit 2 if any is).
+    #[arg(long, group = "action", conflicts_with = "resource")]
+    pub verify: bool,
+    /// Raise RESOURCE's mark to TOKEN by hand, whatever state its record is in; refused
+    /// (exit 1) unless TOKEN is above the mark. Logged on stderr.
+    #[arg(long, group = "action", num_args = 2, value_names = ["RESOURCE", "TOKEN"], conflicts_with = "resource")]
+    pub raise: Option<Vec<String>>,
+    /// With --raise: also append the change as a JSON line to this file.
+    #[arg(long, requires = "raise", value_name = "PATH")]
+    pub audit: Option<PathBuf>,
+    /// Convert a store of the old format (bare tokens, no checksums) to checked records.
+    #[arg(long, group = "action", conflicts_with = "resource")]
+    pub upgrade: bool,
     /// Show only this resource's mark (exit 1 if it has none).
-    resource: Option<String>,
+    pub resource: Option<String>,
+}
+
+impl Args {
+    /// The store, for messages: its file, or the etcd endpoint and prefix.
+    pub fn describe(&self) -> String {
+        match &self.etcd {
+            Some(url) => format!("etcd {url} prefix {}", self.etcd_prefix),
+            None => self.store.display().to_string(),
+        }
+    }
 }
 
 #[derive(serde::Serialize)]
@@ -27,15 +58,33 @@ struct Entry {
     mark: Option<String>,
 }
 
-/// Run the subcommand.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+/// Open the store named by the arguments; a file store must exist already.
+pub fn open(args: &Args) -> anyhow::Result<Box<dyn Repair>> {
+    if let Some(url) = &args.etcd {
+        let url = fencekeeper_gateway::config::with_scheme(url);
+        return Ok(Box::new(EtcdStore::with_options(&url, &args.etcd_prefix, Duration::from_secs(5))?));
+    }
     // Opening a missing file would create an empty store; an inspection must not.
     anyhow::ensure!(
         args.store.exists(),
         "no mark store at {} (nothing admitted there yet, or pass --store)",
         args.store.display()
     );
-    let store = FileStore::open(&args.store)?;
+    Ok(Box::new(FileStore::open(&args.store)?))
+}
+
+/// Run the subcommand.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.verify {
+        return repair::verify(&args);
+    }
+    if let Some(raise) = &args.raise {
+        return repair::raise(&args, raise);
+    }
+    if args.upgrade {
+        return repair::upgrade(&args);
+    }
+    let store = open(&args)?;
     match args.resource {
         Some(resource) => {
             let mark = store.get(&resource)?;
@@ -57,17 +106,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if args.json {
                 println!("{}", serde_json::to_string(&all)?);
             } else {
-                print_table(&all);
+                print_table(all.iter().map(|e| (e.resource.as_str(), e.mark.as_deref().unwrap_or("-"))));
             }
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-fn print_table(entries: &[Entry]) {
-    let width = entries.iter().map(|e| e.resource.chars().count()).chain(["RESOURCE".len()]).max().unwrap_or(0);
+/// A table of (resource, mark) rows under a header.
+pub fn print_table<'a>(rows: impl Iterator<Item = (&'a str, &'a str)> + Clone) {
+    let width = rows.clone().map(|(r, _)| r.chars().count()).chain(["RESOURCE".len()]).max().unwrap_or(0);
     println!("{:<width$}  MARK", "RESOURCE");
-    for e in entries {
-        println!("{:<width$}  {}", e.resource, e.mark.as_deref().unwrap_or("-"));
+    for (resource, mark) in rows {
+        println!("{resource:<width$}  {mark}");
     }
 }

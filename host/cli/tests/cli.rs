@@ -182,6 +182,128 @@ fn corrupt_store_is_an_error_with_exit_2_and_is_left_untouched() {
     s.check_golden("corrupt_store");
 }
 
+/// Rewrite `resource`'s record inside the store file with `damage` applied, through
+/// redb, so the file's pages stay valid and only the record is wrong.
+fn damage_record(store: &str, resource: &str, damage: impl FnOnce(&mut Vec<u8>)) {
+    use redb::ReadableTable;
+    let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("fencekeeper_marks_v2");
+    let db = redb::Database::open(store).expect("open the store with redb");
+    let txn = db.begin_write().expect("write");
+    {
+        let mut table = txn.open_table(def).expect("marks table");
+        let mut value = table.get(resource.as_bytes()).expect("read").expect("a record").value().to_vec();
+        damage(&mut value);
+        table.insert(resource.as_bytes(), value.as_slice()).expect("insert");
+    }
+    txn.commit().expect("commit");
+}
+
+fn assert_one_line_error(run: &Run, needles: &[&str]) {
+    assert_eq!(run.code, 2, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.is_empty(), "no verdict on stdout: {}", run.stdout);
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+    assert!(run.stderr.starts_with("fencekeeper: "), "{}", run.stderr);
+    for needle in needles {
+        assert!(run.stderr.contains(needle), "{needle:?} missing: {}", run.stderr);
+    }
+}
+
+#[test]
+fn a_flipped_digit_in_a_stored_mark_is_exit_2_naming_resource_and_file_until_raised_by_hand() {
+    let mut s = Session::new();
+    let store = s.store();
+    assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "50"]).code, 0);
+    assert_eq!(s.run(&["admit", "--store", &store, "invoices/7", "7.1042"]).code, 0);
+    // "fk2 50 ..." -> "fk2 40 ...": before records were checked, 49 was admitted.
+    damage_record(&store, "orders/2026.csv", |v| v[4] ^= 0x01);
+    for args in [
+        &["admit", "--store", &store, "orders/2026.csv", "49"][..],
+        &["admit", "--store", &store, "--mode", "efficiency", "orders/2026.csv", "49"][..],
+        &["marks", "--store", &store, "orders/2026.csv"][..],
+        &["marks", "--store", &store][..],
+    ] {
+        assert_one_line_error(&s.run(args), &["\"orders/2026.csv\"", "$TMP/marks.redb", "damaged"]);
+    }
+    let verify = s.run(&["marks", "--store", &store, "--verify"]);
+    assert_eq!(verify.code, 2);
+    assert!(verify.stdout.contains("damaged \"orders/2026.csv\"") && verify.stdout.contains("2 records checked"));
+    assert!(!verify.stdout.contains("damaged \"invoices/7\""), "{}", verify.stdout);
+    // The damaged record shows 40: raising to it is refused, raising above is logged.
+    assert_eq!(s.run(&["marks", "--store", &store, "--raise", "orders/2026.csv", "40"]).code, 1);
+    let audit = s.path("audit.jsonl");
+    let raised = s.run(&[
+        "marks",
+        "--store",
+        &store,
+        "--raise",
+        "orders/2026.csv",
+        "60",
+        "--audit",
+        &audit.display().to_string(),
+    ]);
+    assert_eq!(raised.code, 0, "{}", raised.stderr);
+    assert!(raised.stderr.contains("audit: raised the mark"), "{}", raised.stderr);
+    let entry: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&audit).expect("audit file").trim()).expect("one JSON line");
+    assert_eq!((entry["action"].as_str(), entry["mark"].as_str()), (Some("raise"), Some("60")));
+    assert!(entry["previous_damaged"].as_str().is_some_and(|d| d.contains("checksum")), "{entry}");
+    assert_eq!(s.run(&["marks", "--store", &store, "--raise", "orders/2026.csv", "59"]).code, 1, "never lower");
+    assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "55"]).code, 1, "stale below the raised mark");
+    assert_eq!(s.run(&["marks", "--store", &store, "--verify"]).code, 0);
+    s.check_golden("damaged_record");
+}
+
+/// A store written by the previous version (bare tokens), made by its `admit`.
+const FORMAT1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../fencekeeper/tests/fixtures/format1.redb");
+
+#[test]
+fn an_old_format_store_is_refused_with_the_upgrade_command_then_upgraded_in_place() {
+    let mut s = Session::new();
+    let store = s.path("old.redb").display().to_string();
+    std::fs::copy(FORMAT1, &store).expect("copy the fixture");
+    for args in [&["marks", "--store", &store][..], &["admit", "--store", &store, "journal/segment-7", "49"][..]] {
+        assert_one_line_error(&s.run(args), &["old format", "fencekeeper marks --store $TMP/old.redb --upgrade"]);
+    }
+    assert_eq!(s.run(&["marks", "--store", &store, "--upgrade"]).code, 0);
+    assert_eq!(s.run(&["marks", "--store", &store, "--upgrade"]).code, 0, "a second upgrade changes nothing");
+    assert_eq!(s.run(&["marks", "--store", &store]).code, 0);
+    assert_eq!(s.run(&["admit", "--store", &store, "journal/segment-7", "49"]).code, 1, "still stale");
+    s.check_golden("old_format");
+}
+
+/// Overwrite every page after the header page with garbage.
+fn garbage_pages(store: &str) {
+    let mut bytes = std::fs::read(store).expect("read the store");
+    for (i, b) in bytes.iter_mut().enumerate().skip(4096) {
+        *b = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3];
+    }
+    std::fs::write(store, bytes).expect("write garbage");
+}
+
+#[test]
+fn garbage_data_pages_are_exit_2_with_one_line_for_every_command_and_serve_does_not_start() {
+    let mut s = Session::new();
+    let store = s.store();
+    assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "34"]).code, 0);
+    garbage_pages(&store);
+    let serve =
+        ["serve", "--upstream", "127.0.0.1:9", "--store", &store, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
+    for args in [
+        &["admit", "--store", &store, "orders/2026.csv", "35"][..],
+        &["marks", "--store", &store][..],
+        &["marks", "--store", &store, "--verify"][..],
+        &serve[..],
+    ] {
+        assert_one_line_error(&s.run(args), &["$TMP/marks.redb", "corrupt"]);
+    }
+    // A store of the old format does not start the gateway either.
+    let old = s.path("old.redb").display().to_string();
+    std::fs::copy(FORMAT1, &old).expect("copy the fixture");
+    let serve_old =
+        ["serve", "--upstream", "127.0.0.1:9", "--store", &old, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
+    assert_one_line_error(&s.run(&serve_old), &["--upgrade"]);
+}
+
 #[test]
 fn default_store_is_created_under_dot_fencekeeper() {
     let mut s = Session::new();

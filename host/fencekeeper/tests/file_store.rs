@@ -1,10 +1,14 @@
 //! The durable file store (redb): marks survive reopening, a damaged file is an
 //! error that names it (never a fresh empty store), marks never go down, and many
-//! threads can admit at once.
+//! threads can admit at once. Every record is checked: a damaged digit, a record
+//! under another key, a non-UTF-8 key are errors, never a lower or a missing mark;
+//! scan and raise repair by hand; an old-format store is refused, then upgraded.
+//! Damage to the file's bytes themselves is `file_store_corruption.rs`.
 
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use fencekeeper::store::{Previous, Raise, Repair, Upgrade};
 use fencekeeper::{Class, FileStore, Guard, MarkStore, NativeDecider, Policy, StoreError, Swap, Token};
 use std::path::Path;
 use std::sync::Arc;
@@ -87,26 +91,188 @@ fn redb_file_of_another_application_is_not_a_mark_store() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("other.redb");
     drop(redb::Database::create(&path).unwrap());
-    assert!(open_error(&path).to_string().contains("without a fencekeeper_marks table"));
+    assert!(open_error(&path).to_string().contains("without a fencekeeper_marks_v2 table"));
+}
+
+/// Write `value` under `key` straight into the store's table, as a careless tool would.
+fn poke(path: &Path, key: &[u8], value: &[u8]) {
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_write().unwrap();
+    let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("fencekeeper_marks_v2");
+    txn.open_table(def).unwrap().insert(key, value).unwrap();
+    txn.commit().unwrap();
+}
+
+fn raw(path: &Path, key: &[u8]) -> Vec<u8> {
+    let db = redb::Database::open(path).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let def: redb::TableDefinition<&[u8], &[u8]> = redb::TableDefinition::new("fencekeeper_marks_v2");
+    let table = txn.open_table(def).unwrap();
+    let value = table.get(key).unwrap().unwrap().value().to_vec();
+    value
+}
+
+fn damaged(result: Result<Option<Token>, StoreError>, path: &Path) -> String {
+    let err = result.expect_err("a damaged record must be an error");
+    assert!(matches!(err, StoreError::Damaged { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains(&path.display().to_string()) && !text.contains('\n'), "{text}");
+    text
 }
 
 #[test]
-fn unparsable_stored_mark_is_reported() {
+fn a_flipped_digit_in_a_stored_mark_is_an_error_not_a_lower_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    {
+        let g = guard(FileStore::open(&path).unwrap());
+        assert!(g.admit("r", Some("50")).admitted());
+    }
+    let mut value = raw(&path, b"r");
+    assert!(value.starts_with(b"fk2 50 "), "{value:?}");
+    value[4] ^= 0x01; // '5' -> '4': "fk2 40 ..."
+    poke(&path, b"r", &value);
+    let store = FileStore::open(&path).unwrap();
+    assert!(damaged(store.get("r"), &path).contains("\"r\""));
+    assert!(store.list().is_err());
+    let g = guard(store);
+    let d = g.admit("r", Some("49"));
+    assert_eq!(d.class(), Class::Undecided, "{}", d.reason("r"));
+    assert!(!d.admitted());
+}
+
+#[test]
+fn a_record_moved_to_another_key_is_an_error_there_and_leaves_no_mark_behind_silently() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("marks.redb");
     seeded(&path);
+    // A damaged key: the record of "a" now sits under "q" (and a good one under "a"
+    // stays, so the damage is only where it landed).
+    poke(&path, b"q", &raw(&path, b"a"));
+    let store = FileStore::open(&path).unwrap();
+    assert!(damaged(store.get("q"), &path).contains("another resource"));
+    assert_eq!(store.get("a").unwrap(), Some(t("34")));
+    assert!(matches!(store.list(), Err(StoreError::Damaged { ref resource, .. }) if resource == "q"));
+}
+
+#[test]
+fn a_key_that_is_not_utf8_is_reported_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    seeded(&path);
+    poke(&path, b"\xffa", &raw(&path, b"a"));
+    let store = FileStore::open(&path).unwrap();
+    let err = store.list().unwrap_err();
+    assert!(err.to_string().contains("not UTF-8"), "{err}");
+    let scan = store.scan().unwrap();
+    let bad: Vec<_> = scan.iter().filter(|s| s.mark.is_err()).map(|s| s.resource.as_str()).collect();
+    assert_eq!(bad, vec!["\u{fffd}a"]);
+}
+
+#[test]
+fn scan_reports_every_damaged_record_and_the_good_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    seeded(&path);
+    poke(&path, b"c", b"34");
+    poke(&path, b"d", b"fk2 garbage");
+    let scan = FileStore::open(&path).unwrap().scan().unwrap();
+    let summary: Vec<(String, bool)> = scan.iter().map(|s| (s.resource.clone(), s.mark.is_ok())).collect();
+    let expected = [("a", true), ("b", true), ("c", false), ("d", false)];
+    assert_eq!(summary, expected.map(|(r, ok)| (r.to_owned(), ok)));
+    assert_eq!(scan[1].mark.as_ref().unwrap(), &t("7.1042"));
+}
+
+#[test]
+fn raise_only_raises_and_repairs_a_damaged_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    seeded(&path);
+    let mut value = raw(&path, b"a");
+    value[4] = b'9'; // "fk2 94 ...": damaged, and looks higher than it was
+    poke(&path, b"a", &value);
+    let store = FileStore::open(&path).unwrap();
+    // Not below a verified mark, nor to another arity.
+    assert_eq!(
+        store.raise("b", &t("7.1041")).unwrap(),
+        Raise::Refused { floor: t("7.1042"), previous: Previous::Mark(t("7.1042")) }
+    );
+    assert!(matches!(store.raise("b", &t("8")).unwrap(), Raise::Refused { .. }));
+    // Not below what the damaged record still shows.
+    assert!(matches!(store.raise("a", &t("60")).unwrap(), Raise::Refused { floor, .. } if floor == t("94")));
+    assert!(store.get("a").is_err(), "a refused raise writes nothing");
+    assert!(matches!(store.raise("a", &t("95")).unwrap(), Raise::Raised(Previous::Damaged(_))));
+    assert_eq!(store.raise("b", &t("7.2000")).unwrap(), Raise::Raised(Previous::Mark(t("7.1042"))));
+    assert_eq!(store.raise("new", &t("3")).unwrap(), Raise::Raised(Previous::None));
+    drop(store);
+    let g = guard(FileStore::open(&path).unwrap());
+    assert_eq!(g.admit("a", Some("94")).class(), Class::Stale);
+    assert_eq!(
+        g.store().list().unwrap(),
+        vec![("a".into(), t("95")), ("b".into(), t("7.2000")), ("new".into(), t("3"))]
+    );
+}
+
+/// A store written by the previous version (format 1: bare tokens, no checksums),
+/// made by `fencekeeper admit` before this format existed.
+const FORMAT1: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/format1.redb");
+
+#[test]
+fn an_old_format_store_is_refused_with_the_upgrade_command_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    std::fs::copy(FORMAT1, &path).unwrap();
+    let err = open_error(&path);
+    assert!(matches!(err, StoreError::OldFormat { .. }), "{err:?}");
+    assert!(err.to_string().contains(&format!("fencekeeper marks --store {} --upgrade", path.display())), "{err}");
+    // Opening verified the file and wrote no mark: it still holds its format-1 marks.
+    assert_eq!(format1_marks(&path), 3);
+}
+
+fn format1_marks(path: &Path) -> u64 {
+    use redb::{ReadableDatabase, ReadableTableMetadata};
+    let db = redb::Database::open(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let def: redb::TableDefinition<&str, &str> = redb::TableDefinition::new("fencekeeper_marks");
+    let table = txn.open_table(def).unwrap();
+    table.len().unwrap()
+}
+
+#[test]
+fn upgrade_converts_an_old_store_in_place_with_the_same_marks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    std::fs::copy(FORMAT1, &path).unwrap();
+    let expected = vec![
+        ("invoices/7".to_string(), t("7.1042")),
+        ("journal/segment-7".to_string(), t("50")),
+        ("orders/2026.csv".to_string(), t("34")),
+    ];
+    assert_eq!(FileStore::upgrade(&path).unwrap(), Upgrade::Upgraded(expected.clone()));
+    assert_eq!(FileStore::upgrade(&path).unwrap(), Upgrade::Current, "a second upgrade changes nothing");
+    assert!(raw(&path, b"orders/2026.csv").starts_with(b"fk2 34 "));
+    let g = guard(FileStore::open(&path).unwrap());
+    assert_eq!(g.store().list().unwrap(), expected);
+    assert_eq!(g.admit("journal/segment-7", Some("49")).class(), Class::Stale);
+}
+
+#[test]
+fn a_failed_upgrade_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.redb");
+    std::fs::copy(FORMAT1, &path).unwrap();
     {
         let db = redb::Database::open(&path).unwrap();
         let txn = db.begin_write().unwrap();
         let def: redb::TableDefinition<&str, &str> = redb::TableDefinition::new("fencekeeper_marks");
-        txn.open_table(def).unwrap().insert("a", "not-a-token").unwrap();
+        txn.open_table(def).unwrap().insert("zz/bad", "4O").unwrap();
         txn.commit().unwrap();
     }
-    let store = FileStore::open(&path).unwrap();
-    assert!(matches!(store.get("a"), Err(StoreError::BadMark { ref resource, .. }) if resource == "a"));
-    assert!(store.list().is_err());
-    let g = guard(store);
-    assert_eq!(g.admit("a", Some("99")).class(), Class::Undecided);
+    let err = FileStore::upgrade(&path).unwrap_err();
+    assert!(err.to_string().contains("zz/bad") && err.to_string().contains("nothing was upgraded"), "{err}");
+    // The same old store: still refused as old, every old mark still there.
+    assert!(matches!(FileStore::open(&path), Err(StoreError::OldFormat { .. })));
+    assert_eq!(format1_marks(&path), 4);
 }
 
 #[test]

@@ -5,17 +5,23 @@
 //! the Envoy filter's etcd mode, so gateways and proxies can share one etcd:
 //!
 //! * key: `/fencekeeper/marks/` + resource (the prefix is configurable);
-//! * value: the mark's canonical text (`Token`'s `Display`: `34`, `7.1042`).
+//! * value: the mark's record (`fencekeeper_core::record`; `fk2 34 fc4dab37` for mark 34 of `orders/2026.csv`), whose
+//!   CRC32C covers the resource and the token. Every value read is verified: one that
+//!   another writer damaged is [`StoreError::Damaged`], never a lower mark; a bare
+//!   token (format 1, from an earlier version) is [`StoreError::OldFormat`], which
+//!   names the upgrade command ([`EtcdStore::upgrade`]).
 //!
 //! `get` is a linearizable range read. `compare_and_swap` is one Txn: compare the value
-//! with the expected mark's canonical text (or `create_revision == 0` when there is no
-//! mark), then put; when the compare fails, the same Txn reads the key, so a lost race
+//! with the expected mark's record, which is deterministic (or `create_revision == 0`
+//! when there is no mark), then put; when the compare fails, the same Txn reads the key, so a lost race
 //! costs no extra round trip. etcd commits a Txn to its raft log before answering, so
 //! an admit is durable (on a quorum) when it is reported.
 
+use super::repair::{judge, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use fencekeeper_core::record::{self, RecordError};
 use fencekeeper_core::Token;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -79,37 +85,119 @@ impl EtcdStore {
         serde_json::from_str(&text).map_err(|e| unavailable(format!("unreadable answer: {e}")))
     }
 
-    /// Decode a `kvs` array: (resource, mark) pairs.
-    fn marks(&self, kvs: Option<&Value>) -> Result<Vec<(String, Token)>, StoreError> {
+    /// The command that upgrades format-1 values under this store's prefix.
+    fn upgrade_command(&self) -> String {
+        let prefix =
+            if self.prefix == DEFAULT_PREFIX { String::new() } else { format!(" --etcd-prefix {}", self.prefix) };
+        format!("fencekeeper marks --etcd {}{prefix} --upgrade", self.endpoint)
+    }
+
+    /// Decode a `kvs` array: (resource, raw value) pairs.
+    fn raw(&self, kvs: Option<&Value>) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let Some(kvs) = kvs.and_then(Value::as_array) else {
             return Ok(Vec::new());
         };
         kvs.iter()
             .map(|kv| {
-                let key = decode(kv.get("key"))?;
+                let key = String::from_utf8(bytes(kv.get("key"))?)
+                    .map_err(|e| StoreError::Unavailable(format!("etcd answered a non-UTF-8 key: {e}")))?;
                 let resource = key.strip_prefix(&self.prefix).unwrap_or(&key).to_owned();
-                let value = decode(kv.get("value"))?;
-                let mark = Token::parse(&value).map_err(|e| StoreError::BadMark {
-                    resource: resource.clone(),
-                    detail: format!("{value:?}: {e}"),
-                })?;
+                Ok((resource, bytes(kv.get("value"))?))
+            })
+            .collect()
+    }
+
+    /// Verify one value as `resource`'s record.
+    fn verify(&self, resource: &str, value: &[u8]) -> Result<Token, StoreError> {
+        let store = format!("etcd at {} key {:?}", self.endpoint, self.key(resource));
+        record::decode(resource.as_bytes(), value).map_err(|e| match e {
+            RecordError::Unchecked => StoreError::OldFormat { store, upgrade: self.upgrade_command() },
+            other => StoreError::Damaged { resource: resource.to_owned(), store, detail: other.to_string() },
+        })
+    }
+
+    /// Decode and verify a `kvs` array: (resource, mark) pairs.
+    fn marks(&self, kvs: Option<&Value>) -> Result<Vec<(String, Token)>, StoreError> {
+        self.raw(kvs)?
+            .into_iter()
+            .map(|(resource, value)| {
+                let mark = self.verify(&resource, &value)?;
                 Ok((resource, mark))
             })
             .collect()
     }
+
+    /// Every (resource, raw value) under the prefix, sorted by resource.
+    fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let answer = self.call(
+            "/v3/kv/range",
+            &json!({ "key": B64.encode(&self.prefix), "range_end": B64.encode(prefix_end(&self.prefix)) }),
+        )?;
+        let mut all = self.raw(answer.get("kvs"))?;
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(all)
+    }
+
+    /// Put `value` at `resource`'s key if its value is still `current` (`None`: no
+    /// key). True when it was put.
+    fn swap_raw(&self, resource: &str, current: Option<&[u8]>, value: &[u8]) -> Result<bool, StoreError> {
+        let key = B64.encode(self.key(resource));
+        let compare = match current {
+            Some(old) => json!({ "key": key, "target": "VALUE", "result": "EQUAL", "value": B64.encode(old) }),
+            None => json!({ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
+        };
+        let txn = json!({
+            "compare": [compare],
+            "success": [{ "request_put": { "key": key, "value": B64.encode(value) } }],
+        });
+        let answer = self.call("/v3/kv/txn", &txn)?;
+        Ok(answer.get("succeeded").and_then(Value::as_bool) == Some(true))
+    }
+
+    /// Rewrite every format-1 value (a bare token) under the prefix as a checked
+    /// record of the same token, each with a compare-and-swap on the old bytes, so a
+    /// concurrent writer is never overwritten. Returns the marks upgraded. Values
+    /// already in format 2 are left alone; a value that is neither fails the upgrade
+    /// with its resource named, after the others are done. Safe to run again.
+    pub fn upgrade(&self) -> Result<Vec<(String, Token)>, StoreError> {
+        let mut upgraded = Vec::new();
+        let mut damaged = None;
+        for (resource, value) in self.range_all()? {
+            match self.verify(&resource, &value) {
+                Ok(_) => {}
+                Err(StoreError::OldFormat { .. }) => {
+                    let Some(mark) = std::str::from_utf8(&value).ok().and_then(|t| Token::parse(t).ok()) else {
+                        continue;
+                    };
+                    let record = record::encode(resource.as_bytes(), &mark);
+                    if self.swap_raw(&resource, Some(&value), record.as_bytes())? {
+                        upgraded.push((resource, mark));
+                    }
+                }
+                Err(e) => {
+                    damaged.get_or_insert(e);
+                }
+            }
+        }
+        match damaged {
+            Some(e) => Err(e),
+            None => Ok(upgraded),
+        }
+    }
 }
 
-fn decode(field: Option<&Value>) -> Result<String, StoreError> {
+fn bytes(field: Option<&Value>) -> Result<Vec<u8>, StoreError> {
     // etcd's JSON gateway omits empty fields, so a missing value is an empty one.
     let raw = field.and_then(Value::as_str).unwrap_or_default();
-    let bytes = B64.decode(raw).map_err(|e| StoreError::Unavailable(format!("etcd answered bad base64: {e}")))?;
-    String::from_utf8(bytes)
-        .map_err(|e| StoreError::Unavailable(format!("etcd answered a non-UTF-8 key or value: {e}")))
+    B64.decode(raw).map_err(|e| StoreError::Unavailable(format!("etcd answered bad base64: {e}")))
 }
 
 fn one(marks: Vec<(String, Token)>) -> Option<Token> {
     marks.into_iter().next().map(|(_, mark)| mark)
 }
+
+/// How many times a raise reads and swaps again after another writer changed the key.
+const RAISE_ROUNDS: usize = 16;
 
 impl MarkStore for EtcdStore {
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
@@ -120,15 +208,19 @@ impl MarkStore for EtcdStore {
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let key = B64.encode(self.key(resource));
+        // Records are deterministic, so comparing the expected mark's record bytes
+        // compares the mark (and a damaged value never equals one).
         let compare = match expected {
-            Some(old) => {
-                json!({ "key": key, "target": "VALUE", "result": "EQUAL", "value": B64.encode(old.to_string()) })
-            }
+            Some(old) => json!({
+                "key": key, "target": "VALUE", "result": "EQUAL",
+                "value": B64.encode(record::encode(resource.as_bytes(), old).as_bytes()),
+            }),
             None => json!({ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
         };
+        let put = record::encode(resource.as_bytes(), new);
         let txn = json!({
             "compare": [compare],
-            "success": [{ "request_put": { "key": key, "value": B64.encode(new.to_string()) } }],
+            "success": [{ "request_put": { "key": key, "value": B64.encode(put.as_bytes()) } }],
             "failure": [{ "request_range": { "key": key } }],
         });
         let answer = self.call("/v3/kv/txn", &txn)?;
@@ -145,13 +237,42 @@ impl MarkStore for EtcdStore {
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
-        let answer = self.call(
-            "/v3/kv/range",
-            &json!({ "key": B64.encode(&self.prefix), "range_end": B64.encode(prefix_end(&self.prefix)) }),
-        )?;
-        let mut marks = self.marks(answer.get("kvs"))?;
-        marks.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(marks)
+        self.range_all()?
+            .into_iter()
+            .map(|(resource, value)| {
+                let mark = self.verify(&resource, &value)?;
+                Ok((resource, mark))
+            })
+            .collect()
+    }
+}
+
+impl Repair for EtcdStore {
+    fn scan(&self) -> Result<Vec<Scanned>, StoreError> {
+        Ok(self
+            .range_all()?
+            .into_iter()
+            .map(|(resource, value)| {
+                let mark = self.verify(&resource, &value);
+                Scanned { resource, mark }
+            })
+            .collect())
+    }
+
+    fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError> {
+        let put = record::encode(resource.as_bytes(), to);
+        for _ in 0..RAISE_ROUNDS {
+            let answer = self.call("/v3/kv/range", &json!({ "key": B64.encode(self.key(resource)) }))?;
+            let current = self.raw(answer.get("kvs"))?.into_iter().next().map(|(_, value)| value);
+            let (previous, floor) = judge(resource, current.as_deref(), to);
+            if let Some(floor) = floor {
+                return Ok(Raise::Refused { floor, previous });
+            }
+            if self.swap_raw(resource, current.as_deref(), put.as_bytes())? {
+                return Ok(Raise::Raised(previous));
+            }
+        }
+        Err(StoreError::Unavailable(format!("etcd at {}: the key kept changing during the raise", self.endpoint)))
     }
 }
 

@@ -6,25 +6,54 @@
 //! the last committed root, and a file lock against a second writer process. An
 //! append log would have to get every one of those right again.
 //!
-//! Marks are stored as their canonical text (`Token`'s `Display`) under the
-//! resource key, so a store can be read with any redb tool. A value that does not
-//! parse is reported ([`StoreError::BadMark`]), never skipped.
-//!
 //! The one promise above all: a store that cannot be read is an error, never an
-//! empty store, because empty marks re-admit every stale writer. So opening an
-//! existing file never creates anything, and a new file is built under a temporary
-//! name and linked into place only when complete: a crash during creation leaves no
-//! half-made store that would later read as empty.
+//! empty store and never a lower mark, because either re-admits stale writers.
+//! What keeps it:
+//!
+//! * **Checked records.** Table `fencekeeper_marks_v2` maps the resource's bytes to
+//!   a record (`fencekeeper_core::record`, `fk2 TOKEN CRC`) whose CRC32C covers the
+//!   key and the token. Every read verifies it: a damaged digit or a damaged key is
+//!   [`StoreError::Damaged`], never a lower mark or another resource's mark. Keys
+//!   and values are raw bytes, so damaged UTF-8 is ours to report, not redb's to
+//!   panic on.
+//! * **Every page verified at open.** redb checks the checksum of every page of
+//!   the committed trees before the store is used, so a damaged page (a key that no
+//!   longer sorts where it did, a record cut from a leaf, a garbage branch) fails
+//!   the open instead of making a lookup miss or panic. This reads the whole file:
+//!   opening costs time in proportion to the store's size.
+//! * **Both commit slots agree.** redb keeps the previous commit as a fallback for
+//!   a damaged or torn latest one, and its header byte that picks between them has
+//!   no checksum. So every commit that changes marks is followed by an empty one:
+//!   the fallback then holds the same marks, and neither a damaged slot nor that
+//!   byte can bring back a lower mark. An advance costs two fsyncs.
+//! * **No panic escapes.** Every call into redb runs inside a panic boundary
+//!   (`contain`): damage that reaches redb after the open is the one-line store
+//!   error of this file.
+//! * **No half-made store.** Opening an existing file never creates anything; a
+//!   new file is built under a temporary name and linked into place only when
+//!   complete, so a crash during creation leaves nothing that would read as empty.
+//!
+//! A file of format 1 (table `fencekeeper_marks`, bare token text, no checksums) is
+//! refused with [`StoreError::OldFormat`]; [`FileStore::upgrade`] converts it in one
+//! transaction.
 
+use super::contain::contained;
+use super::repair::{judge, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
-use fencekeeper_core::Token;
-use redb::{Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, StorageError, TableDefinition};
+use fencekeeper_core::{record, Token};
+use redb::{
+    Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, StorageError, TableDefinition, TableHandle,
+    WriteTransaction,
+};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-/// resource key -> canonical token text.
-const MARKS: TableDefinition<&str, &str> = TableDefinition::new("fencekeeper_marks");
+/// Format 2: resource bytes -> record (`fk2 TOKEN CRC`).
+const MARKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencekeeper_marks_v2");
+
+/// Format 1, read only by [`FileStore::upgrade`]: resource -> bare token text.
+const FORMAT1: TableDefinition<&str, &str> = TableDefinition::new("fencekeeper_marks");
 
 /// redb's page cache; marks are small and the OS caches the file too.
 const CACHE_BYTES: usize = 16 << 20;
@@ -33,8 +62,21 @@ const CACHE_BYTES: usize = 16 << 20;
 /// stable storage before it returns [`Swap::Swapped`]; reads cost no I/O beyond
 /// the page cache. Safe to share between threads; one process at a time.
 pub struct FileStore {
-    db: Database,
+    /// Always `Some` until dropped: taken out in `drop` to close it inside the panic
+    /// boundary (closing commits, so it reads the file too).
+    db: Option<Database>,
     path: PathBuf,
+}
+
+impl Drop for FileStore {
+    fn drop(&mut self) {
+        let db = self.db.take();
+        // A failure to close leaves the file for the next open to recover and verify.
+        let _ = contained(&self.path, || {
+            drop(db);
+            Ok(())
+        });
+    }
 }
 
 impl std::fmt::Debug for FileStore {
@@ -43,9 +85,19 @@ impl std::fmt::Debug for FileStore {
     }
 }
 
+/// The marks a format-1 store held, now in format 2 (see [`FileStore::upgrade`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Upgrade {
+    /// The store was upgraded; these are its marks, sorted by resource.
+    Upgraded(Vec<(String, Token)>),
+    /// The store was already in format 2; nothing was written.
+    Current,
+}
+
 impl FileStore {
     /// Open the store at `path`, creating it (and its directory) when no file exists.
-    /// An existing file that is empty, damaged or not a mark store is an error.
+    /// An existing file that is empty, damaged, not a mark store or in the old
+    /// format is an error, and is left as it is.
     pub fn open(path: impl AsRef<Path>) -> Result<FileStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         match fs::metadata(&path) {
@@ -56,18 +108,58 @@ impl FileStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => create(&path)?,
             Err(error) => return Err(StoreError::Io { path, error }),
         }
-        let db = Database::builder().set_cache_size(CACHE_BYTES).open(&path).map_err(|e| database_error(&path, e))?;
-        let store = FileStore { db, path };
-        // A redb file without our table is some other database, not an empty store.
-        let txn = store.db.begin_read().map_err(|e| store.error(e))?;
-        txn.open_table(MARKS).map_err(|e| match e {
-            redb::TableError::TableDoesNotExist(_) => {
-                corrupt(&store.path, "it is a redb database without a fencekeeper_marks table")
+        let store = FileStore { db: Some(open_verified(&path)?), path };
+        match store.format()? {
+            Format::Two => Ok(store),
+            Format::One => Err(StoreError::OldFormat {
+                store: format!("mark store {}", store.path.display()),
+                upgrade: format!("fencekeeper marks --store {} --upgrade", store.path.display()),
+            }),
+        }
+    }
+
+    /// Convert a format-1 store (bare tokens, no checksums) to format 2 in place, in
+    /// one durable transaction: afterwards the file holds the same marks as checked
+    /// records and no old table; if anything fails, or the process dies, it holds
+    /// the old table unchanged. A stored value that is not a token fails the whole
+    /// upgrade. Format 1 had no checksums, so damage it already held cannot be told
+    /// apart: compare the marks returned with a backup or the lock service.
+    pub fn upgrade(path: impl AsRef<Path>) -> Result<Upgrade, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Err(error) = fs::metadata(&path) {
+            return Err(StoreError::Io { path, error });
+        }
+        let store = FileStore { db: Some(open_verified(&path)?), path };
+        if store.format()? == Format::Two {
+            return Ok(Upgrade::Current);
+        }
+        store.write(|txn| {
+            let mut marks = Vec::new();
+            {
+                let old = txn.open_table(FORMAT1).map_err(|e| store.error(e))?;
+                for entry in old.iter().map_err(|e| store.error(e))? {
+                    let (key, value) = entry.map_err(|e| store.error(e))?;
+                    let resource = key.value().to_owned();
+                    let mark = Token::parse(value.value()).map_err(|e| StoreError::Damaged {
+                        resource: resource.clone(),
+                        store: store.describe(),
+                        detail: format!(
+                            "its format-1 value {:?} is not a token ({e}); nothing was upgraded",
+                            value.value()
+                        ),
+                    })?;
+                    marks.push((resource, mark));
+                }
             }
-            other => store.error(other),
-        })?;
-        drop(txn);
-        Ok(store)
+            let mut table = txn.open_table(MARKS).map_err(|e| store.error(e))?;
+            for (resource, mark) in &marks {
+                let value = record::encode(resource.as_bytes(), mark);
+                table.insert(resource.as_bytes(), value.as_bytes()).map_err(|e| store.error(e))?;
+            }
+            drop(table);
+            txn.delete_table(FORMAT1).map_err(|e| store.error(e))?;
+            Ok((Upgrade::Upgraded(marks), true))
+        })
     }
 
     /// The store's file.
@@ -75,31 +167,114 @@ impl FileStore {
         &self.path
     }
 
+    fn db(&self) -> Result<&Database, StoreError> {
+        self.db.as_ref().ok_or_else(|| corrupt(&self.path, "the store is closed"))
+    }
+
+    fn describe(&self) -> String {
+        format!("mark store {}", self.path.display())
+    }
+
     fn error(&self, e: impl Into<redb::Error>) -> StoreError {
         redb_error(&self.path, e.into())
     }
 
-    fn parse(&self, resource: &str, text: &str) -> Result<Token, StoreError> {
-        Token::parse(text).map_err(|e| StoreError::BadMark { resource: resource.to_owned(), detail: e.to_string() })
+    fn damaged(&self, resource: &str, detail: impl std::fmt::Display) -> StoreError {
+        StoreError::Damaged { resource: resource.to_owned(), store: self.describe(), detail: detail.to_string() }
     }
+
+    fn decode(&self, resource: &str, value: &[u8]) -> Result<Token, StoreError> {
+        record::decode(resource.as_bytes(), value).map_err(|e| self.damaged(resource, e))
+    }
+
+    /// Which format the file holds. A redb file with neither table is some other
+    /// database, not an empty store.
+    fn format(&self) -> Result<Format, StoreError> {
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let names: Vec<String> =
+                txn.list_tables().map_err(|e| self.error(e))?.map(|t| t.name().to_owned()).collect();
+            let has = |t: &str| names.iter().any(|n| n == t);
+            match (has(MARKS.name()), has(FORMAT1.name())) {
+                (true, false) => {
+                    // The right name with other types is not ours either.
+                    txn.open_table(MARKS).map_err(|e| self.error(e))?;
+                    Ok(Format::Two)
+                }
+                (false, true) => Ok(Format::One),
+                (true, true) => Err(corrupt(&self.path, "it holds both the old and the new marks table")),
+                (false, false) => {
+                    Err(corrupt(&self.path, "it is a redb database without a fencekeeper_marks_v2 table"))
+                }
+            }
+        })
+    }
+
+    /// Run `change` in a durable write transaction; when it reports that it changed
+    /// something, commit, then commit once more with nothing in it, so that redb's
+    /// previous commit (its fallback) holds the same marks as the latest.
+    fn write<T>(
+        &self,
+        change: impl FnOnce(&WriteTransaction) -> Result<(T, bool), StoreError>,
+    ) -> Result<T, StoreError> {
+        contained(&self.path, || {
+            let txn = self.begin_write()?;
+            let (answer, changed) = change(&txn)?;
+            if changed {
+                txn.commit().map_err(|e| self.error(e))?;
+                self.begin_write()?.commit().map_err(|e| self.error(e))?;
+            }
+            Ok(answer)
+        })
+    }
+
+    fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
+        let mut txn = self.db()?.begin_write().map_err(|e| self.error(e))?;
+        // Fsync'd before commit returns: the admit is durable before it is reported.
+        txn.set_durability(Durability::Immediate).map_err(|e| self.error(e))?;
+        Ok(txn)
+    }
+
+    /// Every record, verified one by one.
+    fn records(&self) -> Result<Vec<Scanned>, StoreError> {
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let mut all = Vec::new();
+            for entry in table.iter().map_err(|e| self.error(e))? {
+                let (key, value) = entry.map_err(|e| self.error(e))?;
+                let mark = match std::str::from_utf8(key.value()) {
+                    Ok(resource) => self.decode(resource, value.value()),
+                    Err(_) => Err(self.damaged(&String::from_utf8_lossy(key.value()), "its key is not UTF-8")),
+                };
+                all.push(Scanned { resource: String::from_utf8_lossy(key.value()).into_owned(), mark });
+            }
+            Ok(all)
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    One,
+    Two,
 }
 
 impl MarkStore for FileStore {
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
-        let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-        let value = table.get(resource).map_err(|e| self.error(e))?;
-        value.map(|v| self.parse(resource, v.value())).transpose()
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let value = table.get(resource.as_bytes()).map_err(|e| self.error(e))?;
+            value.map(|v| self.decode(resource, v.value())).transpose()
+        })
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
-        let mut txn = self.db.begin_write().map_err(|e| self.error(e))?;
-        // Fsync'd before commit returns: the admit is durable before it is reported.
-        txn.set_durability(Durability::Immediate).map_err(|e| self.error(e))?;
-        {
+        self.write(|txn| {
             let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-            let current = match table.get(resource).map_err(|e| self.error(e))? {
-                Some(v) => Some(self.parse(resource, v.value())?),
+            let current = match table.get(resource.as_bytes()).map_err(|e| self.error(e))? {
+                Some(v) => Some(self.decode(resource, v.value())?),
                 None => None,
             };
             // The check happens inside the write transaction, so nothing can slip
@@ -107,26 +282,48 @@ impl MarkStore for FileStore {
             // too: this store never lowers a mark, whatever its caller asks.
             let raises = current.is_none_or(|c| new.partial_cmp(&c) == Some(std::cmp::Ordering::Greater));
             if current.as_ref() != expected || !raises {
-                return Ok(Swap::Conflict(current));
+                return Ok((Swap::Conflict(current), false));
             }
-            table.insert(resource, new.to_string().as_str()).map_err(|e| self.error(e))?;
-        }
-        txn.commit().map_err(|e| self.error(e))?;
-        Ok(Swap::Swapped)
+            let value = record::encode(resource.as_bytes(), new);
+            table.insert(resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
+            Ok((Swap::Swapped, true))
+        })
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
-        let txn = self.db.begin_read().map_err(|e| self.error(e))?;
-        let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-        let mut all = Vec::new();
-        for entry in table.iter().map_err(|e| self.error(e))? {
-            let (key, value) = entry.map_err(|e| self.error(e))?;
-            let resource = key.value().to_owned();
-            let mark = self.parse(&resource, value.value())?;
-            all.push((resource, mark));
-        }
-        Ok(all)
+        self.records()?.into_iter().map(|s| Ok((s.resource, s.mark?))).collect()
     }
+}
+
+impl Repair for FileStore {
+    fn scan(&self) -> Result<Vec<Scanned>, StoreError> {
+        self.records()
+    }
+
+    fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError> {
+        self.write(|txn| {
+            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let value = table.get(resource.as_bytes()).map_err(|e| self.error(e))?.map(|v| v.value().to_vec());
+            let (previous, floor) = judge(resource, value.as_deref(), to);
+            if let Some(floor) = floor {
+                return Ok((Raise::Refused { floor, previous }, false));
+            }
+            let value = record::encode(resource.as_bytes(), to);
+            table.insert(resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
+            Ok((Raise::Raised(previous), true))
+        })
+    }
+}
+
+/// Open an existing file, verifying the checksum of every page first.
+fn open_verified(path: &Path) -> Result<Database, StoreError> {
+    contained(path, || {
+        Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .set_check_integrity_on_open(true)
+            .open(path)
+            .map_err(|e| database_error(path, e))
+    })
 }
 
 /// Create an empty store at `path` atomically: build it under a temporary name,
@@ -142,14 +339,14 @@ fn create(path: &Path) -> Result<(), StoreError> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let _ = fs::remove_file(&temp);
-    let built = (|| -> Result<(), StoreError> {
+    let built = contained(path, || {
         let db = Database::builder().set_cache_size(CACHE_BYTES).create(&temp).map_err(|e| database_error(path, e))?;
-        let mut txn = db.begin_write().map_err(|e| redb_error(path, e.into()))?;
-        txn.set_durability(Durability::Immediate).map_err(|e| redb_error(path, e.into()))?;
-        txn.open_table(MARKS).map_err(|e| redb_error(path, e.into()))?;
-        txn.commit().map_err(|e| redb_error(path, e.into()))?;
-        Ok(())
-    })();
+        let store = FileStore { db: Some(db), path: path.to_owned() };
+        store.write(|txn| {
+            txn.open_table(MARKS).map_err(|e| store.error(e))?;
+            Ok(((), true))
+        })
+    });
     let linked = built.and_then(|()| match fs::hard_link(&temp, path) {
         // Someone else created the store first: use theirs.
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
@@ -199,6 +396,11 @@ fn redb_error(path: &Path, e: redb::Error) -> StoreError {
         redb::Error::DatabaseAlreadyOpen => database_error(path, DatabaseError::DatabaseAlreadyOpen),
         redb::Error::Io(source) => storage_error(path, StorageError::Io(source)),
         redb::Error::Corrupted(detail) => corrupt(path, detail),
+        // Our table under our name with other types, or gone: not a store we wrote.
+        e @ (redb::Error::TableTypeMismatch { .. }
+        | redb::Error::TypeDefinitionChanged { .. }
+        | redb::Error::TableIsMultimap(_)
+        | redb::Error::TableDoesNotExist(_)) => corrupt(path, e.to_string()),
         other => StoreError::Unavailable(format!("mark store {}: {other}", path.display())),
     }
 }

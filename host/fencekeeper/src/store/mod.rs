@@ -4,15 +4,18 @@
 //! Implement the trait on your engine's transaction handle to keep marks inside
 //! your own transaction (see `examples/engine_transaction.rs`).
 
+mod contain;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod file;
 mod memory;
+mod repair;
 
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
-pub use file::FileStore;
+pub use file::{FileStore, Upgrade};
 pub use memory::MemoryStore;
+pub use repair::{Previous, Raise, Repair, Scanned};
 
 use fencekeeper_core::Token;
 use std::path::PathBuf;
@@ -53,13 +56,30 @@ pub enum StoreError {
         /// The I/O error.
         error: std::io::Error,
     },
-    /// A stored mark is not a valid token.
-    #[error("stored mark for resource {resource:?} is not a valid token ({detail}); the store is damaged")]
-    BadMark {
-        /// The resource.
+    /// A stored mark failed its integrity check (`fencekeeper_core::record`): the
+    /// record was damaged, belongs to another resource, or is not a record. Never
+    /// read as a lower mark, another resource's mark, or "no mark".
+    #[error(
+        "mark of resource {resource:?} in {store} is damaged: {detail}; it is not trusted \
+         (restore the store from a backup, or raise the mark by hand)"
+    )]
+    Damaged {
+        /// The resource whose record failed.
         resource: String,
-        /// Why the mark is unreadable.
+        /// Where the record is: the store's file, or the etcd endpoint and key.
+        store: String,
+        /// What was wrong.
         detail: String,
+    },
+    /// The store holds marks in format 1 (bare tokens without checksums), written by
+    /// an earlier version. They cannot be verified, so they are not read; the
+    /// message names the command that upgrades them.
+    #[error("{store} holds marks in the old format without checksums (format 1), which are not read unchecked; upgrade them with `{upgrade}`")]
+    OldFormat {
+        /// The store's file, or the etcd endpoint and key.
+        store: String,
+        /// The command that upgrades the store.
+        upgrade: String,
     },
     /// A remote store could not be reached or answered an error.
     #[error("mark store unavailable: {0}")]

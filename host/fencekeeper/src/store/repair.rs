@@ -1,0 +1,105 @@
+//! What an operator does to a store by hand: scan every record, and raise a mark
+//! whose record is lost or damaged. A mark is only ever raised here; lowering or
+//! forgetting one is a separate, deliberate act.
+
+use super::{MarkStore, StoreError};
+use fencekeeper_core::record;
+use fencekeeper_core::Token;
+
+/// One record found by [`Repair::scan`].
+#[derive(Debug)]
+pub struct Scanned {
+    /// The resource (a damaged key is shown lossily, with U+FFFD).
+    pub resource: String,
+    /// The verified mark, or why the record is not one.
+    pub mark: Result<Token, StoreError>,
+}
+
+/// What stood in a resource's record before a raise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Previous {
+    /// No record.
+    None,
+    /// A verified mark.
+    Mark(Token),
+    /// A record that failed its check; what was wrong.
+    Damaged(String),
+}
+
+/// The outcome of [`Repair::raise`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Raise {
+    /// The mark is now the new token, durably; this is what stood there before.
+    Raised(Previous),
+    /// Nothing was written: the new token does not lie above `floor`, the verified
+    /// mark or the token a damaged record still appears to hold.
+    Refused {
+        /// What the new token would have lowered, or kept, or is not comparable with.
+        floor: Token,
+        /// What stood there.
+        previous: Previous,
+    },
+}
+
+/// Scanning and raising by hand, for the stores that keep marks for good.
+pub trait Repair: MarkStore {
+    /// Every record in the store, verified one by one, sorted by resource. A damaged
+    /// record is listed with its error rather than ending the scan; an error of the
+    /// store itself (unreadable, unreachable) is the whole answer.
+    fn scan(&self) -> Result<Vec<Scanned>, StoreError>;
+
+    /// Set `resource`'s mark to `to` if that raises it, whatever state its record is
+    /// in: none, verified, or damaged. Refused when `to` is not above the verified
+    /// mark, nor above the token a damaged record still appears to hold (a damaged
+    /// digit may have made it look lower than it was, never a reason to go lower).
+    fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError>;
+}
+
+/// Judge a raise against the raw value in a record (`None`: no record): the
+/// previous state, and the floor `to` must lie above, if any.
+pub(crate) fn judge(resource: &str, value: Option<&[u8]>, to: &Token) -> (Previous, Option<Token>) {
+    let Some(value) = value else {
+        return (Previous::None, None);
+    };
+    match record::decode(resource.as_bytes(), value) {
+        Ok(mark) => (Previous::Mark(mark), below(&mark, to)),
+        Err(e) => {
+            let floor = record::legible(value).and_then(|seen| below(&seen, to));
+            (Previous::Damaged(e.to_string()), floor)
+        }
+    }
+}
+
+/// `Some(mark)` when `to` does not lie strictly above `mark` (lower, equal, or of
+/// another arity).
+fn below(mark: &Token, to: &Token) -> Option<Token> {
+    (to.partial_cmp(mark) != Some(std::cmp::Ordering::Greater)).then_some(*mark)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Token {
+        Token::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_raise_must_go_above_the_mark_and_above_what_a_damaged_record_shows() {
+        let good = record::encode(b"r", &t("50"));
+        assert_eq!(judge("r", None, &t("1")), (Previous::None, None));
+        assert_eq!(judge("r", Some(good.as_bytes()), &t("51")), (Previous::Mark(t("50")), None));
+        assert_eq!(judge("r", Some(good.as_bytes()), &t("50")).1, Some(t("50")));
+        assert_eq!(judge("r", Some(good.as_bytes()), &t("49")).1, Some(t("50")));
+        assert_eq!(judge("r", Some(good.as_bytes()), &t("51.0")).1, Some(t("50")), "another arity");
+        let mut damaged = good.as_bytes().to_vec();
+        damaged[4] = b'9'; // "fk2 90 ..."
+        let (previous, floor) = judge("r", Some(&damaged), &t("60"));
+        assert!(matches!(previous, Previous::Damaged(_)));
+        assert_eq!(floor, Some(t("90")));
+        assert_eq!(judge("r", Some(&damaged), &t("91")).1, None);
+        assert_eq!(judge("r", Some(b"\xff garbage"), &t("1")).1, None);
+        assert_eq!(judge("r", Some(b"34"), &t("34")).1, Some(t("34")), "an old bare token is a floor too");
+    }
+}
