@@ -33,7 +33,7 @@ fi
 
 echo "== the library crates package on their own" >&2
 # The quick half of `cargo publish --dry-run` (docs/building.md): metadata and file lists.
-cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper
+cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper-etcd-wire -p fencekeeper
 
 echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked

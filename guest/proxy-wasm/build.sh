@@ -39,6 +39,7 @@ rm -rf "$src"
 mkdir -p "$src/guest/proxy-wasm"
 cp "$repo/Cargo.toml" "$src/"   # the core inherits workspace.package fields from it
 cp -R "$repo/guest/core" "$src/guest/core"
+cp -R "$repo/guest/etcd-wire" "$src/guest/etcd-wire"
 cp -R "$here/Cargo.toml" "$here/Cargo.lock" "$here/src" "$src/guest/proxy-wasm/"
 
 # The last matching prefix wins, so the most specific come last.

@@ -59,7 +59,7 @@ impl fmt::Display for ConfigError {
 }
 
 /// The etcd key prefix shared with the gateway (host/fencekeeper's etcd store).
-pub const DEFAULT_KEY_PREFIX: &str = "/fencekeeper/marks/";
+pub const DEFAULT_KEY_PREFIX: &str = fencekeeper_etcd_wire::DEFAULT_PREFIX;
 /// The default name of the etcd cluster in the Envoy configuration.
 pub const DEFAULT_ETCD_CLUSTER: &str = "fencekeeper_etcd";
 

@@ -17,33 +17,15 @@
 //! another key or left bare by an earlier version (format 1) is an error, and the
 //! request is undecided, never admitted against a lower mark.
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine as _;
-use fencekeeper_core::record::{self, RecordError};
 use fencekeeper_core::Token;
-use serde::Deserialize;
-use serde_json::json;
+use fencekeeper_etcd_wire::{self as wire, MarkError};
 
-/// The gateway path of a transaction.
-pub const TXN_PATH: &str = "/v3/kv/txn";
+pub use wire::TXN_PATH;
 
 /// The body of one compare-and-advance (or compare-and-confirm) transaction on
 /// `resource`'s mark at `key`.
 pub fn txn(key: &str, resource: &str, expected: Option<&Token>, token: &Token) -> Vec<u8> {
-    let k = B64.encode(key);
-    let value = |t: &Token| B64.encode(record::encode(resource.as_bytes(), t).as_bytes());
-    let compare = match expected {
-        Some(m) => json!({"key": k, "target": "VALUE", "result": "EQUAL", "value": value(m)}),
-        None => json!({"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"}),
-    };
-    let success =
-        if expected == Some(token) { json!([]) } else { json!([{"request_put": {"key": k, "value": value(token)}}]) };
-    let body = json!({
-        "compare": [compare],
-        "success": success,
-        "failure": [{"request_range": {"key": k}}],
-    });
-    body.to_string().into_bytes()
+    wire::mark_txn(key, resource, expected, token).into_bytes()
 }
 
 /// What a transaction answered.
@@ -65,61 +47,29 @@ impl std::fmt::Display for EtcdError {
     }
 }
 
-#[derive(Deserialize)]
-struct TxnResponse {
-    #[serde(default)]
-    succeeded: bool,
-    #[serde(default)]
-    responses: Vec<ResponseOp>,
-}
-
-#[derive(Deserialize)]
-struct ResponseOp {
-    #[serde(default)]
-    response_range: Option<RangeResponse>,
-}
-
-#[derive(Deserialize)]
-struct RangeResponse {
-    #[serde(default)]
-    kvs: Vec<Kv>,
-}
-
-#[derive(Deserialize)]
-struct Kv {
-    #[serde(default)]
-    value: String,
-}
-
 /// Parse the gateway's answer to [`txn`] on `resource`'s mark.
 pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcome, EtcdError> {
-    if status != Some("200") {
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).replace('\n', " ");
-        return Err(EtcdError(format!("etcd answered status {} {}", status.unwrap_or("none"), text.trim())));
+    match status.map(str::parse::<u16>) {
+        Some(Ok(200)) => {}
+        Some(Ok(code)) => return Err(EtcdError(wire::status_error(code, body).0)),
+        _ => return Err(EtcdError(format!("etcd answered status {}", status.unwrap_or("none")))),
     }
-    let r: TxnResponse =
-        serde_json::from_slice(body).map_err(|e| EtcdError(format!("etcd answer does not parse: {e}")))?;
-    if r.succeeded {
+    let answer = wire::parse_txn(body).map_err(|e| EtcdError(e.0))?;
+    if answer.succeeded {
         return Ok(Outcome::Succeeded);
     }
-    let range = r
-        .responses
-        .into_iter()
-        .find_map(|op| op.response_range)
-        .ok_or_else(|| EtcdError("etcd answer has no range response".into()))?;
-    let Some(kv) = range.kvs.into_iter().next() else {
+    let Some(kv) = answer.range.into_iter().next() else {
         return Ok(Outcome::Current(None));
     };
-    let raw = B64.decode(kv.value).map_err(|_| EtcdError("etcd mark value is not base64".into()))?;
     // A value that is not this resource's verified record is a store fault, never a
     // reason to admit.
-    let mark = record::decode(resource.as_bytes(), &raw).map_err(|e| {
+    let mark = wire::mark_of(resource, &kv.value).map_err(|e| {
         EtcdError(match e {
-            RecordError::Unchecked => format!(
+            MarkError::OldFormat => format!(
                 "etcd holds the mark of {resource:?} in the old format without a checksum; \
                  upgrade it with `fencekeeper marks --etcd URL --upgrade`"
             ),
-            other => format!("etcd holds a damaged mark for {resource:?}: {other}"),
+            MarkError::Damaged(other) => format!("etcd holds a damaged mark for {resource:?}: {other}"),
         })
     })?;
     Ok(Outcome::Current(Some(mark)))
@@ -129,6 +79,10 @@ pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcom
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use base64::engine::general_purpose::STANDARD as B64;
+    use base64::Engine as _;
+    use fencekeeper_core::record;
+    use serde_json::json;
 
     fn t(s: &str) -> Token {
         Token::parse(s).unwrap()

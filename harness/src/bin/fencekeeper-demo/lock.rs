@@ -7,9 +7,7 @@
 //! expires, etcd deletes the key, and the next client acquires.
 
 use anyhow::{bail, Context, Result};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine as _;
-use serde_json::{json, Value};
+use fencekeeper_etcd_wire::{self as wire, Expect};
 use std::time::{Duration, Instant};
 
 /// A client of etcd's v3 JSON gateway.
@@ -33,34 +31,21 @@ impl Etcd {
         Etcd { url: url.trim_end_matches('/').to_owned(), agent: ureq::Agent::new_with_config(config) }
     }
 
-    fn call(&self, path: &str, body: &Value) -> Result<Value> {
+    fn call(&self, path: &str, body: String) -> Result<Vec<u8>> {
         let url = format!("{}{path}", self.url);
-        let text = self
-            .agent
-            .post(&url)
-            .send(body.to_string())
-            .with_context(|| format!("etcd {url}"))?
-            .body_mut()
-            .read_to_string()?;
-        Ok(serde_json::from_str(&text)?)
+        Ok(self.agent.post(&url).send(body).with_context(|| format!("etcd {url}"))?.body_mut().read_to_vec()?)
     }
 
     /// Acquire the lock `key`, waiting (at most `patience`) while someone else holds it.
     pub fn acquire(&self, key: &str, owner: &str, ttl: u64, patience: Duration) -> Result<Held> {
-        let grant = self.call("/v3/lease/grant", &json!({ "TTL": ttl }))?;
-        let lease = grant.get("ID").and_then(Value::as_str).context("etcd granted no lease ID")?.to_owned();
+        let lease = wire::parse_lease_grant(&self.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl))?)?;
         self.keep_alive(&lease, ttl);
-        let key = B64.encode(key);
         let deadline = Instant::now() + patience;
         loop {
-            let txn = json!({
-                "compare": [{ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
-                "success": [{ "request_put": { "key": key, "value": B64.encode(owner), "lease": lease } }],
-            });
-            let answer = self.call("/v3/kv/txn", &txn)?;
-            if answer.get("succeeded").and_then(Value::as_bool) == Some(true) {
-                let revision = answer.pointer("/header/revision").and_then(Value::as_str).context("no revision")?;
-                return Ok(Held { lease, token: revision.parse()? });
+            let txn = wire::txn(key.as_bytes(), Expect::Absent, Some(owner.as_bytes()), Some(&lease), false);
+            let answer = wire::parse_txn(&self.call(wire::TXN_PATH, txn)?)?;
+            if answer.succeeded {
+                return Ok(Held { lease, token: answer.revision });
             }
             if Instant::now() > deadline {
                 bail!("lock still held by someone else after {patience:?}");
@@ -71,17 +56,17 @@ impl Etcd {
 
     /// Give the lock back (revoking the lease deletes the key); an expired lease is fine.
     pub fn release(&self, held: &Held) {
-        let _ = self.call("/v3/lease/revoke", &json!({ "ID": held.lease }));
+        let _ = self.call(wire::LEASE_REVOKE_PATH, wire::lease(&held.lease));
     }
 
     /// Refresh the lease from a thread, a third of the TTL apart. The thread stops
     /// with the process: a paused holder stops refreshing, which is the point.
     fn keep_alive(&self, lease: &str, ttl: u64) {
-        let (etcd, body) = (Etcd::new(&self.url), json!({ "ID": lease }));
+        let (etcd, lease) = (Etcd::new(&self.url), lease.to_owned());
         let period = Duration::from_millis(ttl * 1000 / 3);
         std::thread::spawn(move || loop {
             std::thread::sleep(period);
-            let _ = etcd.call("/v3/lease/keepalive", &body);
+            let _ = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(&lease));
         });
     }
 }

@@ -19,15 +19,12 @@
 
 use super::repair::{judge, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine as _;
-use fencekeeper_core::record::{self, RecordError};
 use fencekeeper_core::Token;
-use serde_json::{json, Value};
+use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
 use std::time::Duration;
 
 /// The default key prefix; the Envoy filter uses the same.
-pub const DEFAULT_PREFIX: &str = "/fencekeeper/marks/";
+pub const DEFAULT_PREFIX: &str = wire::DEFAULT_PREFIX;
 
 /// A [`MarkStore`] in etcd (v3 API through its JSON gateway).
 pub struct EtcdStore {
@@ -59,30 +56,33 @@ impl EtcdStore {
             .max_idle_connections_per_host(64)
             .build();
         let store = EtcdStore { endpoint, prefix: prefix.to_owned(), agent: ureq::Agent::new_with_config(config) };
-        store.call("/v3/kv/range", &json!({ "key": B64.encode(&store.prefix), "limit": 1 }))?;
+        store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
         Ok(store)
     }
 
     /// The etcd key holding `resource`'s mark.
     pub fn key(&self, resource: &str) -> String {
-        format!("{}{resource}", self.prefix)
+        wire::mark_key(&self.prefix, resource)
     }
 
-    fn call(&self, path: &str, body: &Value) -> Result<Value, StoreError> {
-        let unavailable = |detail: String| StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint));
+    fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
+        StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
+    }
+
+    /// One request to the JSON gateway: the body of its 200 answer.
+    fn call(&self, path: &str, body: String) -> Result<Vec<u8>, StoreError> {
         let mut response = self
             .agent
             .post(format!("{}{path}", self.endpoint))
             .content_type("application/json")
-            .send(body.to_string())
-            .map_err(|e| unavailable(e.to_string()))?;
+            .send(body)
+            .map_err(|e| self.unavailable(e))?;
         let status = response.status().as_u16();
-        let text = response.body_mut().read_to_string().map_err(|e| unavailable(e.to_string()))?;
+        let bytes = response.body_mut().read_to_vec().map_err(|e| self.unavailable(e))?;
         if status != 200 {
-            let line = text.lines().next().unwrap_or_default();
-            return Err(unavailable(format!("HTTP {status}: {line}")));
+            return Err(self.unavailable(wire::status_error(status, &bytes)));
         }
-        serde_json::from_str(&text).map_err(|e| unavailable(format!("unreadable answer: {e}")))
+        Ok(bytes)
     }
 
     /// The command that upgrades format-1 values under this store's prefix.
@@ -92,17 +92,13 @@ impl EtcdStore {
         format!("fencekeeper marks --etcd {}{prefix} --upgrade", self.endpoint)
     }
 
-    /// Decode a `kvs` array: (resource, raw value) pairs.
-    fn raw(&self, kvs: Option<&Value>) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let Some(kvs) = kvs.and_then(Value::as_array) else {
-            return Ok(Vec::new());
-        };
-        kvs.iter()
+    /// (resource, raw value) pairs of read key-values.
+    fn raw(&self, kvs: Vec<KeyValue>) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        kvs.into_iter()
             .map(|kv| {
-                let key = String::from_utf8(bytes(kv.get("key"))?)
-                    .map_err(|e| StoreError::Unavailable(format!("etcd answered a non-UTF-8 key: {e}")))?;
+                let key = String::from_utf8(kv.key).map_err(|e| self.unavailable(format!("a non-UTF-8 key: {e}")))?;
                 let resource = key.strip_prefix(&self.prefix).unwrap_or(&key).to_owned();
-                Ok((resource, bytes(kv.get("value"))?))
+                Ok((resource, kv.value))
             })
             .collect()
     }
@@ -110,30 +106,36 @@ impl EtcdStore {
     /// Verify one value as `resource`'s record.
     fn verify(&self, resource: &str, value: &[u8]) -> Result<Token, StoreError> {
         let store = format!("etcd at {} key {:?}", self.endpoint, self.key(resource));
-        record::decode(resource.as_bytes(), value).map_err(|e| match e {
-            RecordError::Unchecked => StoreError::OldFormat { store, upgrade: self.upgrade_command() },
-            other => StoreError::Damaged { resource: resource.to_owned(), store, detail: other.to_string() },
+        wire::mark_of(resource, value).map_err(|e| match e {
+            MarkError::OldFormat => StoreError::OldFormat { store, upgrade: self.upgrade_command() },
+            MarkError::Damaged(detail) => {
+                StoreError::Damaged { resource: resource.to_owned(), store, detail: detail.to_string() }
+            }
         })
     }
 
-    /// Decode and verify a `kvs` array: (resource, mark) pairs.
-    fn marks(&self, kvs: Option<&Value>) -> Result<Vec<(String, Token)>, StoreError> {
-        self.raw(kvs)?
-            .into_iter()
-            .map(|(resource, value)| {
-                let mark = self.verify(&resource, &value)?;
-                Ok((resource, mark))
-            })
-            .collect()
+    /// The verified mark among read key-values (the first: a key read holds one).
+    fn mark(&self, kvs: Vec<KeyValue>) -> Result<Option<Token>, StoreError> {
+        match self.raw(kvs)?.into_iter().next() {
+            Some((resource, value)) => self.verify(&resource, &value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn range(&self, key: &str) -> Result<Vec<KeyValue>, StoreError> {
+        let answer = self.call(wire::RANGE_PATH, wire::range(key.as_bytes()))?;
+        wire::parse_range(&answer).map_err(|e| self.unavailable(e))
+    }
+
+    fn txn(&self, body: String) -> Result<wire::TxnAnswer, StoreError> {
+        let answer = self.call(wire::TXN_PATH, body)?;
+        wire::parse_txn(&answer).map_err(|e| self.unavailable(e))
     }
 
     /// Every (resource, raw value) under the prefix, sorted by resource.
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let answer = self.call(
-            "/v3/kv/range",
-            &json!({ "key": B64.encode(&self.prefix), "range_end": B64.encode(prefix_end(&self.prefix)) }),
-        )?;
-        let mut all = self.raw(answer.get("kvs"))?;
+        let answer = self.call(wire::RANGE_PATH, wire::range_prefix(self.prefix.as_bytes(), 0))?;
+        let mut all = self.raw(wire::parse_range(&answer).map_err(|e| self.unavailable(e))?)?;
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
@@ -141,17 +143,8 @@ impl EtcdStore {
     /// Put `value` at `resource`'s key if its value is still `current` (`None`: no
     /// key). True when it was put.
     fn swap_raw(&self, resource: &str, current: Option<&[u8]>, value: &[u8]) -> Result<bool, StoreError> {
-        let key = B64.encode(self.key(resource));
-        let compare = match current {
-            Some(old) => json!({ "key": key, "target": "VALUE", "result": "EQUAL", "value": B64.encode(old) }),
-            None => json!({ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
-        };
-        let txn = json!({
-            "compare": [compare],
-            "success": [{ "request_put": { "key": key, "value": B64.encode(value) } }],
-        });
-        let answer = self.call("/v3/kv/txn", &txn)?;
-        Ok(answer.get("succeeded").and_then(Value::as_bool) == Some(true))
+        let expect = current.map_or(Expect::Absent, Expect::Value);
+        Ok(self.txn(wire::txn(self.key(resource).as_bytes(), expect, Some(value), None, false))?.succeeded)
     }
 
     /// Rewrite every format-1 value (a bare token) under the prefix as a checked
@@ -169,7 +162,7 @@ impl EtcdStore {
                     let Some(mark) = std::str::from_utf8(&value).ok().and_then(|t| Token::parse(t).ok()) else {
                         continue;
                     };
-                    let record = record::encode(resource.as_bytes(), &mark);
+                    let record = fencekeeper_core::record::encode(resource.as_bytes(), &mark);
                     if self.swap_raw(&resource, Some(&value), record.as_bytes())? {
                         upgraded.push((resource, mark));
                     }
@@ -186,54 +179,22 @@ impl EtcdStore {
     }
 }
 
-fn bytes(field: Option<&Value>) -> Result<Vec<u8>, StoreError> {
-    // etcd's JSON gateway omits empty fields, so a missing value is an empty one.
-    let raw = field.and_then(Value::as_str).unwrap_or_default();
-    B64.decode(raw).map_err(|e| StoreError::Unavailable(format!("etcd answered bad base64: {e}")))
-}
-
-fn one(marks: Vec<(String, Token)>) -> Option<Token> {
-    marks.into_iter().next().map(|(_, mark)| mark)
-}
-
 /// How many times a raise reads and swaps again after another writer changed the key.
 const RAISE_ROUNDS: usize = 16;
 
 impl MarkStore for EtcdStore {
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
         // Ranges are linearizable unless "serializable" is set.
-        let answer = self.call("/v3/kv/range", &json!({ "key": B64.encode(self.key(resource)) }))?;
-        Ok(one(self.marks(answer.get("kvs"))?))
+        let kvs = self.range(&self.key(resource))?;
+        self.mark(kvs)
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
-        let key = B64.encode(self.key(resource));
-        // Records are deterministic, so comparing the expected mark's record bytes
-        // compares the mark (and a damaged value never equals one).
-        let compare = match expected {
-            Some(old) => json!({
-                "key": key, "target": "VALUE", "result": "EQUAL",
-                "value": B64.encode(record::encode(resource.as_bytes(), old).as_bytes()),
-            }),
-            None => json!({ "key": key, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
-        };
-        let put = record::encode(resource.as_bytes(), new);
-        let txn = json!({
-            "compare": [compare],
-            "success": [{ "request_put": { "key": key, "value": B64.encode(put.as_bytes()) } }],
-            "failure": [{ "request_range": { "key": key } }],
-        });
-        let answer = self.call("/v3/kv/txn", &txn)?;
-        // The JSON gateway leaves out false booleans: no "succeeded" means it failed.
-        if answer.get("succeeded").and_then(Value::as_bool) == Some(true) {
+        let answer = self.txn(wire::mark_txn(&self.key(resource), resource, expected, new))?;
+        if answer.succeeded {
             return Ok(Swap::Swapped);
         }
-        let current = answer
-            .pointer("/responses/0/response_range/kvs")
-            .map(|kvs| self.marks(Some(kvs)))
-            .transpose()?
-            .and_then(one);
-        Ok(Swap::Conflict(current))
+        Ok(Swap::Conflict(self.mark(answer.range)?))
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
@@ -260,10 +221,9 @@ impl Repair for EtcdStore {
     }
 
     fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError> {
-        let put = record::encode(resource.as_bytes(), to);
+        let put = fencekeeper_core::record::encode(resource.as_bytes(), to);
         for _ in 0..RAISE_ROUNDS {
-            let answer = self.call("/v3/kv/range", &json!({ "key": B64.encode(self.key(resource)) }))?;
-            let current = self.raw(answer.get("kvs"))?.into_iter().next().map(|(_, value)| value);
+            let current = self.raw(self.range(&self.key(resource))?)?.into_iter().next().map(|(_, value)| value);
             let (previous, floor) = judge(resource, current.as_deref(), to);
             if let Some(floor) = floor {
                 return Ok(Raise::Refused { floor, previous });
@@ -272,30 +232,13 @@ impl Repair for EtcdStore {
                 return Ok(Raise::Raised(previous));
             }
         }
-        Err(StoreError::Unavailable(format!("etcd at {}: the key kept changing during the raise", self.endpoint)))
+        Err(self.unavailable("the key kept changing during the raise"))
     }
-}
-
-/// The smallest key above every key that starts with `prefix` (etcd's prefix range end).
-fn prefix_end(prefix: &str) -> Vec<u8> {
-    let mut end = prefix.as_bytes().to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return end;
-        }
-    }
-    vec![0]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_end_is_the_next_key_after_the_prefix() {
-        assert_eq!(prefix_end("/fencekeeper/marks/"), b"/fencekeeper/marks0".to_vec());
-    }
 
     #[test]
     fn unreachable_etcd_is_unavailable_with_a_one_line_reason() {

@@ -1,0 +1,332 @@
+//! Fencekeeper's etcd wire: the keys, request bodies and answers of etcd's v3 JSON
+//! gateway (etcd 3.4: `POST /v3/kv/range`, `/v3/kv/txn`, `/v3/lease/*`; keys and values
+//! base64), written once for every host that talks to etcd. No I/O: each host keeps its
+//! own transport (the library's blocking HTTP client, the Envoy filter's
+//! `dispatch_http_call`, the lock helpers).
+//!
+//! Marks: key = prefix + resource (default prefix [`DEFAULT_PREFIX`]), value = the
+//! mark's checked record (`fencekeeper_core::record`). Records are deterministic, so a
+//! Txn that compares record bytes compares marks, and a damaged value never equals one.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use fencekeeper_core::record::{self, RecordError};
+use fencekeeper_core::Token;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::fmt;
+
+/// The default key prefix of marks, shared by the gateway, the library and the filter.
+pub const DEFAULT_PREFIX: &str = "/fencekeeper/marks/";
+/// The gateway path of a range read.
+pub const RANGE_PATH: &str = "/v3/kv/range";
+/// The gateway path of a transaction.
+pub const TXN_PATH: &str = "/v3/kv/txn";
+/// The gateway path that grants a lease.
+pub const LEASE_GRANT_PATH: &str = "/v3/lease/grant";
+/// The gateway path that refreshes a lease.
+pub const LEASE_KEEPALIVE_PATH: &str = "/v3/lease/keepalive";
+/// The gateway path that revokes a lease.
+pub const LEASE_REVOKE_PATH: &str = "/v3/lease/revoke";
+
+/// An etcd answer that cannot be used: one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError(pub String);
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// The etcd key of `resource`'s mark under `prefix`.
+pub fn mark_key(prefix: &str, resource: &str) -> String {
+    format!("{prefix}{resource}")
+}
+
+/// The smallest key above every key that starts with `prefix` (etcd's prefix range end).
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A range read of one key.
+pub fn range(key: &[u8]) -> String {
+    json!({ "key": B64.encode(key) }).to_string()
+}
+
+/// A range read of every key under `prefix` (`limit` 0: all).
+pub fn range_prefix(prefix: &[u8], limit: u64) -> String {
+    json!({ "key": B64.encode(prefix), "range_end": B64.encode(prefix_end(prefix)), "limit": limit }).to_string()
+}
+
+/// What a transaction compares a key with.
+#[derive(Clone, Copy, Debug)]
+pub enum Expect<'a> {
+    /// The key does not exist (`create_revision == 0`).
+    Absent,
+    /// The key holds exactly these bytes.
+    Value(&'a [u8]),
+}
+
+/// A transaction on one key: compare it with `expect`; on success put `put` (if any,
+/// under `lease` if given); on failure read the key back when `read_on_failure`, so a
+/// lost race costs no second round trip.
+pub fn txn(key: &[u8], expect: Expect<'_>, put: Option<&[u8]>, lease: Option<&str>, read_on_failure: bool) -> String {
+    let k = B64.encode(key);
+    let compare = match expect {
+        Expect::Absent => json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
+        Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
+    };
+    let success = match (put, lease) {
+        (Some(v), Some(id)) => json!([{ "request_put": { "key": k, "value": B64.encode(v), "lease": id } }]),
+        (Some(v), None) => json!([{ "request_put": { "key": k, "value": B64.encode(v) } }]),
+        (None, _) => json!([]),
+    };
+    let mut body = json!({ "compare": [compare], "success": success });
+    if read_on_failure {
+        body["failure"] = json!([{ "request_range": { "key": k } }]);
+    }
+    body.to_string()
+}
+
+/// The mark transaction on `resource` at `key`: compare the expected mark's record
+/// (absent when `None`), put `new`'s record, or put nothing when `new` is the expected
+/// mark (a confirm), and read the current value back on failure.
+pub fn mark_txn(key: &str, resource: &str, expected: Option<&Token>, new: &Token) -> String {
+    let record_of = |t: &Token| record::encode(resource.as_bytes(), t);
+    let old = expected.map(record_of);
+    let expect = match &old {
+        Some(r) => Expect::Value(r.as_bytes()),
+        None => Expect::Absent,
+    };
+    let put = (expected != Some(new)).then(|| record_of(new));
+    txn(key.as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()), None, true)
+}
+
+/// A key and its value, decoded from base64.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyValue {
+    /// The key.
+    pub key: Vec<u8>,
+    /// The value.
+    pub value: Vec<u8>,
+    /// The revision that created the key.
+    pub create_revision: u64,
+}
+
+/// What a transaction answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TxnAnswer {
+    /// The compare held.
+    pub succeeded: bool,
+    /// On failure, what the read-back found (empty: no key).
+    pub range: Vec<KeyValue>,
+    /// The cluster's revision after the transaction.
+    pub revision: u64,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    #[serde(default)]
+    revision: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawKv {
+    #[serde(default)]
+    key: String,
+    #[serde(default)]
+    value: String,
+    #[serde(default)]
+    create_revision: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawRange {
+    #[serde(default)]
+    kvs: Vec<RawKv>,
+}
+
+#[derive(Deserialize)]
+struct RawOp {
+    #[serde(default)]
+    response_range: Option<RawRange>,
+}
+
+#[derive(Deserialize)]
+struct RawTxn {
+    // The JSON gateway leaves out false booleans and empty lists.
+    #[serde(default)]
+    succeeded: bool,
+    #[serde(default)]
+    responses: Vec<RawOp>,
+    #[serde(default)]
+    header: Option<Header>,
+}
+
+/// An answer that is not HTTP 200, as one line.
+pub fn status_error(status: u16, body: &[u8]) -> WireError {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).replace(['\n', '\r'], " ");
+    WireError(format!("etcd answered HTTP {status}: {}", text.trim()))
+}
+
+fn number(field: Option<&str>, what: &str) -> Result<u64, WireError> {
+    field.unwrap_or("0").parse().map_err(|_| WireError(format!("etcd answered a {what} that is not a number")))
+}
+
+fn decode(field: &str, what: &str) -> Result<Vec<u8>, WireError> {
+    // The gateway omits empty fields: a missing value is an empty one.
+    B64.decode(field).map_err(|_| WireError(format!("etcd answered a {what} that is not base64")))
+}
+
+fn key_values(raw: Vec<RawKv>) -> Result<Vec<KeyValue>, WireError> {
+    raw.into_iter()
+        .map(|kv| {
+            Ok(KeyValue {
+                key: decode(&kv.key, "key")?,
+                value: decode(&kv.value, "value")?,
+                create_revision: number(kv.create_revision.as_deref(), "create revision")?,
+            })
+        })
+        .collect()
+}
+
+/// Parse the answer to [`range`] or [`range_prefix`].
+pub fn parse_range(body: &[u8]) -> Result<Vec<KeyValue>, WireError> {
+    let raw: RawRange =
+        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's range answer does not parse: {e}")))?;
+    key_values(raw.kvs)
+}
+
+/// Parse the answer to [`txn`] or [`mark_txn`].
+pub fn parse_txn(body: &[u8]) -> Result<TxnAnswer, WireError> {
+    let raw: RawTxn =
+        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's Txn answer does not parse: {e}")))?;
+    let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
+    let range = match raw.responses.into_iter().find_map(|op| op.response_range) {
+        Some(r) => key_values(r.kvs)?,
+        None => Vec::new(),
+    };
+    Ok(TxnAnswer { succeeded: raw.succeeded, range, revision })
+}
+
+/// How a stored value failed to be `resource`'s mark.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MarkError {
+    /// A bare token of the first format, without a checksum: upgrade the store.
+    OldFormat,
+    /// Damaged, or another resource's record.
+    Damaged(RecordError),
+}
+
+/// A value read back, verified as `resource`'s mark.
+pub fn mark_of(resource: &str, value: &[u8]) -> Result<Token, MarkError> {
+    record::decode(resource.as_bytes(), value).map_err(|e| match e {
+        RecordError::Unchecked => MarkError::OldFormat,
+        other => MarkError::Damaged(other),
+    })
+}
+
+/// A lease grant of `ttl` seconds.
+pub fn lease_grant(ttl: u64) -> String {
+    json!({ "TTL": ttl }).to_string()
+}
+
+/// The granted lease's ID (a decimal string, as the gateway writes int64s).
+pub fn parse_lease_grant(body: &[u8]) -> Result<String, WireError> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's lease answer does not parse: {e}")))?;
+    match v.get("ID").and_then(Value::as_str) {
+        Some(id) if id.parse::<i64>().is_ok() => Ok(id.to_owned()),
+        _ => Err(WireError("etcd granted no lease ID".into())),
+    }
+}
+
+/// A keep-alive or a revoke of lease `id` (the same body).
+pub fn lease(id: &str) -> String {
+    json!({ "ID": id }).to_string()
+}
+
+/// The TTL a keep-alive answered: 0 when the lease is gone.
+pub fn parse_keepalive(body: &[u8]) -> Result<i64, WireError> {
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's keep-alive answer does not parse: {e}")))?;
+    let result = v.get("result").unwrap_or(&v);
+    Ok(result.get("TTL").and_then(Value::as_str).and_then(|t| t.parse().ok()).unwrap_or(0))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Token {
+        Token::parse(s).unwrap()
+    }
+
+    fn json_of(body: &str) -> Value {
+        serde_json::from_str(body).unwrap()
+    }
+
+    #[test]
+    fn prefix_end_is_the_next_key_after_the_prefix() {
+        assert_eq!(prefix_end(b"/fencekeeper/marks/"), b"/fencekeeper/marks0".to_vec());
+        assert_eq!(prefix_end(&[0xff]), vec![0]);
+    }
+
+    #[test]
+    fn mark_txn_compares_records_and_confirms_without_a_put() {
+        let key = mark_key(DEFAULT_PREFIX, "a");
+        let body = json_of(&mark_txn(&key, "a", Some(&t("033")), &t("34")));
+        let record = |s: &str| B64.encode(record::encode(b"a", &t(s)).as_bytes());
+        assert_eq!(body["compare"][0]["value"], record("33"));
+        assert_eq!(body["success"][0]["request_put"]["value"], record("34"));
+        assert_eq!(body["compare"][0]["key"], B64.encode("/fencekeeper/marks/a"));
+        assert_eq!(body["failure"][0]["request_range"]["key"], B64.encode("/fencekeeper/marks/a"));
+        let first = json_of(&mark_txn("k", "k", None, &t("1")));
+        assert_eq!(first["compare"][0]["target"], "CREATE");
+        let confirm = json_of(&mark_txn("k", "k", Some(&t("5")), &t("5")));
+        assert_eq!(confirm["success"], json!([]));
+    }
+
+    #[test]
+    fn answers_parse_and_bad_ones_are_errors() {
+        let ok = parse_txn(br#"{"header":{"revision":"9"},"succeeded":true}"#).unwrap();
+        assert!(ok.succeeded && ok.range.is_empty() && ok.revision == 9);
+        let none = parse_txn(br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#).unwrap();
+        assert!(!none.succeeded && none.range.is_empty());
+        let v = B64.encode(record::encode(b"x", &t("7.1042")).as_bytes());
+        let body = format!(
+            r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}","create_revision":"4"}}]}}}}]}}"#
+        );
+        let lost = parse_txn(body.as_bytes()).unwrap();
+        assert_eq!(lost.range[0].create_revision, 4);
+        assert_eq!(mark_of("x", &lost.range[0].value), Ok(t("7.1042")));
+        assert!(mark_of("y", &lost.range[0].value).is_err(), "another resource's record");
+        assert_eq!(mark_of("x", b"34"), Err(MarkError::OldFormat));
+        assert!(parse_txn(b"{").is_err());
+        assert!(parse_range(br#"{"kvs":[{"key":"!!"}]}"#).is_err());
+        assert!(status_error(503, b"no healthy\nupstream").0.contains("HTTP 503: no healthy upstream"));
+    }
+
+    #[test]
+    fn lease_bodies_and_answers() {
+        assert_eq!(json_of(&lease_grant(2))["TTL"], 2);
+        assert_eq!(parse_lease_grant(br#"{"ID":"7587","TTL":"2"}"#).unwrap(), "7587");
+        assert!(parse_lease_grant(br#"{"TTL":"2"}"#).is_err());
+        assert_eq!(parse_keepalive(br#"{"result":{"ID":"7587","TTL":"2"}}"#).unwrap(), 2);
+        assert_eq!(parse_keepalive(br#"{"result":{"ID":"7587"}}"#).unwrap(), 0);
+        let locked = json_of(&txn(b"lock", Expect::Absent, Some(b"me"), Some("7587"), false));
+        assert_eq!(locked["success"][0]["request_put"]["lease"], "7587");
+        assert!(locked.get("failure").is_none());
+    }
+}
