@@ -163,7 +163,8 @@ impl Guard {
             return Ok(Verdict::Malformed(GuestText::new(&m.to_string())));
         }
         let policy = self.decider.policy();
-        let mut mark = store.get(resource)?;
+        let read = store.read(resource)?;
+        let (mut mark, mut exact) = (read.mark, read.exact);
         for _ in 0..MAX_ROUNDS {
             let verdict = self.decider.decide(presented, mark.as_ref()).map_err(|e| match e {
                 // An answer of the wrong shape is a broken contract like a wrong verdict.
@@ -173,12 +174,20 @@ impl Guard {
                 fault => Undecided::Decide(fault),
             })?;
             verify::check(&policy, presented, mark.as_ref(), &verdict)?;
-            let Verdict::Admit { mark: new, advanced: true } = verdict else {
-                return Ok(verdict);
+            // Every answer rests on the store's own word (a read, a swap or a
+            // confirm), never on a local copy alone: the admits stay linearizable.
+            let swap = match verdict {
+                Verdict::Admit { mark: new, advanced: true } => {
+                    store.compare_and_swap(resource, mark.as_ref(), &new)?
+                }
+                Verdict::Admit { mark: same, advanced: false } if !exact => store.confirm(resource, &same)?,
+                Verdict::Missing => return Ok(verdict),
+                _ if !exact => Swap::Conflict(store.get(resource)?),
+                _ => return Ok(verdict),
             };
-            match store.compare_and_swap(resource, mark.as_ref(), &new)? {
+            match swap {
                 Swap::Swapped => return Ok(verdict),
-                Swap::Conflict(current) => mark = current,
+                Swap::Conflict(current) => (mark, exact) = (current, true),
             }
         }
         Err(Undecided::Contention)

@@ -11,6 +11,15 @@
 //!   token (format 1, from an earlier version) is [`StoreError::OldFormat`], which
 //!   names the upgrade command ([`EtcdStore::upgrade`]).
 //!
+//! One round trip per admit: the store keeps the marks it has seen (a lower bound
+//! of each, as marks only rise) and answers [`MarkStore::read`] from them, so the
+//! guard goes to etcd once, with the Txn that decides: a compare-and-swap from the
+//! copy for an advance, a compare without a put for an equal token
+//! ([`MarkStore::confirm`]). A copy that turns out old costs a second round (the Txn
+//! reads the current mark back on failure); a refusal is always checked with a
+//! linearizable read first. Every answer rests on an etcd operation, so the admits
+//! stay linearizable (tests/tests/concurrency.rs checks histories with this store).
+//!
 //! `get` is a linearizable range read. `compare_and_swap` is one Txn: compare the value
 //! with the expected mark's record, which is deterministic (or `create_revision == 0`
 //! when there is no mark), then put; when the compare fails, the same Txn reads the key, so a lost race
@@ -18,10 +27,57 @@
 //! an admit is durable (on a quorum) when it is reported.
 
 use super::repair::{judge, Raise, Repair, Scanned};
-use super::{MarkStore, StoreError, Swap};
+use super::{MarkStore, Read, StoreError, Swap};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Mutex;
 use std::time::Duration;
+
+/// Marks this store has seen in etcd, sharded so that callers on different
+/// resources rarely meet on one lock. Bounded: a full shard is cleared (a miss only
+/// costs a linearizable read).
+struct Seen {
+    shards: Vec<Mutex<HashMap<String, Token>>>,
+}
+
+const SEEN_SHARDS: usize = 64;
+const SEEN_PER_SHARD: usize = 4096;
+
+impl Seen {
+    fn new() -> Seen {
+        Seen { shards: (0..SEEN_SHARDS).map(|_| Mutex::default()).collect() }
+    }
+
+    fn shard(&self, resource: &str) -> std::sync::MutexGuard<'_, HashMap<String, Token>> {
+        let mut h = DefaultHasher::new();
+        resource.hash(&mut h);
+        self.shards[h.finish() as usize % SEEN_SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, resource: &str) -> Option<Token> {
+        self.shard(resource).get(resource).copied()
+    }
+
+    /// Remember what etcd just said the mark is (an older answer arriving late only
+    /// makes the copy lower, which costs a round, never a wrong answer).
+    fn set(&self, resource: &str, mark: Option<Token>) {
+        let mut shard = self.shard(resource);
+        match mark {
+            Some(m) => {
+                if shard.len() >= SEEN_PER_SHARD && !shard.contains_key(resource) {
+                    shard.clear();
+                }
+                shard.insert(resource.to_owned(), m);
+            }
+            None => {
+                shard.remove(resource);
+            }
+        }
+    }
+}
 
 /// The default key prefix; the Envoy filter uses the same.
 pub const DEFAULT_PREFIX: &str = wire::DEFAULT_PREFIX;
@@ -31,6 +87,7 @@ pub struct EtcdStore {
     endpoint: String,
     prefix: String,
     agent: ureq::Agent,
+    seen: Seen,
 }
 
 impl EtcdStore {
@@ -55,7 +112,12 @@ impl EtcdStore {
             .max_idle_connections(64)
             .max_idle_connections_per_host(64)
             .build();
-        let store = EtcdStore { endpoint, prefix: prefix.to_owned(), agent: ureq::Agent::new_with_config(config) };
+        let store = EtcdStore {
+            endpoint,
+            prefix: prefix.to_owned(),
+            agent: ureq::Agent::new_with_config(config),
+            seen: Seen::new(),
+        };
         store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
         Ok(store)
     }
@@ -186,15 +248,33 @@ impl MarkStore for EtcdStore {
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
         // Ranges are linearizable unless "serializable" is set.
         let kvs = self.range(&self.key(resource))?;
-        self.mark(kvs)
+        let mark = self.mark(kvs)?;
+        self.seen.set(resource, mark);
+        Ok(mark)
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let answer = self.txn(wire::mark_txn(&self.key(resource), resource, expected, new))?;
         if answer.succeeded {
+            self.seen.set(resource, Some(*new));
             return Ok(Swap::Swapped);
         }
-        Ok(Swap::Conflict(self.mark(answer.range)?))
+        let current = self.mark(answer.range)?;
+        self.seen.set(resource, current);
+        Ok(Swap::Conflict(current))
+    }
+
+    fn read(&self, resource: &str) -> Result<Read, StoreError> {
+        match self.seen.get(resource) {
+            Some(mark) => Ok(Read { mark: Some(mark), exact: false }),
+            None => Ok(Read { mark: self.get(resource)?, exact: true }),
+        }
+    }
+
+    fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+        // The mark transaction with the new mark equal to the expected one: a compare
+        // without a put, the current mark read back when it fails.
+        self.compare_and_swap(resource, Some(mark), mark)
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {

@@ -105,6 +105,33 @@ pub trait MarkStore {
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
         Err(StoreError::Unsupported("listing marks"))
     }
+
+    /// A read that a remote store may answer from a local copy, to save a round trip.
+    /// Marks only rise, so a copy is never above the store's mark; the guard decides
+    /// on it but acts only on the store's word: it advances with a compare-and-swap
+    /// from the copy, confirms an equal token with [`MarkStore::confirm`], and reads
+    /// the store itself before it refuses. By default, [`MarkStore::get`].
+    fn read(&self, resource: &str) -> Result<Read, StoreError> {
+        Ok(Read { mark: self.get(resource)?, exact: true })
+    }
+
+    /// Check, without writing, that the mark is still `mark`: [`Swap::Swapped`] when it
+    /// is, else [`Swap::Conflict`] with the mark it is. By default a [`MarkStore::get`].
+    fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+        Ok(match self.get(resource)? {
+            Some(m) if m == *mark => Swap::Swapped,
+            other => Swap::Conflict(other),
+        })
+    }
+}
+
+/// The answer of [`MarkStore::read`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// The mark read (`None`: no mark known).
+    pub mark: Option<Token>,
+    /// It came from the store itself, not from a local copy.
+    pub exact: bool,
 }
 
 impl<S: MarkStore + ?Sized> MarkStore for std::sync::Arc<S> {
@@ -116,5 +143,11 @@ impl<S: MarkStore + ?Sized> MarkStore for std::sync::Arc<S> {
     }
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
         (**self).list()
+    }
+    fn read(&self, resource: &str) -> Result<Read, StoreError> {
+        (**self).read(resource)
+    }
+    fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+        (**self).confirm(resource, mark)
     }
 }
