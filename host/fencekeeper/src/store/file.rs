@@ -38,6 +38,7 @@
 //! transaction.
 
 use super::contain::contained;
+use super::group::Group;
 use super::repair::{judge, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
 use fencekeeper_core::{record, Token};
@@ -66,6 +67,15 @@ pub struct FileStore {
     /// boundary (closing commits, so it reads the file too).
     db: Option<Database>,
     path: PathBuf,
+    /// Concurrent advances, committed together (group commit).
+    advances: Group<Advance, Result<Swap, StoreError>>,
+}
+
+/// One compare-and-swap waiting for the next commit.
+struct Advance {
+    resource: String,
+    expected: Option<Token>,
+    new: Token,
 }
 
 impl Drop for FileStore {
@@ -108,7 +118,7 @@ impl FileStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => create(&path)?,
             Err(error) => return Err(StoreError::Io { path, error }),
         }
-        let store = FileStore { db: Some(open_verified(&path)?), path };
+        let store = FileStore { db: Some(open_verified(&path)?), path, advances: Group::new() };
         match store.format()? {
             Format::Two => Ok(store),
             Format::One => Err(StoreError::OldFormat {
@@ -129,7 +139,7 @@ impl FileStore {
         if let Err(error) = fs::metadata(&path) {
             return Err(StoreError::Io { path, error });
         }
-        let store = FileStore { db: Some(open_verified(&path)?), path };
+        let store = FileStore { db: Some(open_verified(&path)?), path, advances: Group::new() };
         if store.format()? == Format::Two {
             return Ok(Upgrade::Current);
         }
@@ -228,6 +238,47 @@ impl FileStore {
         })
     }
 
+    /// Apply a group of compare-and-swaps in one durable write transaction, each
+    /// against the marks as the ones before it left them, and answer each. A damaged
+    /// record fails only the swap that read it; a failed commit fails them all.
+    fn commit_advances(&self, batch: &[Advance]) -> Vec<Result<Swap, StoreError>> {
+        let answers = self.write(|txn| {
+            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let mut answers = Vec::with_capacity(batch.len());
+            let mut changed = false;
+            for a in batch {
+                let current = match table.get(a.resource.as_bytes()).map_err(|e| self.error(e))? {
+                    Some(v) => self.decode(&a.resource, v.value()).map(Some),
+                    None => Ok(None),
+                };
+                let current = match current {
+                    Ok(c) => c,
+                    Err(e) => {
+                        answers.push(Err(e));
+                        continue;
+                    }
+                };
+                // The check happens inside the write transaction, so nothing can slip
+                // between it and the insert. A non-raising swap is refused as a
+                // conflict too: this store never lowers a mark, whatever its caller asks.
+                let raises = current.is_none_or(|c| a.new.partial_cmp(&c) == Some(std::cmp::Ordering::Greater));
+                if current != a.expected || !raises {
+                    answers.push(Ok(Swap::Conflict(current)));
+                    continue;
+                }
+                let value = record::encode(a.resource.as_bytes(), &a.new);
+                table.insert(a.resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
+                changed = true;
+                answers.push(Ok(Swap::Swapped));
+            }
+            Ok((answers, changed))
+        });
+        match answers {
+            Ok(answers) => answers,
+            Err(e) => batch.iter().map(|_| Err(e.again())).collect(),
+        }
+    }
+
     fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
         let mut txn = self.db()?.begin_write().map_err(|e| self.error(e))?;
         // Fsync'd before commit returns: the admit is durable before it is reported.
@@ -271,23 +322,8 @@ impl MarkStore for FileStore {
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
-        self.write(|txn| {
-            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-            let current = match table.get(resource.as_bytes()).map_err(|e| self.error(e))? {
-                Some(v) => Some(self.decode(resource, v.value())?),
-                None => None,
-            };
-            // The check happens inside the write transaction, so nothing can slip
-            // between it and the insert. A non-raising swap is refused as a conflict
-            // too: this store never lowers a mark, whatever its caller asks.
-            let raises = current.is_none_or(|c| new.partial_cmp(&c) == Some(std::cmp::Ordering::Greater));
-            if current.as_ref() != expected || !raises {
-                return Ok((Swap::Conflict(current), false));
-            }
-            let value = record::encode(resource.as_bytes(), new);
-            table.insert(resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
-            Ok((Swap::Swapped, true))
-        })
+        let advance = Advance { resource: resource.to_owned(), expected: expected.copied(), new: *new };
+        self.advances.submit(advance, |batch| self.commit_advances(&batch))
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
@@ -341,7 +377,7 @@ fn create(path: &Path) -> Result<(), StoreError> {
     let _ = fs::remove_file(&temp);
     let built = contained(path, || {
         let db = Database::builder().set_cache_size(CACHE_BYTES).create(&temp).map_err(|e| database_error(path, e))?;
-        let store = FileStore { db: Some(db), path: path.to_owned() };
+        let store = FileStore { db: Some(db), path: path.to_owned(), advances: Group::new() };
         store.write(|txn| {
             txn.open_table(MARKS).map_err(|e| store.error(e))?;
             Ok(((), true))

@@ -8,6 +8,7 @@ mod contain;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod file;
+mod group;
 mod memory;
 mod repair;
 
@@ -87,6 +88,26 @@ pub enum StoreError {
     /// The store cannot do this (e.g. list its marks).
     #[error("this mark store does not support {0}")]
     Unsupported(&'static str),
+}
+
+impl StoreError {
+    /// The same error again, for each caller of a group commit that failed as one.
+    pub(crate) fn again(&self) -> StoreError {
+        match self {
+            StoreError::Corrupt { path, detail } => StoreError::Corrupt { path: path.clone(), detail: detail.clone() },
+            StoreError::Io { path, error } => {
+                StoreError::Io { path: path.clone(), error: std::io::Error::new(error.kind(), error.to_string()) }
+            }
+            StoreError::Damaged { resource, store, detail } => {
+                StoreError::Damaged { resource: resource.clone(), store: store.clone(), detail: detail.clone() }
+            }
+            StoreError::OldFormat { store, upgrade } => {
+                StoreError::OldFormat { store: store.clone(), upgrade: upgrade.clone() }
+            }
+            StoreError::Unavailable(why) => StoreError::Unavailable(why.clone()),
+            StoreError::Unsupported(what) => StoreError::Unsupported(what),
+        }
+    }
 }
 
 /// A store of marks: one highest admitted token per resource.
