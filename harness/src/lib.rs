@@ -25,6 +25,7 @@
 pub mod envoy;
 pub mod gateway;
 pub mod relay;
+pub mod secure_etcd;
 pub mod services;
 
 /// The repository root (the workspace directory).

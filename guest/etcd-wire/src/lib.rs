@@ -28,6 +28,10 @@ pub const LEASE_GRANT_PATH: &str = "/v3/lease/grant";
 pub const LEASE_KEEPALIVE_PATH: &str = "/v3/lease/keepalive";
 /// The gateway path that revokes a lease.
 pub const LEASE_REVOKE_PATH: &str = "/v3/lease/revoke";
+/// The gateway path that trades a user name and password for a token.
+pub const AUTH_PATH: &str = "/v3/auth/authenticate";
+/// The header that carries the token on every later request.
+pub const AUTH_HEADER: &str = "authorization";
 
 /// An etcd answer that cannot be used: one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -236,6 +240,21 @@ pub fn mark_of(resource: &str, value: &[u8]) -> Result<Token, MarkError> {
     })
 }
 
+/// The body that authenticates `user` with `password`.
+pub fn authenticate(user: &str, password: &str) -> String {
+    json!({ "name": user, "password": password }).to_string()
+}
+
+/// The token an authentication answered.
+pub fn parse_token(body: &[u8]) -> Result<String, WireError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| WireError(format!("etcd's authentication answer does not parse: {e}")))?;
+    match v.get("token").and_then(Value::as_str) {
+        Some(t) if !t.is_empty() => Ok(t.to_owned()),
+        _ => Err(WireError("etcd answered the authentication without a token".into())),
+    }
+}
+
 /// A lease grant of `ttl` seconds.
 pub fn lease_grant(ttl: u64) -> String {
     json!({ "TTL": ttl }).to_string()
@@ -316,6 +335,14 @@ mod tests {
         assert!(parse_txn(b"{").is_err());
         assert!(parse_range(br#"{"kvs":[{"key":"!!"}]}"#).is_err());
         assert!(status_error(503, b"no healthy\nupstream").0.contains("HTTP 503: no healthy upstream"));
+    }
+
+    #[test]
+    fn authentication_body_and_token() {
+        let body = json_of(&authenticate("fk", "p\"w"));
+        assert_eq!((body["name"].as_str(), body["password"].as_str()), (Some("fk"), Some("p\"w")));
+        assert_eq!(parse_token(br#"{"header":{},"token":"abc.7"}"#).unwrap(), "abc.7");
+        assert!(parse_token(br#"{"header":{}}"#).is_err());
     }
 
     #[test]
