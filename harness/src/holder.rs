@@ -158,18 +158,29 @@ impl Holder {
         if let Some(line) = self.pending.take() {
             return Ok(line);
         }
-        self.lines.recv_timeout(within).map_err(|_| {
-            let exited = self.child.try_wait().ok().flatten().map_or("running".to_owned(), |s| s.to_string());
-            anyhow::anyhow!("{}: nothing reported in {within:?} ({exited}); stderr: {}", self.name, self.stderr())
-        })
+        let deadline = Instant::now() + within;
+        loop {
+            // A client that exited has said all it will: fail now, not at the deadline.
+            let exited = self.child.try_wait()?;
+            let wait = if exited.is_some() { Duration::from_millis(100) } else { Duration::from_millis(50) };
+            if let Ok(line) = self.lines.recv_timeout(wait) {
+                return Ok(line);
+            }
+            if exited.is_some() || Instant::now() > deadline {
+                let state = exited.map_or("still running".to_owned(), |s| s.to_string());
+                bail!("{}: nothing reported within {within:?} ({state}); stderr: {}", self.name, self.stderr());
+            }
+        }
     }
 }
 
 impl Drop for Holder {
     fn drop(&mut self) {
+        // The worker is the client's child: while the client runs, the worker's pid is
+        // the worker's (alive, or a zombie the client has not reaped), never reused.
         // Never `kill 0`: that is the whole process group, this test included.
-        if self.worker != 0 && self.worker != self.child.id() {
-            let _ = Command::new("kill").arg("-KILL").arg(self.worker.to_string()).status();
+        if matches!(self.child.try_wait(), Ok(None)) && self.worker != 0 && self.worker != self.child.id() {
+            let _ = Command::new("kill").arg("-KILL").arg(self.worker.to_string()).stderr(Stdio::null()).status();
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
