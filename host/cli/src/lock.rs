@@ -69,7 +69,8 @@ pub struct Args {
     #[arg(long, value_name = "SIGNAL|none", default_value = "SIGTERM", value_parser = parse_on_loss)]
     on_loss: OnLoss,
     /// The lock's name: the key prefix in etcd (as `etcdctl lock NAME`), the lock
-    /// node's path in ZooKeeper, the key in Redis.
+    /// node's path in ZooKeeper, the {NAME} in the Redis keys fencekeeper:lock:{NAME}
+    /// and fencekeeper:token:{NAME}.
     name: String,
     /// The command to run while the lock is held (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
