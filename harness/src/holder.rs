@@ -7,8 +7,10 @@
 //! file this handle creates ([`Holder::go`]), so a test decides when a late write is
 //! sent. Everything waited for is a line the worker prints, bounded in time.
 
-use crate::services::freeze;
-use anyhow::{bail, Context, Result};
+use crate::gateway::Gateway;
+use crate::services::{freeze, NginxDav};
+use anyhow::{bail, ensure, Context, Result};
+use fencekeeper_core::Token;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -203,6 +205,44 @@ pub struct Paused {
     pub a_exit: ExitStatus,
     /// From A's freeze to B's acquisition: the lease or session running out.
     pub b_waited: Duration,
+}
+
+impl Paused {
+    /// What the story shows whatever the lock service: both first writes were stored;
+    /// B acquired only `at_least` after A froze (A's lease had to run out: the two
+    /// clients exclude each other); B's token is above A's; A's late write was refused
+    /// with 409.
+    pub fn check_fenced(&self, at_least: Duration) -> Result<()> {
+        ensure!(stored(self.a_first) && stored(self.b_first), "first writes: A {} B {}", self.a_first, self.b_first);
+        ensure!(self.b_waited >= at_least, "B acquired {:?} after A froze: A's lock did not hold", self.b_waited);
+        let (a, b) = (token(&self.a.token)?, token(&self.b.token)?);
+        ensure!(b > a, "B's token {b} is not above A's {a}");
+        ensure!(self.a_late == 409, "A's late write with token {a} was answered {}", self.a_late);
+        Ok(())
+    }
+
+    /// B writes again and releases the lock; the store keeps B's second write, and the
+    /// resource's mark is B's token.
+    pub fn finish_b(&mut self, nginx: &NginxDav, gateway: &Gateway, resource: &str) -> Result<()> {
+        let (status, exit) = self.b.finish()?;
+        ensure!(stored(status), "B's second write was answered {status}");
+        ensure!(exit.success(), "B's lock client: {exit}; {}", self.b.stderr());
+        let kept = String::from_utf8(nginx.read(resource).context("the store lost the resource")?)?;
+        ensure!(kept == format!("B wrote its second write with token {}\n", self.b.token), "the store holds {kept:?}");
+        let mark = gateway.mark(resource)?;
+        ensure!(mark.as_deref() == Some(self.b.token.as_str()), "the mark is {mark:?}, not B's {}", self.b.token);
+        Ok(())
+    }
+}
+
+/// The store took the write: 201 (created) or 204 (replaced).
+pub fn stored(status: u16) -> bool {
+    status == 201 || status == 204
+}
+
+/// A token a holder was given.
+pub fn token(text: &str) -> Result<Token> {
+    Token::parse(text).map_err(|e| anyhow::anyhow!("{text:?} is not a token: {e}"))
 }
 
 /// The seeds' story with real processes: A acquires and writes; A (client and worker)

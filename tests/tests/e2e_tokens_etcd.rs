@@ -11,9 +11,8 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_core::Token;
 use fencekeeper_harness::gateway::Gateway;
-use fencekeeper_harness::holder::{fencekeeper_lock, pause_past_lease, worker, Holder, ACQUIRE_WITHIN};
+use fencekeeper_harness::holder::{fencekeeper_lock, pause_past_lease, stored, token, worker, Holder, ACQUIRE_WITHIN};
 use fencekeeper_harness::services::{poll_until, Etcd, NginxDav, Process};
 use fencekeeper_harness::workspace_bin;
 use std::process::Command;
@@ -59,24 +58,8 @@ fn lock_keys(stage: &Stage, name: &str) -> Vec<String> {
     String::from_utf8(out.stdout).unwrap().lines().filter(|l| !l.is_empty()).map(str::to_owned).collect()
 }
 
-fn token(text: &str) -> Token {
-    Token::parse(text).unwrap_or_else(|e| panic!("{text:?} is not a token: {e}"))
-}
-
-fn created(status: u16) -> bool {
-    status == 201 || status == 204
-}
-
-/// After A's late write: B still holds the lock; it writes again and releases; the
-/// store keeps B's data, and the resource's mark is B's token.
-fn b_finishes_and_its_data_stays(stage: &Stage, b: &mut Holder, resource: &str) {
-    let (status, exit) = b.finish().unwrap();
-    assert!(created(status), "B's second write: {status}");
-    assert!(exit.success(), "B's client: {exit}; {}", b.stderr());
-    let stored = String::from_utf8(stage.nginx.read(resource).unwrap()).unwrap();
-    assert_eq!(stored, format!("B wrote its second write with token {}\n", b.token));
-    assert_eq!(stage.gateway.mark(resource).unwrap().as_deref(), Some(b.token.as_str()));
-}
+/// B could not acquire before A's lease, 2 s renewed every 2/3 s, had run out.
+const B_WAITS: Duration = Duration::from_secs(1);
 
 #[test]
 fn etcdctl_holder_paused_past_its_lease_is_refused_once_fencekeeper_lock_took_over() {
@@ -85,13 +68,8 @@ fn etcdctl_holder_paused_past_its_lease_is_refused_once_fencekeeper_lock_took_ov
     let a = etcdctl_lock(&stage, "orders", resource, "A");
     let b = fencekeeper_etcd_lock(&stage, "orders", resource, "B");
     let mut story = pause_past_lease(a, b).unwrap();
-
-    assert!(created(story.a_first) && created(story.b_first), "{} {}", story.a_first, story.b_first);
-    // B could not acquire while A's lease lived: the two clients exclude each other.
-    assert!(story.b_waited >= Duration::from_secs(1), "B acquired {:?} after A froze", story.b_waited);
-    assert!(token(&story.b.token) > token(&story.a.token), "{} then {}", story.a.token, story.b.token);
-    assert_eq!(story.a_late, 409, "A's late write with token {}", story.a.token);
-    b_finishes_and_its_data_stays(&stage, &mut story.b, resource);
+    story.check_fenced(B_WAITS).unwrap();
+    story.finish_b(&stage.nginx, &stage.gateway, resource).unwrap();
 }
 
 #[test]
@@ -101,11 +79,7 @@ fn fencekeeper_lock_holder_paused_past_its_lease_is_refused_and_exits_75_saying_
     let a = fencekeeper_etcd_lock(&stage, "orders", resource, "A");
     let b = etcdctl_lock(&stage, "orders", resource, "B");
     let mut story = pause_past_lease(a, b).unwrap();
-
-    assert!(created(story.a_first) && created(story.b_first), "{} {}", story.a_first, story.b_first);
-    assert!(story.b_waited >= Duration::from_secs(1), "B acquired {:?} after A froze", story.b_waited);
-    assert!(token(&story.b.token) > token(&story.a.token), "{} then {}", story.a.token, story.b.token);
-    assert_eq!(story.a_late, 409);
+    story.check_fenced(B_WAITS).unwrap();
     assert_eq!(story.a_exit.code(), Some(75), "{}", story.a.stderr());
     let said = story.a.stderr();
     assert_eq!(said.lines().count(), 1, "{said}");
@@ -113,7 +87,7 @@ fn fencekeeper_lock_holder_paused_past_its_lease_is_refused_and_exits_75_saying_
     assert!(said.contains("expired") && said.contains("--on-loss none"), "{said}");
     // A's release on exit touched only its own lease: B's key is still there.
     assert_eq!(lock_keys(&stage, "orders").len(), 1);
-    b_finishes_and_its_data_stays(&stage, &mut story.b, resource);
+    story.finish_b(&stage.nginx, &stage.gateway, resource).unwrap();
     assert!(lock_keys(&stage, "orders").is_empty());
 }
 
@@ -138,10 +112,10 @@ fn queued_holders_get_growing_tokens_whichever_client_queued() {
         if holder.token.is_empty() {
             holder.acquired(ACQUIRE_WITHIN).unwrap();
         }
-        assert!(created(holder.wrote().unwrap()), "{}'s first write", holder.name);
+        assert!(stored(holder.wrote().unwrap()), "{}'s first write", holder.name);
         let (status, exit) = holder.finish().unwrap();
-        assert!(created(status) && exit.success(), "{}: {status} {exit} {}", holder.name, holder.stderr());
-        tokens.push(token(&holder.token));
+        assert!(stored(status) && exit.success(), "{}: {status} {exit} {}", holder.name, holder.stderr());
+        tokens.push(token(&holder.token).unwrap());
     }
     assert!(tokens[0] < tokens[1] && tokens[1] < tokens[2], "{tokens:?}");
 }

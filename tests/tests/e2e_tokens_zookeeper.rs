@@ -14,9 +14,8 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_core::Token;
 use fencekeeper_harness::gateway::Gateway;
-use fencekeeper_harness::holder::{fencekeeper_lock, pause_past_lease, worker, Holder, ACQUIRE_WITHIN};
+use fencekeeper_harness::holder::{fencekeeper_lock, pause_past_lease, stored, token, worker, Holder, ACQUIRE_WITHIN};
 use fencekeeper_harness::repo_root;
 use fencekeeper_harness::services::{NginxDav, ZooKeeper};
 use std::process::Command;
@@ -47,36 +46,20 @@ fn fencekeeper_zk_lock(stage: &Stage, path: &str, resource: &str, who: &str) -> 
     fencekeeper_lock(&args, &worker(&stage.gateway.url(), who, &[]).unwrap()).unwrap()
 }
 
-fn token(text: &str) -> Token {
-    Token::parse(text).unwrap_or_else(|e| panic!("{text:?} is not a token: {e}"))
-}
-
-fn created(status: u16) -> bool {
-    status == 201 || status == 204
-}
-
 /// A pauses past its session, B takes over; A's late write is refused and B's data
 /// stays. `a_is_fencekeeper`: A's client is `fencekeeper lock`, which exits 75.
 fn paused_holder_is_fenced(stage: &Stage, a: Command, b: Command, resource: &str, a_is_fencekeeper: bool) {
     let mut story = pause_past_lease(a, b).unwrap();
     eprintln!("{resource}: A {} B {}; B acquired {:?} after A froze", story.a.token, story.b.token, story.b_waited);
-    assert!(created(story.a_first) && created(story.b_first), "{} {}", story.a_first, story.b_first);
-    // B waited for A's session to expire: the two clients exclude each other.
-    assert!(story.b_waited >= Duration::from_secs(1), "B acquired {:?} after A froze", story.b_waited);
-    assert!(token(&story.b.token) > token(&story.a.token), "{} then {}", story.a.token, story.b.token);
-    assert_eq!(story.a_late, 409, "A's late write with token {}", story.a.token);
+    // B waited for A's 2 s session, pinged every 2/3 s, to expire.
+    story.check_fenced(Duration::from_secs(1)).unwrap();
     if a_is_fencekeeper {
         assert_eq!(story.a_exit.code(), Some(75), "{}", story.a.stderr());
         let said = story.a.stderr();
         assert_eq!(said.lines().count(), 1, "{said}");
         assert!(said.contains("lost lock") && said.contains("ZooKeeper closed the connection"), "{said}");
     }
-    let (status, exit) = story.b.finish().unwrap();
-    assert!(created(status), "B's second write: {status}");
-    assert!(exit.success(), "B's client: {exit}; {}", story.b.stderr());
-    let stored = String::from_utf8(stage.nginx.read(resource).unwrap()).unwrap();
-    assert_eq!(stored, format!("B wrote its second write with token {}\n", story.b.token));
-    assert_eq!(stage.gateway.mark(resource).unwrap().as_deref(), Some(story.b.token.as_str()));
+    story.finish_b(&stage.nginx, &stage.gateway, resource).unwrap();
 }
 
 /// One holder writes, ZooKeeper restarts (a new epoch), the next holder writes: its
@@ -86,20 +69,20 @@ fn tokens_order_across_a_leader_change(stage: &mut Stage) {
     let mut before =
         Holder::start("before", fencekeeper_zk_lock(stage, "/locks/epochs", resource, "before"), ACQUIRE_WITHIN)
             .unwrap();
-    assert!(created(before.wrote().unwrap()));
+    assert!(stored(before.wrote().unwrap()));
     let (status, exit) = before.finish().unwrap();
-    assert!(created(status) && exit.success(), "{status} {exit} {}", before.stderr());
+    assert!(stored(status) && exit.success(), "{status} {exit} {}", before.stderr());
 
     stage.zookeeper.restart().unwrap();
     let mut after =
         Holder::start("after", kazoo_lock(stage, "/locks/epochs", resource, "after"), ACQUIRE_WITHIN).unwrap();
-    let (old, new) = (token(&before.token), token(&after.token));
+    let (old, new) = (token(&before.token).unwrap(), token(&after.token).unwrap());
     eprintln!("across the restart: {old} then {new}");
     assert!(new.parts()[0] > old.parts()[0], "no new epoch: {old} then {new}");
     assert!(new > old);
-    assert!(created(after.wrote().unwrap()), "the first token of the new epoch was refused");
+    assert!(stored(after.wrote().unwrap()), "the first token of the new epoch was refused");
     let (status, exit) = after.finish().unwrap();
-    assert!(created(status) && exit.success(), "{status} {exit} {}", after.stderr());
+    assert!(stored(status) && exit.success(), "{status} {exit} {}", after.stderr());
 }
 
 #[test]
