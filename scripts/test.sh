@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fencekeeper's whole test suite, from a clean clone: installs what the tests need,
 # checks the committed guest artifacts against a rebuild from source, builds, and
-# runs every test tier (tests/README.md). The tests start their own etcd, nginx and
-# Envoy on loopback. Everything runs in release: wasmtime is built once for all.
+# runs every test tier (tests/README.md). The tests start their own etcd, ZooKeeper,
+# Redis, nginx and Envoy on loopback. Everything runs in release: wasmtime is built once for all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

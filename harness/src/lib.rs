@@ -11,19 +11,25 @@
 //! # Layout
 //!
 //! * [`services`]: a child process that dies with its handle (and can be frozen), free
-//!   ports, readiness polling, a minimal HTTP client; etcd and nginx WebDAV.
+//!   ports, readiness polling, a minimal HTTP client; etcd, nginx WebDAV,
+//!   and the other lock services, ZooKeeper and Redis.
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
+//! * [`holder`]: a lock client running `fencekeeper-lock-worker`, which writes with
+//!   its token; the paused-holder story told with two of them (the token tests).
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
 //!   until the script stops it.
+//! * `src/bin/fencekeeper-lock-worker.rs`: the command a lock client runs in the
+//!   token tests: two writes through the gateway with the token it was given.
 //! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
 pub mod envoy;
 pub mod gateway;
+pub mod holder;
 pub mod relay;
 pub mod secure_etcd;
 pub mod services;

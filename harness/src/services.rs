@@ -135,6 +135,19 @@ pub fn wait_until(process: &mut Process, timeout: Duration, mut ready: impl FnMu
     }
 }
 
+/// Poll `ready` every few milliseconds until it answers true; fail after `timeout`,
+/// saying what did not happen.
+pub fn poll_until(what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() > deadline {
+            bail!("{what}: not within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
 /// A minimal blocking HTTP/1.1 request on loopback, for readiness checks and test
 /// assertions: returns (status, body). Sends `Connection: close`.
 pub fn http(
@@ -343,4 +356,144 @@ fn nginx_binary() -> PathBuf {
         }
     }
     PathBuf::from("nginx")
+}
+
+/// ZooKeeper on loopback (Debian's `zookeeperd` jars): an ensemble of one member, so
+/// that it elects itself leader at each start and zxid epochs move on as in a real
+/// ensemble (a standalone server keeps epoch 0). A short tick makes session timeouts
+/// seconds: the server grants 2 to 20 ticks. Data in `data/`, configuration in
+/// `zoo.cfg`, log in `zookeeper.log` of its directory.
+pub struct ZooKeeper {
+    /// The JVM.
+    pub process: Process,
+    /// The client address.
+    pub addr: SocketAddr,
+    /// The tick: the shortest session ZooKeeper grants is two of them.
+    pub tick: Duration,
+    conf: PathBuf,
+    dir: WorkDir,
+}
+
+/// Where Debian's packages put ZooKeeper's jar (its manifest names its dependencies)
+/// and SLF4J's simple logger (a dependency of the same package), for a log on stderr.
+const ZOOKEEPER_JARS: [&str; 2] = ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"];
+
+impl ZooKeeper {
+    /// Start ZooKeeper with a 250 ms tick (sessions of 0.5 to 5 s) in a temporary
+    /// directory, and wait until it serves.
+    pub fn start() -> Result<ZooKeeper> {
+        Self::start_in(WorkDir::temporary()?, Duration::from_millis(250))
+    }
+
+    /// [`ZooKeeper::start`] in `dir` with `tick`.
+    pub fn start_in(dir: WorkDir, tick: Duration) -> Result<ZooKeeper> {
+        for jar in ZOOKEEPER_JARS {
+            anyhow::ensure!(Path::new(jar).exists(), "{jar} is missing; install zookeeperd (scripts/install-deps.sh)");
+        }
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let (quorum, election) = (free_port()?, free_port()?);
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data)?;
+        std::fs::write(data.join("myid"), "1\n")?;
+        let conf = dir.path().join("zoo.cfg");
+        std::fs::write(
+            &conf,
+            format!(
+                "tickTime={}\ninitLimit=10\nsyncLimit=5\ndataDir={}\nclientPort={}\nclientPortAddress={}\n\
+                 standaloneEnabled=false\nserver.1=127.0.0.1:{quorum}:{election}\nadmin.enableServer=false\n\
+                 4lw.commands.whitelist=ruok,srvr\n",
+                tick.as_millis(),
+                data.display(),
+                addr.port(),
+                addr.ip()
+            ),
+        )?;
+        let process = Self::spawn(&conf, dir.path())?;
+        let mut zookeeper = ZooKeeper { process, addr, tick, conf, dir };
+        zookeeper.wait_serving()?;
+        Ok(zookeeper)
+    }
+
+    fn spawn(conf: &Path, dir: &Path) -> Result<Process> {
+        let mut cmd = Command::new("java");
+        // A small heap and the quick compiler: the server does little, and starts sooner.
+        cmd.args(["-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
+            .arg("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+            .arg("-cp")
+            .arg(ZOOKEEPER_JARS.join(":"))
+            .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+            .arg(conf);
+        Process::spawn("zookeeper", cmd, &dir.join("zookeeper.log"))
+    }
+
+    /// Until `srvr` shows a mode: the member has elected itself and serves clients.
+    fn wait_serving(&mut self) -> Result<()> {
+        let addr = self.addr;
+        wait_until(&mut self.process, Duration::from_secs(60), || {
+            four_letters(addr, "srvr").is_ok_and(|answer| answer.contains("Mode: leader"))
+        })
+    }
+
+    /// Kill ZooKeeper (SIGKILL) and start it again on the same ports and data: it
+    /// elects itself anew, in a new epoch.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.kill();
+        self.process = Self::spawn(&self.conf, self.dir.path())?;
+        self.wait_serving()
+    }
+
+    /// `127.0.0.1:PORT`, as `fencekeeper lock --zookeeper` and kazoo take it.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+/// A four-letter command (`ruok`, `srvr`) and ZooKeeper's answer.
+pub fn four_letters(addr: SocketAddr, command: &str) -> Result<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    s.set_read_timeout(Some(Duration::from_secs(1)))?;
+    s.write_all(command.as_bytes())?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    Ok(answer)
+}
+
+/// A redis-server on loopback, with no persistence (a test's counter need not survive
+/// it); its directory and log (`redis.log`) in a temporary directory.
+pub struct Redis {
+    /// The process.
+    pub process: Process,
+    /// The client address.
+    pub addr: SocketAddr,
+    _dir: WorkDir,
+}
+
+impl Redis {
+    /// Start redis-server and wait until it answers `PING`.
+    pub fn start() -> Result<Redis> {
+        let dir = WorkDir::temporary()?;
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--port", &addr.port().to_string(), "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path());
+        let mut process = Process::spawn("redis-server", cmd, &dir.path().join("redis.log"))?;
+        wait_until(&mut process, Duration::from_secs(20), || {
+            let ping = || -> Result<bool> {
+                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+                s.set_read_timeout(Some(Duration::from_secs(1)))?;
+                s.write_all(b"PING\r\n")?;
+                let mut answer = [0; 7];
+                s.read_exact(&mut answer)?;
+                Ok(&answer == b"+PONG\r\n")
+            };
+            ping().unwrap_or(false)
+        })?;
+        Ok(Redis { process, addr, _dir: dir })
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
 }

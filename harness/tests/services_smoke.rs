@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use fencekeeper_harness::relay::Relay;
-use fencekeeper_harness::services::{http, Etcd, NginxDav};
+use fencekeeper_harness::services::{four_letters, http, Etcd, NginxDav, Redis, ZooKeeper};
 use std::time::Duration;
 
 #[test]
@@ -21,6 +21,30 @@ fn etcd_answers_health_and_survives_restart() {
     let (status, _) = http(etcd.client, "GET", "/health", &[], b"").unwrap();
     assert_eq!(status, 200);
     etcd.restart().unwrap();
+}
+
+#[test]
+fn zookeeper_leads_its_ensemble_of_one_in_a_new_epoch_after_a_restart() {
+    let epoch = |zookeeper: &ZooKeeper| {
+        let srvr = four_letters(zookeeper.addr, "srvr").unwrap();
+        let zxid = srvr.lines().find_map(|l| l.strip_prefix("Zxid: 0x")).unwrap().to_owned();
+        u64::from_str_radix(&zxid, 16).unwrap() >> 32
+    };
+    let mut zookeeper = ZooKeeper::start().unwrap();
+    let first = epoch(&zookeeper);
+    zookeeper.restart().unwrap();
+    assert!(epoch(&zookeeper) > first);
+}
+
+#[test]
+fn redis_answers_commands() {
+    use std::io::{Read, Write};
+    let redis = Redis::start().unwrap();
+    let mut s = std::net::TcpStream::connect(redis.addr).unwrap();
+    s.write_all(b"INCR n\r\n").unwrap();
+    let mut answer = [0; 4];
+    s.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b":1\r\n");
 }
 
 #[test]

@@ -79,27 +79,102 @@ pub enum Expect<'a> {
     Absent,
     /// The key holds exactly these bytes.
     Value(&'a [u8]),
+    /// The key was created at this revision.
+    CreatedAt(i64),
+}
+
+/// A range read inside a transaction (or as the body of a range request).
+#[derive(Clone, Debug, Default)]
+pub struct Range<'a> {
+    /// The key, or the first key of the range.
+    pub key: &'a [u8],
+    /// Every key under `key` (a prefix range), not just `key`.
+    pub prefix: bool,
+    /// At most this many keys (0: all).
+    pub limit: u64,
+    /// Sorted by create revision: ascending (`Some(true)`) or descending.
+    pub by_create_revision: Option<bool>,
+    /// Only keys created at or before this revision.
+    pub max_create_revision: Option<i64>,
+}
+
+impl Range<'_> {
+    fn json(&self) -> Value {
+        let mut r = json!({ "key": B64.encode(self.key) });
+        if self.prefix {
+            r["range_end"] = json!(B64.encode(prefix_end(self.key)));
+        }
+        if self.limit > 0 {
+            r["limit"] = json!(self.limit);
+        }
+        if let Some(ascending) = self.by_create_revision {
+            r["sort_target"] = json!("CREATE");
+            r["sort_order"] = json!(if ascending { "ASCEND" } else { "DESCEND" });
+        }
+        if let Some(max) = self.max_create_revision {
+            r["max_create_revision"] = json!(max.to_string());
+        }
+        r
+    }
+
+    /// The body of a range request.
+    pub fn body(&self) -> String {
+        self.json().to_string()
+    }
+}
+
+/// One operation of a transaction's branch.
+#[derive(Clone, Debug)]
+pub enum Op<'a> {
+    /// Put a value, under a lease if given.
+    Put {
+        /// The key.
+        key: &'a [u8],
+        /// The value.
+        value: &'a [u8],
+        /// The lease ID (as the gateway writes it: a decimal string).
+        lease: Option<&'a str>,
+    },
+    /// Read.
+    Range(Range<'a>),
+}
+
+impl Op<'_> {
+    fn json(&self) -> Value {
+        match self {
+            Op::Put { key, value, lease: Some(id) } => {
+                json!({ "request_put": { "key": B64.encode(key), "value": B64.encode(value), "lease": id } })
+            }
+            Op::Put { key, value, lease: None } => {
+                json!({ "request_put": { "key": B64.encode(key), "value": B64.encode(value) } })
+            }
+            Op::Range(r) => json!({ "request_range": r.json() }),
+        }
+    }
+}
+
+/// A transaction: if `key` is as `expect`s, run `success`, else `failure`.
+pub fn txn_ops(key: &[u8], expect: Expect<'_>, success: &[Op<'_>], failure: &[Op<'_>]) -> String {
+    let k = B64.encode(key);
+    let compare = match expect {
+        Expect::Absent => json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
+        Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
+        Expect::CreatedAt(rev) => {
+            json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() })
+        }
+    };
+    let ops = |list: &[Op<'_>]| Value::Array(list.iter().map(Op::json).collect());
+    json!({ "compare": [compare], "success": ops(success), "failure": ops(failure) }).to_string()
 }
 
 /// A transaction on one key: compare it with `expect`; on success put `put` (if any,
 /// under `lease` if given); on failure read the key back when `read_on_failure`, so a
 /// lost race costs no second round trip.
 pub fn txn(key: &[u8], expect: Expect<'_>, put: Option<&[u8]>, lease: Option<&str>, read_on_failure: bool) -> String {
-    let k = B64.encode(key);
-    let compare = match expect {
-        Expect::Absent => json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
-        Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
-    };
-    let success = match (put, lease) {
-        (Some(v), Some(id)) => json!([{ "request_put": { "key": k, "value": B64.encode(v), "lease": id } }]),
-        (Some(v), None) => json!([{ "request_put": { "key": k, "value": B64.encode(v) } }]),
-        (None, _) => json!([]),
-    };
-    let mut body = json!({ "compare": [compare], "success": success });
-    if read_on_failure {
-        body["failure"] = json!([{ "request_range": { "key": k } }]);
-    }
-    body.to_string()
+    let success: Vec<Op<'_>> = put.map(|value| Op::Put { key, value, lease }).into_iter().collect();
+    let failure: Vec<Op<'_>> =
+        read_on_failure.then(|| Op::Range(Range { key, ..Range::default() })).into_iter().collect();
+    txn_ops(key, expect, &success, &failure)
 }
 
 /// The mark transaction on `resource` at `key`: compare the expected mark's record
@@ -132,8 +207,10 @@ pub struct KeyValue {
 pub struct TxnAnswer {
     /// The compare held.
     pub succeeded: bool,
-    /// On failure, what the read-back found (empty: no key).
+    /// What the branch's first range read found (empty: no key, or no read).
     pub range: Vec<KeyValue>,
+    /// Every operation's read, in order (empty for a put).
+    pub ranges: Vec<Vec<KeyValue>>,
     /// The cluster's revision after the transaction.
     pub revision: u64,
 }
@@ -204,6 +281,22 @@ fn key_values(raw: Vec<RawKv>) -> Result<Vec<KeyValue>, WireError> {
         .collect()
 }
 
+/// Parse the answer to [`range`], [`range_prefix`] or [`Range::body`], with the
+/// cluster's revision.
+pub fn parse_range_at(body: &[u8]) -> Result<(Vec<KeyValue>, u64), WireError> {
+    #[derive(Deserialize)]
+    struct WithHeader {
+        #[serde(default)]
+        kvs: Vec<RawKv>,
+        #[serde(default)]
+        header: Option<Header>,
+    }
+    let raw: WithHeader =
+        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's range answer does not parse: {e}")))?;
+    let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
+    Ok((key_values(raw.kvs)?, revision))
+}
+
 /// Parse the answer to [`range`] or [`range_prefix`].
 pub fn parse_range(body: &[u8]) -> Result<Vec<KeyValue>, WireError> {
     let raw: RawRange =
@@ -216,11 +309,20 @@ pub fn parse_txn(body: &[u8]) -> Result<TxnAnswer, WireError> {
     let raw: RawTxn =
         serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's Txn answer does not parse: {e}")))?;
     let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
-    let range = match raw.responses.into_iter().find_map(|op| op.response_range) {
-        Some(r) => key_values(r.kvs)?,
-        None => Vec::new(),
-    };
-    Ok(TxnAnswer { succeeded: raw.succeeded, range, revision })
+    let mut ranges = Vec::with_capacity(raw.responses.len());
+    let mut first = None;
+    for op in raw.responses {
+        let kvs = match op.response_range {
+            Some(r) => key_values(r.kvs)?,
+            None => Vec::new(),
+        };
+        if first.is_none() && !kvs.is_empty() {
+            first = Some(ranges.len());
+        }
+        ranges.push(kvs);
+    }
+    let range = first.map(|i| ranges[i].clone()).unwrap_or_default();
+    Ok(TxnAnswer { succeeded: raw.succeeded, range, ranges, revision })
 }
 
 /// How a stored value failed to be `resource`'s mark.
@@ -343,6 +445,33 @@ mod tests {
         assert_eq!((body["name"].as_str(), body["password"].as_str()), (Some("fk"), Some("p\"w")));
         assert_eq!(parse_token(br#"{"header":{},"token":"abc.7"}"#).unwrap(), "abc.7");
         assert!(parse_token(br#"{"header":{}}"#).is_err());
+    }
+
+    #[test]
+    fn lock_queue_transactions_carry_several_reads() {
+        let first =
+            Range { key: b"orders/", prefix: true, limit: 1, by_create_revision: Some(true), ..Range::default() };
+        let body = json_of(&txn_ops(
+            b"orders/1a",
+            Expect::Absent,
+            &[Op::Put { key: b"orders/1a", value: b"", lease: Some("26") }, Op::Range(first.clone())],
+            &[Op::Range(Range { key: b"orders/1a", ..Range::default() }), Op::Range(first)],
+        ));
+        let range = &body["success"][1]["request_range"];
+        assert_eq!(range["range_end"], B64.encode("orders0"));
+        assert_eq!((range["sort_target"].as_str(), range["sort_order"].as_str()), (Some("CREATE"), Some("ASCEND")));
+        assert_eq!(body["success"][0]["request_put"]["lease"], "26");
+        let older = Range { key: b"orders/", prefix: true, max_create_revision: Some(41), ..Range::default() };
+        assert_eq!(json_of(&older.body())["max_create_revision"], "41");
+        let at = json_of(&txn_ops(b"k", Expect::CreatedAt(7), &[], &[]));
+        assert_eq!(at["compare"][0]["create_revision"], "7");
+        let v = B64.encode("v");
+        let answer = format!(
+            r#"{{"header":{{"revision":"12"}},"succeeded":true,"responses":[{{"response_put":{{}}}},{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}","create_revision":"11"}}]}}}}]}}"#
+        );
+        let parsed = parse_txn(answer.as_bytes()).unwrap();
+        assert_eq!((parsed.ranges.len(), parsed.ranges[1][0].create_revision, parsed.revision), (2, 11, 12));
+        assert_eq!(parsed.range, parsed.ranges[1]);
     }
 
     #[test]

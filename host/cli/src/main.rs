@@ -8,6 +8,7 @@
 mod admit;
 mod conformance;
 mod envoy_config;
+mod lock;
 mod marks;
 mod repair;
 mod serve;
@@ -36,6 +37,8 @@ enum Command {
     EnvoyConfig(envoy_config::Args),
     /// Run the fencing gateway: a reverse proxy in front of a store.
     Serve(serve::Args),
+    /// Hold a lock in etcd, ZooKeeper or Redis while a command runs, and give it the lock's fencing token.
+    Lock(lock::Args),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         Command::Conformance(a) => conformance::run(a),
         Command::EnvoyConfig(a) => envoy_config::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Lock(a) => lock::run(a),
     };
     match result {
         Ok(code) => code,
@@ -71,8 +75,14 @@ fn usage_error(e: &clap::Error) -> ExitCode {
         return ExitCode::from(2);
     }
     let rendered = e.to_string();
-    let first = rendered.lines().next().unwrap_or("bad command line");
-    let line = first.strip_prefix("error: ").unwrap_or(first);
+    let mut lines = rendered.lines();
+    let first = lines.next().unwrap_or("bad command line");
+    let mut line = first.strip_prefix("error: ").unwrap_or(first).to_owned();
+    // "the following required arguments were not provided:" lists them on indented lines.
+    if line.ends_with(':') {
+        let listed: Vec<&str> = lines.take_while(|l| l.starts_with("  ")).map(str::trim).collect();
+        line = format!("{line} {}", listed.join(" "));
+    }
     eprintln!("fencekeeper: {line}; see fencekeeper --help");
     ExitCode::from(2)
 }

@@ -13,7 +13,7 @@ mod memory;
 mod repair;
 
 #[cfg(feature = "etcd")]
-pub use etcd::{EtcdAuth, EtcdOptions, EtcdStore, EtcdTls, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
+pub use etcd::{EtcdAuth, EtcdClient, EtcdOptions, EtcdStore, EtcdTls, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
 pub use file::{FileStore, Upgrade};
 pub use memory::MemoryStore;
 pub use repair::{Previous, Raise, Repair, Scanned};

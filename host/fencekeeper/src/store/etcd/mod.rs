@@ -26,119 +26,26 @@
 //! costs no extra round trip. etcd commits a Txn to its raft log before answering, so
 //! an admit is durable (on a quorum) when it is reported.
 
+mod client;
+mod seen;
+
+pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
+
 use super::repair::{judge, Raise, Repair, Scanned};
 use super::{MarkStore, Read, StoreError, Swap};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
-use std::collections::hash_map::DefaultHasher;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
-use std::sync::{Mutex, RwLock};
+use seen::Seen;
 use std::time::Duration;
-
-/// How to reach etcd: the key prefix, the per-call timeout, and for clusters that
-/// require them, TLS and a user.
-#[derive(Clone, Debug)]
-pub struct EtcdOptions {
-    /// The key prefix of marks ([`DEFAULT_PREFIX`]).
-    pub prefix: String,
-    /// How long one call may take.
-    pub timeout: Duration,
-    /// TLS: required for an `https://` endpoint, refused for an `http://` one (a
-    /// store configured for TLS never talks plaintext).
-    pub tls: Option<EtcdTls>,
-    /// etcd's user and password authentication.
-    pub auth: Option<EtcdAuth>,
-}
-
-impl Default for EtcdOptions {
-    fn default() -> EtcdOptions {
-        EtcdOptions { prefix: DEFAULT_PREFIX.to_owned(), timeout: Duration::from_secs(2), tls: None, auth: None }
-    }
-}
-
-/// The PEM files of a TLS connection to etcd.
-#[derive(Clone, Debug)]
-pub struct EtcdTls {
-    /// The CA that signed etcd's server certificate (the only root trusted).
-    pub ca: PathBuf,
-    /// The client certificate, for a cluster that asks for one (with `key`).
-    pub cert: Option<PathBuf>,
-    /// The client certificate's private key.
-    pub key: Option<PathBuf>,
-}
-
-/// An etcd user.
-#[derive(Clone)]
-pub struct EtcdAuth {
-    /// The user name.
-    pub user: String,
-    /// The password.
-    pub password: String,
-}
-
-impl std::fmt::Debug for EtcdAuth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdAuth").field("user", &self.user).finish_non_exhaustive()
-    }
-}
-
-/// Marks this store has seen in etcd, sharded so that callers on different
-/// resources rarely meet on one lock. Bounded: a full shard is cleared (a miss only
-/// costs a linearizable read).
-struct Seen {
-    shards: Vec<Mutex<HashMap<String, Token>>>,
-}
-
-const SEEN_SHARDS: usize = 64;
-const SEEN_PER_SHARD: usize = 4096;
-
-impl Seen {
-    fn new() -> Seen {
-        Seen { shards: (0..SEEN_SHARDS).map(|_| Mutex::default()).collect() }
-    }
-
-    fn shard(&self, resource: &str) -> std::sync::MutexGuard<'_, HashMap<String, Token>> {
-        let mut h = DefaultHasher::new();
-        resource.hash(&mut h);
-        self.shards[h.finish() as usize % SEEN_SHARDS].lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn get(&self, resource: &str) -> Option<Token> {
-        self.shard(resource).get(resource).copied()
-    }
-
-    /// Remember what etcd just said the mark is (an older answer arriving late only
-    /// makes the copy lower, which costs a round, never a wrong answer).
-    fn set(&self, resource: &str, mark: Option<Token>) {
-        let mut shard = self.shard(resource);
-        match mark {
-            Some(m) => {
-                if shard.len() >= SEEN_PER_SHARD && !shard.contains_key(resource) {
-                    shard.clear();
-                }
-                shard.insert(resource.to_owned(), m);
-            }
-            None => {
-                shard.remove(resource);
-            }
-        }
-    }
-}
 
 /// The default key prefix; the Envoy filter uses the same.
 pub const DEFAULT_PREFIX: &str = wire::DEFAULT_PREFIX;
 
 /// A [`MarkStore`] in etcd (v3 API through its JSON gateway).
 pub struct EtcdStore {
-    endpoint: String,
+    client: EtcdClient,
     prefix: String,
-    agent: ureq::Agent,
     seen: Seen,
-    auth: Option<EtcdAuth>,
-    /// The token of `auth`, renewed when etcd refuses it.
-    token: RwLock<Option<String>>,
 }
 
 impl EtcdStore {
@@ -158,30 +65,10 @@ impl EtcdStore {
     /// [`EtcdOptions::auth`]) so that a wrong address, CA, certificate or password
     /// fails here, at start-up, with one line.
     pub fn connect_with(endpoint: &str, options: &EtcdOptions) -> Result<EtcdStore, StoreError> {
-        let endpoint = endpoint.trim_end_matches('/').to_owned();
-        let bad = |why: &str| StoreError::Unavailable(format!("etcd endpoint {endpoint:?}: {why}"));
-        let mut config = ureq::Agent::config_builder()
-            .timeout_global(Some(options.timeout))
-            .http_status_as_error(false)
-            // The gateway calls from many blocking threads at once.
-            .max_idle_connections(64)
-            .max_idle_connections_per_host(64);
-        match (endpoint.split_once("://").map(|(scheme, _)| scheme), &options.tls) {
-            (Some("http"), None) => {}
-            (Some("http"), Some(_)) => {
-                return Err(bad("TLS files are given but the endpoint is http://; write https:// (never plaintext)"))
-            }
-            (Some("https"), Some(tls)) => config = config.tls_config(tls_config(tls)?),
-            (Some("https"), None) => return Err(bad("https:// needs the CA of etcd's certificate (--etcd-cacert)")),
-            _ => return Err(bad("must look like http://HOST:PORT or https://HOST:PORT")),
-        }
         let store = EtcdStore {
-            endpoint,
+            client: EtcdClient::new(endpoint, options)?,
             prefix: options.prefix.clone(),
-            agent: ureq::Agent::new_with_config(config.build()),
             seen: Seen::new(),
-            auth: options.auth.clone(),
-            token: RwLock::new(None),
         };
         store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
         Ok(store)
@@ -193,65 +80,18 @@ impl EtcdStore {
     }
 
     fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
-        StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
+        self.client.unavailable(detail)
     }
 
-    /// One request to the JSON gateway: the body of its 200 answer. With a user, the
-    /// request carries its token; a token etcd no longer accepts is renewed once.
     fn call(&self, path: &str, body: String) -> Result<Vec<u8>, StoreError> {
-        let token = match &self.auth {
-            Some(_) => Some(self.token(false)?),
-            None => None,
-        };
-        match self.post(path, &body, token.as_deref())? {
-            (401, _) if self.auth.is_some() => match self.post(path, &body, Some(&self.token(true)?))? {
-                (200, bytes) => Ok(bytes),
-                (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
-            },
-            (200, bytes) => Ok(bytes),
-            (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
-        }
-    }
-
-    fn post(&self, path: &str, body: &str, token: Option<&str>) -> Result<(u16, Vec<u8>), StoreError> {
-        let mut request = self.agent.post(format!("{}{path}", self.endpoint)).content_type("application/json");
-        if let Some(token) = token {
-            request = request.header(wire::AUTH_HEADER, token);
-        }
-        let mut response = request.send(body).map_err(|e| self.unavailable(error_line(&e)))?;
-        let status = response.status().as_u16();
-        let bytes = response.body_mut().read_to_vec().map_err(|e| self.unavailable(error_line(&e)))?;
-        Ok((status, bytes))
-    }
-
-    /// The user's token: the one held, or a new one when `renew` or none is held.
-    fn token(&self, renew: bool) -> Result<String, StoreError> {
-        if !renew {
-            if let Some(t) = self.token.read().unwrap_or_else(|p| p.into_inner()).clone() {
-                return Ok(t);
-            }
-        }
-        let Some(auth) = &self.auth else {
-            return Err(self.unavailable("no user to authenticate"));
-        };
-        let (status, bytes) = self.post(wire::AUTH_PATH, &wire::authenticate(&auth.user, &auth.password), None)?;
-        if status != 200 {
-            return Err(self.unavailable(format!(
-                "authenticating as {:?}: {}",
-                auth.user,
-                wire::status_error(status, &bytes)
-            )));
-        }
-        let token = wire::parse_token(&bytes).map_err(|e| self.unavailable(e))?;
-        *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
-        Ok(token)
+        self.client.call(path, body)
     }
 
     /// The command that upgrades format-1 values under this store's prefix.
     fn upgrade_command(&self) -> String {
         let prefix =
             if self.prefix == DEFAULT_PREFIX { String::new() } else { format!(" --etcd-prefix {}", self.prefix) };
-        format!("fencekeeper marks --etcd {}{prefix} --upgrade", self.endpoint)
+        format!("fencekeeper marks --etcd {}{prefix} --upgrade", self.client.endpoint())
     }
 
     /// (resource, raw value) pairs of read key-values.
@@ -267,7 +107,7 @@ impl EtcdStore {
 
     /// Verify one value as `resource`'s record.
     fn verify(&self, resource: &str, value: &[u8]) -> Result<Token, StoreError> {
-        let store = format!("etcd at {} key {:?}", self.endpoint, self.key(resource));
+        let store = format!("etcd at {} key {:?}", self.client.endpoint(), self.key(resource));
         wire::mark_of(resource, value).map_err(|e| match e {
             MarkError::OldFormat => StoreError::OldFormat { store, upgrade: self.upgrade_command() },
             MarkError::Damaged(detail) => {
@@ -339,57 +179,6 @@ impl EtcdStore {
             None => Ok(upgraded),
         }
     }
-}
-
-/// The TLS configuration of `tls`: its CA as the only root, its client certificate
-/// if any. Each file that cannot be read or holds no PEM item of the right kind is
-/// one line naming it.
-fn tls_config(tls: &EtcdTls) -> Result<ureq::tls::TlsConfig, StoreError> {
-    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
-    let read = |path: &PathBuf| std::fs::read(path).map_err(|error| StoreError::Io { path: path.clone(), error });
-    let pem_error =
-        |path: &PathBuf, what: &str| StoreError::Unavailable(format!("{} holds no PEM {what}", path.display()));
-    let certs = |path: &PathBuf| -> Result<Vec<Certificate<'static>>, StoreError> {
-        let certs: Vec<_> = ureq::tls::parse_pem(&read(path)?)
-            .filter_map(|item| match item {
-                Ok(PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
-            return Err(pem_error(path, "certificate"));
-        }
-        Ok(certs)
-    };
-    let mut config = TlsConfig::builder().root_certs(RootCerts::new_with_certs(&certs(&tls.ca)?));
-    match (&tls.cert, &tls.key) {
-        (Some(cert), Some(key)) => {
-            let key = PrivateKey::from_pem(&read(key)?).map_err(|_| pem_error(key, "private key"))?;
-            config = config.client_cert(Some(ClientCert::new_with_certs(&certs(cert)?, key)));
-        }
-        (None, None) => {}
-        _ => {
-            return Err(StoreError::Unavailable(
-                "a client certificate needs both its certificate and its key (--etcd-cert, --etcd-key)".into(),
-            ))
-        }
-    }
-    Ok(config.build())
-}
-
-/// A transport error as one line (TLS errors come with their cause).
-fn error_line(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = s.source();
-    }
-    line.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// How many times a raise reads and swaps again after another writer changed the key.

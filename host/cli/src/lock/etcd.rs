@@ -1,0 +1,167 @@
+//! A lock in etcd, the same recipe as etcd's `concurrency.Mutex` (what `etcdctl lock`
+//! runs), so that the two clients exclude each other on one NAME:
+//!
+//! * a lease with the TTL; the lock's key is `NAME/<lease ID in hex>`, put under the
+//!   lease, in a Txn that puts it only if it does not exist yet;
+//! * the holder is the key under `NAME/` with the lowest create revision: a client
+//!   waits until no key created before its own is left;
+//! * the token is the revision at which the client saw that: the header revision of
+//!   the read that found no earlier key while its own key still existed. That is what
+//!   `etcdctl lock` hands its command as `ETCD_LOCK_REV`, so tokens from both clients
+//!   for one lock are comparable (docs/tokens.md: why not the key's create revision).
+//!
+//! The bodies and answers are `fencekeeper-etcd-wire`'s, the connection (TLS, user)
+//! the library's `EtcdClient`: the lock speaks to etcd as the mark store does.
+
+use super::{Held, Patience, Renewal};
+use anyhow::{bail, Context};
+use fencekeeper::store::{EtcdClient, EtcdOptions};
+use fencekeeper_etcd_wire::{self as wire, Expect, Op, Range};
+use std::time::Duration;
+
+/// How often a waiting client looks again (etcdctl watches instead; a poll keeps the
+/// client one blocking thread that also renews its lease while it waits).
+const POLL: Duration = Duration::from_millis(100);
+
+/// A held etcd lock.
+pub struct EtcdLock {
+    client: EtcdClient,
+    name: String,
+    lease: String,
+    /// The lease's ID as a number (etcdctl shows it in hex, and names keys by it).
+    id: i64,
+    key: String,
+    ttl: Duration,
+    token: String,
+}
+
+/// Take lock `name` at `address` (`HOST:PORT`, `http://HOST:PORT` or, with TLS in
+/// `options`, `https://HOST:PORT`).
+pub fn acquire(
+    address: &str,
+    options: &EtcdOptions,
+    name: &str,
+    ttl: Duration,
+    patience: Patience,
+) -> anyhow::Result<EtcdLock> {
+    let endpoint = fencekeeper_gateway::config::with_scheme(address);
+    let client = EtcdClient::new(&endpoint, &EtcdOptions { timeout: Duration::from_secs(3), ..options.clone() })?;
+    let context = || format!("taking lock {name:?} in etcd at {}", client.endpoint());
+    let grant = client.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl.as_secs())).with_context(context)?;
+    let lease = wire::parse_lease_grant(&grant).with_context(context)?;
+    let id: i64 = lease.parse().with_context(|| format!("etcd granted lease {lease:?}"))?;
+    let prefix = format!("{name}/");
+    let key = format!("{prefix}{id:x}");
+    let context = context();
+    let mut lock = EtcdLock { client, name: name.to_owned(), lease, id, key, ttl, token: String::new() };
+    match lock.wait_turn(&prefix, patience) {
+        Ok(token) => {
+            lock.token = token;
+            Ok(lock)
+        }
+        Err(e) => {
+            // Leave the queue: revoking the lease deletes the waiting key.
+            let _ = lock.revoke();
+            Err(e.context(context))
+        }
+    }
+}
+
+/// The first key under `prefix` by create revision (ascending), or the last one
+/// created at or before `max_create` (descending).
+fn queue_head(prefix: &str, max_create: Option<i64>) -> Range<'_> {
+    Range {
+        key: prefix.as_bytes(),
+        prefix: true,
+        limit: 1,
+        by_create_revision: Some(max_create.is_none()),
+        max_create_revision: max_create,
+    }
+}
+
+fn create_revision(kvs: &[wire::KeyValue]) -> Option<i64> {
+    kvs.first().map(|kv| kv.create_revision as i64)
+}
+
+impl EtcdLock {
+    fn txn(&self, body: String) -> anyhow::Result<wire::TxnAnswer> {
+        Ok(wire::parse_txn(&self.client.call(wire::TXN_PATH, body)?)?)
+    }
+
+    /// Queue the key, then wait until no key under `prefix` was created before it;
+    /// answer the revision at which that was seen.
+    fn wait_turn(&mut self, prefix: &str, patience: Patience) -> anyhow::Result<String> {
+        let owned_key = self.key.clone();
+        let key = owned_key.as_bytes();
+        let lease = self.lease.clone();
+        let put = Op::Put { key, value: b"", lease: Some(&lease) };
+        let own = Op::Range(Range { key, ..Range::default() });
+        let first = Op::Range(queue_head(prefix, None));
+        let queued = self.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
+        let mine = if queued.succeeded {
+            queued.revision as i64
+        } else {
+            create_revision(&queued.ranges[0]).context("etcd answered no revision for the waiting key")?
+        };
+        let owner = queued.ranges.get(1).and_then(|kvs| create_revision(kvs));
+        if owner.is_none_or(|o| o == mine) {
+            return Ok(queued.revision.to_string());
+        }
+        let mut renewed = std::time::Instant::now();
+        loop {
+            // Still queued (our key exists, created at `mine`), and no key created before it.
+            let earlier = Op::Range(queue_head(prefix, Some(mine - 1)));
+            let answer = self.txn(wire::txn_ops(key, Expect::CreatedAt(mine), &[earlier], &[]))?;
+            if !answer.succeeded {
+                bail!("the waiting key {:?} is gone (its lease expired while waiting?)", self.key);
+            }
+            if answer.ranges.first().is_none_or(Vec::is_empty) {
+                return Ok(answer.revision.to_string());
+            }
+            patience.check(&self.name)?;
+            if renewed.elapsed() >= self.ttl / 3 {
+                self.renew().map_err(|e| anyhow::anyhow!("keeping the lease alive while waiting: {e:?}"))?;
+                renewed = std::time::Instant::now();
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn revoke(&self) -> anyhow::Result<()> {
+        match self.client.call(wire::LEASE_REVOKE_PATH, wire::lease(&self.lease)) {
+            Ok(_) => Ok(()),
+            // Expired already: the key went with it.
+            Err(e) if e.to_string().contains("lease not found") => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Held for EtcdLock {
+    fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn renew(&mut self) -> Result<(), Renewal> {
+        let unreachable = |e: &dyn std::fmt::Display| Renewal::Unreachable(e.to_string());
+        let kept =
+            self.client.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(&self.lease)).map_err(|e| unreachable(&e))?;
+        // An expired lease is renewed with TTL 0, which the gateway leaves out.
+        if wire::parse_keepalive(&kept).map_err(|e| unreachable(&e))? <= 0 {
+            return Err(Renewal::Lost(format!("etcd lease {:x} expired", self.id)));
+        }
+        let read = self.client.call(wire::RANGE_PATH, wire::range(self.key.as_bytes())).map_err(|e| unreachable(&e))?;
+        if wire::parse_range(&read).map_err(|e| unreachable(&e))?.is_empty() {
+            return Err(Renewal::Lost(format!("the lock key {:?} was deleted", self.key)));
+        }
+        Ok(())
+    }
+
+    fn release(self: Box<Self>) -> anyhow::Result<()> {
+        self.revoke()
+    }
+}

@@ -1,0 +1,210 @@
+//! The way to etcd: its v3 JSON gateway over HTTP or HTTPS, with a user when the
+//! cluster has authentication on. One client for everything the project sends etcd
+//! (the mark store, `fencekeeper lock`); what is sent is `fencekeeper-etcd-wire`'s.
+
+use super::DEFAULT_PREFIX;
+use crate::StoreError;
+use fencekeeper_etcd_wire as wire;
+use std::path::PathBuf;
+use std::sync::RwLock;
+use std::time::Duration;
+
+/// How to reach etcd: the key prefix, the per-call timeout, and for clusters that
+/// require them, TLS and a user.
+#[derive(Clone, Debug)]
+pub struct EtcdOptions {
+    /// The key prefix of marks ([`DEFAULT_PREFIX`]).
+    pub prefix: String,
+    /// How long one call may take.
+    pub timeout: Duration,
+    /// TLS: required for an `https://` endpoint, refused for an `http://` one (a
+    /// store configured for TLS never talks plaintext).
+    pub tls: Option<EtcdTls>,
+    /// etcd's user and password authentication.
+    pub auth: Option<EtcdAuth>,
+}
+
+impl Default for EtcdOptions {
+    fn default() -> EtcdOptions {
+        EtcdOptions { prefix: DEFAULT_PREFIX.to_owned(), timeout: Duration::from_secs(2), tls: None, auth: None }
+    }
+}
+
+/// The PEM files of a TLS connection to etcd.
+#[derive(Clone, Debug)]
+pub struct EtcdTls {
+    /// The CA that signed etcd's server certificate (the only root trusted).
+    pub ca: PathBuf,
+    /// The client certificate, for a cluster that asks for one (with `key`).
+    pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
+    pub key: Option<PathBuf>,
+}
+
+/// An etcd user.
+#[derive(Clone)]
+pub struct EtcdAuth {
+    /// The user name.
+    pub user: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for EtcdAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdAuth").field("user", &self.user).finish_non_exhaustive()
+    }
+}
+
+/// A connection to etcd's JSON gateway: the endpoint, TLS, and the user's token.
+pub struct EtcdClient {
+    endpoint: String,
+    agent: ureq::Agent,
+    auth: Option<EtcdAuth>,
+    /// The token of `auth`, renewed when etcd refuses it.
+    token: RwLock<Option<String>>,
+}
+
+impl EtcdClient {
+    /// A client for `endpoint` (`http://HOST:PORT`, or `https://HOST:PORT` with
+    /// [`EtcdOptions::tls`]). Nothing is sent yet. The prefix of `options` is not the
+    /// client's business.
+    pub fn new(endpoint: &str, options: &EtcdOptions) -> Result<EtcdClient, StoreError> {
+        let endpoint = endpoint.trim_end_matches('/').to_owned();
+        let bad = |why: &str| StoreError::Unavailable(format!("etcd endpoint {endpoint:?}: {why}"));
+        let mut config = ureq::Agent::config_builder()
+            .timeout_global(Some(options.timeout))
+            .http_status_as_error(false)
+            // The gateway calls from many blocking threads at once.
+            .max_idle_connections(64)
+            .max_idle_connections_per_host(64);
+        match (endpoint.split_once("://").map(|(scheme, _)| scheme), &options.tls) {
+            (Some("http"), None) => {}
+            (Some("http"), Some(_)) => {
+                return Err(bad("TLS files are given but the endpoint is http://; write https:// (never plaintext)"))
+            }
+            (Some("https"), Some(tls)) => config = config.tls_config(tls_config(tls)?),
+            (Some("https"), None) => return Err(bad("https:// needs the CA of etcd's certificate (--etcd-cacert)")),
+            _ => return Err(bad("must look like http://HOST:PORT or https://HOST:PORT")),
+        }
+        Ok(EtcdClient {
+            endpoint,
+            agent: ureq::Agent::new_with_config(config.build()),
+            auth: options.auth.clone(),
+            token: RwLock::new(None),
+        })
+    }
+
+    /// The endpoint, for messages.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// A store error naming this etcd.
+    pub fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
+        StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
+    }
+
+    /// One request to the JSON gateway (`path`, e.g. [`wire::TXN_PATH`]): the body of
+    /// its 200 answer. With a user, the request carries its token; a token etcd no
+    /// longer accepts is renewed once.
+    pub fn call(&self, path: &str, body: String) -> Result<Vec<u8>, StoreError> {
+        let token = match &self.auth {
+            Some(_) => Some(self.token(false)?),
+            None => None,
+        };
+        match self.post(path, &body, token.as_deref())? {
+            (401, _) if self.auth.is_some() => match self.post(path, &body, Some(&self.token(true)?))? {
+                (200, bytes) => Ok(bytes),
+                (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
+            },
+            (200, bytes) => Ok(bytes),
+            (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
+        }
+    }
+
+    fn post(&self, path: &str, body: &str, token: Option<&str>) -> Result<(u16, Vec<u8>), StoreError> {
+        let mut request = self.agent.post(format!("{}{path}", self.endpoint)).content_type("application/json");
+        if let Some(token) = token {
+            request = request.header(wire::AUTH_HEADER, token);
+        }
+        let mut response = request.send(body).map_err(|e| self.unavailable(error_line(&e)))?;
+        let status = response.status().as_u16();
+        let bytes = response.body_mut().read_to_vec().map_err(|e| self.unavailable(error_line(&e)))?;
+        Ok((status, bytes))
+    }
+
+    /// The user's token: the one held, or a new one when `renew` or none is held.
+    fn token(&self, renew: bool) -> Result<String, StoreError> {
+        if !renew {
+            if let Some(t) = self.token.read().unwrap_or_else(|p| p.into_inner()).clone() {
+                return Ok(t);
+            }
+        }
+        let Some(auth) = &self.auth else {
+            return Err(self.unavailable("no user to authenticate"));
+        };
+        let (status, bytes) = self.post(wire::AUTH_PATH, &wire::authenticate(&auth.user, &auth.password), None)?;
+        if status != 200 {
+            return Err(self.unavailable(format!(
+                "authenticating as {:?}: {}",
+                auth.user,
+                wire::status_error(status, &bytes)
+            )));
+        }
+        let token = wire::parse_token(&bytes).map_err(|e| self.unavailable(e))?;
+        *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
+        Ok(token)
+    }
+}
+
+/// The TLS configuration of `tls`: its CA as the only root, its client certificate
+/// if any. Each file that cannot be read or holds no PEM item of the right kind is
+/// one line naming it.
+fn tls_config(tls: &EtcdTls) -> Result<ureq::tls::TlsConfig, StoreError> {
+    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+    let read = |path: &PathBuf| std::fs::read(path).map_err(|error| StoreError::Io { path: path.clone(), error });
+    let pem_error =
+        |path: &PathBuf, what: &str| StoreError::Unavailable(format!("{} holds no PEM {what}", path.display()));
+    let certs = |path: &PathBuf| -> Result<Vec<Certificate<'static>>, StoreError> {
+        let certs: Vec<_> = ureq::tls::parse_pem(&read(path)?)
+            .filter_map(|item| match item {
+                Ok(PemItem::Certificate(c)) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if certs.is_empty() {
+            return Err(pem_error(path, "certificate"));
+        }
+        Ok(certs)
+    };
+    let mut config = TlsConfig::builder().root_certs(RootCerts::new_with_certs(&certs(&tls.ca)?));
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let key = PrivateKey::from_pem(&read(key)?).map_err(|_| pem_error(key, "private key"))?;
+            config = config.client_cert(Some(ClientCert::new_with_certs(&certs(cert)?, key)));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(StoreError::Unavailable(
+                "a client certificate needs both its certificate and its key (--etcd-cert, --etcd-key)".into(),
+            ))
+        }
+    }
+    Ok(config.build())
+}
+
+/// A transport error as one line (TLS errors come with their cause).
+fn error_line(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = s.source();
+    }
+    line.split_whitespace().collect::<Vec<_>>().join(" ")
+}
