@@ -483,6 +483,6 @@ mod tests {
         assert_eq!(parse_keepalive(br#"{"result":{"ID":"7587"}}"#).unwrap(), 0);
         let locked = json_of(&txn(b"lock", Expect::Absent, Some(b"me"), Some("7587"), false));
         assert_eq!(locked["success"][0]["request_put"]["lease"], "7587");
-        assert!(locked.get("failure").is_none());
+        assert_eq!(locked["failure"], json!([]), "no read-back asked for");
     }
 }
