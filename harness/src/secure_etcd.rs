@@ -80,7 +80,7 @@ pub struct SecureEtcd {
     pub client: SocketAddr,
     /// The certificates.
     pub certs: Certs,
-    /// The user the tests connect as (read-write on the whole key space).
+    /// The user the tests connect as (read-write on every key that starts with `/`).
     pub user: String,
     /// That user's password.
     pub password: String,

@@ -66,3 +66,39 @@ fn a_tls_etcd_with_users_fences_and_every_wrong_setting_fails_in_one_line() {
     let text = error(&etcd.url(), &no_user);
     assert!(text.contains("etcd at https://"), "{text}");
 }
+
+/// `fencekeeper lock` reaches the same etcd with the same TLS and user flags; with the
+/// wrong CA it says so in one line and exits 2.
+#[test]
+fn fencekeeper_lock_takes_a_lock_in_a_tls_etcd_with_a_user() {
+    let etcd = SecureEtcd::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, format!("{}\n", etcd.password)).unwrap();
+    let bin = fencekeeper_harness::workspace_bin("fencekeeper").unwrap();
+    let lock = |ca: &std::path::Path| {
+        std::process::Command::new(&bin)
+            .args(["lock", "--etcd", &etcd.client.to_string(), "--ttl", "5"])
+            .arg("--etcd-cacert")
+            .arg(ca)
+            .arg("--etcd-cert")
+            .arg(&etcd.certs.client.0)
+            .arg("--etcd-key")
+            .arg(&etcd.certs.client.1)
+            .args(["--etcd-user", &etcd.user, "--etcd-password-file"])
+            .arg(&password)
+            .args(["/locks/orders", "--", "sh", "-c", "echo token=$FENCING_TOKEN"])
+            .output()
+            .unwrap()
+    };
+    let held = lock(&etcd.certs.ca);
+    let stdout = String::from_utf8_lossy(&held.stdout);
+    assert!(held.status.success(), "{stdout}{}", String::from_utf8_lossy(&held.stderr));
+    let token: u64 = stdout.trim().strip_prefix("token=").and_then(|t| t.parse().ok()).expect("a numeric token");
+    assert!(token > 0);
+    let refused = lock(&etcd.certs.other_ca);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("fencekeeper: ") && stderr.contains("https://"), "{stderr}");
+}

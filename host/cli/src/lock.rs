@@ -75,6 +75,9 @@ pub struct Args {
     /// The command to run while the lock is held (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<String>,
+    /// TLS and user for etcd.
+    #[command(flatten)]
+    etcd_connection: crate::etcd_connection::EtcdConnection,
 }
 
 /// What COMMAND is sent when the lock is lost.
@@ -161,7 +164,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ttl = Duration::from_secs(args.ttl);
     let patience = Patience { deadline: args.wait.map(|s| Instant::now() + Duration::from_secs(s)), asked: args.wait };
     let held: Box<dyn Held> = if let Some(address) = &args.etcd {
-        Box::new(etcd::acquire(address, &fencekeeper::store::EtcdOptions::default(), &args.name, ttl, patience)?)
+        let options = args.etcd_connection.options(fencekeeper::store::ETCD_DEFAULT_PREFIX)?;
+        let endpoint = args.etcd_connection.endpoint(address);
+        Box::new(etcd::acquire(&endpoint, &options, &args.name, ttl, patience)?)
     } else if let Some(address) = &args.zookeeper {
         Box::new(zookeeper::acquire(address, &args.name, ttl, patience)?)
     } else if let Some(address) = &args.redis {

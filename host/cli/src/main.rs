@@ -8,6 +8,7 @@
 mod admit;
 mod conformance;
 mod envoy_config;
+mod etcd_connection;
 mod lock;
 mod marks;
 mod repair;

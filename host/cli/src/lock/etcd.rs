@@ -35,8 +35,8 @@ pub struct EtcdLock {
     token: String,
 }
 
-/// Take lock `name` at `address` (`HOST:PORT`, `http://HOST:PORT` or, with TLS in
-/// `options`, `https://HOST:PORT`).
+/// Take lock `name` at `address` (`http://HOST:PORT`, or `https://HOST:PORT` with TLS
+/// in `options`).
 pub fn acquire(
     address: &str,
     options: &EtcdOptions,
@@ -44,8 +44,7 @@ pub fn acquire(
     ttl: Duration,
     patience: Patience,
 ) -> anyhow::Result<EtcdLock> {
-    let endpoint = fencekeeper_gateway::config::with_scheme(address);
-    let client = EtcdClient::new(&endpoint, &EtcdOptions { timeout: Duration::from_secs(3), ..options.clone() })?;
+    let client = EtcdClient::new(address, &EtcdOptions { timeout: Duration::from_secs(3), ..options.clone() })?;
     let context = || format!("taking lock {name:?} in etcd at {}", client.endpoint());
     let grant = client.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl.as_secs())).with_context(context)?;
     let lease = wire::parse_lease_grant(&grant).with_context(context)?;
