@@ -48,6 +48,16 @@ pub struct Args {
     /// etcd's client address, HOST:PORT (its v3 JSON gateway holds the marks).
     #[arg(long, default_value = "127.0.0.1:2379")]
     etcd: String,
+    /// The CA of etcd's certificate (PEM): Envoy reaches etcd over TLS, checking its
+    /// certificate against this CA and its address.
+    #[arg(long, value_name = "PEM")]
+    etcd_cacert: Option<PathBuf>,
+    /// A client certificate (PEM) Envoy presents to etcd (with --etcd-key).
+    #[arg(long, value_name = "PEM", requires = "etcd_key", requires = "etcd_cacert")]
+    etcd_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, value_name = "PEM", requires = "etcd_cert")]
+    etcd_key: Option<PathBuf>,
     /// Keep marks in Envoy's shared data only, without etcd (efficiency mode only:
     /// a restart forgets the marks, and two Envoys do not share them).
     #[arg(long)]
@@ -165,6 +175,38 @@ fn cluster(out: &mut String, name: &str, addr: &str) -> Result<()> {
     Ok(())
 }
 
+/// TLS to etcd for the cluster just written: etcd's certificate checked against `ca`
+/// and against the address Envoy dials (an IP or a DNS name in its subject
+/// alternative names), and a client certificate when given. A file that does not
+/// exist is refused here, so a typo is not an Envoy that cannot start.
+fn etcd_tls(out: &mut String, addr: &str, ca: &Path, client: Option<(&Path, &Path)>) -> Result<()> {
+    let absolute = |p: &Path| -> Result<String> {
+        let full = p.canonicalize().with_context(|| format!("cannot read {}", p.display()))?;
+        Ok(yaml_single_quoted(&full.display().to_string()))
+    };
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
+    let is_ip = host.parse::<std::net::IpAddr>().is_ok();
+    writeln!(out, "    transport_socket:")?;
+    writeln!(out, "      name: envoy.transport_sockets.tls")?;
+    writeln!(out, "      typed_config:")?;
+    writeln!(out, "        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext")?;
+    if !is_ip {
+        writeln!(out, "        sni: {host}")?;
+    }
+    writeln!(out, "        common_tls_context:")?;
+    if let Some((cert, key)) = client {
+        writeln!(out, "          tls_certificates:")?;
+        writeln!(out, "          - certificate_chain: {{ filename: {} }}", absolute(cert)?)?;
+        writeln!(out, "            private_key: {{ filename: {} }}", absolute(key)?)?;
+    }
+    writeln!(out, "          validation_context:")?;
+    writeln!(out, "            trusted_ca: {{ filename: {} }}", absolute(ca)?)?;
+    writeln!(out, "            match_typed_subject_alt_names:")?;
+    writeln!(out, "            - san_type: {}", if is_ip { "IP_ADDRESS" } else { "DNS" })?;
+    writeln!(out, "              matcher: {{ exact: {} }}", yaml_single_quoted(host))?;
+    Ok(())
+}
+
 fn yaml_single_quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
@@ -237,6 +279,9 @@ static_resources:
     cluster(&mut out, "store", &args.upstream)?;
     if !args.no_etcd {
         cluster(&mut out, "fencekeeper_etcd", &args.etcd)?;
+        if let Some(ca) = &args.etcd_cacert {
+            etcd_tls(&mut out, &args.etcd, ca, args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()))?;
+        }
     }
     Ok(out)
 }
