@@ -87,11 +87,12 @@ struct Kv {
 /// Parse the gateway's answer to [`txn`].
 pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
     if status != Some("200") {
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).replace('\n', " ");
-        return Err(EtcdError(format!("etcd answered status {} {}", status.unwrap_or("none"), text.trim())));
+        let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT_BYTES)]);
+        let quoted = format!("{:?}", text.trim());
+        return Err(EtcdError(format!("etcd answered status {} {}", status.unwrap_or("none"), cut(&quoted))));
     }
-    let r: TxnResponse =
-        serde_json::from_slice(body).map_err(|e| EtcdError(format!("etcd answer does not parse: {e}")))?;
+    let r: TxnResponse = serde_json::from_slice(body)
+        .map_err(|e| EtcdError(format!("etcd answer does not parse: {}", cut(&e.to_string()))))?;
     if r.succeeded {
         return Ok(Outcome::Succeeded);
     }
@@ -106,9 +107,24 @@ pub fn parse(status: Option<&str>, body: &[u8]) -> Result<Outcome, EtcdError> {
     let raw = B64.decode(kv.value).map_err(|_| EtcdError("etcd mark value is not base64".into()))?;
     let text = String::from_utf8(raw).map_err(|_| EtcdError("etcd mark value is not UTF-8".into()))?;
     // A value that is not a token is a store fault, never a reason to admit.
-    let mark =
-        Token::parse(&text).map_err(|_| EtcdError(format!("etcd holds {text:?}, which is not a fencing token")))?;
+    let mark = Token::parse(&text)
+        .map_err(|_| EtcdError(format!("etcd holds {}, which is not a fencing token", cut(&format!("{text:?}")))))?;
     Ok(Outcome::Current(Some(mark)))
+}
+
+/// The most bytes of what etcd (or whatever answered in its place) said that an
+/// error quotes.
+const EXCERPT_BYTES: usize = 200;
+
+/// `text` cut to [`EXCERPT_BYTES`] at a character boundary. An error is a refusal's
+/// cause: it goes into a response body, a log line and a `grpc-message`, so what it
+/// quotes is escaped (`{:?}`) to one printable line and bounded.
+fn cut(text: &str) -> String {
+    if text.len() <= EXCERPT_BYTES {
+        return text.to_owned();
+    }
+    let end = (0..=EXCERPT_BYTES).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]
@@ -149,5 +165,23 @@ mod tests {
         assert!(parse(Some("200"), b"{").is_err());
         let bad = format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"value":"{}"}}]}}}}]}}"#, B64.encode("x"));
         assert!(parse(Some("200"), bad.as_bytes()).unwrap_err().0.contains("not a fencing token"));
+    }
+
+    #[test]
+    fn errors_quote_what_answered_on_one_bounded_line() {
+        // Found by fuzz/fuzz_targets/etcd_answer.rs: a proxy's error page (CR LF) or
+        // control bytes went into the refusal's reason as they were, and a long
+        // answer made an error (a grpc-message) of any length.
+        let e = parse(Some("502"), b"<html>\r\n<head>\x1b[2J</head>\r\n").unwrap_err();
+        assert_eq!(e.0, r#"etcd answered status 502 "<html>\r\n<head>\u{1b}[2J</head>""#);
+        let long = parse(Some("503"), &[0x15; 4096]).unwrap_err();
+        let value = B64.encode("\u{202e}".repeat(1000));
+        let holds = format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"value":"{value}"}}]}}}}]}}"#);
+        let holds = parse(Some("200"), holds.as_bytes()).unwrap_err();
+        let unparsable = format!(r#"{{"succeeded":"{}"}}"#, "x".repeat(4096));
+        let unparsable = parse(Some("200"), unparsable.as_bytes()).unwrap_err();
+        for e in [long, holds, unparsable] {
+            assert!(e.0.len() <= 300 && !e.0.chars().any(|c| c.is_control() || c == '\u{202e}'), "{e}");
+        }
     }
 }
