@@ -29,7 +29,8 @@ cargo_fuzz_version=0.13.2
 if [[ $sanitizer != none ]]; then
     export RUSTC_BOOTSTRAP=1
     sysroot=$(rustc --print sysroot)
-    if ! compgen -G "$sysroot/lib/rustlib/*/lib/librustc-*_rt.$sanitizer.a" >/dev/null; then
+    runtime=${sanitizer:0:1}san   # address -> asan, memory -> msan, thread -> tsan, leak -> lsan
+    if ! compgen -G "$sysroot/lib/rustlib/*/lib/librustc-*_rt.$runtime.a" >/dev/null; then
         say "$(rustc -V) has no $sanitizer runtime in $sysroot; run with FK_FUZZ_SANITIZER=none"
         exit 2
     fi
@@ -77,7 +78,8 @@ for target in "${targets[@]}"; do
         say "$target: ok, $(stat number_of_executed_units) runs, $(stat average_exec_per_sec) exec/s," \
             "$(stat new_units_added) new inputs"
     else
-        tail -n 60 "$log" >&2
+        # What failed: the panic, or libFuzzer's own finding (timeout, out of memory).
+        grep -m1 -A6 -e 'panicked at' -e '^==[0-9]*== ERROR: libFuzzer' "$log" >&2 || tail -n 40 "$log" >&2
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
         say "$target: CRASHED; input: ${artifact:-(none written; see the log above)}"
         say "  reproduce: cargo fuzz run ${flags[*]} $target ${artifact:-}"
