@@ -21,7 +21,7 @@ use fencekeeper_core::decision::{Mode, Verdict};
 use fencekeeper_core::refusal::{resolve, Class, NoVerdict, Reason};
 use fencekeeper_core::resource::{self, ResourceError};
 use fencekeeper_core::{Malformed, Token};
-use fencekeeper_filter::etcd;
+use fencekeeper_fuzz::etcd;
 use fencekeeper_fuzz::header::{grpc_message, grpc_message_decode, is_field_value, is_printable_line, is_token_value};
 use fencekeeper_fuzz::input::SmallToken;
 use libfuzzer_sys::fuzz_target;
@@ -103,7 +103,7 @@ fuzz_target!(|data: &[u8]| {
         Cause::Text(_) => return,
         Cause::Etcd(status, body) => {
             let status = status.map(|s| format!("{:03}", s % 1000));
-            etcd::parse(status.as_deref(), body).err().map(|e| e.0).unwrap_or_default()
+            etcd::parse(status.as_deref(), body, resource).err().map(|e| e.0).unwrap_or_default()
         }
     };
 

@@ -7,12 +7,15 @@
 //! tests/README.md ("Fuzzing") lists the targets and how to run them.
 //!
 //! # Layout
+//! * [`etcd`]: the filter's etcd parser and stored values, before and after the
+//!   store's checked records.
 //! * [`model`]: the token grammar and the path-key decoding, as independent models.
 //! * [`header`]: what a host may put in an HTTP or gRPC header, and what a reason
 //!   line may hold.
 //! * [`input`]: tokens with small components (so that marks and presented tokens
 //!   meet), and token text with leading zeros.
 
+pub mod etcd;
 pub mod header;
 pub mod input;
 pub mod model;
