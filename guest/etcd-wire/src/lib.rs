@@ -207,10 +207,10 @@ pub struct KeyValue {
 pub struct TxnAnswer {
     /// The compare held.
     pub succeeded: bool,
-    /// What the branch's first range read found (empty: no key, or no read).
-    pub range: Vec<KeyValue>,
-    /// Every operation's read, in order (empty for a put).
-    pub ranges: Vec<Vec<KeyValue>>,
+    /// Every operation's answer, in order: a read's key-values, still encoded (they
+    /// are decoded by [`TxnAnswer::read`], only when asked for), or `None` for an
+    /// operation that is not a read.
+    ranges: Vec<Option<Vec<RawKv>>>,
     /// The cluster's revision after the transaction.
     pub revision: u64,
 }
@@ -221,7 +221,7 @@ struct Header {
     revision: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 struct RawKv {
     #[serde(default)]
     key: String,
@@ -254,10 +254,25 @@ struct RawTxn {
     header: Option<Header>,
 }
 
-/// An answer that is not HTTP 200, as one line.
+/// The most bytes of foreign text (an answer, a key) an error quotes.
+pub const EXCERPT_BYTES: usize = 200;
+
+/// `text` quoted (`{:?}`: control and formatting characters escaped, so it stays one
+/// printable line) and cut to [`EXCERPT_BYTES`] at a character boundary. What etcd,
+/// or a proxy in front of it, answered ends up in refusal reasons and headers.
+pub fn excerpt(text: &str) -> String {
+    let quoted = format!("{text:?}");
+    if quoted.len() <= EXCERPT_BYTES {
+        return quoted;
+    }
+    let end = (0..=EXCERPT_BYTES).rev().find(|&i| quoted.is_char_boundary(i)).unwrap_or(0);
+    format!("{}…", &quoted[..end])
+}
+
+/// An answer that is not HTTP 200, as one bounded line.
 pub fn status_error(status: u16, body: &[u8]) -> WireError {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]).replace(['\n', '\r'], " ");
-    WireError(format!("etcd answered HTTP {status}: {}", text.trim()))
+    let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT_BYTES)]);
+    WireError(format!("etcd answered HTTP {status}: {}", excerpt(text.trim())))
 }
 
 fn number(field: Option<&str>, what: &str) -> Result<u64, WireError> {
@@ -299,30 +314,35 @@ pub fn parse_range_at(body: &[u8]) -> Result<(Vec<KeyValue>, u64), WireError> {
 
 /// Parse the answer to [`range`] or [`range_prefix`].
 pub fn parse_range(body: &[u8]) -> Result<Vec<KeyValue>, WireError> {
-    let raw: RawRange =
-        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's range answer does not parse: {e}")))?;
+    let raw: RawRange = serde_json::from_slice(body)
+        .map_err(|e| WireError(format!("etcd's range answer does not parse: {}", excerpt(&e.to_string()))))?;
     key_values(raw.kvs)
 }
 
 /// Parse the answer to [`txn`] or [`mark_txn`].
 pub fn parse_txn(body: &[u8]) -> Result<TxnAnswer, WireError> {
-    let raw: RawTxn =
-        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's Txn answer does not parse: {e}")))?;
+    let raw: RawTxn = serde_json::from_slice(body)
+        .map_err(|e| WireError(format!("etcd's Txn answer does not parse: {}", excerpt(&e.to_string()))))?;
     let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
-    let mut ranges = Vec::with_capacity(raw.responses.len());
-    let mut first = None;
-    for op in raw.responses {
-        let kvs = match op.response_range {
-            Some(r) => key_values(r.kvs)?,
-            None => Vec::new(),
-        };
-        if first.is_none() && !kvs.is_empty() {
-            first = Some(ranges.len());
+    let ranges = raw.responses.into_iter().map(|op| op.response_range.map(|r| r.kvs)).collect();
+    Ok(TxnAnswer { succeeded: raw.succeeded, ranges, revision })
+}
+
+impl TxnAnswer {
+    /// The read that operation `i` of the branch that ran answered. An answer that
+    /// lacks it is an error, never "no key": a missing read-back must not pass for
+    /// a resource without a mark.
+    pub fn read(&self, i: usize) -> Result<Vec<KeyValue>, WireError> {
+        match self.ranges.get(i) {
+            Some(Some(kvs)) => key_values(kvs.clone()),
+            _ => Err(WireError(format!("etcd's Txn answer lacks the read of operation {i}"))),
         }
-        ranges.push(kvs);
     }
-    let range = first.map(|i| ranges[i].clone()).unwrap_or_default();
-    Ok(TxnAnswer { succeeded: raw.succeeded, range, ranges, revision })
+
+    /// How many operations the branch that ran answered.
+    pub fn operations(&self) -> usize {
+        self.ranges.len()
+    }
 }
 
 /// How a stored value failed to be `resource`'s mark.
@@ -422,21 +442,29 @@ mod tests {
     #[test]
     fn answers_parse_and_bad_ones_are_errors() {
         let ok = parse_txn(br#"{"header":{"revision":"9"},"succeeded":true}"#).unwrap();
-        assert!(ok.succeeded && ok.range.is_empty() && ok.revision == 9);
+        assert!(ok.succeeded && ok.operations() == 0 && ok.revision == 9);
         let none = parse_txn(br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#).unwrap();
-        assert!(!none.succeeded && none.range.is_empty());
+        assert!(!none.succeeded && none.read(0).unwrap().is_empty());
+        // A failed Txn without its read-back is an error, not "no mark".
+        let bare = parse_txn(br#"{"header":{"revision":"7"},"responses":[],"succeeded":false}"#).unwrap();
+        assert!(bare.read(0).is_err());
         let v = B64.encode(record::encode(b"x", &t("7.1042")).as_bytes());
         let body = format!(
             r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}","create_revision":"4"}}]}}}}]}}"#
         );
         let lost = parse_txn(body.as_bytes()).unwrap();
-        assert_eq!(lost.range[0].create_revision, 4);
-        assert_eq!(mark_of("x", &lost.range[0].value), Ok(t("7.1042")));
-        assert!(mark_of("y", &lost.range[0].value).is_err(), "another resource's record");
+        let kv = &lost.read(0).unwrap()[0];
+        assert_eq!(kv.create_revision, 4);
+        assert_eq!(mark_of("x", &kv.value), Ok(t("7.1042")));
+        assert!(mark_of("y", &kv.value).is_err(), "another resource's record");
         assert_eq!(mark_of("x", b"34"), Err(MarkError::OldFormat));
         assert!(parse_txn(b"{").is_err());
         assert!(parse_range(br#"{"kvs":[{"key":"!!"}]}"#).is_err());
-        assert!(status_error(503, b"no healthy\nupstream").0.contains("HTTP 503: no healthy upstream"));
+        assert_eq!(
+            status_error(503, b"no healthy\r\nupstream\x1b[2J").0,
+            r#"etcd answered HTTP 503: "no healthy\r\nupstream\u{1b}[2J""#
+        );
+        assert!(status_error(503, &[0x15; 4096]).0.len() < 300);
     }
 
     #[test]
@@ -470,8 +498,8 @@ mod tests {
             r#"{{"header":{{"revision":"12"}},"succeeded":true,"responses":[{{"response_put":{{}}}},{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}","create_revision":"11"}}]}}}}]}}"#
         );
         let parsed = parse_txn(answer.as_bytes()).unwrap();
-        assert_eq!((parsed.ranges.len(), parsed.ranges[1][0].create_revision, parsed.revision), (2, 11, 12));
-        assert_eq!(parsed.range, parsed.ranges[1]);
+        assert_eq!((parsed.operations(), parsed.read(1).unwrap()[0].create_revision, parsed.revision), (2, 11, 12));
+        assert!(parsed.read(0).is_err(), "a put is not a read");
     }
 
     #[test]

@@ -52,24 +52,26 @@ pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcom
     match status.map(str::parse::<u16>) {
         Some(Ok(200)) => {}
         Some(Ok(code)) => return Err(EtcdError(wire::status_error(code, body).0)),
-        _ => return Err(EtcdError(format!("etcd answered status {}", status.unwrap_or("none")))),
+        _ => return Err(EtcdError(format!("etcd answered status {}", wire::excerpt(status.unwrap_or("none"))))),
     }
     let answer = wire::parse_txn(body).map_err(|e| EtcdError(e.0))?;
     if answer.succeeded {
         return Ok(Outcome::Succeeded);
     }
-    let Some(kv) = answer.range.into_iter().next() else {
+    let read = answer.read(0).map_err(|e| EtcdError(e.0))?;
+    let Some(kv) = read.first() else {
         return Ok(Outcome::Current(None));
     };
     // A value that is not this resource's verified record is a store fault, never a
-    // reason to admit.
+    // reason to admit. The resource is quoted and cut: an error is one bounded line.
+    let quoted = wire::excerpt(resource);
     let mark = wire::mark_of(resource, &kv.value).map_err(|e| {
         EtcdError(match e {
             MarkError::OldFormat => format!(
-                "etcd holds the mark of {resource:?} in the old format without a checksum; \
+                "etcd holds the mark of {quoted} in the old format without a checksum; \
                  upgrade it with `fencekeeper marks --etcd URL --upgrade`"
             ),
-            MarkError::Damaged(other) => format!("etcd holds a damaged mark for {resource:?}: {other}"),
+            MarkError::Damaged(other) => format!("etcd holds a damaged mark for {quoted}: {other}"),
         })
     })?;
     Ok(Outcome::Current(Some(mark)))
@@ -136,5 +138,32 @@ mod tests {
         assert!(parse(Some("200"), b"{", "x").is_err());
         let bad = answer(&B64.encode("x"));
         assert!(parse(Some("200"), bad.as_bytes(), "x").unwrap_err().0.contains("damaged mark"));
+    }
+
+    #[test]
+    fn errors_quote_what_answered_on_one_bounded_line() {
+        // Found by fuzz/fuzz_targets/etcd_answer.rs: a proxy's error page (CR LF) or
+        // control bytes went into the refusal's reason as they were, and a long
+        // answer made an error (a grpc-message) of any length.
+        let e = parse(Some("502"), b"<html>\r\n<head>\x1b[2J</head>\r\n", "r").unwrap_err();
+        assert_eq!(e.0, r#"etcd answered HTTP 502: "<html>\r\n<head>\u{1b}[2J</head>""#);
+        let long = parse(Some("503"), &[0x15; 4096], "r").unwrap_err();
+        let value = B64.encode("\u{202e}".repeat(1000));
+        let holds = format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"value":"{value}"}}]}}}}]}}"#);
+        let holds = parse(Some("200"), holds.as_bytes(), &"k".repeat(1024)).unwrap_err();
+        let unparsable = format!(r#"{{"succeeded":"{}"}}"#, "x".repeat(4096));
+        let unparsable = parse(Some("200"), unparsable.as_bytes(), "r").unwrap_err();
+        for e in [long, holds, unparsable] {
+            assert!(e.0.len() <= 500 && !e.0.chars().any(|c| c.is_control() || c == '\u{202e}'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_failed_txn_without_its_read_back_is_an_error_not_no_mark() {
+        // Found by fuzz/fuzz_targets/etcd_answer.rs after the move to the etcd wire: a
+        // failed compare whose answer lacks the read-back was taken for "no mark".
+        let bare = br#"{"header":{"cluster_id":"1","revision":"7"},"responses":[],"succeeded":false}"#;
+        let e = parse(Some("200"), bare, "r").unwrap_err();
+        assert!(e.0.contains("lacks the read"), "{e}");
     }
 }

@@ -189,7 +189,10 @@ fn etcd_tls(out: &mut String, addr: &str, ca: &Path, client: Option<(&Path, &Pat
     writeln!(out, "    transport_socket:")?;
     writeln!(out, "      name: envoy.transport_sockets.tls")?;
     writeln!(out, "      typed_config:")?;
-    writeln!(out, "        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext")?;
+    writeln!(
+        out,
+        "        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+    )?;
     if !is_ip {
         writeln!(out, "        sni: {host}")?;
     }

@@ -100,9 +100,9 @@ impl EtcdLock {
         let mine = if queued.succeeded {
             queued.revision as i64
         } else {
-            create_revision(&queued.ranges[0]).context("etcd answered no revision for the waiting key")?
+            create_revision(&queued.read(0)?).context("etcd answered no revision for the waiting key")?
         };
-        let owner = queued.ranges.get(1).and_then(|kvs| create_revision(kvs));
+        let owner = create_revision(&queued.read(1)?);
         if owner.is_none_or(|o| o == mine) {
             return Ok(queued.revision.to_string());
         }
@@ -114,7 +114,7 @@ impl EtcdLock {
             if !answer.succeeded {
                 bail!("the waiting key {:?} is gone (its lease expired while waiting?)", self.key);
             }
-            if answer.ranges.first().is_none_or(Vec::is_empty) {
+            if answer.read(0)?.is_empty() {
                 return Ok(answer.revision.to_string());
             }
             patience.check(&self.name)?;

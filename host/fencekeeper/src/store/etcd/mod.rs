@@ -199,7 +199,7 @@ impl MarkStore for EtcdStore {
             self.seen.set(resource, Some(*new));
             return Ok(Swap::Swapped);
         }
-        let current = self.mark(answer.range)?;
+        let current = self.mark(answer.read(0).map_err(|e| self.unavailable(e))?)?;
         self.seen.set(resource, current);
         Ok(Swap::Conflict(current))
     }
