@@ -7,6 +7,11 @@
 //! Marks: key = prefix + resource (default prefix [`DEFAULT_PREFIX`]), value = the
 //! mark's checked record (`fencekeeper_core::record`). Records are deterministic, so a
 //! Txn that compares record bytes compares marks, and a damaged value never equals one.
+//!
+//! [`provenance`]: the reads and the rules that decide whether etcd issued a token
+//! (the lock's holder, the cluster's revision).
+
+pub mod provenance;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -60,7 +65,11 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// A range read of one key.
 pub fn range(key: &[u8]) -> String {
-    json!({ "key": B64.encode(key) }).to_string()
+    range_request(key).to_string()
+}
+
+fn range_request(key: &[u8]) -> Value {
+    json!({ "key": B64.encode(key) })
 }
 
 /// A range read of every key under `prefix` (`limit` 0: all).
@@ -112,6 +121,22 @@ pub fn mark_txn(key: &str, resource: &str, expected: Option<&Token>, new: &Token
     txn(key.as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()), None, true)
 }
 
+/// A transaction on one key that replaces its value whatever it is, provided it is
+/// still `expect`: put `new`, or delete the key when `new` is `None`. What an operator's
+/// forced repair sends; it never reads back (a lost race is read again by the caller).
+pub fn replace_txn(key: &[u8], expect: Expect<'_>, new: Option<&[u8]>) -> String {
+    let k = B64.encode(key);
+    let compare = match expect {
+        Expect::Absent => json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
+        Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
+    };
+    let write = match new {
+        Some(v) => json!({ "request_put": { "key": k, "value": B64.encode(v) } }),
+        None => json!({ "request_delete_range": { "key": k } }),
+    };
+    json!({ "compare": [compare], "success": [write] }).to_string()
+}
+
 /// A key and its value, decoded from base64.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyValue {
@@ -154,6 +179,17 @@ struct RawKv {
 struct RawRange {
     #[serde(default)]
     kvs: Vec<RawKv>,
+    #[serde(default)]
+    header: Option<Header>,
+}
+
+/// What a range read answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeAnswer {
+    /// The keys read.
+    pub kvs: Vec<KeyValue>,
+    /// The cluster's revision when it was read.
+    pub revision: u64,
 }
 
 #[derive(Deserialize)]
@@ -202,16 +238,26 @@ fn key_values(raw: Vec<RawKv>) -> Result<Vec<KeyValue>, WireError> {
 
 /// Parse the answer to [`range`] or [`range_prefix`].
 pub fn parse_range(body: &[u8]) -> Result<Vec<KeyValue>, WireError> {
+    parse_range_answer(body).map(|a| a.kvs)
+}
+
+/// Parse the answer to a range read with the revision it was read at.
+pub fn parse_range_answer(body: &[u8]) -> Result<RangeAnswer, WireError> {
     let raw: RawRange =
         serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's range answer does not parse: {e}")))?;
-    key_values(raw.kvs)
+    let revision = header_revision(raw.header.as_ref())?;
+    Ok(RangeAnswer { kvs: key_values(raw.kvs)?, revision })
+}
+
+fn header_revision(header: Option<&Header>) -> Result<u64, WireError> {
+    number(header.and_then(|h| h.revision.as_deref()), "revision")
 }
 
 /// Parse the answer to [`txn`] or [`mark_txn`].
 pub fn parse_txn(body: &[u8]) -> Result<TxnAnswer, WireError> {
     let raw: RawTxn =
         serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's Txn answer does not parse: {e}")))?;
-    let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
+    let revision = header_revision(raw.header.as_ref())?;
     let range = match raw.responses.into_iter().find_map(|op| op.response_range) {
         Some(r) => key_values(r.kvs)?,
         None => Vec::new(),
@@ -316,6 +362,20 @@ mod tests {
         assert!(parse_txn(b"{").is_err());
         assert!(parse_range(br#"{"kvs":[{"key":"!!"}]}"#).is_err());
         assert!(status_error(503, b"no healthy\nupstream").0.contains("HTTP 503: no healthy upstream"));
+    }
+
+    #[test]
+    fn a_replace_puts_or_deletes_only_if_the_value_is_unchanged() {
+        let set = json_of(&replace_txn(b"k", Expect::Value(b"fk2 9 x"), Some(b"fk2 3 y")));
+        assert_eq!(set["compare"][0]["value"], B64.encode("fk2 9 x"));
+        assert_eq!(set["success"][0]["request_put"]["value"], B64.encode("fk2 3 y"));
+        let clear = json_of(&replace_txn(b"k", Expect::Value(b"v"), None));
+        assert_eq!(clear["success"][0]["request_delete_range"]["key"], B64.encode("k"));
+        assert!(clear.get("failure").is_none());
+        let create = json_of(&replace_txn(b"k", Expect::Absent, Some(b"v")));
+        assert_eq!(create["compare"][0]["target"], "CREATE");
+        let read = parse_range_answer(br#"{"header":{"revision":"41"},"kvs":[{"key":"eA==","create_revision":"7"}]}"#);
+        assert_eq!(read.map(|a| (a.revision, a.kvs[0].create_revision)), Ok((41, 7)));
     }
 
     #[test]
