@@ -64,9 +64,10 @@ pub fn holder_range(name: &str) -> String {
     holder_request(name).to_string()
 }
 
-/// A read that answers nothing but the cluster's revision: a count of one key.
-pub fn revision_read(key: &str) -> String {
-    json!({ "key": B64.encode(key), "count_only": true }).to_string()
+/// A read that answers nothing but the cluster's revision (`POST /v3/kv/range`): a
+/// count of one key.
+pub fn revision_read() -> String {
+    json!({ "key": B64.encode("/"), "count_only": true }).to_string()
 }
 
 /// One read-only transaction that reads `mark_key` and, for the strong check, the
