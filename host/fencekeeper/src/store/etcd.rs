@@ -26,14 +26,16 @@
 //! costs no extra round trip. etcd commits a Txn to its raft log before answering, so
 //! an admit is durable (on a quorum) when it is reported.
 
-use super::repair::{judge, Raise, Repair, Scanned};
+use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, Read, StoreError, Swap};
+use crate::etcd_http::EtcdHttp;
+use crate::provenance::{EtcdCheck, EtcdProvenance};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Marks this store has seen in etcd, sharded so that callers on different
@@ -61,6 +63,11 @@ impl Seen {
         self.shard(resource).get(resource).copied()
     }
 
+    /// Drop the copy of `resource`'s mark (after it was set by force, possibly lower).
+    fn forget(&self, resource: &str) {
+        self.shard(resource).remove(resource);
+    }
+
     /// Remember what etcd just said the mark is (an older answer arriving late only
     /// makes the copy lower, which costs a round, never a wrong answer).
     fn set(&self, resource: &str, mark: Option<Token>) {
@@ -84,9 +91,8 @@ pub const DEFAULT_PREFIX: &str = wire::DEFAULT_PREFIX;
 
 /// A [`MarkStore`] in etcd (v3 API through its JSON gateway).
 pub struct EtcdStore {
-    endpoint: String,
+    http: Arc<EtcdHttp>,
     prefix: String,
-    agent: ureq::Agent,
     seen: Seen,
 }
 
@@ -99,27 +105,18 @@ impl EtcdStore {
 
     /// [`EtcdStore::connect`] with another key prefix and a per-call timeout.
     pub fn with_options(endpoint: &str, prefix: &str, timeout: Duration) -> Result<EtcdStore, StoreError> {
-        let endpoint = endpoint.trim_end_matches('/').to_owned();
-        if !endpoint.starts_with("http://") {
-            return Err(StoreError::Unavailable(format!(
-                "etcd endpoint {endpoint:?} must look like http://HOST:PORT (TLS is not supported)"
-            )));
-        }
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(timeout))
-            .http_status_as_error(false)
-            // The gateway calls from many blocking threads at once.
-            .max_idle_connections(64)
-            .max_idle_connections_per_host(64)
-            .build();
-        let store = EtcdStore {
-            endpoint,
-            prefix: prefix.to_owned(),
-            agent: ureq::Agent::new_with_config(config),
-            seen: Seen::new(),
-        };
+        let http = Arc::new(EtcdHttp::new(endpoint, timeout).map_err(StoreError::Unavailable)?);
+        let store = EtcdStore { http, prefix: prefix.to_owned(), seen: Seen::new() };
         store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
         Ok(store)
+    }
+
+    /// A provenance check (`check`) against this store's etcd: it shares the store's
+    /// connections and the highest revision the store's answers carried, so that the
+    /// weak check of a token at or below a revision the store has seen costs no round
+    /// trip.
+    pub fn provenance(&self, check: EtcdCheck) -> EtcdProvenance {
+        EtcdProvenance::sharing(self.http.clone(), check)
     }
 
     /// The etcd key holding `resource`'s mark.
@@ -128,30 +125,19 @@ impl EtcdStore {
     }
 
     fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
-        StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
+        StoreError::Unavailable(format!("etcd at {}: {detail}", self.http.endpoint()))
     }
 
     /// One request to the JSON gateway: the body of its 200 answer.
     fn call(&self, path: &str, body: String) -> Result<Vec<u8>, StoreError> {
-        let mut response = self
-            .agent
-            .post(format!("{}{path}", self.endpoint))
-            .content_type("application/json")
-            .send(body)
-            .map_err(|e| self.unavailable(e))?;
-        let status = response.status().as_u16();
-        let bytes = response.body_mut().read_to_vec().map_err(|e| self.unavailable(e))?;
-        if status != 200 {
-            return Err(self.unavailable(wire::status_error(status, &bytes)));
-        }
-        Ok(bytes)
+        self.http.call(path, body).map_err(StoreError::Unavailable)
     }
 
     /// The command that upgrades format-1 values under this store's prefix.
     fn upgrade_command(&self) -> String {
         let prefix =
             if self.prefix == DEFAULT_PREFIX { String::new() } else { format!(" --etcd-prefix {}", self.prefix) };
-        format!("fencekeeper marks --etcd {}{prefix} --upgrade", self.endpoint)
+        format!("fencekeeper marks --etcd {}{prefix} --upgrade", self.http.endpoint())
     }
 
     /// (resource, raw value) pairs of read key-values.
@@ -167,7 +153,7 @@ impl EtcdStore {
 
     /// Verify one value as `resource`'s record.
     fn verify(&self, resource: &str, value: &[u8]) -> Result<Token, StoreError> {
-        let store = format!("etcd at {} key {:?}", self.endpoint, self.key(resource));
+        let store = format!("etcd at {} key {:?}", self.http.endpoint(), self.key(resource));
         wire::mark_of(resource, value).map_err(|e| match e {
             MarkError::OldFormat => StoreError::OldFormat { store, upgrade: self.upgrade_command() },
             MarkError::Damaged(detail) => {
@@ -184,20 +170,28 @@ impl EtcdStore {
         }
     }
 
+    /// A range read; the revision it answered at is remembered.
+    fn read_range(&self, body: String) -> Result<Vec<KeyValue>, StoreError> {
+        let answer = self.call(wire::RANGE_PATH, body)?;
+        let answer = wire::parse_range_answer(&answer).map_err(|e| self.unavailable(e))?;
+        self.http.saw(answer.revision);
+        Ok(answer.kvs)
+    }
+
     fn range(&self, key: &str) -> Result<Vec<KeyValue>, StoreError> {
-        let answer = self.call(wire::RANGE_PATH, wire::range(key.as_bytes()))?;
-        wire::parse_range(&answer).map_err(|e| self.unavailable(e))
+        self.read_range(wire::range(key.as_bytes()))
     }
 
     fn txn(&self, body: String) -> Result<wire::TxnAnswer, StoreError> {
         let answer = self.call(wire::TXN_PATH, body)?;
-        wire::parse_txn(&answer).map_err(|e| self.unavailable(e))
+        let answer = wire::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
+        self.http.saw(answer.revision);
+        Ok(answer)
     }
 
     /// Every (resource, raw value) under the prefix, sorted by resource.
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let answer = self.call(wire::RANGE_PATH, wire::range_prefix(self.prefix.as_bytes(), 0))?;
-        let mut all = self.raw(wire::parse_range(&answer).map_err(|e| self.unavailable(e))?)?;
+        let mut all = self.raw(self.read_range(wire::range_prefix(self.prefix.as_bytes(), 0))?)?;
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
@@ -241,8 +235,9 @@ impl EtcdStore {
     }
 }
 
-/// How many times a raise reads and swaps again after another writer changed the key.
-const RAISE_ROUNDS: usize = 16;
+/// How many times a raise or a forced set reads and swaps again after another writer
+/// changed the key.
+const REPAIR_ROUNDS: usize = 16;
 
 impl MarkStore for EtcdStore {
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
@@ -302,7 +297,7 @@ impl Repair for EtcdStore {
 
     fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError> {
         let put = fencekeeper_core::record::encode(resource.as_bytes(), to);
-        for _ in 0..RAISE_ROUNDS {
+        for _ in 0..REPAIR_ROUNDS {
             let current = self.raw(self.range(&self.key(resource))?)?.into_iter().next().map(|(_, value)| value);
             let (previous, floor) = judge(resource, current.as_deref(), to);
             if let Some(floor) = floor {
@@ -313,6 +308,24 @@ impl Repair for EtcdStore {
             }
         }
         Err(self.unavailable("the key kept changing during the raise"))
+    }
+
+    fn force(&self, resource: &str, to: Option<&Token>) -> Result<Previous, StoreError> {
+        let put = to.map(|t| fencekeeper_core::record::encode(resource.as_bytes(), t));
+        for _ in 0..REPAIR_ROUNDS {
+            let current = self.raw(self.range(&self.key(resource))?)?.into_iter().next().map(|(_, value)| value);
+            let before = previous(resource, current.as_deref());
+            if current.is_none() && put.is_none() {
+                return Ok(before);
+            }
+            let expect = current.as_deref().map_or(Expect::Absent, Expect::Value);
+            let body = wire::replace_txn(self.key(resource).as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()));
+            if self.txn(body)?.succeeded {
+                self.seen.forget(resource);
+                return Ok(before);
+            }
+        }
+        Err(self.unavailable("the key kept changing during the forced set"))
     }
 }
 
