@@ -9,6 +9,7 @@ mod admit;
 mod conformance;
 mod envoy_config;
 mod marks;
+mod provenance;
 mod repair;
 mod serve;
 
