@@ -15,6 +15,7 @@
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
+//! * [`etcdctl_lock`]: a lock held by the real `etcdctl lock`, and its token.
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
@@ -23,6 +24,7 @@
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
 pub mod envoy;
+pub mod etcdctl_lock;
 pub mod gateway;
 pub mod relay;
 pub mod services;

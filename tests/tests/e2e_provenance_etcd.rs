@@ -9,65 +9,17 @@
 use fencekeeper::provenance::{EtcdCheck, EtcdProvenance};
 use fencekeeper::store::EtcdStore;
 use fencekeeper::{Class, Guard, MemoryStore, Mode, NativeDecider, Origin, Policy, Provenance, Token};
+use fencekeeper_harness::etcdctl_lock::EtcdctlLock;
 use fencekeeper_harness::services::Etcd;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 const MAX: &str = "18446744073709551615";
 
-/// `etcdctl lock NAME` holding the lock while its command runs (etcdctl gives the
-/// command no stdin, so it sleeps): the token is the `ETCD_LOCK_REV` it was given.
-/// Released by ending the command; killed when dropped.
-struct Holder {
-    child: Child,
-    /// The command's process (the shell, become `sleep`).
-    command: String,
-    token: String,
-    released: bool,
-}
-
-impl Holder {
-    /// Queue for lock `name`; returns once the lock is held (the command printed its
-    /// token), however long the queue took.
-    fn take(endpoint: &str, name: &str) -> Holder {
-        let mut child = Command::new("etcdctl")
-            .args(["--endpoints", endpoint, "lock", name, "--", "sh", "-c", "echo $ETCD_LOCK_REV $$; exec sleep 120"])
-            .env("ETCDCTL_API", "3")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let (token, command) = line.trim().split_once(' ').unwrap_or_default();
-        assert!(token.parse::<u64>().is_ok(), "etcdctl lock gave {line:?}");
-        Holder { child, command: command.to_owned(), token: token.to_owned(), released: false }
-    }
-
-    /// Release the lock: end the command, and wait until etcdctl has deleted its key
-    /// and exited.
-    fn release(mut self) {
-        self.end_command();
-        self.child.wait().unwrap();
-        self.released = true;
-    }
-
-    fn end_command(&self) {
-        let _ = Command::new("kill").arg(&self.command).status();
-    }
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        self.end_command();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A lock held by the real `etcdctl lock` on the etcd at `endpoint`.
+fn hold(endpoint: &str, name: &str) -> EtcdctlLock {
+    EtcdctlLock::take(endpoint, name).unwrap()
 }
 
 /// etcdctl's stdout, as another client of the etcd sees it.
@@ -94,10 +46,10 @@ fn vouches(p: &dyn Provenance, resource: &str, token: &str) -> bool {
 #[test]
 fn weak_admits_every_etcdctl_lock_token_and_nothing_above_the_clusters_revision() {
     let etcd = Etcd::start().unwrap();
-    let first = Holder::take(&etcd.url(), "/locks/r");
+    let first = hold(&etcd.url(), "/locks/r");
     let a = first.token.clone();
-    first.release();
-    let second = Holder::take(&etcd.url(), "/locks/r");
+    first.release().unwrap();
+    let second = hold(&etcd.url(), "/locks/r");
     let b = second.token.clone();
     assert!(t(&b) > t(&a), "etcdctl's tokens grow: {a} then {b}");
     let weak = EtcdProvenance::connect(&etcd.url(), EtcdCheck::Weak, Duration::from_secs(2)).unwrap();
@@ -116,11 +68,11 @@ fn strong_admits_only_the_current_holders_token() {
         Duration::from_secs(2),
     )
     .unwrap();
-    let first = Holder::take(&etcd.url(), "/locks//orders/a.csv");
+    let first = hold(&etcd.url(), "/locks//orders/a.csv");
     // A second client queues behind the first (its key is there, below the holder's
     // in create order), so its token will be above its key's create revision.
     let endpoint = etcd.url();
-    let queued = std::thread::spawn(move || Holder::take(&endpoint, "/locks//orders/a.csv"));
+    let queued = std::thread::spawn(move || hold(&endpoint, "/locks//orders/a.csv"));
     let keys = || etcdctl(&etcd, &["get", "--prefix", "/locks//orders/a.csv/", "--keys-only"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while keys().lines().filter(|l| !l.is_empty()).count() < 2 {
@@ -131,14 +83,14 @@ fn strong_admits_only_the_current_holders_token() {
     assert!(!vouches(&strong, "/orders/b.csv", &first.token), "another resource's lock is not held");
     assert!(!vouches(&strong, "/orders/a.csv", MAX));
     let a = first.token.clone();
-    first.release();
+    first.release().unwrap();
     let second = queued.join().unwrap();
     assert!(vouches(&strong, "/orders/a.csv", &second.token), "the queued holder's token, once it holds");
     let weak = EtcdProvenance::connect(&etcd.url(), EtcdCheck::Weak, Duration::from_secs(2)).unwrap();
     assert!(vouches(&weak, "/orders/a.csv", &a), "weak still admits the earlier holder's token");
     assert!(!vouches(&strong, "/orders/a.csv", &a), "strong does not: it belongs to an earlier holder");
     let b = second.token.clone();
-    second.release();
+    second.release().unwrap();
     assert!(!vouches(&strong, "/orders/a.csv", &b), "nor a token whose holder has released the lock");
 }
 
@@ -148,7 +100,7 @@ fn a_guard_with_provenance_on_a_shared_etcd_refuses_a_forged_token_and_admits_th
     let store = EtcdStore::connect(&etcd.url()).unwrap();
     let provenance = Arc::new(store.provenance(EtcdCheck::Weak));
     let guard = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(store)).with_provenance(provenance);
-    let holder = Holder::take(&etcd.url(), "/locks/r");
+    let holder = hold(&etcd.url(), "/locks/r");
     let forged = guard.admit("r", Some(MAX));
     assert_eq!((forged.class(), forged.class().http_status()), (Class::Unverified, 403), "{}", forged.reason("r"));
     let honest = guard.admit("r", Some(&holder.token));
