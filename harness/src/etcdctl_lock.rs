@@ -41,11 +41,13 @@ impl EtcdctlLock {
     }
 
     /// Release the lock: end the command, and wait until etcdctl has deleted its key
-    /// and exited.
-    pub fn release(mut self) -> Result<()> {
-        self.end_command();
-        self.child.wait()?;
-        self.released = true;
+    /// and exited. The token stays readable.
+    pub fn release(&mut self) -> Result<()> {
+        if !self.released {
+            self.end_command();
+            self.child.wait()?;
+            self.released = true;
+        }
         Ok(())
     }
 

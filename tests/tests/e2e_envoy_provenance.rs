@@ -46,7 +46,7 @@ fn assert_unverified(r: &Reply) {
 fn a_forged_maximum_token_is_refused_with_the_generated_weak_check_and_the_holder_writes_on() {
     let (nginx, etcd) = services();
     let envoy = envoy(&nginx, &etcd, &[]);
-    let holder = EtcdctlLock::take(&etcd.url(), "report").unwrap();
+    let mut holder = EtcdctlLock::take(&etcd.url(), "report").unwrap();
     assert_admitted(&put(&envoy, "/report.txt", &holder.token, "from the holder"));
     let forged = put(&envoy, "/report.txt", MAX, "forged");
     assert_unverified(&forged);
@@ -68,7 +68,7 @@ fn a_forged_maximum_token_is_refused_with_the_generated_weak_check_and_the_holde
 fn without_the_check_the_same_forged_token_locks_every_honest_holder_out() {
     let (nginx, etcd) = services();
     let envoy = envoy(&nginx, &etcd, &["--provenance", "off"]);
-    let holder = EtcdctlLock::take(&etcd.url(), "report").unwrap();
+    let mut holder = EtcdctlLock::take(&etcd.url(), "report").unwrap();
     assert_admitted(&put(&envoy, "/report.txt", &holder.token, "from the holder"));
     assert_admitted(&put(&envoy, "/report.txt", MAX, "forged"));
     holder.release().unwrap();
@@ -82,7 +82,7 @@ fn without_the_check_the_same_forged_token_locks_every_honest_holder_out() {
 fn the_strong_check_admits_only_the_current_holder_of_the_resources_lock() {
     let (nginx, etcd) = services();
     let envoy = envoy(&nginx, &etcd, &["--provenance", "strong", "--lock-prefix", "/locks"]);
-    let first = EtcdctlLock::take(&etcd.url(), "/locks/a.txt").unwrap();
+    let mut first = EtcdctlLock::take(&etcd.url(), "/locks/a.txt").unwrap();
     let a = first.token.clone();
     assert_unverified(&put(&envoy, "/b.txt", &a, "not b's holder"));
     first.release().unwrap();
@@ -101,7 +101,7 @@ fn the_strong_check_admits_only_the_current_holder_of_the_resources_lock() {
 fn every_mark_the_filter_raises_is_an_audit_record_in_envoys_log() {
     let (nginx, etcd) = services();
     let envoy = envoy(&nginx, &etcd, &[]);
-    let first = EtcdctlLock::take(&etcd.url(), "audited").unwrap();
+    let mut first = EtcdctlLock::take(&etcd.url(), "audited").unwrap();
     let one = first.token.clone();
     assert_admitted(&put(&envoy, "/audited", &one, "one"));
     assert_admitted(&put(&envoy, "/audited", &one, "one again: no change, no record"));

@@ -46,7 +46,7 @@ fn vouches(p: &dyn Provenance, resource: &str, token: &str) -> bool {
 #[test]
 fn weak_admits_every_etcdctl_lock_token_and_nothing_above_the_clusters_revision() {
     let etcd = Etcd::start().unwrap();
-    let first = hold(&etcd.url(), "/locks/r");
+    let mut first = hold(&etcd.url(), "/locks/r");
     let a = first.token.clone();
     first.release().unwrap();
     let second = hold(&etcd.url(), "/locks/r");
@@ -68,7 +68,7 @@ fn strong_admits_only_the_current_holders_token() {
         Duration::from_secs(2),
     )
     .unwrap();
-    let first = hold(&etcd.url(), "/locks//orders/a.csv");
+    let mut first = hold(&etcd.url(), "/locks//orders/a.csv");
     // A second client queues behind the first (its key is there, below the holder's
     // in create order), so its token will be above its key's create revision.
     let endpoint = etcd.url();
@@ -84,7 +84,7 @@ fn strong_admits_only_the_current_holders_token() {
     assert!(!vouches(&strong, "/orders/a.csv", MAX));
     let a = first.token.clone();
     first.release().unwrap();
-    let second = queued.join().unwrap();
+    let mut second = queued.join().unwrap();
     assert!(vouches(&strong, "/orders/a.csv", &second.token), "the queued holder's token, once it holds");
     let weak = EtcdProvenance::connect(&etcd.url(), EtcdCheck::Weak, Duration::from_secs(2)).unwrap();
     assert!(vouches(&weak, "/orders/a.csv", &a), "weak still admits the earlier holder's token");
