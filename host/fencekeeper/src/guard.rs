@@ -230,6 +230,8 @@ impl Guard {
             // confirm), never on a local copy alone: the admits stay linearizable.
             let swap = match verdict {
                 Verdict::Admit { mark: new, advanced: true } => {
+                    vouched =
+                        vouched || self.provenance.as_ref().is_some_and(|p| p.issued_as_far_as_known(resource, &new));
                     if !vouched {
                         // A copy can lag the mark, and a token equal to the mark is
                         // not asked about: read the store's own mark first.
@@ -283,11 +285,13 @@ mod tests {
         Guard::new(Arc::new(NativeDecider(Policy { mode, strict: false })), Arc::new(MemoryStore::new()))
     }
 
-    /// A lock service that issued every token up to `issued`, or cannot be reached.
+    /// A lock service that issued every token up to `issued`, or cannot be reached;
+    /// it knows without asking about tokens up to `known`.
     struct Issued {
         issued: u64,
         down: bool,
         asked: AtomicUsize,
+        known: u64,
     }
 
     impl Provenance for Issued {
@@ -301,13 +305,16 @@ mod tests {
                 _ => Origin::Unverified(format!("token {token} was never issued")),
             })
         }
+        fn issued_as_far_as_known(&self, _: &str, token: &Token) -> bool {
+            matches!(token.parts(), [t] if *t <= self.known)
+        }
         fn describe(&self) -> String {
             "test".into()
         }
     }
 
     fn vouched(mode: Mode, issued: u64, down: bool) -> (Guard, Arc<Issued>) {
-        let lock = Arc::new(Issued { issued, down, asked: AtomicUsize::new(0) });
+        let lock = Arc::new(Issued { issued, down, asked: AtomicUsize::new(0), known: 0 });
         (guard(mode).with_provenance(lock.clone()), lock)
     }
 
@@ -344,7 +351,7 @@ mod tests {
     #[test]
     fn an_unreachable_lock_service_leaves_an_advance_undecided_in_both_modes() {
         for mode in [Mode::Correctness, Mode::Efficiency] {
-            let lock = Arc::new(Issued { issued: 100, down: true, asked: AtomicUsize::new(0) });
+            let lock = Arc::new(Issued { issued: 100, down: true, asked: AtomicUsize::new(0), known: 0 });
             let store = Arc::new(MemoryStore::new());
             store.compare_and_swap("f", None, &Token::parse("5").unwrap()).unwrap();
             let g = Guard::new(Arc::new(NativeDecider(Policy { mode, strict: false })), store).with_provenance(lock);
@@ -356,11 +363,12 @@ mod tests {
     }
 
     /// A store whose local copy of every mark lags one behind: what another gateway's
-    /// advance leaves in an etcd store's copy.
-    struct Lagging(MemoryStore);
+    /// advance leaves in an etcd store's copy. Counts the reads of the store itself.
+    struct Lagging(MemoryStore, AtomicUsize);
 
     impl MarkStore for Lagging {
         fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+            self.1.fetch_add(1, Relaxed);
             self.0.get(resource)
         }
         fn compare_and_swap(&self, r: &str, e: Option<&Token>, n: &Token) -> Result<Swap, StoreError> {
@@ -374,14 +382,27 @@ mod tests {
 
     #[test]
     fn a_token_equal_to_the_stores_mark_is_not_asked_about_even_when_the_copy_lags() {
-        let lock = Arc::new(Issued { issued: 0, down: false, asked: AtomicUsize::new(0) });
-        let store = Arc::new(Lagging(MemoryStore::new()));
+        let lock = Arc::new(Issued { issued: 0, down: false, asked: AtomicUsize::new(0), known: 0 });
+        let store = Arc::new(Lagging(MemoryStore::new(), AtomicUsize::new(0)));
         store.0.compare_and_swap("f", None, &Token::parse("7").unwrap()).unwrap();
         let g = Guard::new(Arc::new(NativeDecider(Policy::default())), store).with_provenance(lock.clone());
         let d = g.admit("f", Some("7"));
         assert!(d.admitted() && d.advance.is_none(), "{}", d.reason("f"));
         assert_eq!(lock.asked.load(Relaxed), 0);
         assert_eq!(g.admit("f", Some("8")).class(), Class::Unverified);
+        assert_eq!(lock.asked.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_token_the_check_knows_to_be_issued_costs_neither_a_check_nor_a_read() {
+        let lock = Arc::new(Issued { issued: 100, down: false, asked: AtomicUsize::new(0), known: 50 });
+        let store = Arc::new(Lagging(MemoryStore::new(), AtomicUsize::new(0)));
+        store.0.compare_and_swap("f", None, &Token::parse("7").unwrap()).unwrap();
+        let g = Guard::new(Arc::new(NativeDecider(Policy::default())), store.clone()).with_provenance(lock.clone());
+        let reads = store.1.load(Relaxed);
+        assert!(g.admit("f", Some("40")).advance.is_some());
+        assert_eq!((lock.asked.load(Relaxed), store.1.load(Relaxed) - reads), (0, 0));
+        assert!(g.admit("f", Some("60")).advance.is_some(), "above what it knows: asked");
         assert_eq!(lock.asked.load(Relaxed), 1);
     }
 

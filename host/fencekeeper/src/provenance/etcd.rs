@@ -94,6 +94,10 @@ impl Provenance for EtcdProvenance {
         }
     }
 
+    fn issued_as_far_as_known(&self, _resource: &str, token: &Token) -> bool {
+        self.check == EtcdCheck::Weak && rules::weak(token, self.http.revision()).is_ok()
+    }
+
     fn describe(&self) -> String {
         match &self.check {
             EtcdCheck::Weak => format!("etcd {} weak", self.http.endpoint()),

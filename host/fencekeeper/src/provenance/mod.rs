@@ -51,6 +51,14 @@ pub trait Provenance: Send + Sync {
     /// Whether the lock service issued `token` for `resource`.
     fn check(&self, resource: &str, token: &Token) -> Result<Origin, ProvenanceError>;
 
+    /// True when the check is sure, without asking anyone, that the lock service
+    /// issued `token` (etcd's weak check: a revision at or below one already seen).
+    /// The guard then skips both the check and the read of the exact mark it would
+    /// make first. By default, never.
+    fn issued_as_far_as_known(&self, _resource: &str, _token: &Token) -> bool {
+        false
+    }
+
     /// What the check is, for logs (`etcd http://10.0.0.2:2379 weak`).
     fn describe(&self) -> String;
 }
