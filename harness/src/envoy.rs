@@ -103,6 +103,11 @@ impl Envoy {
         self.wait_ready()
     }
 
+    /// Envoy's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.process.log).unwrap_or_default()
+    }
+
     /// One request through the proxied listener.
     pub fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Result<Reply> {
         exchange(self.listen, method, path, headers, body)
@@ -128,7 +133,8 @@ fn spawn(config: &std::path::Path, concurrency: usize, log: &std::path::Path) ->
         .args(["--concurrency", &concurrency.to_string()])
         // Several Envoys run at once: no shared-memory hot-restart region.
         .arg("--disable-hot-restart")
-        .args(["--log-level", "warn"]);
+        // The filter's own log at info: its audit records (`fencekeeper-audit: ...`).
+        .args(["--log-level", "warn", "--component-log-level", "wasm:info"]);
     Process::spawn("envoy", cmd, log)
 }
 

@@ -18,6 +18,7 @@
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
 //! * [`holder`]: a lock client running `fencekeeper-lock-worker`, which writes with
 //!   its token; the paused-holder story told with two of them (the token tests).
+//! * [`etcdctl_lock`]: a lock held by the real `etcdctl lock`, and its token.
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
@@ -28,6 +29,7 @@
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
 pub mod envoy;
+pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
 pub mod relay;

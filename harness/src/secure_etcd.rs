@@ -92,6 +92,22 @@ impl SecureEtcd {
     /// Start it, wait until it is healthy, then create the users and enable
     /// authentication.
     pub fn start() -> Result<SecureEtcd> {
+        let mut etcd = Self::start_without_users()?;
+        let (user, password) = (etcd.user.clone(), etcd.password.clone());
+        etcd.ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
+        etcd.ctl(&["user", "grant-role", "root", "root"])?;
+        etcd.ctl(&["user", "add", &user, &format!("--new-user-password={password}")])?;
+        etcd.ctl(&["role", "add", "marks"])?;
+        etcd.ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", "/"])?;
+        etcd.ctl(&["user", "grant-role", &user, "marks"])?;
+        etcd.ctl(&["auth", "enable"])?;
+        etcd.auth_on = true;
+        Ok(etcd)
+    }
+
+    /// TLS with client certificates only, authentication off: what a client that
+    /// cannot hold a password (the Envoy filter) reaches.
+    pub fn start_without_users() -> Result<SecureEtcd> {
         let dir = WorkDir::temporary()?;
         let certs = Certs::generate(dir.path())?;
         let client: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
@@ -121,15 +137,6 @@ impl SecureEtcd {
         };
         let mut probe = etcd.ctl_command(&["endpoint", "health"]);
         wait_until(&mut etcd.process, Duration::from_secs(30), || probe.output().is_ok_and(|o| o.status.success()))?;
-        let (user, password) = (etcd.user.clone(), etcd.password.clone());
-        etcd.ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
-        etcd.ctl(&["user", "grant-role", "root", "root"])?;
-        etcd.ctl(&["user", "add", &user, &format!("--new-user-password={password}")])?;
-        etcd.ctl(&["role", "add", "marks"])?;
-        etcd.ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", "/"])?;
-        etcd.ctl(&["user", "grant-role", &user, "marks"])?;
-        etcd.ctl(&["auth", "enable"])?;
-        etcd.auth_on = true;
         Ok(etcd)
     }
 

@@ -36,10 +36,13 @@ fn envoys(concurrency: usize, configs: Vec<Vec<String>>) -> Vec<Envoy> {
     })
 }
 
+/// The filter's configuration: marks in `etcd`, or in shared data alone. These tests
+/// pin the marks with made-up tokens, not etcd revisions, so the provenance check
+/// (on by default with etcd) is off; e2e_envoy_provenance.rs tests it.
 fn args(nginx: &NginxDav, etcd: Option<&Etcd>, extra: &[&str]) -> Vec<String> {
     let mut a = vec!["--upstream".to_owned(), nginx.addr.to_string()];
     match etcd {
-        Some(e) => a.extend(["--etcd".to_owned(), e.client.to_string()]),
+        Some(e) => a.extend(["--etcd".to_owned(), e.client.to_string(), "--provenance".to_owned(), "off".to_owned()]),
         None => a.extend(["--no-etcd".to_owned(), "--mode".to_owned(), "efficiency".to_owned()]),
     }
     a.extend(extra.iter().map(|s| (*s).to_owned()));

@@ -31,6 +31,10 @@ fn envoy_validates_the_generated_configs() {
         "--strict",
         "--strip-prefix",
         "/data/",
+        "--provenance",
+        "strong",
+        "--lock-prefix",
+        "/locks",
     ]);
     validate(&["--upstream", "127.0.0.1:8080", "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object"]);
 }

@@ -6,6 +6,8 @@
 
 use fencekeeper::store::{EtcdAuth, EtcdOptions, EtcdStore, EtcdTls};
 use fencekeeper::{Class, Guard, NativeDecider, Policy};
+use fencekeeper_harness::envoy::Envoy;
+use fencekeeper_harness::gateway::{Gateway, RecordingUpstream};
 use fencekeeper_harness::secure_etcd::SecureEtcd;
 use std::sync::Arc;
 
@@ -101,4 +103,81 @@ fn fencekeeper_lock_takes_a_lock_in_a_tls_etcd_with_a_user() {
     assert_eq!(refused.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("fencekeeper: ") && stderr.contains("https://"), "{stderr}");
+}
+
+/// The gateway with its marks in the TLS etcd, as a user: it fences; with the wrong CA
+/// it refuses to start, in one line, exit 2.
+#[test]
+fn the_gateway_keeps_its_marks_in_a_tls_etcd_as_a_user() {
+    let etcd = SecureEtcd::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("password");
+    std::fs::write(&password, &etcd.password).unwrap();
+    let flags = |ca: &std::path::Path| -> Vec<String> {
+        [
+            "--etcd",
+            &etcd.client.to_string(),
+            "--etcd-cacert",
+            &ca.display().to_string(),
+            "--etcd-cert",
+            &etcd.certs.client.0.display().to_string(),
+            "--etcd-key",
+            &etcd.certs.client.1.display().to_string(),
+            "--etcd-user",
+            &etcd.user,
+            "--etcd-password-file",
+            &password.display().to_string(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let upstream = RecordingUpstream::start().unwrap();
+    let args = flags(&etcd.certs.ca);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let gw = Gateway::start(&upstream.url(), &args).unwrap();
+    assert_eq!(gw.put("/orders", Some("34"), b"new").unwrap().status, 201);
+    assert_eq!(gw.put("/orders", Some("33"), b"old").unwrap().status, 409);
+    assert!(etcd.ctl(&["get", "/fencekeeper/marks//orders", "--print-value-only"]).unwrap().starts_with("fk2 34 "));
+
+    let wrong = flags(&etcd.certs.other_ca);
+    let out = std::process::Command::new(fencekeeper_harness::workspace_bin("fencekeeper").unwrap())
+        .args(["serve", "--upstream", &upstream.url(), "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(&wrong)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.starts_with("fencekeeper: ") && last.contains("https://"), "{stderr}");
+}
+
+/// Envoy reaches a TLS etcd with a client certificate (`envoy-config --etcd-cacert
+/// --etcd-cert --etcd-key`): it fences as with plain etcd, and with the wrong CA it
+/// cannot decide (503), never admitting.
+#[test]
+fn envoy_keeps_its_marks_in_a_tls_etcd() {
+    let etcd = SecureEtcd::start_without_users().unwrap();
+    let nginx = fencekeeper_harness::services::NginxDav::start().unwrap();
+    let tls = |ca: &std::path::Path| -> Vec<String> {
+        let mut a: Vec<String> = ["--upstream", &nginx.addr.to_string(), "--etcd", &etcd.client.to_string()]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        a.extend(["--provenance".to_owned(), "off".to_owned()]);
+        a.extend(["--etcd-cacert".to_owned(), ca.display().to_string()]);
+        a.extend(["--etcd-cert".to_owned(), etcd.certs.client.0.display().to_string()]);
+        a.extend(["--etcd-key".to_owned(), etcd.certs.client.1.display().to_string()]);
+        a
+    };
+    let args = tls(&etcd.certs.ca);
+    let envoy = Envoy::start(1, &args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    let put = |e: &Envoy, token: &str| e.send("PUT", "/orders", &[("fencing-token", token)], b"x").unwrap();
+    assert!(matches!(put(&envoy, "34").status, 201 | 204));
+    assert_eq!(put(&envoy, "33").status, 409);
+    assert!(etcd.ctl(&["get", "/fencekeeper/marks//orders", "--print-value-only"]).unwrap().starts_with("fk2 34 "));
+    let args = tls(&etcd.certs.other_ca);
+    let wrong = Envoy::start(1, &args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    let refused = put(&wrong, "35");
+    assert_eq!(refused.status, 503, "{}", refused.text());
 }

@@ -12,7 +12,12 @@ use fencekeeper_harness::services::{Etcd, NginxDav};
 #[test]
 fn gateway_and_envoy_sharing_etcd_refuse_each_others_stale_tokens() {
     let (etcd, nginx) = (Etcd::start().unwrap(), NginxDav::start().unwrap());
-    let envoy = Envoy::start(1, &["--upstream", &nginx.addr.to_string(), "--etcd", &etcd.client.to_string()]).unwrap();
+    // Made-up tokens, not etcd revisions: no provenance check (e2e_envoy_provenance.rs).
+    let envoy = Envoy::start(
+        1,
+        &["--upstream", &nginx.addr.to_string(), "--etcd", &etcd.client.to_string(), "--provenance", "off"],
+    )
+    .unwrap();
     let gateway = Gateway::start(&format!("http://{}", nginx.addr), &["--etcd", &etcd.url()]).unwrap();
 
     let via_envoy = envoy.send("PUT", "/shared/a", &[("fencing-token", "34")], b"envoy 34").unwrap();

@@ -108,6 +108,28 @@ fn scan_and_raise_repair_a_damaged_value_by_raising_only() {
 }
 
 #[test]
+fn a_forced_set_lowers_or_clears_a_mark_and_another_store_on_the_etcd_follows() {
+    let etcd = Etcd::start().unwrap();
+    let (ours, theirs) = (EtcdStore::connect(&etcd.url()).unwrap(), EtcdStore::connect(&etcd.url()).unwrap());
+    let guard = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(theirs));
+    assert!(guard.admit("r", Some("18446744073709551615")).admitted(), "a forged token raised the mark");
+    assert_eq!(guard.admit("r", Some("40")).class(), Class::Stale);
+    assert_eq!(ours.force("r", Some(&t("39"))).unwrap(), Previous::Mark(t("18446744073709551615")));
+    assert_eq!(
+        etcdctl(&etcd, &["get", "/fencekeeper/marks/r", "--print-value-only"]),
+        record::encode(b"r", &t("39")).as_str()
+    );
+    // The other store's copy still says the maximum; it reads etcd before it refuses.
+    let honest = guard.admit("r", Some("40"));
+    assert!(honest.admitted(), "{}", honest.reason("r"));
+    assert_eq!(guard.admit("r", Some("39")).class(), Class::Stale);
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/q", "fk2 40 00000000"]);
+    assert!(matches!(ours.force("q", None).unwrap(), Previous::Damaged(_)));
+    assert_eq!(ours.force("q", None).unwrap(), Previous::None);
+    assert_eq!(ours.list().unwrap(), vec![("r".to_owned(), t("40"))]);
+}
+
+#[test]
 fn concurrent_guards_on_one_resource_end_at_the_highest_admitted_token() {
     let etcd = Etcd::start().unwrap();
     let threads: Vec<_> = (0..8u64)

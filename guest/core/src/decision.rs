@@ -62,6 +62,17 @@ pub enum Verdict<M = Malformed> {
 }
 
 impl<M> Verdict<M> {
+    /// The token this verdict raises the mark to: `Some` for an admit that advances it,
+    /// the one kind of verdict a provenance check (is this token one the lock service
+    /// issued?) must vouch for before the host stores it. An admit of a token equal to
+    /// the mark needs no check: that token was vouched for when it became the mark.
+    pub fn advance(&self) -> Option<&Token> {
+        match self {
+            Verdict::Admit { mark, advanced: true } => Some(mark),
+            _ => None,
+        }
+    }
+
     /// The same verdict with its malformed payload mapped by `f`.
     pub fn map_malformed<N>(self, f: impl FnOnce(M) -> N) -> Verdict<N> {
         match self {
@@ -138,6 +149,16 @@ mod tests {
         let mark = t("34");
         assert_eq!(decide(&LAX, Some("034"), Some(&mark)), Verdict::Admit { mark, advanced: false });
         assert_eq!(decide(&STRICT, Some("34"), Some(&mark)), Verdict::Replayed { mark });
+    }
+
+    #[test]
+    fn only_an_advancing_admit_needs_a_provenance_check() {
+        let mark = t("34");
+        assert_eq!(decide(&LAX, Some("35"), Some(&mark)).advance(), Some(&t("35")));
+        assert_eq!(decide(&LAX, Some("7"), None).advance(), Some(&t("7")), "a first mark advances");
+        assert_eq!(decide(&LAX, Some("34"), Some(&mark)).advance(), None, "equal to the mark");
+        assert_eq!(decide(&LAX, Some("33"), Some(&mark)).advance(), None);
+        assert_eq!(decide(&LAX, None, Some(&mark)).advance(), None);
     }
 
     #[test]

@@ -87,9 +87,10 @@ pub fn decoded_path(path: &[u8]) -> impl Iterator<Item = u8> + '_ {
 pub struct Refusal {
     /// The outcome class.
     pub class: Class,
-    /// The HTTP status (409, 428, 400, 503).
+    /// The HTTP status (409, 428, 400, 403, 503).
     pub http_status: u16,
-    /// The gRPC status (9 FAILED_PRECONDITION, 3 INVALID_ARGUMENT, 14 UNAVAILABLE).
+    /// The gRPC status (9 FAILED_PRECONDITION, 3 INVALID_ARGUMENT, 7 PERMISSION_DENIED,
+    /// 14 UNAVAILABLE).
     pub grpc_status: u32,
     /// The value of [`HIGHEST_HEADER`]: the mark, on a stale or replayed refusal.
     pub highest: Option<Token>,
@@ -181,6 +182,11 @@ mod tests {
         assert_eq!(Refusal::of(&resolve(Mode::Correctness, Ok(&admit))), None);
         let down = Refusal::of(&resolve::<()>(Mode::Correctness, Err(NoVerdict::StoreUnreachable))).unwrap();
         assert_eq!((down.http_status, down.grpc_status, down.highest), (503, 14, None));
+        let forged = Refusal::of(&resolve::<()>(Mode::Efficiency, Err(NoVerdict::Unverified))).unwrap();
+        assert_eq!(
+            (forged.class, forged.http_status, forged.grpc_status, forged.highest),
+            (Class::Unverified, 403, 7, None)
+        );
     }
 
     #[test]

@@ -17,12 +17,15 @@
 //! * [`verify`]: a host's check of a validator's verdict against what it knows.
 //! * [`record`]: a stored mark: key, token and CRC32C in one checked text record,
 //!   the one format of every store (file, etcd, the Envoy filter).
+//! * [`audit`]: the audit record of a change of a mark, one JSON line, the one
+//!   format of every host.
 #![no_std]
 #![forbid(unsafe_code)]
 
 #[cfg(test)]
 extern crate std;
 
+pub mod audit;
 pub mod decision;
 pub mod http;
 pub mod record;

@@ -25,12 +25,22 @@ pub enum Class {
     Missing,
     /// The validator could not decide (guest fault, store unreachable).
     Undecided,
+    /// The token would advance the mark, but the lock service did not confirm that
+    /// it issued it (the provenance check): a forged or foreign token.
+    Unverified,
 }
 
 impl Class {
     /// Every class, in counter order.
-    pub const ALL: [Class; 6] =
-        [Class::Admitted, Class::Stale, Class::Replayed, Class::Malformed, Class::Missing, Class::Undecided];
+    pub const ALL: [Class; 7] = [
+        Class::Admitted,
+        Class::Stale,
+        Class::Replayed,
+        Class::Malformed,
+        Class::Missing,
+        Class::Undecided,
+        Class::Unverified,
+    ];
 
     /// This class's position in [`Class::ALL`] (for arrays of counters).
     pub fn index(self) -> usize {
@@ -41,6 +51,7 @@ impl Class {
             Class::Malformed => 3,
             Class::Missing => 4,
             Class::Undecided => 5,
+            Class::Unverified => 6,
         }
     }
 
@@ -53,6 +64,7 @@ impl Class {
             Class::Malformed => "malformed",
             Class::Missing => "missing",
             Class::Undecided => "undecided",
+            Class::Unverified => "unverified",
         }
     }
 
@@ -64,6 +76,8 @@ impl Class {
             Class::Missing => 428,
             Class::Malformed => 400,
             Class::Undecided => 503,
+            // Forbidden: retrying with the same token cannot succeed.
+            Class::Unverified => 403,
         }
     }
 
@@ -77,11 +91,14 @@ impl Class {
             Class::Malformed => 3,
             // UNAVAILABLE: retrying later may succeed.
             Class::Undecided => 14,
+            // PERMISSION_DENIED: the token is not one the caller may use.
+            Class::Unverified => 7,
         }
     }
 }
 
-/// Why no verdict was reached, as far as the mode is concerned.
+/// Why the host does not act on a verdict, as far as the mode is concerned: none was
+/// reached, or the lock service did not vouch for the token an admit would advance to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NoVerdict {
     /// The mark store could not be reached or answered damaged data. The only
@@ -89,8 +106,13 @@ pub enum NoVerdict {
     /// infrastructure, never on what the request carried.
     StoreUnreachable,
     /// Anything else: a validator fault, a verdict that broke the contract, lost
-    /// races, a timeout at the ordering gate. Refused in both modes.
+    /// races, a timeout at the ordering gate, a lock service that could not be asked
+    /// about a token. Refused in both modes.
     Refused,
+    /// The token would advance the mark, but the lock service did not confirm that
+    /// it issued it (the provenance check). Refused in both modes as
+    /// [`Class::Unverified`]: it is what the request carried.
+    Unverified,
 }
 
 /// What the host does with one request.
@@ -117,7 +139,8 @@ impl Action {
 /// Only an admit is forwarded, in both modes, with one exception: efficiency mode
 /// lets a request through when the mark store cannot be reached
 /// ([`NoVerdict::StoreUnreachable`]). Nothing a request carries (a stale, replayed,
-/// malformed or missing token, or one that makes the validator fail) ever passes.
+/// malformed, missing or unverified token, or one that makes the validator fail)
+/// ever passes.
 pub fn resolve<M>(mode: Mode, outcome: Result<&Verdict<M>, NoVerdict>) -> Action {
     let (class, token) = match outcome {
         Ok(Verdict::Admit { mark, .. }) => (Class::Admitted, Some(*mark)),
@@ -125,6 +148,7 @@ pub fn resolve<M>(mode: Mode, outcome: Result<&Verdict<M>, NoVerdict>) -> Action
         Ok(Verdict::Replayed { mark }) => (Class::Replayed, Some(*mark)),
         Ok(Verdict::Malformed(_)) => (Class::Malformed, None),
         Ok(Verdict::Missing) => (Class::Missing, None),
+        Err(NoVerdict::Unverified) => (Class::Unverified, None),
         Err(_) => (Class::Undecided, None),
     };
     let forward = match outcome {
@@ -174,6 +198,27 @@ impl<M: fmt::Display> fmt::Display for Reason<'_, M> {
     }
 }
 
+/// The one-line reason for an unverified refusal ([`NoVerdict::Unverified`]), for
+/// response bodies and logs. `cause` is the lock service's side of it: which token,
+/// and why it is not one the service issued.
+pub struct Unverified<'a> {
+    /// The resource key.
+    pub resource: &'a str,
+    /// Why the lock service did not vouch for the token.
+    pub cause: &'a dyn fmt::Display,
+}
+
+impl fmt::Display for Unverified<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unverified fencing token for {:?}: {}; only a token the lock service issued can advance the mark, \
+             acquire the lock and send its token",
+            self.resource, self.cause
+        )
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -207,6 +252,21 @@ mod tests {
         assert_eq!(stale.token, Token::parse("34").ok());
         assert_eq!(stale.class.http_status(), 409);
         assert_eq!(stale.class.grpc_status(), 9);
+    }
+
+    #[test]
+    fn an_unverified_token_is_refused_403_permission_denied_in_both_modes() {
+        for mode in [Mode::Correctness, Mode::Efficiency] {
+            let action = resolve::<()>(mode, Err(NoVerdict::Unverified));
+            assert!(!action.forward && !action.failed_open(), "{mode:?}");
+            assert_eq!(action.class, Class::Unverified);
+            assert_eq!(action.token, None, "no fencing-highest: the mark did not refuse it");
+            assert_eq!((action.class.http_status(), action.class.grpc_status()), (403, 7));
+            assert_eq!(action.class.name(), "unverified");
+        }
+        let text = std::format!("{}", Unverified { resource: "f", cause: &"etcd has not issued token 9" });
+        assert!(text.starts_with("unverified fencing token for \"f\": etcd has not issued token 9;"), "{text}");
+        assert!(!text.contains('\n'));
     }
 
     #[test]

@@ -7,6 +7,11 @@
 //! Marks: key = prefix + resource (default prefix [`DEFAULT_PREFIX`]), value = the
 //! mark's checked record (`fencekeeper_core::record`). Records are deterministic, so a
 //! Txn that compares record bytes compares marks, and a damaged value never equals one.
+//!
+//! [`provenance`]: the reads and the rules that decide whether etcd issued a token
+//! (the lock's holder, the cluster's revision).
+
+pub mod provenance;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -64,7 +69,11 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 /// A range read of one key.
 pub fn range(key: &[u8]) -> String {
-    json!({ "key": B64.encode(key) }).to_string()
+    range_request(key).to_string()
+}
+
+fn range_request(key: &[u8]) -> Value {
+    json!({ "key": B64.encode(key) })
 }
 
 /// A range read of every key under `prefix` (`limit` 0: all).
@@ -137,6 +146,11 @@ pub enum Op<'a> {
     },
     /// Read.
     Range(Range<'a>),
+    /// Delete one key.
+    Delete {
+        /// The key.
+        key: &'a [u8],
+    },
 }
 
 impl Op<'_> {
@@ -149,6 +163,7 @@ impl Op<'_> {
                 json!({ "request_put": { "key": B64.encode(key), "value": B64.encode(value) } })
             }
             Op::Range(r) => json!({ "request_range": r.json() }),
+            Op::Delete { key } => json!({ "request_delete_range": { "key": B64.encode(key) } }),
         }
     }
 }
@@ -189,6 +204,17 @@ pub fn mark_txn(key: &str, resource: &str, expected: Option<&Token>, new: &Token
     };
     let put = (expected != Some(new)).then(|| record_of(new));
     txn(key.as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()), None, true)
+}
+
+/// A transaction on one key that replaces its value whatever it is, provided it is
+/// still `expect`: put `new`, or delete the key when `new` is `None`. What an operator's
+/// forced repair sends; it never reads back (a lost race is read again by the caller).
+pub fn replace_txn(key: &[u8], expect: Expect<'_>, new: Option<&[u8]>) -> String {
+    let write = match new {
+        Some(value) => Op::Put { key, value, lease: None },
+        None => Op::Delete { key },
+    };
+    txn_ops(key, expect, &[write], &[])
 }
 
 /// A key and its value, decoded from base64.
@@ -235,6 +261,17 @@ struct RawKv {
 struct RawRange {
     #[serde(default)]
     kvs: Vec<RawKv>,
+    #[serde(default)]
+    header: Option<Header>,
+}
+
+/// What a range read answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RangeAnswer {
+    /// The keys read.
+    pub kvs: Vec<KeyValue>,
+    /// The cluster's revision when it was read.
+    pub revision: u64,
 }
 
 #[derive(Deserialize)]
@@ -296,34 +333,28 @@ fn key_values(raw: Vec<RawKv>) -> Result<Vec<KeyValue>, WireError> {
         .collect()
 }
 
-/// Parse the answer to [`range`], [`range_prefix`] or [`Range::body`], with the
-/// cluster's revision.
-pub fn parse_range_at(body: &[u8]) -> Result<(Vec<KeyValue>, u64), WireError> {
-    #[derive(Deserialize)]
-    struct WithHeader {
-        #[serde(default)]
-        kvs: Vec<RawKv>,
-        #[serde(default)]
-        header: Option<Header>,
-    }
-    let raw: WithHeader =
-        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's range answer does not parse: {e}")))?;
-    let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
-    Ok((key_values(raw.kvs)?, revision))
-}
-
 /// Parse the answer to [`range`] or [`range_prefix`].
 pub fn parse_range(body: &[u8]) -> Result<Vec<KeyValue>, WireError> {
+    parse_range_answer(body).map(|a| a.kvs)
+}
+
+/// Parse the answer to a range read with the revision it was read at.
+pub fn parse_range_answer(body: &[u8]) -> Result<RangeAnswer, WireError> {
     let raw: RawRange = serde_json::from_slice(body)
         .map_err(|e| WireError(format!("etcd's range answer does not parse: {}", excerpt(&e.to_string()))))?;
-    key_values(raw.kvs)
+    let revision = header_revision(raw.header.as_ref())?;
+    Ok(RangeAnswer { kvs: key_values(raw.kvs)?, revision })
+}
+
+fn header_revision(header: Option<&Header>) -> Result<u64, WireError> {
+    number(header.and_then(|h| h.revision.as_deref()), "revision")
 }
 
 /// Parse the answer to [`txn`] or [`mark_txn`].
 pub fn parse_txn(body: &[u8]) -> Result<TxnAnswer, WireError> {
     let raw: RawTxn = serde_json::from_slice(body)
         .map_err(|e| WireError(format!("etcd's Txn answer does not parse: {}", excerpt(&e.to_string()))))?;
-    let revision = number(raw.header.as_ref().and_then(|h| h.revision.as_deref()), "revision")?;
+    let revision = header_revision(raw.header.as_ref())?;
     let ranges = raw.responses.into_iter().map(|op| op.response_range.map(|r| r.kvs)).collect();
     Ok(TxnAnswer { succeeded: raw.succeeded, ranges, revision })
 }
@@ -500,6 +531,20 @@ mod tests {
         let parsed = parse_txn(answer.as_bytes()).unwrap();
         assert_eq!((parsed.operations(), parsed.read(1).unwrap()[0].create_revision, parsed.revision), (2, 11, 12));
         assert!(parsed.read(0).is_err(), "a put is not a read");
+    }
+
+    #[test]
+    fn a_replace_puts_or_deletes_only_if_the_value_is_unchanged() {
+        let set = json_of(&replace_txn(b"k", Expect::Value(b"fk2 9 x"), Some(b"fk2 3 y")));
+        assert_eq!(set["compare"][0]["value"], B64.encode("fk2 9 x"));
+        assert_eq!(set["success"][0]["request_put"]["value"], B64.encode("fk2 3 y"));
+        let clear = json_of(&replace_txn(b"k", Expect::Value(b"v"), None));
+        assert_eq!(clear["success"][0]["request_delete_range"]["key"], B64.encode("k"));
+        assert!(clear.get("failure").is_none());
+        let create = json_of(&replace_txn(b"k", Expect::Absent, Some(b"v")));
+        assert_eq!(create["compare"][0]["target"], "CREATE");
+        let read = parse_range_answer(br#"{"header":{"revision":"41"},"kvs":[{"key":"eA==","create_revision":"7"}]}"#);
+        assert_eq!(read.map(|a| (a.revision, a.kvs[0].create_revision)), Ok((41, 7)));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! An empty configuration means: token in `fencing-token`, resource = the request
 //! path, every method but GET/HEAD/OPTIONS fenced, correctness mode, not strict,
-//! marks in etcd through the Envoy cluster `fencekeeper_etcd`. docs/envoy.md is the
+//! marks in etcd through the Envoy cluster `fencekeeper_etcd`, no provenance check
+//! (`fencekeeper envoy-config` writes `"provenance": "weak"`). docs/envoy.md is the
 //! reference for each field.
 
 use fencekeeper_core::http;
@@ -25,6 +26,8 @@ pub struct Config {
     pub etcd: Option<Etcd>,
     /// How many shared-data slot keys hold the local marks.
     pub shared_slots: u32,
+    /// Whether etcd must vouch for a token before it advances a mark.
+    pub provenance: Provenance,
     /// Testing only (the `faults` build, `test-guests/filter_faults.wasm`): a request
     /// carrying this header makes the filter trap. The shipped filter has no such
     /// field and refuses a configuration that sets it.
@@ -46,6 +49,21 @@ pub struct Etcd {
     pub key_prefix: String,
     /// How long one etcd call may take before the request is undecided.
     pub timeout_ms: u64,
+}
+
+/// The provenance check: before a token advances a mark, ask the marks' etcd whether
+/// it issued it (`fencekeeper_etcd_wire::provenance` holds the rules).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Provenance {
+    /// No check.
+    Off,
+    /// The token is not above etcd's revision.
+    Weak,
+    /// The token is the current holder's, of the lock `lock_prefix + resource`.
+    Strong {
+        /// Prepended to the resource to name its lock.
+        lock_prefix: String,
+    },
 }
 
 /// Why a configuration was refused.
@@ -81,6 +99,10 @@ struct Raw {
     etcd: Option<RawEtcd>,
     #[serde(default = "default_slots")]
     shared_slots: u32,
+    #[serde(default)]
+    provenance: RawProvenance,
+    #[serde(default)]
+    lock_prefix: Option<String>,
     #[cfg(feature = "faults")]
     #[serde(default)]
     test_fault_header: Option<String>,
@@ -111,6 +133,15 @@ enum RawMode {
     #[default]
     Correctness,
     Efficiency,
+}
+
+#[derive(Deserialize, Default, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum RawProvenance {
+    #[default]
+    Off,
+    Weak,
+    Strong,
 }
 
 #[derive(Deserialize)]
@@ -211,6 +242,20 @@ impl Config {
             }
             None => None,
         };
+        let provenance = match (raw.provenance, raw.lock_prefix) {
+            (RawProvenance::Off, None) => Provenance::Off,
+            (_, _) if etcd.is_none() => {
+                return Err(ConfigError("provenance and lock_prefix need etcd: the check asks etcd".into()))
+            }
+            (RawProvenance::Weak, None) => Provenance::Weak,
+            (RawProvenance::Strong, Some(lock_prefix)) => Provenance::Strong { lock_prefix },
+            (RawProvenance::Strong, None) => {
+                return Err(ConfigError(
+                    "provenance \"strong\" needs lock_prefix (a resource's lock is lock_prefix + resource)".into(),
+                ))
+            }
+            (_, Some(_)) => return Err(ConfigError("lock_prefix goes with provenance \"strong\"".into())),
+        };
         if !(1..=65536).contains(&raw.shared_slots) {
             return Err(ConfigError("shared_slots must be between 1 and 65536".into()));
         }
@@ -221,6 +266,7 @@ impl Config {
             policy: Policy { mode, strict: raw.strict },
             etcd,
             shared_slots: raw.shared_slots,
+            provenance,
             #[cfg(feature = "faults")]
             test_fault_header: raw.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
         })
@@ -268,6 +314,23 @@ mod tests {
             (r#"{"fenced_methods":[]}"#, "nothing would be fenced"),
             (r#"{"shared_slots":0}"#, "shared_slots"),
             ("{", "not valid"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn provenance_is_off_by_default_and_asks_etcd_when_on() {
+        assert_eq!(Config::parse(b"").unwrap().provenance, Provenance::Off);
+        assert_eq!(Config::parse(br#"{"provenance":"weak"}"#).unwrap().provenance, Provenance::Weak);
+        let strong = Config::parse(br#"{"provenance":"strong","lock_prefix":"/locks/"}"#).unwrap();
+        assert_eq!(strong.provenance, Provenance::Strong { lock_prefix: "/locks/".into() });
+        for (json, needle) in [
+            (r#"{"provenance":"strong"}"#, "needs lock_prefix"),
+            (r#"{"provenance":"weak","lock_prefix":"/l/"}"#, "goes with provenance"),
+            (r#"{"mode":"efficiency","etcd":null,"provenance":"weak"}"#, "need etcd"),
+            (r#"{"provenance":"yes"}"#, "unknown variant"),
         ] {
             let e = Config::parse(json.as_bytes()).unwrap_err();
             assert!(e.0.contains(needle), "{json}: {e}");

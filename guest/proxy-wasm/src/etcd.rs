@@ -18,7 +18,8 @@
 //! request is undecided, never admitted against a lower mark.
 
 use fencekeeper_core::Token;
-use fencekeeper_etcd_wire::{self as wire, MarkError};
+use fencekeeper_etcd_wire::provenance as rules;
+use fencekeeper_etcd_wire::{self as wire, KeyValue, MarkError};
 
 pub use wire::TXN_PATH;
 
@@ -49,23 +50,36 @@ impl std::fmt::Display for EtcdError {
 
 /// Parse the gateway's answer to [`txn`] on `resource`'s mark.
 pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcome, EtcdError> {
-    match status.map(str::parse::<u16>) {
-        Some(Ok(200)) => {}
-        Some(Ok(code)) => return Err(EtcdError(wire::status_error(code, body).0)),
-        _ => return Err(EtcdError(format!("etcd answered status {}", wire::excerpt(status.unwrap_or("none"))))),
-    }
+    answer(status, body, resource).map(|(outcome, _)| outcome)
+}
+
+/// [`parse`], with the cluster's revision the answer carried.
+pub fn answer(status: Option<&str>, body: &[u8], resource: &str) -> Result<(Outcome, u64), EtcdError> {
+    ok_status(status, body)?;
     let answer = wire::parse_txn(body).map_err(|e| EtcdError(e.0))?;
     if answer.succeeded {
-        return Ok(Outcome::Succeeded);
+        return Ok((Outcome::Succeeded, answer.revision));
     }
+    // The failure branch's one read: an answer without it is an error, never "no mark".
     let read = answer.read(0).map_err(|e| EtcdError(e.0))?;
-    let Some(kv) = read.first() else {
-        return Ok(Outcome::Current(None));
-    };
-    // A value that is not this resource's verified record is a store fault, never a
-    // reason to admit. The resource is quoted and cut: an error is one bounded line.
+    let mark = read.first().map(|kv| verified(resource, &kv.value)).transpose()?;
+    Ok((Outcome::Current(mark), answer.revision))
+}
+
+fn ok_status(status: Option<&str>, body: &[u8]) -> Result<(), EtcdError> {
+    match status.map(str::parse::<u16>) {
+        Some(Ok(200)) => Ok(()),
+        Some(Ok(code)) => Err(EtcdError(wire::status_error(code, body).0)),
+        _ => Err(EtcdError(format!("etcd answered status {}", wire::excerpt(status.unwrap_or("none"))))),
+    }
+}
+
+/// A value read back, as `resource`'s mark. A value that is not this resource's
+/// verified record is a store fault, never a reason to admit. The resource is quoted
+/// and cut: an error is one bounded line.
+fn verified(resource: &str, value: &[u8]) -> Result<Token, EtcdError> {
     let quoted = wire::excerpt(resource);
-    let mark = wire::mark_of(resource, &kv.value).map_err(|e| {
+    wire::mark_of(resource, value).map_err(|e| {
         EtcdError(match e {
             MarkError::OldFormat => format!(
                 "etcd holds the mark of {quoted} in the old format without a checksum; \
@@ -73,8 +87,32 @@ pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcom
             ),
             MarkError::Damaged(other) => format!("etcd holds a damaged mark for {quoted}: {other}"),
         })
-    })?;
-    Ok(Outcome::Current(Some(mark)))
+    })
+}
+
+/// The body of the vouching read before an advance: `resource`'s mark at `key`, and
+/// with `lock` (the strong check) the holder of that lock, in one read-only Txn.
+pub fn vouch(key: &str, lock: Option<&str>) -> Vec<u8> {
+    rules::vouch_txn(key, lock).into_bytes()
+}
+
+/// What the vouching read found.
+#[derive(Debug, PartialEq)]
+pub struct Found {
+    /// `resource`'s mark, verified (`None`: no mark).
+    pub mark: Option<Token>,
+    /// The lock's holder, when the lock was read and is held.
+    pub holder: Option<KeyValue>,
+    /// The cluster's revision at the read.
+    pub revision: u64,
+}
+
+/// Parse the answer to [`vouch`] on `resource`.
+pub fn parse_vouch(status: Option<&str>, body: &[u8], resource: &str) -> Result<Found, EtcdError> {
+    ok_status(status, body)?;
+    let answer = rules::parse_vouch_txn(body).map_err(|e| EtcdError(e.0))?;
+    let mark = answer.mark.map(|kv| verified(resource, &kv.value)).transpose()?;
+    Ok(Found { mark, holder: answer.holder, revision: answer.revision })
 }
 
 #[cfg(test)]
@@ -122,6 +160,29 @@ mod tests {
         assert!(parse(Some("200"), answer(&value("q", "50")).as_bytes(), "r").is_err(), "another resource's record");
         let bare = parse(Some("200"), answer(&B64.encode("34")).as_bytes(), "r").unwrap_err();
         assert!(bare.0.contains("old format") && bare.0.contains("--upgrade"), "{bare}");
+    }
+
+    #[test]
+    fn the_vouching_read_gives_the_verified_mark_the_holder_and_the_revision() {
+        let body = vouch("/fencekeeper/marks/r", Some("/locks/r"));
+        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(sent["success"].as_array().map(Vec::len), Some(2));
+        let holder = B64.encode("/locks/r/694d");
+        let answer = format!(
+            r#"{{"header":{{"revision":"57"}},"succeeded":true,"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{}"}}]}}}},{{"response_range":{{"kvs":[{{"key":"{holder}","create_revision":"40"}}]}}}}]}}"#,
+            value("r", "33")
+        );
+        let found = parse_vouch(Some("200"), answer.as_bytes(), "r").unwrap();
+        assert_eq!((found.mark, found.revision), (Some(t("33")), 57));
+        assert_eq!(found.holder.map(|h| h.create_revision), Some(40));
+        assert!(parse_vouch(Some("200"), answer.as_bytes(), "q").is_err(), "another resource's record");
+        assert!(parse_vouch(Some("503"), b"", "r").is_err());
+        let (_, revision) = answer_of(br#"{"header":{"revision":"9"},"succeeded":true}"#);
+        assert_eq!(revision, 9);
+    }
+
+    fn answer_of(body: &[u8]) -> (Outcome, u64) {
+        super::answer(Some("200"), body, "x").unwrap()
     }
 
     #[test]

@@ -7,8 +7,10 @@
 //!
 //! # Layout
 //! * [`config`]: the JSON plugin configuration.
+//! * [`headers`]: the request headers the filter reads, in one host call.
 //! * [`slots`]: marks in the proxy's shared data, race-free for new resources.
 //! * [`etcd`]: marks in etcd through its v3 JSON gateway (correctness mode).
+//! * [`vouch`]: the provenance step: etcd vouches for a token before it advances a mark.
 //! * [`request`]: the per-request state machine (the HTTP context).
 
 // Natively (unit tests) nothing registers the root context.
@@ -16,14 +18,17 @@
 
 pub mod config;
 pub mod etcd;
+pub mod headers;
 pub mod request;
 pub mod slots;
+pub mod vouch;
 
 use config::Config;
 use fencekeeper_core::Class;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, MetricType};
+use std::cell::Cell;
 use std::rc::Rc;
 
 /// The module's entry point (`_initialize`): registers the root context.
@@ -77,6 +82,18 @@ pub struct Filter {
     pub metrics: Metrics,
     /// The shared-data marks.
     pub slots: slots::Slots,
+    /// Where the marks live, as the audit record names it.
+    pub store: String,
+    /// The highest etcd revision this worker has seen in an answer: the weak
+    /// provenance check of a token at or below it needs no read.
+    pub revision: Cell<u64>,
+}
+
+impl Filter {
+    /// Remember that etcd has reached `revision`.
+    pub fn saw(&self, revision: u64) {
+        self.revision.set(self.revision.get().max(revision));
+    }
 }
 
 struct Root {
@@ -107,7 +124,11 @@ impl RootContext for Root {
                 return false;
             }
         };
-        self.filter = Some(Rc::new(Filter { config, metrics, slots }));
+        let store = match &config.etcd {
+            Some(e) => format!("etcd cluster {} prefix {}", e.cluster, e.key_prefix),
+            None => "envoy shared data".to_owned(),
+        };
+        self.filter = Some(Rc::new(Filter { config, metrics, slots, store, revision: Cell::new(0) }));
         true
     }
 

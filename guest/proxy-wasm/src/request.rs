@@ -5,16 +5,27 @@
 //! on its own (marks only rise, so a token below it is surely stale), but only an
 //! etcd transaction admits: compare the mark we expect, advance or confirm, and on
 //! a failed compare decide again against the mark etcd returned.
+//!
+//! With a provenance check, a token that would advance the mark is first vouched
+//! for ([`vouch`](crate::vouch)): by a revision already seen, or by one read that
+//! also returns the exact mark. So an etcd round is one of two calls: the vouching
+//! read, or the mark transaction ([`Stage`]).
+//!
+//! Every mark the filter raises is logged at info as an audit record
+//! (`fencekeeper-audit: {json}`), with the client's address.
 
-use crate::etcd::{self, Outcome};
+use crate::etcd::{self, EtcdError, Outcome};
+use crate::headers::Seen;
+use crate::vouch::{self, Next};
 use crate::Filter;
+use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
-use fencekeeper_core::refusal::{resolve, NoVerdict, Reason};
+use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Class, Token, Verdict};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// How many etcd transactions one request may take before it is undecided.
 const MAX_ETCD_ROUNDS: u32 = 8;
@@ -29,62 +40,32 @@ pub struct Request {
     admitted_sent: bool,
 }
 
-/// The request headers the filter reads, taken in one host call: every call into
-/// Envoy crosses V8's boundary, and that crossing is most of the filter's cost.
-#[derive(Default)]
-struct Seen {
-    method: Vec<u8>,
-    path: Vec<u8>,
-    token: Option<Vec<u8>>,
-    resource: Option<Vec<u8>>,
-    content_type: Option<Vec<u8>>,
-    admitted: bool,
-    #[cfg(feature = "faults")]
-    fault: bool,
-}
-
-impl Seen {
-    /// The first value of each header the filter needs (names arrive lower-case).
-    fn from(headers: Vec<(String, Vec<u8>)>, filter: &Filter) -> Seen {
-        let mut seen = Seen::default();
-        let resource_header = filter.config.resource.header();
-        for (name, value) in headers {
-            let slot = match name.as_str() {
-                ":method" => Some(&mut seen.method),
-                ":path" => Some(&mut seen.path),
-                _ => None,
-            };
-            if let Some(slot) = slot {
-                if slot.is_empty() {
-                    *slot = value;
-                }
-                continue;
-            }
-            if name == filter.config.token_header {
-                seen.token.get_or_insert(value);
-            } else if Some(name.as_str()) == resource_header {
-                seen.resource.get_or_insert(value);
-            } else if name == "content-type" {
-                seen.content_type.get_or_insert(value);
-            } else if name == ADMITTED_HEADER {
-                seen.admitted = true;
-            }
-            #[cfg(feature = "faults")]
-            if filter.config.test_fault_header.as_deref() == Some(name.as_str()) {
-                seen.fault = true;
-            }
-        }
-        seen
-    }
-}
-
 /// A request waiting for etcd.
 struct Pending {
     resource: String,
     token: Token,
+    /// The token as the client sent it (for the audit record).
+    text: String,
     expected: Option<Token>,
     rounds: u32,
+    /// etcd vouched for the token (or no check is configured).
+    vouched: bool,
+    /// The call in flight.
+    stage: Stage,
 }
+
+/// Which etcd call a request waits for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// The vouching read: the exact mark, the revision, the lock's holder.
+    Vouch,
+    /// The mark transaction: compare, then advance or confirm.
+    Mark,
+}
+
+/// What an etcd answer leads to: a verdict (or why none) and its cause, or `None`
+/// to call etcd again.
+type Answered = Option<(Result<Verdict, NoVerdict>, String)>;
 
 impl Request {
     /// A request of `filter`.
@@ -120,8 +101,10 @@ impl Request {
         };
         match decide(&f.config.policy, presented.as_deref(), cached.as_ref()) {
             Verdict::Admit { mark: token, .. } => {
-                self.pending = Some(Pending { resource, token, expected: cached, rounds: 0 });
-                self.send_txn()
+                let text = presented.unwrap_or_default();
+                let (expected, stage) = (cached, Stage::Mark);
+                self.pending = Some(Pending { resource, token, text, expected, rounds: 0, vouched: false, stage });
+                self.call_etcd()
             }
             refusal => self.finish(Ok(refusal), &resource, &""),
         }
@@ -139,8 +122,12 @@ impl Request {
             let Verdict::Admit { mark, advanced: true } = verdict else {
                 return self.finish(Ok(verdict), resource, &"");
             };
+            let old = read.mark(resource);
             match f.slots.write(read, resource, mark) {
-                Ok(true) => return self.finish(Ok(verdict), resource, &""),
+                Ok(true) => {
+                    self.audit(resource, old, mark, presented.unwrap_or_default().to_owned());
+                    return self.finish(Ok(verdict), resource, &"");
+                }
                 Ok(false) => continue,
                 Err(e) => return self.finish(Err(NoVerdict::StoreUnreachable), resource, &e),
             }
@@ -148,11 +135,26 @@ impl Request {
         self.finish(Err(NoVerdict::Refused), resource, &"shared-data compare-and-swap kept losing")
     }
 
-    fn send_txn(&mut self) -> Action {
-        let (Some(p), Some(e)) = (&self.pending, &self.filter.config.etcd) else {
+    /// The next etcd call of the pending request: the vouching read while its token
+    /// would advance the mark and is not vouched for yet, else the mark transaction.
+    fn call_etcd(&mut self) -> Action {
+        let f = Rc::clone(&self.filter);
+        let (Some(p), Some(e)) = (self.pending.as_mut(), &f.config.etcd) else {
             return Action::Continue;
         };
-        let body = etcd::txn(&format!("{}{}", e.key_prefix, p.resource), &p.resource, p.expected.as_ref(), &p.token);
+        let advancing = p.expected.as_ref() != Some(&p.token);
+        if advancing && !p.vouched {
+            p.vouched = vouch::vouched_without_read(&f.config.provenance, &p.token, f.revision.get());
+        }
+        let key = format!("{}{}", e.key_prefix, p.resource);
+        let body = if advancing && !p.vouched {
+            p.stage = Stage::Vouch;
+            etcd::vouch(&key, vouch::lock(&f.config.provenance, &p.resource).as_deref())
+        } else {
+            p.stage = Stage::Mark;
+            etcd::txn(&key, &p.resource, p.expected.as_ref(), &p.token)
+        };
+        let resource = p.resource.clone();
         let headers = vec![
             (":method", "POST"),
             (":path", etcd::TXN_PATH),
@@ -162,25 +164,53 @@ impl Request {
         match self.dispatch_http_call(&e.cluster, headers, Some(&body), vec![], Duration::from_millis(e.timeout_ms)) {
             Ok(_) => Action::Pause,
             Err(s) => {
-                let resource = p.resource.clone();
                 let cause = format!("cannot call etcd cluster {:?} ({s:?})", e.cluster);
                 self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause)
             }
         }
     }
 
-    /// The verdict for an etcd answer, or `None` to ask again.
-    fn on_etcd(&mut self, outcome: Result<Outcome, etcd::EtcdError>) -> Option<(Result<Verdict, NoVerdict>, String)> {
+    /// The answer to the vouching read.
+    fn on_vouch(&mut self, found: Result<etcd::Found, EtcdError>) -> Answered {
+        let f = Rc::clone(&self.filter);
+        let p = self.pending.as_mut()?;
+        let found = match found {
+            // Asked for by what the request carried: refused in both modes (503).
+            Err(e) => return Some((Err(NoVerdict::Refused), format!("the lock service cannot check the token: {e}"))),
+            Ok(found) => found,
+        };
+        f.saw(found.revision);
+        if let Some(m) = found.mark {
+            let _ = f.slots.raise(&p.resource, m);
+        }
+        match vouch::judge(&f.config.provenance, &f.config.policy, &p.resource, p.token, &found) {
+            Next::Decided(verdict) => Some((Ok(verdict), String::new())),
+            Next::Unverified(why) => Some((Err(NoVerdict::Unverified), why)),
+            Next::Advance(expected) => {
+                (p.vouched, p.expected) = (true, expected);
+                None
+            }
+        }
+    }
+
+    /// The verdict for the mark transaction's answer, or `None` to ask again.
+    fn on_etcd(&mut self, outcome: Result<(Outcome, u64), EtcdError>) -> Answered {
         let f = Rc::clone(&self.filter);
         let p = self.pending.as_mut()?;
         let current = match outcome {
             Err(e) => return Some((Err(NoVerdict::StoreUnreachable), e.0)),
-            Ok(Outcome::Succeeded) => {
+            Ok((outcome, revision)) => {
+                f.saw(revision);
+                outcome
+            }
+        };
+        let current = match current {
+            Outcome::Succeeded => {
                 let advanced = p.expected.as_ref() != Some(&p.token);
                 let _ = f.slots.raise(&p.resource, p.token);
                 return Some((Ok(Verdict::Admit { mark: p.token, advanced }), String::new()));
             }
-            Ok(Outcome::Current(current)) => current,
+            Outcome::Current(current) => current,
         };
         if let Some(m) = current {
             let _ = f.slots.raise(&p.resource, m);
@@ -200,11 +230,43 @@ impl Request {
         }
     }
 
+    /// Log the mark this request raised, as an audit record at info level.
+    fn audit(&self, resource: &str, old: Option<Token>, new: Token, token: String) {
+        let unix_ms = self.get_current_time().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let client = self.client();
+        let entry = Entry {
+            unix_ms,
+            host: "envoy",
+            reason: Change::Advance,
+            resource,
+            old,
+            old_damaged: None,
+            new: Some(new),
+            token: Some(&token),
+            client: client.as_deref(),
+            user: None,
+            store: &self.filter.store,
+        };
+        log::info!("{LOG_PREFIX}{entry}");
+    }
+
+    /// The downstream address (`source.address`), if Envoy gives it.
+    fn client(&self) -> Option<String> {
+        self.get_property(vec!["source", "address"]).map(|a| String::from_utf8_lossy(&a).into_owned())
+    }
+
     /// Forward or refuse, as the core resolves the verdict (or why there is none).
     fn finish(&mut self, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &dyn std::fmt::Display) -> Action {
         let f = Rc::clone(&self.filter);
         let action = resolve(f.config.policy.mode, outcome.as_ref().map_err(|e| *e));
         f.metrics.count(action.class, action.failed_open());
+        if outcome == Err(NoVerdict::Unverified) {
+            let reason = Unverified { resource, cause }.to_string();
+            let client = self.client().unwrap_or_else(|| "an unknown client".to_owned());
+            log::warn!("fencekeeper: refused a token from {client}: {reason}");
+            self.refuse(&action, &reason);
+            return Action::Pause;
+        }
         let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause };
         if action.forward {
             if let (Class::Admitted, Some(t)) = (action.class, action.token) {
@@ -219,7 +281,8 @@ impl Request {
             return Action::Continue;
         }
         if action.class == Class::Undecided {
-            log::warn!("fencekeeper: {reason}");
+            let client = self.client().unwrap_or_else(|| "an unknown client".to_owned());
+            log::warn!("fencekeeper: refused a write from {client}: {reason}");
         }
         self.refuse(&action, &reason.to_string());
         Action::Pause
@@ -256,6 +319,7 @@ fn resource_mark(f: &Filter, resource: &str) -> Result<Option<Token>, String> {
 fn grpc_code(code: u32) -> GrpcStatusCode {
     match code {
         3 => GrpcStatusCode::InvalidArgument,
+        7 => GrpcStatusCode::PermissionDenied,
         9 => GrpcStatusCode::FailedPrecondition,
         14 => GrpcStatusCode::Unavailable,
         _ => GrpcStatusCode::Unknown,
@@ -266,18 +330,26 @@ impl Context for Request {
     fn on_http_call_response(&mut self, _token: u32, _headers: usize, body_size: usize, _trailers: usize) {
         let status = self.get_http_call_response_header(":status");
         let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
-        let resource = self.pending.as_ref().map(|p| p.resource.clone()).unwrap_or_default();
-        match self.on_etcd(etcd::parse(status.as_deref(), &body, &resource)) {
-            None => {
-                if let Action::Continue = self.send_txn() {
-                    self.resume_http_request();
-                }
-            }
+        let Some(p) = self.pending.as_ref() else { return };
+        let (resource, stage) = (p.resource.clone(), p.stage);
+        let answered = match stage {
+            Stage::Vouch => self.on_vouch(etcd::parse_vouch(status.as_deref(), &body, &resource)),
+            Stage::Mark => self.on_etcd(etcd::answer(status.as_deref(), &body, &resource)),
+        };
+        let next = match answered {
+            None => self.call_etcd(),
             Some((verdict, cause)) => {
-                if let Action::Continue = self.finish(verdict, &resource, &cause) {
-                    self.resume_http_request();
+                if let (Ok(Verdict::Admit { mark, advanced: true }), Some(p)) = (&verdict, &self.pending) {
+                    // Only a committed put answers an advancing admit; `expected` is
+                    // what it compared.
+                    let (old, text) = (p.expected, p.text.clone());
+                    self.audit(&resource, old, *mark, text);
                 }
+                self.finish(verdict, &resource, &cause)
             }
+        };
+        if let Action::Continue = next {
+            self.resume_http_request();
         }
     }
 }

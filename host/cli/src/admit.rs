@@ -4,6 +4,7 @@
 //! (the guest or the store cannot be used, a damaged record included).
 
 use anyhow::Context;
+use fencekeeper::audit::{self, AuditLog, Change, Entry};
 use fencekeeper::guard::Undecided;
 use fencekeeper::store::FileStore;
 use fencekeeper::validator::{Conformance, GuestSource, Limits, Validator};
@@ -33,6 +34,10 @@ pub struct Args {
     /// Print one JSON object instead of a line of text.
     #[arg(long)]
     json: bool,
+    /// When the write raises the mark, append the change to this file as a JSON line
+    /// (the audit record every host writes); opened before the store is touched.
+    #[arg(long, value_name = "PATH")]
+    audit: Option<PathBuf>,
     /// The protected resource (1 to 1024 bytes of UTF-8).
     resource: String,
     /// The fencing token the writer holds; omit it for a write that carries none.
@@ -91,6 +96,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(dir) = args.store.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
+    // Opened first: an advance that could not be audited is not made.
+    let audit = args.audit.as_ref().map(AuditLog::open).transpose()?;
     let store = FileStore::open(&args.store)?;
     let guard = Guard::new(Arc::new(validator), Arc::new(store));
 
@@ -99,6 +106,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // command, in either mode, as a store that cannot be opened is: exit 2, one line.
     if let Some(Undecided::Store(e)) = decision.undecided {
         return Err(e.into());
+    }
+    if let (Some(log), Some(advance)) = (&audit, decision.advance) {
+        let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
+        log.append(&Entry {
+            unix_ms: audit::now_ms(),
+            host: "cli",
+            reason: Change::Advance,
+            resource: &args.resource,
+            old: advance.from,
+            old_damaged: None,
+            new: Some(advance.to),
+            token: args.token.as_deref(),
+            client: None,
+            user: user.as_deref(),
+            store: &format!("file {}", args.store.display()),
+        })
+        .context("the mark advanced, but writing the audit log failed")?;
     }
     let reason = decision.reason(&args.resource);
     if args.json {

@@ -10,6 +10,7 @@
 //! installed `fencekeeper` writes it next to the configuration (`--write-filter`),
 //! so a generated configuration never points into a build tree.
 
+use crate::provenance::{etcd_check, ProvenanceArg};
 use anyhow::{bail, Context, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -68,6 +69,14 @@ pub struct Args {
     /// Refuse a token equal to the mark (each token admits once).
     #[arg(long)]
     strict: bool,
+    /// Before a token advances a mark, check that etcd (the marks' etcd) issued it:
+    /// weak (not above etcd's revision), strong (the current holder's, of the lock
+    /// LOCK_PREFIX + resource) or off. Default: weak with etcd, off with --no-etcd.
+    #[arg(long, value_enum)]
+    provenance: Option<ProvenanceArg>,
+    /// With --provenance strong: a resource's lock is this prefix + the resource.
+    #[arg(long)]
+    lock_prefix: Option<String>,
     /// Take the resource key from this request header instead of the path.
     #[arg(long)]
     resource_header: Option<String>,
@@ -135,6 +144,10 @@ fn plugin_config(args: &Args) -> serde_json::Value {
         c.insert("etcd".into(), serde_json::Value::Null);
     } else {
         c.insert("etcd".into(), serde_json::json!({"cluster": "fencekeeper_etcd", "timeout_ms": 1000}));
+        c.insert("provenance".into(), provenance(args).name().into());
+        if let Some(prefix) = &args.lock_prefix {
+            c.insert("lock_prefix".into(), prefix.clone().into());
+        }
     }
     let mut resource = serde_json::Map::new();
     match &args.resource_header {
@@ -154,6 +167,11 @@ fn plugin_config(args: &Args) -> serde_json::Value {
         c.insert("test_fault_header".into(), h.clone().into());
     }
     c.into()
+}
+
+/// The provenance check: asked for, or weak wherever there is etcd to ask.
+fn provenance(args: &Args) -> ProvenanceArg {
+    args.provenance.unwrap_or(if args.no_etcd { ProvenanceArg::Off } else { ProvenanceArg::Weak })
 }
 
 /// A cluster pointing at HOST:PORT.
@@ -219,6 +237,13 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     if args.no_etcd && args.mode == "correctness" {
         bail!("--no-etcd needs --mode efficiency: correctness mode keeps marks in etcd (shared data dies with Envoy)");
     }
+    if args.no_etcd && provenance(args) != ProvenanceArg::Off {
+        bail!(
+            "--provenance {} asks etcd whether it issued a token: it needs etcd, not --no-etcd",
+            provenance(args).name()
+        );
+    }
+    etcd_check(provenance(args), args.lock_prefix.as_deref())?;
     let config = serde_json::to_string(&plugin_config(args))?;
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());

@@ -1,11 +1,12 @@
 //! `fencekeeper marks`: list a store's marks, or show one resource's mark; with
-//! `--verify`, `--raise` or `--upgrade`, check or repair the store (`repair.rs`).
+//! `--verify`, `--raise`, `--set`, `--clear` or `--upgrade`, check or repair the
+//! store (`repair.rs`).
 //! Exit 0 found, 1 the resource has no mark, 2 the store cannot be read. A missing
 //! or corrupt store is an error: inspecting never creates or replaces one.
 
 use crate::admit::DEFAULT_STORE;
 use crate::repair;
-use fencekeeper::store::{EtcdStore, FileStore, Repair};
+use fencekeeper::store::{EtcdOptions, EtcdStore, FileStore, Repair};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -32,14 +33,29 @@ pub struct Args {
     /// (exit 1) unless TOKEN is above the mark. Logged on stderr.
     #[arg(long, group = "action", num_args = 2, value_names = ["RESOURCE", "TOKEN"], conflicts_with = "resource")]
     pub raise: Option<Vec<String>>,
-    /// With --raise: also append the change as a JSON line to this file.
-    #[arg(long, requires = "raise", value_name = "PATH")]
+    /// Set RESOURCE's mark to TOKEN by force, lower included (needs --force): to undo
+    /// a mark a forged token raised. Logged on stderr.
+    #[arg(long, group = "action", num_args = 2, value_names = ["RESOURCE", "TOKEN"], conflicts_with = "resource")]
+    pub set: Option<Vec<String>>,
+    /// Remove RESOURCE's mark by force (needs --force): its next token is admitted,
+    /// whatever it is. Logged on stderr.
+    #[arg(long, group = "action", value_name = "RESOURCE", conflicts_with = "resource")]
+    pub clear: Option<String>,
+    /// Confirm --set or --clear, which can lower a mark.
+    #[arg(long)]
+    pub force: bool,
+    /// With --raise, --set or --clear: also append the change to this file as a JSON
+    /// line (the audit record every host writes).
+    #[arg(long, value_name = "PATH")]
     pub audit: Option<PathBuf>,
     /// Convert a store of the old format (bare tokens, no checksums) to checked records.
     #[arg(long, group = "action", conflicts_with = "resource")]
     pub upgrade: bool,
     /// Show only this resource's mark (exit 1 if it has none).
     pub resource: Option<String>,
+    /// TLS and user for etcd.
+    #[command(flatten)]
+    pub etcd_connection: crate::etcd_connection::EtcdConnection,
 }
 
 impl Args {
@@ -48,6 +64,14 @@ impl Args {
         match &self.etcd {
             Some(url) => format!("etcd {url} prefix {}", self.etcd_prefix),
             None => self.store.display().to_string(),
+        }
+    }
+
+    /// The store, as the audit log names it (the gateway's spelling).
+    pub fn audit_store(&self) -> String {
+        match &self.etcd {
+            Some(url) => format!("etcd {} prefix {}", fencekeeper_gateway::config::with_scheme(url), self.etcd_prefix),
+            None => format!("file {}", self.store.display()),
         }
     }
 }
@@ -61,8 +85,9 @@ struct Entry {
 /// Open the store named by the arguments; a file store must exist already.
 pub fn open(args: &Args) -> anyhow::Result<Box<dyn Repair>> {
     if let Some(url) = &args.etcd {
-        let url = fencekeeper_gateway::config::with_scheme(url);
-        return Ok(Box::new(EtcdStore::with_options(&url, &args.etcd_prefix, Duration::from_secs(5))?));
+        let options =
+            EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options(&args.etcd_prefix)? };
+        return Ok(Box::new(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &options)?));
     }
     // Opening a missing file would create an empty store; an inspection must not.
     anyhow::ensure!(
@@ -78,8 +103,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.verify {
         return repair::verify(&args);
     }
+    let changes = args.raise.is_some() || args.set.is_some() || args.clear.is_some();
+    anyhow::ensure!(args.audit.is_none() || changes, "--audit goes with --raise, --set or --clear");
+    anyhow::ensure!(!args.force || args.set.is_some() || args.clear.is_some(), "--force goes with --set or --clear");
     if let Some(raise) = &args.raise {
         return repair::raise(&args, raise);
+    }
+    if let Some(set) = &args.set {
+        let [resource, token] = &set[..] else {
+            anyhow::bail!("--set takes RESOURCE TOKEN");
+        };
+        return repair::force(&args, resource, Some(token));
+    }
+    if let Some(resource) = &args.clear {
+        return repair::force(&args, resource, None);
     }
     if args.upgrade {
         return repair::upgrade(&args);

@@ -1,18 +1,22 @@
-//! `fencekeeper marks --verify | --raise RESOURCE TOKEN | --upgrade`: check a store
-//! record by record, raise a lost or damaged mark by hand, convert an old store.
+//! `fencekeeper marks --verify | --raise RESOURCE TOKEN | --set RESOURCE TOKEN |
+//! --clear RESOURCE | --upgrade`: check a store record by record, raise a lost or
+//! damaged mark by hand, set or clear one by force, convert an old store.
 //!
-//! A raise only ever raises, and is logged: one line on stderr, and with `--audit
-//! PATH` one JSON line appended to that file (written before the command reports
-//! success; if it cannot be opened, nothing is raised). Lowering or clearing a mark
-//! is a different act and not done here.
+//! `--set RESOURCE TOKEN --force` and `--clear RESOURCE --force` replace or remove a
+//! mark, lower included: to undo a mark a forged token raised.
+//!
+//! A raise only ever raises. Every change is logged: one line on stderr, and with
+//! `--audit PATH` the audit record (`fencekeeper_core::audit`, the one format every
+//! host writes) appended to that file, written before the command reports success; if
+//! the file cannot be opened, nothing is changed.
 
 use crate::marks::{self, print_table, Args};
 use anyhow::Context;
+use fencekeeper::audit::{AuditLog, Change, Entry};
 use fencekeeper::store::{EtcdStore, FileStore, Previous, Raise, Upgrade};
 use fencekeeper::Token;
-use std::io::Write;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 #[derive(serde::Serialize)]
 struct Checked {
@@ -45,19 +49,6 @@ pub fn verify(args: &Args) -> anyhow::Result<ExitCode> {
     Ok(if damaged == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
 
-/// One entry of the audit file.
-#[derive(serde::Serialize)]
-struct Audit<'a> {
-    unix_ms: u128,
-    action: &'static str,
-    store: String,
-    resource: &'a str,
-    previous: Option<String>,
-    previous_damaged: Option<&'a str>,
-    mark: String,
-    user: Option<String>,
-}
-
 /// `--raise RESOURCE TOKEN`: set the mark if that raises it; exit 1 if it would not.
 pub fn raise(args: &Args, raise: &[String]) -> anyhow::Result<ExitCode> {
     let [resource, token] = raise else {
@@ -65,27 +56,10 @@ pub fn raise(args: &Args, raise: &[String]) -> anyhow::Result<ExitCode> {
     };
     let to = Token::parse(token).map_err(|e| anyhow::anyhow!("cannot raise to {token:?}: {e}"))?;
     // Opened before the raise, so a raise that cannot be audited does not happen.
-    let mut audit = args
-        .audit
-        .as_ref()
-        .map(|path| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .with_context(|| format!("cannot open the audit file {}", path.display()))
-        })
-        .transpose()?;
+    let audit = open_audit(args)?;
     let store = marks::open(args)?;
-    let (previous, shown) = match store.raise(resource, &to)? {
-        Raise::Raised(previous) => {
-            let shown = match &previous {
-                Previous::None => "no mark".to_owned(),
-                Previous::Mark(m) => m.to_string(),
-                Previous::Damaged(why) => format!("a damaged record ({why})"),
-            };
-            (previous, shown)
-        }
+    let previous = match store.raise(resource, &to)? {
+        Raise::Raised(previous) => previous,
         Raise::Refused { floor, previous } => {
             let seen = match previous {
                 Previous::Damaged(_) => format!("its damaged record still shows {floor}"),
@@ -95,30 +69,98 @@ pub fn raise(args: &Args, raise: &[String]) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    println!("raised the mark of {resource:?} from {shown} to {to}");
-    eprintln!("fencekeeper: audit: raised the mark of {resource:?} in {} from {shown} to {to}", args.describe());
-    if let Some(file) = &mut audit {
-        let entry = Audit {
-            unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_millis(),
-            action: "raise",
-            store: args.describe(),
+    let change = Changed { reason: Change::Raise, resource, previous, new: Some(to), token: Some(token) };
+    println!("{}", change.summary(None));
+    change.record(args, audit.as_ref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--set RESOURCE TOKEN --force` and `--clear RESOURCE --force`: replace or remove a
+/// mark whatever it is, lower included. Without `--force`, nothing is done (exit 2).
+pub fn force(args: &Args, resource: &str, token: Option<&str>) -> anyhow::Result<ExitCode> {
+    let to =
+        token.map(|t| Token::parse(t).map_err(|e| anyhow::anyhow!("cannot set the mark to {t:?}: {e}"))).transpose()?;
+    if !args.force {
+        let act = if to.is_some() { "--set can lower" } else { "--clear removes" };
+        anyhow::bail!(
+            "{act} the mark of {resource:?}, which re-admits every token between the old mark and the new one, \
+             stale writers' too; add --force to do it"
+        );
+    }
+    let audit = open_audit(args)?;
+    let store = marks::open(args)?;
+    let previous = store.force(resource, to.as_ref())?;
+    let reason = if to.is_some() { Change::Set } else { Change::Clear };
+    let change = Changed { reason, resource, previous, new: to, token };
+    println!("{}", change.summary(None));
+    change.record(args, audit.as_ref())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--audit PATH`, opened before the store is touched: a change that cannot be
+/// audited is not made.
+fn open_audit(args: &Args) -> anyhow::Result<Option<AuditLog>> {
+    Ok(args.audit.as_ref().map(AuditLog::open).transpose()?)
+}
+
+/// A change an operator made to a mark, to report.
+struct Changed<'a> {
+    reason: Change,
+    resource: &'a str,
+    previous: Previous,
+    new: Option<Token>,
+    token: Option<&'a str>,
+}
+
+impl Changed<'_> {
+    fn shown_previous(&self) -> String {
+        match &self.previous {
+            Previous::None => "no mark".to_owned(),
+            Previous::Mark(m) => m.to_string(),
+            Previous::Damaged(why) => format!("a damaged record ({why})"),
+        }
+    }
+
+    /// One line: what changed, from what to what (in `store`, when named).
+    fn summary(&self, store: Option<&str>) -> String {
+        let (resource, from) = (self.resource, self.shown_previous());
+        let place = store.map(|s| format!(" in {s}")).unwrap_or_default();
+        match (self.reason, self.new) {
+            (Change::Clear, _) | (_, None) => format!("cleared the mark of {resource:?}{place} (it was {from})"),
+            (Change::Raise, Some(to)) => format!("raised the mark of {resource:?}{place} from {from} to {to}"),
+            (_, Some(to)) => format!("set the mark of {resource:?}{place} from {from} to {to}"),
+        }
+    }
+
+    /// Log the change: a line on stderr, and the audit record in `audit`.
+    fn record(&self, args: &Args, audit: Option<&AuditLog>) -> anyhow::Result<()> {
+        eprintln!("fencekeeper: audit: {}", self.summary(Some(&args.describe())));
+        let resource = self.resource;
+        let Some(audit) = audit else {
+            return Ok(());
+        };
+        let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
+        let entry = Entry {
+            unix_ms: fencekeeper::audit::now_ms(),
+            host: "cli",
+            reason: self.reason,
             resource,
-            previous: match &previous {
-                Previous::Mark(m) => Some(m.to_string()),
+            old: match &self.previous {
+                Previous::Mark(m) => Some(*m),
                 _ => None,
             },
-            previous_damaged: match &previous {
+            old_damaged: match &self.previous {
                 Previous::Damaged(why) => Some(why),
                 _ => None,
             },
-            mark: to.to_string(),
-            user: std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok(),
+            new: self.new,
+            token: self.token,
+            client: None,
+            user: user.as_deref(),
+            store: &args.audit_store(),
         };
-        writeln!(file, "{}", serde_json::to_string(&entry)?)
-            .and_then(|()| file.sync_all())
-            .context("the mark was raised, but writing the audit file failed")?;
+        audit.append(&entry).context("the mark was changed, but writing the audit log failed")
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `--upgrade`: rewrite old-format marks (bare tokens) as checked records.

@@ -4,8 +4,11 @@
 //! end the command with exit code 2 and one message; after that the gateway serves
 //! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
+use crate::provenance::{etcd_check, ProvenanceArg};
 use anyhow::Context;
-use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Validator};
+use fencekeeper::provenance::EtcdProvenance;
+use fencekeeper::store::{EtcdOptions, EtcdStore};
+use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::Server;
 use std::net::SocketAddr;
@@ -36,6 +39,20 @@ pub struct Args {
     /// The etcd key prefix for marks.
     #[arg(long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
     etcd_prefix: String,
+    /// Before a token advances a mark, check that etcd issued it: off; weak (not above
+    /// etcd's revision); strong (the current holder's, of the lock LOCK_PREFIX +
+    /// resource). A token that fails is refused 403. Needs --etcd or --lock-etcd.
+    #[arg(long, value_enum, default_value_t = ProvenanceArg::Off)]
+    provenance: ProvenanceArg,
+    /// With --provenance strong: a resource's lock is this prefix + the resource.
+    #[arg(long)]
+    lock_prefix: Option<String>,
+    /// The etcd whose locks issue the tokens, for --provenance (default: --etcd).
+    #[arg(long, value_name = "HOST:PORT")]
+    lock_etcd: Option<String>,
+    /// Append every mark the gateway raises to this file, one JSON line each.
+    #[arg(long, value_name = "PATH")]
+    audit: Option<PathBuf>,
     /// correctness: refuse what cannot be decided (fail closed); efficiency: let it pass, counted.
     #[arg(long, value_enum, default_value_t = ModeArg::Correctness)]
     mode: ModeArg,
@@ -80,6 +97,9 @@ pub struct Args {
     /// Log lines as text or JSON (level from RUST_LOG, default info).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// TLS and user for etcd (the marks' and, unless it has its own, the locks').
+    #[command(flatten)]
+    etcd_connection: crate::etcd_connection::EtcdConnection,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -98,15 +118,20 @@ enum LogFormat {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     let config = configure(&args)?;
-    let store = open_store(&args)?;
-    let guard = Arc::new(Guard::new(decider(&args, config.policy)?, store));
-    let server = Server::bind(config.clone(), guard)?;
+    let (store, provenance) = open_store(&args)?;
+    let mut guard = Guard::new(decider(&args, config.policy)?, store);
+    if let Some(p) = &provenance {
+        guard = guard.with_provenance(p.clone());
+    }
+    let server = Server::bind(config.clone(), Arc::new(guard))?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     tracing::info!(
         listen = %server.local_addr()?,
         admin = %server.admin_addr().map_or("off".to_owned(), |a| a.to_string()),
         upstream = %config.upstream,
-        marks = %marks_description(&args),
+        marks = %config.store,
+        provenance = %provenance.map_or("off".to_owned(), |p| p.describe()),
+        audit = %args.audit.as_ref().map_or("off".to_owned(), |p| p.display().to_string()),
         gate = config.gate,
         "fencekeeper gateway serving"
     );
@@ -138,25 +163,51 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.request_timeout = args.request_timeout;
     c.gate_timeout = args.gate_timeout;
     c.gate = !args.no_gate;
+    c.audit = args.audit.clone();
+    c.store = match &args.etcd {
+        Some(url) => format!("etcd {} prefix {}", config::with_scheme(url), args.etcd_prefix),
+        None => format!("file {}", args.store.display()),
+    };
     Ok(c)
 }
 
-fn open_store(args: &Args) -> anyhow::Result<Arc<dyn MarkStore + Send + Sync>> {
-    Ok(match &args.etcd {
-        Some(url) => Arc::new(fencekeeper::store::EtcdStore::with_options(
-            &config::with_scheme(url),
-            &args.etcd_prefix,
-            Duration::from_secs(2),
-        )?),
-        None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
-    })
-}
+type Store = Arc<dyn MarkStore + Send + Sync>;
 
-fn marks_description(args: &Args) -> String {
-    match &args.etcd {
-        Some(url) => format!("etcd {url} prefix {}", args.etcd_prefix),
-        None => format!("file {}", args.store.display()),
-    }
+/// The mark store, and the provenance check: on the store's own etcd when the locks
+/// live there (one connection, and the revisions the store sees spare the weak check
+/// its round trip), else on --lock-etcd.
+fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>)> {
+    let check = etcd_check(args.provenance, args.lock_prefix.as_deref())?;
+    anyhow::ensure!(check.is_some() || args.lock_etcd.is_none(), "--lock-etcd goes with --provenance weak or strong");
+    let timeout = Duration::from_secs(2);
+    let separate = |check| -> anyhow::Result<Option<Arc<dyn Provenance>>> {
+        let Some(url) = &args.lock_etcd else {
+            anyhow::bail!(
+                "--provenance {} needs the etcd that issues the tokens: --etcd or --lock-etcd",
+                args.provenance.name()
+            );
+        };
+        let options = EtcdOptions { timeout, ..args.etcd_connection.options(&args.etcd_prefix)? };
+        Ok(Some(Arc::new(EtcdProvenance::connect_with(&args.etcd_connection.endpoint(url), check, &options)?)))
+    };
+    let store: Store = match &args.etcd {
+        Some(url) => {
+            let options = EtcdOptions { timeout, ..args.etcd_connection.options(&args.etcd_prefix)? };
+            let store = EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &options)?;
+            let provenance: Option<Arc<dyn Provenance>> = match check {
+                Some(check) if args.lock_etcd.is_none() => Some(Arc::new(store.provenance(check))),
+                Some(check) => separate(check)?,
+                None => None,
+            };
+            return Ok((Arc::new(store), provenance));
+        }
+        None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
+    };
+    let provenance = match check {
+        Some(check) => separate(check)?,
+        None => None,
+    };
+    Ok((store, provenance))
 }
 
 fn decider(args: &Args, policy: Policy) -> anyhow::Result<Arc<dyn Decider>> {
@@ -170,7 +221,9 @@ fn decider(args: &Args, policy: Policy) -> anyhow::Result<Arc<dyn Decider>> {
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: a log file is for grep (the client of a refusal).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     let _ = match format {
         LogFormat::Text => logs.try_init(),
         LogFormat::Json => logs.json().try_init(),

@@ -245,12 +245,64 @@ fn a_flipped_digit_in_a_stored_mark_is_exit_2_naming_resource_and_file_until_rai
     assert!(raised.stderr.contains("audit: raised the mark"), "{}", raised.stderr);
     let entry: serde_json::Value =
         serde_json::from_str(std::fs::read_to_string(&audit).expect("audit file").trim()).expect("one JSON line");
-    assert_eq!((entry["action"].as_str(), entry["mark"].as_str()), (Some("raise"), Some("60")));
-    assert!(entry["previous_damaged"].as_str().is_some_and(|d| d.contains("checksum")), "{entry}");
+    assert_eq!((entry["reason"].as_str(), entry["new"].as_str()), (Some("raise"), Some("60")));
+    assert_eq!((entry["old"].as_str(), entry["token"].as_str()), (None, Some("60")));
+    assert!(entry["old_damaged"].as_str().is_some_and(|d| d.contains("checksum")), "{entry}");
     assert_eq!(s.run(&["marks", "--store", &store, "--raise", "orders/2026.csv", "59"]).code, 1, "never lower");
     assert_eq!(s.run(&["admit", "--store", &store, "orders/2026.csv", "55"]).code, 1, "stale below the raised mark");
     assert_eq!(s.run(&["marks", "--store", &store, "--verify"]).code, 0);
     s.check_golden("damaged_record");
+}
+
+#[test]
+fn a_mark_a_forged_token_raised_is_lowered_by_force_and_every_change_is_audited() {
+    let mut s = Session::new();
+    let store = s.store();
+    let audit = s.path("audit.jsonl").display().to_string();
+    let admit = |s: &mut Session, token: &str| s.run(&["admit", "--store", &store, "--audit", &audit, "r", token]).code;
+    assert_eq!(admit(&mut s, "34"), 0, "the honest holder");
+    assert_eq!(admit(&mut s, "18446744073709551615"), 0, "a forged token, without provenance");
+    assert_eq!(admit(&mut s, "35"), 1, "the next honest holder is locked out");
+    let unforced = s.run(&["marks", "--store", &store, "--set", "r", "34"]);
+    assert_one_line_error(&unforced, &["--force", "re-admits"]);
+    assert_eq!(s.run(&["marks", "--store", &store, "r"]).stdout.trim(), "18446744073709551615", "nothing written");
+    let set = s.run(&["marks", "--store", &store, "--set", "r", "34", "--force", "--audit", &audit]);
+    assert_eq!(set.code, 0, "{}", set.stderr);
+    assert!(set.stdout.contains("from 18446744073709551615 to 34"), "old and new: {}", set.stdout);
+    assert_eq!(admit(&mut s, "35"), 0, "the honest holder again");
+    assert_eq!(s.run(&["marks", "--store", &store, "--clear", "r", "--force", "--audit", &audit]).code, 0);
+    assert_eq!(s.run(&["marks", "--store", &store, "r"]).code, 1, "no mark");
+    s.check_golden("forced_set");
+
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&audit)
+        .expect("audit file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is one JSON object"))
+        .collect();
+    // reason old new token, per line.
+    let changes: Vec<String> = lines
+        .iter()
+        .map(|e| ["reason", "old", "new", "token"].map(|f| e[f].as_str().unwrap_or("-")).join(" "))
+        .collect();
+    let max = "18446744073709551615";
+    assert_eq!(
+        changes,
+        [
+            "advance - 34 34".to_owned(),
+            format!("advance 34 {max} {max}"),
+            format!("set {max} 34 34"),
+            "advance 34 35 35".to_owned(),
+            "clear 35 - -".to_owned(),
+        ]
+    );
+    for entry in &lines {
+        let fields = entry.as_object().map(|o| o.keys().cloned().collect::<Vec<_>>()).unwrap_or_default();
+        assert_eq!(fields.len(), fencekeeper_core::audit::FIELDS.len(), "{entry}");
+        assert_eq!((entry["host"].as_str(), entry["resource"].as_str()), (Some("cli"), Some("r")));
+        assert_eq!(entry["store"].as_str(), Some(format!("file {store}").as_str()));
+        assert!(entry["time"].as_str().is_some_and(|t| t.ends_with('Z')) && entry["unix_ms"].as_u64().is_some());
+        assert!(entry["client"].is_null() && entry["old_damaged"].is_null());
+    }
 }
 
 /// A store written by the previous version (bare tokens), made by its `admit`.

@@ -36,6 +36,37 @@ fn default_config_fences_the_path_in_correctness_mode_with_etcd() {
 }
 
 #[test]
+fn provenance_is_weak_with_etcd_by_default_and_strong_names_the_lock_prefix() {
+    let value = |args: &[&str]| {
+        let out = generate(&[&["--upstream", "127.0.0.1:8080", "--filter", FILTER][..], args].concat());
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = yaml.lines().find(|l| l.trim_start().starts_with("value: '")).map(str::trim).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(&line["value: '".len()..line.len() - 1]).expect("JSON");
+        (json["provenance"].as_str().map(str::to_owned), json["lock_prefix"].as_str().map(str::to_owned))
+    };
+    assert_eq!(value(&[]), (Some("weak".into()), None));
+    assert_eq!(value(&["--provenance", "off"]), (Some("off".into()), None));
+    assert_eq!(
+        value(&["--provenance", "strong", "--lock-prefix", "/locks/"]),
+        (Some("strong".into()), Some("/locks/".into()))
+    );
+    for (args, needle) in [
+        (&["--provenance", "strong"][..], "needs --lock-prefix"),
+        (&["--lock-prefix", "/l/"][..], "goes with --provenance strong"),
+        (&["--provenance", "weak", "--no-etcd", "--mode", "efficiency"][..], "it needs etcd"),
+    ] {
+        let out = generate(&[&["--upstream", "127.0.0.1:8080", "--filter", FILTER][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(needle),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
 fn efficiency_config_without_etcd_keeps_marks_in_shared_data() {
     golden(
         "envoy-config-efficiency.yaml",

@@ -7,12 +7,18 @@
 //! Admits that reuse the current mark touch the store only to read. Because every
 //! advance is a compare-and-swap from the value the decision saw, the admits on one
 //! resource are linearizable against a max-register.
+//!
+//! With a [`Provenance`] check, a token that would advance the mark is swapped in
+//! only once the lock service vouched for it (once per admit, however many races it
+//! loses); a token equal to the mark is never asked about, so a decision made on a
+//! store's local copy is first checked against the store itself.
 
 use crate::decider::{DecideError, Decider};
+use crate::provenance::{Origin, Provenance, ProvenanceError};
 use crate::store::{MarkStore, StoreError, Swap};
 use crate::verify::{self, Breach};
 use crate::{GuestText, Verdict};
-use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason};
+use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Token};
 use std::sync::Arc;
 
@@ -21,7 +27,9 @@ use std::sync::Arc;
 /// out takes a sustained stream of ever-higher tokens on one resource.
 const MAX_ROUNDS: usize = 64;
 
-/// Why a request could not be decided.
+/// Why a request was not decided on a verdict: it could not be (the store, the
+/// decider, a breach, contention, a lock service that cannot be asked), or the lock
+/// service did not vouch for the token it would have admitted.
 #[derive(Debug, thiserror::Error)]
 pub enum Undecided {
     /// The mark store failed. The one cause efficiency mode fails open on.
@@ -36,6 +44,14 @@ pub enum Undecided {
     /// Too many concurrent advances on one resource.
     #[error("gave up after {MAX_ROUNDS} lost compare-and-swap races on one resource")]
     Contention,
+    /// The lock service did not vouch for the token that would advance the mark
+    /// (why, naming the token): refused as unverified (403) in both modes.
+    #[error("{0}")]
+    Unverified(String),
+    /// The lock service could not be asked about the token that would advance the
+    /// mark: undecided (503) in both modes.
+    #[error(transparent)]
+    LockService(#[from] ProvenanceError),
 }
 
 impl Undecided {
@@ -43,9 +59,20 @@ impl Undecided {
     pub fn no_verdict(&self) -> NoVerdict {
         match self {
             Undecided::Store(_) => NoVerdict::StoreUnreachable,
+            Undecided::Unverified(_) => NoVerdict::Unverified,
             _ => NoVerdict::Refused,
         }
     }
+}
+
+/// A mark the guard raised: from what to what. The compare-and-swap that raised it
+/// compared `from`, so it is exact even when the decision was made on a copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advance {
+    /// The mark before (`None`: the resource had none).
+    pub from: Option<Token>,
+    /// The mark now: the admitted token.
+    pub to: Token,
 }
 
 /// The outcome of one admit: the verdict (if one was reached) and what to do.
@@ -56,8 +83,11 @@ pub struct Decision {
     pub verdict: Option<Verdict>,
     /// Forward or refuse, with the class to count and the header token.
     pub action: Action,
-    /// Why the request could not be decided (or which contract was broken).
+    /// Why the request could not be decided (or which contract was broken, or why its
+    /// token is unverified).
     pub undecided: Option<Undecided>,
+    /// The mark this admit raised, when it raised one: what an audit log records.
+    pub advance: Option<Advance>,
 }
 
 impl Decision {
@@ -82,6 +112,7 @@ impl Decision {
     /// The one-line reason, for a response body or a log line.
     pub fn reason(&self, resource: &str) -> String {
         let cause: &dyn std::fmt::Display = match &self.undecided {
+            Some(Undecided::Unverified(why)) => return Unverified { resource, cause: why }.to_string(),
             Some(e) => e,
             None => &"",
         };
@@ -89,18 +120,33 @@ impl Decision {
     }
 }
 
-/// Fencing for one set of resources: a decider and a mark store. It keeps no state
+/// Fencing for one set of resources: a decider and a mark store, and optionally a
+/// lock service that vouches for tokens before they advance a mark. It keeps no state
 /// of its own (no counters, no locks): the admit path shares nothing between
 /// callers but the mark. Callers count the [`Decision`]s they act on.
 pub struct Guard {
     decider: Arc<dyn Decider>,
     store: Arc<dyn MarkStore + Send + Sync>,
+    provenance: Option<Arc<dyn Provenance>>,
 }
 
 impl Guard {
     /// A guard deciding with `decider` against marks in `store`.
     pub fn new(decider: Arc<dyn Decider>, store: Arc<dyn MarkStore + Send + Sync>) -> Guard {
-        Guard { decider, store }
+        Guard { decider, store, provenance: None }
+    }
+
+    /// The same guard, advancing a mark only to a token `provenance` vouches for
+    /// (see [`crate::provenance`]): a forged token is refused as unverified instead
+    /// of raising the mark past every honest holder.
+    pub fn with_provenance(mut self, provenance: Arc<dyn Provenance>) -> Guard {
+        self.provenance = Some(provenance);
+        self
+    }
+
+    /// The provenance check, if the guard has one.
+    pub fn provenance(&self) -> Option<&dyn Provenance> {
+        self.provenance.as_deref()
     }
 
     /// Decide on a write to `resource` carrying `presented` (None: no token), and
@@ -114,9 +160,12 @@ impl Guard {
     pub fn admit_in(&self, store: &dyn MarkStore, resource: &str, presented: Option<&str>) -> Decision {
         let mode = self.decider.policy().mode;
         match self.decide_and_swap(store, resource, presented) {
-            Ok(verdict) => {
-                Decision { action: refusal::resolve(mode, Ok(&verdict)), verdict: Some(verdict), undecided: None }
-            }
+            Ok((verdict, advance)) => Decision {
+                action: refusal::resolve(mode, Ok(&verdict)),
+                verdict: Some(verdict),
+                undecided: None,
+                advance,
+            },
             Err(Undecided::Breach(breach)) => {
                 let verdict = breach.proven.clone();
                 // Only refusals are ever proven, so a breach never forwards; the
@@ -126,12 +175,13 @@ impl Guard {
                     None => refusal::resolve::<GuestText>(mode, Err(NoVerdict::Refused)),
                 };
                 action.forward = false;
-                Decision { verdict, action, undecided: Some(Undecided::Breach(breach)) }
+                Decision { verdict, action, undecided: Some(Undecided::Breach(breach)), advance: None }
             }
             Err(e) => Decision {
                 action: refusal::resolve::<GuestText>(mode, Err(e.no_verdict())),
                 verdict: None,
                 undecided: Some(e),
+                advance: None,
             },
         }
     }
@@ -156,15 +206,17 @@ impl Guard {
         store: &dyn MarkStore,
         resource: &str,
         presented: Option<&str>,
-    ) -> Result<Verdict, Undecided> {
+    ) -> Result<(Verdict, Option<Advance>), Undecided> {
         // Bounded before anything is read or asked: an over-long token never
         // reaches the validator, so no request can exhaust its fuel.
         if let Err(m) = fencekeeper_core::precheck(resource, presented) {
-            return Ok(Verdict::Malformed(GuestText::new(&m.to_string())));
+            return Ok((Verdict::Malformed(GuestText::new(&m.to_string())), None));
         }
         let policy = self.decider.policy();
         let read = store.read(resource)?;
         let (mut mark, mut exact) = (read.mark, read.exact);
+        // The token does not change between rounds: the lock service is asked once.
+        let mut vouched = self.provenance.is_none();
         for _ in 0..MAX_ROUNDS {
             let verdict = self.decider.decide(presented, mark.as_ref()).map_err(|e| match e {
                 // An answer of the wrong shape is a broken contract like a wrong verdict.
@@ -178,19 +230,45 @@ impl Guard {
             // confirm), never on a local copy alone: the admits stay linearizable.
             let swap = match verdict {
                 Verdict::Admit { mark: new, advanced: true } => {
-                    store.compare_and_swap(resource, mark.as_ref(), &new)?
+                    vouched =
+                        vouched || self.provenance.as_ref().is_some_and(|p| p.issued_as_far_as_known(resource, &new));
+                    if !vouched {
+                        // A copy can lag the mark, and a token equal to the mark is
+                        // not asked about: read the store's own mark first.
+                        if !exact {
+                            (mark, exact) = (store.get(resource)?, true);
+                            continue;
+                        }
+                        self.vouch(resource, &new)?;
+                        vouched = true;
+                    }
+                    match store.compare_and_swap(resource, mark.as_ref(), &new)? {
+                        Swap::Swapped => return Ok((verdict, Some(Advance { from: mark, to: new }))),
+                        lost => lost,
+                    }
                 }
                 Verdict::Admit { mark: same, advanced: false } if !exact => store.confirm(resource, &same)?,
-                Verdict::Missing => return Ok(verdict),
+                Verdict::Missing => return Ok((verdict, None)),
                 _ if !exact => Swap::Conflict(store.get(resource)?),
-                _ => return Ok(verdict),
+                _ => return Ok((verdict, None)),
             };
             match swap {
-                Swap::Swapped => return Ok(verdict),
+                Swap::Swapped => return Ok((verdict, None)),
                 Swap::Conflict(current) => (mark, exact) = (current, true),
             }
         }
         Err(Undecided::Contention)
+    }
+
+    /// Ask the lock service about `token`; an error unless it vouches for it.
+    fn vouch(&self, resource: &str, token: &Token) -> Result<(), Undecided> {
+        match &self.provenance {
+            Some(provenance) => match provenance.check(resource, token)? {
+                Origin::Issued => Ok(()),
+                Origin::Unverified(why) => Err(Undecided::Unverified(why)),
+            },
+            None => Ok(()),
+        }
     }
 }
 
@@ -198,11 +276,134 @@ impl Guard {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::store::Read;
     use crate::{MemoryStore, NativeDecider};
     use fencekeeper_core::{Mode, Policy};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     fn guard(mode: Mode) -> Guard {
         Guard::new(Arc::new(NativeDecider(Policy { mode, strict: false })), Arc::new(MemoryStore::new()))
+    }
+
+    /// A lock service that issued every token up to `issued`, or cannot be reached;
+    /// it knows without asking about tokens up to `known`.
+    struct Issued {
+        issued: u64,
+        down: bool,
+        asked: AtomicUsize,
+        known: u64,
+    }
+
+    impl Provenance for Issued {
+        fn check(&self, _: &str, token: &Token) -> Result<Origin, ProvenanceError> {
+            self.asked.fetch_add(1, Relaxed);
+            if self.down {
+                return Err(ProvenanceError::Unavailable("connection refused".into()));
+            }
+            Ok(match token.parts() {
+                [t] if *t <= self.issued => Origin::Issued,
+                _ => Origin::Unverified(format!("token {token} was never issued")),
+            })
+        }
+        fn issued_as_far_as_known(&self, _: &str, token: &Token) -> bool {
+            matches!(token.parts(), [t] if *t <= self.known)
+        }
+        fn describe(&self) -> String {
+            "test".into()
+        }
+    }
+
+    fn vouched(mode: Mode, issued: u64, down: bool) -> (Guard, Arc<Issued>) {
+        let lock = Arc::new(Issued { issued, down, asked: AtomicUsize::new(0), known: 0 });
+        (guard(mode).with_provenance(lock.clone()), lock)
+    }
+
+    #[test]
+    fn a_forged_token_is_refused_as_unverified_in_both_modes_and_the_mark_stays() {
+        for mode in [Mode::Correctness, Mode::Efficiency] {
+            let (g, _) = vouched(mode, 100, false);
+            let first = g.admit("f", Some("34"));
+            assert_eq!(first.advance, Some(Advance { from: None, to: Token::parse("34").unwrap() }));
+            let d = g.admit("f", Some("18446744073709551615"));
+            assert!(!d.admitted() && !d.action.failed_open(), "{mode:?}");
+            assert_eq!((d.class(), d.class().http_status(), d.advance), (Class::Unverified, 403, None));
+            assert!(
+                d.reason("f").starts_with("unverified fencing token for \"f\": token 18446744073709551615"),
+                "{}",
+                d.reason("f")
+            );
+            assert_eq!(g.mark("f").unwrap(), Token::parse("34").ok());
+            assert!(g.admit("f", Some("35")).admitted(), "the honest holder is not locked out");
+        }
+    }
+
+    #[test]
+    fn only_a_token_that_advances_the_mark_is_asked_about_and_once() {
+        let (g, lock) = vouched(Mode::Correctness, 100, false);
+        assert!(g.admit("f", Some("50")).admitted());
+        assert_eq!(lock.asked.load(Relaxed), 1);
+        let again = g.admit("f", Some("50"));
+        assert!(again.admitted() && again.advance.is_none());
+        assert_eq!(g.admit("f", Some("49")).class(), Class::Stale);
+        assert_eq!(lock.asked.load(Relaxed), 1, "equal and stale tokens are not asked about");
+    }
+
+    #[test]
+    fn an_unreachable_lock_service_leaves_an_advance_undecided_in_both_modes() {
+        for mode in [Mode::Correctness, Mode::Efficiency] {
+            let lock = Arc::new(Issued { issued: 100, down: true, asked: AtomicUsize::new(0), known: 0 });
+            let store = Arc::new(MemoryStore::new());
+            store.compare_and_swap("f", None, &Token::parse("5").unwrap()).unwrap();
+            let g = Guard::new(Arc::new(NativeDecider(Policy { mode, strict: false })), store).with_provenance(lock);
+            let d = g.admit("f", Some("6"));
+            assert!(!d.admitted() && d.class() == Class::Undecided, "{mode:?}: {}", d.reason("f"));
+            assert!(d.reason("f").contains("the lock service cannot check the token"), "{}", d.reason("f"));
+            assert!(g.admit("f", Some("5")).admitted(), "{mode:?}: the current holder needs no check");
+        }
+    }
+
+    /// A store whose local copy of every mark lags one behind: what another gateway's
+    /// advance leaves in an etcd store's copy. Counts the reads of the store itself.
+    struct Lagging(MemoryStore, AtomicUsize);
+
+    impl MarkStore for Lagging {
+        fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+            self.1.fetch_add(1, Relaxed);
+            self.0.get(resource)
+        }
+        fn compare_and_swap(&self, r: &str, e: Option<&Token>, n: &Token) -> Result<Swap, StoreError> {
+            self.0.compare_and_swap(r, e, n)
+        }
+        fn read(&self, resource: &str) -> Result<Read, StoreError> {
+            let lower = self.0.get(resource)?.and_then(|m| Token::from_parts(&[m.parts()[0].saturating_sub(1)]).ok());
+            Ok(Read { mark: lower, exact: false })
+        }
+    }
+
+    #[test]
+    fn a_token_equal_to_the_stores_mark_is_not_asked_about_even_when_the_copy_lags() {
+        let lock = Arc::new(Issued { issued: 0, down: false, asked: AtomicUsize::new(0), known: 0 });
+        let store = Arc::new(Lagging(MemoryStore::new(), AtomicUsize::new(0)));
+        store.0.compare_and_swap("f", None, &Token::parse("7").unwrap()).unwrap();
+        let g = Guard::new(Arc::new(NativeDecider(Policy::default())), store).with_provenance(lock.clone());
+        let d = g.admit("f", Some("7"));
+        assert!(d.admitted() && d.advance.is_none(), "{}", d.reason("f"));
+        assert_eq!(lock.asked.load(Relaxed), 0);
+        assert_eq!(g.admit("f", Some("8")).class(), Class::Unverified);
+        assert_eq!(lock.asked.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_token_the_check_knows_to_be_issued_costs_neither_a_check_nor_a_read() {
+        let lock = Arc::new(Issued { issued: 100, down: false, asked: AtomicUsize::new(0), known: 50 });
+        let store = Arc::new(Lagging(MemoryStore::new(), AtomicUsize::new(0)));
+        store.0.compare_and_swap("f", None, &Token::parse("7").unwrap()).unwrap();
+        let g = Guard::new(Arc::new(NativeDecider(Policy::default())), store.clone()).with_provenance(lock.clone());
+        let reads = store.1.load(Relaxed);
+        assert!(g.admit("f", Some("40")).advance.is_some());
+        assert_eq!((lock.asked.load(Relaxed), store.1.load(Relaxed) - reads), (0, 0));
+        assert!(g.admit("f", Some("60")).advance.is_some(), "above what it knows: asked");
+        assert_eq!(lock.asked.load(Relaxed), 1);
     }
 
     #[test]

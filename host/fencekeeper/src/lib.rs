@@ -34,11 +34,16 @@
 //! * [`text`]: a guest's text, capped and escaped before it is printed anywhere.
 //! * [`conformance`]: the conformance vectors, run against any decider.
 //! * [`store`]: where marks live: memory, a durable file, or your own transaction.
+//! * [`provenance`]: a lock service vouching for a token before it advances a mark.
+//! * [`audit`]: the audit record of a mark's change, and a file to append it to.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod conformance;
 pub mod decider;
+#[cfg(feature = "etcd")]
 pub mod guard;
+pub mod provenance;
 pub mod store;
 pub mod text;
 pub mod validator;
@@ -46,7 +51,8 @@ pub mod verify;
 
 pub use decider::{DecideError, Decider, NativeDecider};
 pub use fencekeeper_core::{Class, Mode, Policy, Token};
-pub use guard::{Decision, Guard, Undecided};
+pub use guard::{Advance, Decision, Guard, Undecided};
+pub use provenance::{Origin, Provenance, ProvenanceError};
 pub use store::{FileStore, MarkStore, MemoryStore, StoreError, Swap};
 pub use text::GuestText;
 pub use validator::{bundled_component, Conformance, GuestInfo, GuestSource, Limits, LoadError, Validator};

@@ -2,7 +2,8 @@
 //! error that names it (never a fresh empty store), marks never go down, and many
 //! threads can admit at once. Every record is checked: a damaged digit, a record
 //! under another key, a non-UTF-8 key are errors, never a lower or a missing mark;
-//! scan and raise repair by hand; an old-format store is refused, then upgraded.
+//! scan and raise repair by hand, a forced set lowers or clears a mark; an
+//! old-format store is refused, then upgraded.
 //! Damage to the file's bytes themselves is `file_store_corruption.rs`.
 
 // A test states its expectations by panicking.
@@ -211,6 +212,26 @@ fn raise_only_raises_and_repairs_a_damaged_record() {
         g.store().list().unwrap(),
         vec![("a".into(), t("95")), ("b".into(), t("7.2000")), ("new".into(), t("3"))]
     );
+}
+
+#[test]
+fn a_forced_set_lowers_replaces_or_clears_a_mark_whatever_its_record_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    seeded(&path);
+    let mut value = raw(&path, b"a");
+    value[4] = b'9';
+    poke(&path, b"a", &value);
+    let store = FileStore::open(&path).unwrap();
+    assert!(matches!(store.force("a", Some(&t("20"))).unwrap(), Previous::Damaged(_)));
+    assert_eq!(store.force("b", Some(&t("3"))).unwrap(), Previous::Mark(t("7.1042")), "lower, and another arity");
+    assert_eq!(store.force("b", None).unwrap(), Previous::Mark(t("3")));
+    assert_eq!(store.force("b", None).unwrap(), Previous::None, "clearing nothing is no error");
+    drop(store);
+    let g = guard(FileStore::open(&path).unwrap());
+    assert_eq!(g.store().list().unwrap(), vec![("a".into(), t("20"))]);
+    assert!(g.admit("a", Some("21")).admitted(), "the lowered mark is the mark");
+    assert!(g.admit("b", Some("1.1")).admitted(), "a cleared resource takes any first token");
 }
 
 /// A store written by the previous version (format 1: bare tokens, no checksums),

@@ -6,6 +6,7 @@ use fencekeeper_core::Policy;
 use hyper::header::HeaderName;
 use hyper::{Method, Uri};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// A configuration value that cannot be used.
@@ -112,6 +113,10 @@ pub struct Config {
     pub gate_timeout: Duration,
     /// The ordering gate is on (turning it off reopens the check-then-forward window).
     pub gate: bool,
+    /// Append every mark the gateway raises to this file, one JSON line each.
+    pub audit: Option<PathBuf>,
+    /// Where the marks live, as the audit log names it (`file PATH`, `etcd URL prefix P`).
+    pub store: String,
 }
 
 impl Config {
@@ -131,6 +136,8 @@ impl Config {
             request_timeout: Duration::from_secs(30),
             gate_timeout: Duration::from_secs(5),
             gate: true,
+            audit: None,
+            store: String::new(),
         }
     }
 

@@ -22,7 +22,7 @@
 //! whose upstream exchange timed out is released from the gate, and a store that still
 //! applies it afterwards can apply it out of order (docs/gateway.md).
 
-use fencekeeper::{Decision, Guard, StoreError, Verdict};
+use fencekeeper::{Advance, Decision, Guard, StoreError, Verdict};
 use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason};
 #[cfg(test)]
 use fencekeeper_core::Class;
@@ -48,6 +48,9 @@ pub struct Ordered {
     pub waited: bool,
     /// The write waited longer than the gate timeout.
     pub timed_out: bool,
+    /// The mark the admit raised, if it raised one: for the audit log. Set whatever
+    /// happened at the gate afterwards (a write refused there had still raised it).
+    pub advance: Option<Advance>,
 }
 
 /// The gate for every resource of one gateway.
@@ -185,6 +188,20 @@ impl Gate {
         // store's mark before this admit read it.
         let entry = self.enter(resource);
         let decision = admit_blocking(guard, resource, token).await;
+        let advance = decision.advance;
+        let mut ordered = self.order_decided(guard, entry, resource, decision).await;
+        ordered.advance = advance;
+        ordered
+    }
+
+    /// Order a decided write: refusals pass straight through, admits are registered.
+    async fn order_decided(
+        self: &Arc<Self>,
+        guard: &Arc<Guard>,
+        entry: EntryRef,
+        resource: &str,
+        decision: Decision,
+    ) -> Ordered {
         let admitted = match decision.verdict {
             Some(Verdict::Admit { mark, .. }) if decision.action.forward => mark,
             // Refusals, and fail-open passes without a token, are not ordered.
@@ -288,13 +305,21 @@ async fn wait_for_lower(entry: &Entry, token: &Token, deadline: Instant) -> bool
 fn from_decision(decision: Decision, resource: &str, permit: Option<Permit>) -> Ordered {
     let reason = decision.reason(resource);
     let breach = decision.breach().map(|b| b.what.clone());
-    Ordered { action: decision.action, reason, breach, permit, waited: false, timed_out: false }
+    Ordered {
+        action: decision.action,
+        reason,
+        breach,
+        permit,
+        waited: false,
+        timed_out: false,
+        advance: decision.advance,
+    }
 }
 
 fn gate_verdict(mode: Mode, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &str, waited: bool) -> Ordered {
     let action = refusal::resolve(mode, outcome.as_ref().map_err(|e| *e));
     let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause: &cause }.to_string();
-    Ordered { action, reason, breach: None, permit: None, waited, timed_out: false }
+    Ordered { action, reason, breach: None, permit: None, waited, timed_out: false, advance: None }
 }
 
 /// A request whose resource key could not be formed: malformed, not ordered.
@@ -317,7 +342,7 @@ async fn admit_blocking(guard: &Arc<Guard>, resource: &str, token: Option<&str>)
             let action =
                 refusal::resolve::<fencekeeper::GuestText>(guard.decider().policy().mode, Err(NoVerdict::Refused));
             let cause = StoreError::Unavailable(format!("the admit task failed: {e}"));
-            Decision { verdict: None, action, undecided: Some(cause.into()) }
+            Decision { verdict: None, action, undecided: Some(cause.into()), advance: None }
         }
     }
 }

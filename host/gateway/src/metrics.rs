@@ -23,6 +23,7 @@ pub struct Metrics {
     too_large: AtomicU64,
     timed_out: AtomicU64,
     breaches: AtomicU64,
+    audit_errors: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -45,6 +46,8 @@ pub enum Event {
     TimedOut,
     /// The validator gave a verdict the host proved wrong (refused).
     Breach,
+    /// A mark's change could not be appended to the audit log.
+    AuditError,
 }
 
 impl Metrics {
@@ -66,6 +69,7 @@ impl Metrics {
             Event::TooLarge => &self.too_large,
             Event::TimedOut => &self.timed_out,
             Event::Breach => &self.breaches,
+            Event::AuditError => &self.audit_errors,
         };
         counter.fetch_add(1, Relaxed);
     }
@@ -99,7 +103,7 @@ impl Metrics {
             labels.iter().zip(&self.by_class).map(|(l, v)| (l.as_str(), v.load(Relaxed))).collect();
         counter(
             "fencekeeper_gateway_requests_total",
-            "Fenced requests by outcome class (admitted, stale, replayed, malformed, missing, undecided).",
+            "Fenced requests by outcome class (admitted, stale, replayed, malformed, missing, undecided, unverified).",
             &by_class,
         );
         let simple = [
@@ -143,6 +147,11 @@ impl Metrics {
                 "Verdicts the gateway proved wrong (a validator guest breaking the contract); each refused.",
                 &self.breaches,
             ),
+            (
+                "fencekeeper_gateway_audit_errors_total",
+                "Mark changes that could not be appended to the --audit log (each logged at error).",
+                &self.audit_errors,
+            ),
         ];
         for (name, help, value) in simple {
             counter(name, help, &[("", value.load(Relaxed))]);
@@ -172,11 +181,13 @@ mod tests {
         let m = Metrics::default();
         m.outcome(Class::Stale, false);
         m.outcome(Class::Undecided, true);
+        m.outcome(Class::Unverified, false);
         m.latency(Duration::from_micros(700));
         m.latency(Duration::from_millis(20));
         let text = m.render();
         assert!(text.contains("fencekeeper_gateway_requests_total{class=\"stale\"} 1"), "{text}");
         assert!(text.contains("fencekeeper_gateway_failed_open_total 1"));
+        assert!(text.contains("fencekeeper_gateway_requests_total{class=\"unverified\"} 1"), "{text}");
         assert!(text.contains("fencekeeper_gateway_request_duration_seconds_bucket{le=\"0.001\"} 1"));
         assert!(text.contains("fencekeeper_gateway_request_duration_seconds_bucket{le=\"0.025\"} 2"));
         assert!(text.contains("fencekeeper_gateway_request_duration_seconds_count 2"));

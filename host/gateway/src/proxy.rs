@@ -4,13 +4,17 @@
 //!
 //! The body is read before the token is decided, so a slow uploader never holds a
 //! resource's gate, and a write is forwarded in one piece the moment it is admitted.
+//!
+//! The client's address (from the accepted connection) goes into every refusal's log
+//! line and into the audit record of every mark the gateway raises.
 
 use crate::config::{decoded_path, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::refusal::{self, full};
 use crate::Body;
-use fencekeeper::Guard;
+use fencekeeper::audit::{self, AuditLog, Change, Entry};
+use fencekeeper::{Advance, Guard};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::Class;
@@ -22,6 +26,7 @@ use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -36,16 +41,18 @@ pub struct Proxy {
     gate: Arc<Gate>,
     metrics: Arc<Metrics>,
     client: Client<HttpConnector, Body>,
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl Proxy {
-    /// A handler fencing with `guard` under `config`.
-    pub fn new(config: Config, guard: Arc<Guard>) -> Proxy {
+    /// A handler fencing with `guard` under `config`, appending every mark it raises
+    /// to `audit`.
+    pub fn new(config: Config, guard: Arc<Guard>, audit: Option<AuditLog>) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
         let gate = Gate::new(config.gate, config.gate_timeout);
-        Proxy { config, guard, gate, metrics: Arc::default(), client }
+        Proxy { config, guard, gate, metrics: Arc::default(), client, audit: audit.map(Arc::new) }
     }
 
     /// The counters.
@@ -71,14 +78,18 @@ impl Proxy {
         &self.config
     }
 
-    /// Answer one request.
-    pub async fn handle(self: Arc<Self>, request: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    /// Answer one request from `client`.
+    pub async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
         // Decoded once: the fenced prefix and the resource key are both judged on the
         // path as the store will see it.
         let path = decoded_path(request.uri().path());
         let response = if self.config.fences(request.method(), &path) {
-            self.clone().fenced(request, path).await
+            self.clone().fenced(request, path, client).await
         } else {
             self.metrics.event(Event::Passthrough);
             self.forward(request.map(BodyExt::boxed), None).await
@@ -87,7 +98,7 @@ impl Proxy {
         Ok(response)
     }
 
-    async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: Vec<u8>) -> Response<Body> {
+    async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: Vec<u8>, client: SocketAddr) -> Response<Body> {
         let grpc = request.headers().get(hyper::header::CONTENT_TYPE).is_some_and(|v| http::is_grpc(v.as_bytes()));
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -110,13 +121,20 @@ impl Proxy {
         // Its own task: when the client goes away mid-request, the ordered and the
         // upstream exchange still run to their end, so the gate's bookkeeping is never
         // cut short and a write is never released while the store may still apply it.
-        match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, grpc).await }).await {
+        match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, grpc, client).await }).await {
             Ok(response) => response,
             Err(e) => refusal::error(StatusCode::INTERNAL_SERVER_ERROR, &format!("the request task failed: {e}")),
         }
     }
 
-    async fn admit_and_forward(&self, mut parts: Parts, path: Vec<u8>, bytes: Bytes, grpc: bool) -> Response<Body> {
+    async fn admit_and_forward(
+        &self,
+        mut parts: Parts,
+        path: Vec<u8>,
+        bytes: Bytes,
+        grpc: bool,
+        client: SocketAddr,
+    ) -> Response<Body> {
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let (resource, ordered) = match self.resource(&parts, path) {
@@ -126,6 +144,9 @@ impl Proxy {
             }
             Err(e) => (String::new(), crate::gate::malformed(self.config.policy.mode, e)),
         };
+        if let Some(advance) = ordered.advance {
+            self.audit(&resource, advance, token.as_deref(), client).await;
+        }
         let action = ordered.action;
         self.metrics.outcome(action.class, action.forward);
         if ordered.waited {
@@ -139,9 +160,12 @@ impl Proxy {
             tracing::error!(resource, breach = what.as_str(), "validator broke the contract; refused");
         }
         if !action.forward {
+            let reason = &ordered.reason;
             match action.class {
-                Class::Undecided => tracing::warn!(resource, status = 503, reason = ordered.reason, "refused"),
-                class => tracing::info!(resource, class = class.name(), reason = ordered.reason, "refused"),
+                Class::Undecided => tracing::warn!(resource, %client, status = 503, reason, "refused"),
+                // A forged token (or one from another lock service): who sent it matters.
+                Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
+                class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
             return refusal::refuse(&action, &ordered.reason, grpc);
         }
@@ -151,11 +175,43 @@ impl Proxy {
             }
             tracing::debug!(resource, reason = ordered.reason, waited = ordered.waited, "admitted");
         } else {
-            tracing::warn!(resource, class = action.class.name(), reason = ordered.reason, "failed open");
+            tracing::warn!(resource, %client, class = action.class.name(), reason = ordered.reason, "failed open");
         }
         parts.headers.remove(TRANSFER_ENCODING);
         parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         self.forward(Request::from_parts(parts, full(bytes)), ordered.permit).await
+    }
+
+    /// Append the mark this request raised to the audit log, before the write is
+    /// forwarded. A failure is logged and counted; the write goes on (the mark has
+    /// already moved, and the log is a record of it, not a condition for it).
+    async fn audit(&self, resource: &str, advance: Advance, token: Option<&str>, client: SocketAddr) {
+        let Some(log) = self.audit.clone() else { return };
+        let (resource, token, store) = (resource.to_owned(), token.map(str::to_owned), self.config.store.clone());
+        let appended = tokio::task::spawn_blocking(move || {
+            let client = client.to_string();
+            log.append(&Entry {
+                unix_ms: audit::now_ms(),
+                host: "gateway",
+                reason: Change::Advance,
+                resource: &resource,
+                old: advance.from,
+                old_damaged: None,
+                new: Some(advance.to),
+                token: token.as_deref(),
+                client: Some(&client),
+                user: None,
+                store: &store,
+            })
+        })
+        .await;
+        let error = match appended {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(e) => format!("the audit task failed: {e}"),
+        };
+        self.metrics.event(Event::AuditError);
+        tracing::error!(error, "a mark's change was not written to the audit log");
     }
 
     /// The resource key, by the core's rule (the decoded `path`, or the configured

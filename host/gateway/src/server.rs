@@ -5,6 +5,7 @@
 use crate::admin;
 use crate::config::Config;
 use crate::proxy::Proxy;
+use fencekeeper::audit::AuditLog;
 use fencekeeper::Guard;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -35,6 +36,9 @@ pub enum ServeError {
     /// Serving failed.
     #[error("serving failed: {0}")]
     Io(#[from] std::io::Error),
+    /// The audit log cannot be opened.
+    #[error("{0}")]
+    Audit(std::io::Error),
 }
 
 /// A bound gateway, ready to [`Server::run`].
@@ -54,11 +58,12 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 impl Server {
-    /// Bind the proxy and admin addresses of `config`.
+    /// Bind the proxy and admin addresses of `config`, and open its audit log.
     pub fn bind(config: Config, guard: Arc<Guard>) -> Result<Server, ServeError> {
+        let audit = config.audit.as_ref().map(AuditLog::open).transpose().map_err(ServeError::Audit)?;
         let listener = bind(config.listen)?;
         let admin = config.admin.map(bind).transpose()?;
-        Ok(Server { proxy: Arc::new(Proxy::new(config, guard)), listener, admin })
+        Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit)), listener, admin })
     }
 
     /// Where clients connect (with the real port when the configuration said 0).
@@ -92,7 +97,7 @@ impl Server {
         loop {
             tokio::select! {
                 accepted = listener.accept() => {
-                    let (stream, _) = match accepted {
+                    let (stream, client) = match accepted {
                         Ok(a) => a,
                         Err(e) => {
                             // Out of file descriptors and the like: keep serving the rest.
@@ -103,7 +108,7 @@ impl Server {
                     };
                     let _ = stream.set_nodelay(true);
                     let proxy = self.proxy.clone();
-                    let service = service_fn(move |request: Request<Incoming>| proxy.clone().handle(request));
+                    let service = service_fn(move |request: Request<Incoming>| proxy.clone().handle(request, client));
                     let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
                     tokio::spawn(async move {
                         if let Err(e) = connection.await {

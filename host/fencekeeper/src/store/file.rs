@@ -39,7 +39,7 @@
 
 use super::contain::contained;
 use super::group::Group;
-use super::repair::{judge, Raise, Repair, Scanned};
+use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
 use fencekeeper_core::{record, Token};
 use redb::{
@@ -347,6 +347,25 @@ impl Repair for FileStore {
             let value = record::encode(resource.as_bytes(), to);
             table.insert(resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
             Ok((Raise::Raised(previous), true))
+        })
+    }
+
+    fn force(&self, resource: &str, to: Option<&Token>) -> Result<Previous, StoreError> {
+        self.write(|txn| {
+            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let value = table.get(resource.as_bytes()).map_err(|e| self.error(e))?.map(|v| v.value().to_vec());
+            let before = previous(resource, value.as_deref());
+            match to {
+                Some(to) => {
+                    let value = record::encode(resource.as_bytes(), to);
+                    table.insert(resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
+                }
+                None => {
+                    table.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
+                }
+            }
+            let changed = value.is_some() || to.is_some();
+            Ok((before, changed))
         })
     }
 }

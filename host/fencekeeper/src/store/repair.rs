@@ -1,6 +1,6 @@
-//! What an operator does to a store by hand: scan every record, and raise a mark
-//! whose record is lost or damaged. A mark is only ever raised here; lowering or
-//! forgetting one is a separate, deliberate act.
+//! What an operator does to a store by hand: scan every record, raise a mark whose
+//! record is lost or damaged, and, as a separate, deliberate act, set or remove a
+//! mark by force (to undo a mark a forged token raised).
 
 use super::{MarkStore, StoreError};
 use fencekeeper_core::record;
@@ -53,21 +53,35 @@ pub trait Repair: MarkStore {
     /// mark, nor above the token a damaged record still appears to hold (a damaged
     /// digit may have made it look lower than it was, never a reason to go lower).
     fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError>;
+
+    /// Set `resource`'s mark to `to`, or remove it (`None`), by force: lower, higher
+    /// or equal, whatever state its record is in. Returns what stood there. Lowering
+    /// a mark re-admits every token above the new mark, the stale ones included: it is
+    /// for undoing a mark a forged token raised, once the honest holders' tokens are
+    /// known. Processes that keep a copy of marks (other gateways on one etcd) see the
+    /// change at their next read of the store, which they make before any refusal.
+    fn force(&self, resource: &str, to: Option<&Token>) -> Result<Previous, StoreError>;
+}
+
+/// What the raw value in a record (`None`: no record) holds for `resource`.
+pub(crate) fn previous(resource: &str, value: Option<&[u8]>) -> Previous {
+    match value.map(|v| record::decode(resource.as_bytes(), v)) {
+        None => Previous::None,
+        Some(Ok(mark)) => Previous::Mark(mark),
+        Some(Err(e)) => Previous::Damaged(e.to_string()),
+    }
 }
 
 /// Judge a raise against the raw value in a record (`None`: no record): the
 /// previous state, and the floor `to` must lie above, if any.
 pub(crate) fn judge(resource: &str, value: Option<&[u8]>, to: &Token) -> (Previous, Option<Token>) {
-    let Some(value) = value else {
-        return (Previous::None, None);
+    let previous = previous(resource, value);
+    let floor = match (&previous, value) {
+        (Previous::Mark(mark), _) => below(mark, to),
+        (Previous::Damaged(_), Some(v)) => record::legible(v).and_then(|seen| below(&seen, to)),
+        _ => None,
     };
-    match record::decode(resource.as_bytes(), value) {
-        Ok(mark) => (Previous::Mark(mark), below(&mark, to)),
-        Err(e) => {
-            let floor = record::legible(value).and_then(|seen| below(&seen, to));
-            (Previous::Damaged(e.to_string()), floor)
-        }
-    }
+    (previous, floor)
 }
 
 /// `Some(mark)` when `to` does not lie strictly above `mark` (lower, equal, or of

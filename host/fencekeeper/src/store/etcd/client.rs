@@ -1,11 +1,16 @@
 //! The way to etcd: its v3 JSON gateway over HTTP or HTTPS, with a user when the
 //! cluster has authentication on. One client for everything the project sends etcd
-//! (the mark store, `fencekeeper lock`); what is sent is `fencekeeper-etcd-wire`'s.
+//! (the mark store, the provenance check, `fencekeeper lock`); what is sent is
+//! `fencekeeper-etcd-wire`'s. The mark store and the provenance check share one when
+//! they talk to the same etcd: one connection pool, and one record of the highest
+//! revision any answer carried (revisions only grow, so a token at or below it was
+//! issued; the weak provenance check then needs no round trip).
 
 use super::DEFAULT_PREFIX;
 use crate::StoreError;
 use fencekeeper_etcd_wire as wire;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -63,6 +68,8 @@ pub struct EtcdClient {
     auth: Option<EtcdAuth>,
     /// The token of `auth`, renewed when etcd refuses it.
     token: RwLock<Option<String>>,
+    /// The highest revision any answer carried (0 before the first).
+    revision: AtomicU64,
 }
 
 impl EtcdClient {
@@ -92,7 +99,18 @@ impl EtcdClient {
             agent: ureq::Agent::new_with_config(config.build()),
             auth: options.auth.clone(),
             token: RwLock::new(None),
+            revision: AtomicU64::new(0),
         })
+    }
+
+    /// Remember that the cluster has reached `revision`.
+    pub fn saw(&self, revision: u64) {
+        self.revision.fetch_max(revision, Relaxed);
+    }
+
+    /// The highest revision any answer carried (0 before the first).
+    pub fn revision(&self) -> u64 {
+        self.revision.load(Relaxed)
     }
 
     /// The endpoint, for messages.

@@ -31,11 +31,13 @@ mod seen;
 
 pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
 
-use super::repair::{judge, Raise, Repair, Scanned};
+use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, Read, StoreError, Swap};
+use crate::provenance::{EtcdCheck, EtcdProvenance};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
 use seen::Seen;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The default key prefix; the Envoy filter uses the same.
@@ -43,7 +45,7 @@ pub const DEFAULT_PREFIX: &str = wire::DEFAULT_PREFIX;
 
 /// A [`MarkStore`] in etcd (v3 API through its JSON gateway).
 pub struct EtcdStore {
-    client: EtcdClient,
+    client: Arc<EtcdClient>,
     prefix: String,
     seen: Seen,
 }
@@ -66,12 +68,20 @@ impl EtcdStore {
     /// fails here, at start-up, with one line.
     pub fn connect_with(endpoint: &str, options: &EtcdOptions) -> Result<EtcdStore, StoreError> {
         let store = EtcdStore {
-            client: EtcdClient::new(endpoint, options)?,
+            client: Arc::new(EtcdClient::new(endpoint, options)?),
             prefix: options.prefix.clone(),
             seen: Seen::new(),
         };
         store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
         Ok(store)
+    }
+
+    /// A provenance check (`check`) against this store's etcd: it shares the store's
+    /// connections and the highest revision the store's answers carried, so that the
+    /// weak check of a token at or below a revision the store has seen costs no round
+    /// trip.
+    pub fn provenance(&self, check: EtcdCheck) -> EtcdProvenance {
+        EtcdProvenance::sharing(self.client.clone(), check)
     }
 
     /// The etcd key holding `resource`'s mark.
@@ -124,20 +134,28 @@ impl EtcdStore {
         }
     }
 
+    /// A range read; the revision it answered at is remembered.
+    fn read_range(&self, body: String) -> Result<Vec<KeyValue>, StoreError> {
+        let answer = self.call(wire::RANGE_PATH, body)?;
+        let answer = wire::parse_range_answer(&answer).map_err(|e| self.unavailable(e))?;
+        self.client.saw(answer.revision);
+        Ok(answer.kvs)
+    }
+
     fn range(&self, key: &str) -> Result<Vec<KeyValue>, StoreError> {
-        let answer = self.call(wire::RANGE_PATH, wire::range(key.as_bytes()))?;
-        wire::parse_range(&answer).map_err(|e| self.unavailable(e))
+        self.read_range(wire::range(key.as_bytes()))
     }
 
     fn txn(&self, body: String) -> Result<wire::TxnAnswer, StoreError> {
         let answer = self.call(wire::TXN_PATH, body)?;
-        wire::parse_txn(&answer).map_err(|e| self.unavailable(e))
+        let answer = wire::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
+        self.client.saw(answer.revision);
+        Ok(answer)
     }
 
     /// Every (resource, raw value) under the prefix, sorted by resource.
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let answer = self.call(wire::RANGE_PATH, wire::range_prefix(self.prefix.as_bytes(), 0))?;
-        let mut all = self.raw(wire::parse_range(&answer).map_err(|e| self.unavailable(e))?)?;
+        let mut all = self.raw(self.read_range(wire::range_prefix(self.prefix.as_bytes(), 0))?)?;
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
@@ -181,8 +199,9 @@ impl EtcdStore {
     }
 }
 
-/// How many times a raise reads and swaps again after another writer changed the key.
-const RAISE_ROUNDS: usize = 16;
+/// How many times a raise or a forced set reads and swaps again after another writer
+/// changed the key.
+const REPAIR_ROUNDS: usize = 16;
 
 impl MarkStore for EtcdStore {
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
@@ -242,7 +261,7 @@ impl Repair for EtcdStore {
 
     fn raise(&self, resource: &str, to: &Token) -> Result<Raise, StoreError> {
         let put = fencekeeper_core::record::encode(resource.as_bytes(), to);
-        for _ in 0..RAISE_ROUNDS {
+        for _ in 0..REPAIR_ROUNDS {
             let current = self.raw(self.range(&self.key(resource))?)?.into_iter().next().map(|(_, value)| value);
             let (previous, floor) = judge(resource, current.as_deref(), to);
             if let Some(floor) = floor {
@@ -253,6 +272,24 @@ impl Repair for EtcdStore {
             }
         }
         Err(self.unavailable("the key kept changing during the raise"))
+    }
+
+    fn force(&self, resource: &str, to: Option<&Token>) -> Result<Previous, StoreError> {
+        let put = to.map(|t| fencekeeper_core::record::encode(resource.as_bytes(), t));
+        for _ in 0..REPAIR_ROUNDS {
+            let current = self.raw(self.range(&self.key(resource))?)?.into_iter().next().map(|(_, value)| value);
+            let before = previous(resource, current.as_deref());
+            if current.is_none() && put.is_none() {
+                return Ok(before);
+            }
+            let expect = current.as_deref().map_or(Expect::Absent, Expect::Value);
+            let body = wire::replace_txn(self.key(resource).as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()));
+            if self.txn(body)?.succeeded {
+                self.seen.forget(resource);
+                return Ok(before);
+            }
+        }
+        Err(self.unavailable("the key kept changing during the forced set"))
     }
 }
 

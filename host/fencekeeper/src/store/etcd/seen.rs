@@ -32,6 +32,11 @@ impl Seen {
         self.shard(resource).get(resource).copied()
     }
 
+    /// Drop the copy of `resource`'s mark (after it was set by force, possibly lower).
+    pub(super) fn forget(&self, resource: &str) {
+        self.shard(resource).remove(resource);
+    }
+
     /// Remember what etcd just said the mark is (an older answer arriving late only
     /// makes the copy lower, which costs a round, never a wrong answer).
     pub(super) fn set(&self, resource: &str, mark: Option<Token>) {

@@ -1,0 +1,60 @@
+//! The request headers the filter reads, taken in one host call.
+
+use crate::Filter;
+use fencekeeper_core::http::ADMITTED_HEADER;
+
+/// The request headers the filter reads, taken in one host call: every call into
+/// Envoy crosses V8's boundary, and that crossing is most of the filter's cost.
+#[derive(Default)]
+pub struct Seen {
+    /// `:method`.
+    pub method: Vec<u8>,
+    /// `:path`.
+    pub path: Vec<u8>,
+    /// The token header.
+    pub token: Option<Vec<u8>>,
+    /// The resource header, when the key comes from one.
+    pub resource: Option<Vec<u8>>,
+    /// `content-type`.
+    pub content_type: Option<Vec<u8>>,
+    /// The client sent a `fencing-admitted-token` of its own.
+    pub admitted: bool,
+    /// The test build's fault header was sent.
+    #[cfg(feature = "faults")]
+    pub fault: bool,
+}
+
+impl Seen {
+    /// The first value of each header the filter needs (names arrive lower-case).
+    pub fn from(headers: Vec<(String, Vec<u8>)>, filter: &Filter) -> Seen {
+        let mut seen = Seen::default();
+        let resource_header = filter.config.resource.header();
+        for (name, value) in headers {
+            let slot = match name.as_str() {
+                ":method" => Some(&mut seen.method),
+                ":path" => Some(&mut seen.path),
+                _ => None,
+            };
+            if let Some(slot) = slot {
+                if slot.is_empty() {
+                    *slot = value;
+                }
+                continue;
+            }
+            if name == filter.config.token_header {
+                seen.token.get_or_insert(value);
+            } else if Some(name.as_str()) == resource_header {
+                seen.resource.get_or_insert(value);
+            } else if name == "content-type" {
+                seen.content_type.get_or_insert(value);
+            } else if name == ADMITTED_HEADER {
+                seen.admitted = true;
+            }
+            #[cfg(feature = "faults")]
+            if filter.config.test_fault_header.as_deref() == Some(name.as_str()) {
+                seen.fault = true;
+            }
+        }
+        seen
+    }
+}

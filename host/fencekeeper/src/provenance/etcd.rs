@@ -1,0 +1,123 @@
+//! Provenance of etcd tokens (revisions), weak or strong; the rules are the etcd wire's
+//! (`fencekeeper_etcd_wire::provenance`), shared with the Envoy filter.
+//!
+//! * **Weak**: the token is not above the cluster's revision. Revisions only grow, so a
+//!   token at or below the highest revision any answer carried needs no round trip;
+//!   sharing the mark store's connection ([`EtcdStore::provenance`]) makes that the
+//!   common case, since the store reads the mark before an advance. Otherwise one
+//!   count-only read returns the revision.
+//! * **Strong**: one read of the holder of the lock `LOCK_PREFIX + resource` (the
+//!   first key under it by create revision); the token must lie between that key's
+//!   create revision and the read's revision.
+//!
+//! [`EtcdStore::provenance`]: crate::store::EtcdStore::provenance
+
+use super::{Origin, Provenance, ProvenanceError};
+use crate::store::{EtcdClient, EtcdOptions};
+use fencekeeper_core::Token;
+use fencekeeper_etcd_wire::provenance::{self as rules, Unissued};
+use fencekeeper_etcd_wire::{self as wire};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Which etcd check, and for the strong one, where the locks live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EtcdCheck {
+    /// The token is not above the cluster's revision.
+    Weak,
+    /// The token belongs to the current holder of the lock `lock_prefix + resource`.
+    Strong {
+        /// Prepended to the resource to name its lock (`etcdctl lock NAME`).
+        lock_prefix: String,
+    },
+}
+
+/// [`Provenance`] against etcd.
+pub struct EtcdProvenance {
+    http: Arc<EtcdClient>,
+    check: EtcdCheck,
+}
+
+impl EtcdProvenance {
+    /// A check against the etcd at `endpoint` (`http://HOST:PORT`), each call bounded
+    /// by `timeout`; one read now, so that a wrong address fails at start-up.
+    pub fn connect(endpoint: &str, check: EtcdCheck, timeout: Duration) -> Result<EtcdProvenance, ProvenanceError> {
+        Self::connect_with(endpoint, check, &EtcdOptions { timeout, ..EtcdOptions::default() })
+    }
+
+    /// [`EtcdProvenance::connect`] with TLS and a user ([`EtcdOptions`]; its prefix is
+    /// not used).
+    pub fn connect_with(
+        endpoint: &str,
+        check: EtcdCheck,
+        options: &EtcdOptions,
+    ) -> Result<EtcdProvenance, ProvenanceError> {
+        let http =
+            Arc::new(EtcdClient::new(endpoint, options).map_err(|e| ProvenanceError::Unavailable(e.to_string()))?);
+        let provenance = EtcdProvenance::sharing(http, check);
+        provenance.revision()?;
+        Ok(provenance)
+    }
+
+    pub(crate) fn sharing(http: Arc<EtcdClient>, check: EtcdCheck) -> EtcdProvenance {
+        EtcdProvenance { http, check }
+    }
+
+    /// The cluster's current revision, by a count-only read.
+    fn revision(&self) -> Result<u64, ProvenanceError> {
+        let body = self
+            .http
+            .call(wire::RANGE_PATH, rules::revision_read())
+            .map_err(|e| ProvenanceError::Unavailable(e.to_string()))?;
+        let answer = self.parse(&body)?;
+        Ok(answer.revision)
+    }
+
+    fn parse(&self, body: &[u8]) -> Result<wire::RangeAnswer, ProvenanceError> {
+        let answer = wire::parse_range_answer(body)
+            .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.http.endpoint())))?;
+        self.http.saw(answer.revision);
+        Ok(answer)
+    }
+}
+
+fn origin(rule: Result<(), Unissued>) -> Origin {
+    match rule {
+        Ok(()) => Origin::Issued,
+        Err(why) => Origin::Unverified(why.to_string()),
+    }
+}
+
+impl Provenance for EtcdProvenance {
+    fn check(&self, resource: &str, token: &Token) -> Result<Origin, ProvenanceError> {
+        match &self.check {
+            EtcdCheck::Weak => match rules::weak(token, self.http.revision()) {
+                // Above every revision seen so far: ask for the current one.
+                Err(Unissued::AboveRevision { .. }) => Ok(origin(rules::weak(token, self.revision()?))),
+                seen => Ok(origin(seen)),
+            },
+            EtcdCheck::Strong { lock_prefix } => {
+                let lock = rules::lock_name(lock_prefix, resource);
+                let body = self
+                    .http
+                    .call(wire::RANGE_PATH, rules::holder_range(&lock))
+                    .map_err(|e| ProvenanceError::Unavailable(e.to_string()))?;
+                let answer = self.parse(&body)?;
+                Ok(origin(rules::strong(token, answer.kvs.first(), &lock, answer.revision)))
+            }
+        }
+    }
+
+    fn issued_as_far_as_known(&self, _resource: &str, token: &Token) -> bool {
+        self.check == EtcdCheck::Weak && rules::weak(token, self.http.revision()).is_ok()
+    }
+
+    fn describe(&self) -> String {
+        match &self.check {
+            EtcdCheck::Weak => format!("etcd {} weak", self.http.endpoint()),
+            EtcdCheck::Strong { lock_prefix } => {
+                format!("etcd {} strong, locks under {lock_prefix:?}", self.http.endpoint())
+            }
+        }
+    }
+}
