@@ -38,7 +38,7 @@ enum Command {
     /// Print an Envoy configuration that fences an upstream with the proxy-wasm filter.
     EnvoyConfig(envoy_config::Args),
     /// Run the fencing gateway: a reverse proxy in front of a store.
-    Serve(serve::Args),
+    Serve(Box<serve::Args>),
     /// Hold a lock in etcd, ZooKeeper or Redis while a command runs, and give it the lock's fencing token.
     Lock(lock::Args),
 }
@@ -53,7 +53,7 @@ fn main() -> ExitCode {
         Command::Marks(a) => marks::run(a),
         Command::Conformance(a) => conformance::run(a),
         Command::EnvoyConfig(a) => envoy_config::run(a),
-        Command::Serve(a) => serve::run(a),
+        Command::Serve(a) => serve::run(*a),
         Command::Lock(a) => lock::run(a),
     };
     match result {
