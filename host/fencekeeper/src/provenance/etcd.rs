@@ -52,8 +52,7 @@ impl EtcdProvenance {
         check: EtcdCheck,
         options: &EtcdOptions,
     ) -> Result<EtcdProvenance, ProvenanceError> {
-        let http =
-            Arc::new(EtcdClient::new(endpoint, options).map_err(|e| ProvenanceError::Unavailable(e.to_string()))?);
+        let http = Arc::new(EtcdClient::new(endpoint, options).map_err(unavailable)?);
         let provenance = EtcdProvenance::sharing(http, check);
         provenance.revision()?;
         Ok(provenance)
@@ -65,10 +64,7 @@ impl EtcdProvenance {
 
     /// The cluster's current revision, by a count-only read.
     fn revision(&self) -> Result<u64, ProvenanceError> {
-        let body = self
-            .http
-            .call(wire::RANGE_PATH, rules::revision_read())
-            .map_err(|e| ProvenanceError::Unavailable(e.to_string()))?;
+        let body = self.http.call(wire::RANGE_PATH, rules::revision_read()).map_err(unavailable)?;
         let answer = self.parse(&body)?;
         Ok(answer.revision)
     }
@@ -79,6 +75,14 @@ impl EtcdProvenance {
         self.http.saw(answer.revision);
         Ok(answer)
     }
+}
+
+/// The client's error as the lock service's: its line without the mark store's words.
+fn unavailable(e: crate::StoreError) -> ProvenanceError {
+    ProvenanceError::Unavailable(match e {
+        crate::StoreError::Unavailable(detail) => detail,
+        other => other.to_string(),
+    })
 }
 
 fn origin(rule: Result<(), Unissued>) -> Origin {
@@ -98,10 +102,7 @@ impl Provenance for EtcdProvenance {
             },
             EtcdCheck::Strong { lock_prefix } => {
                 let lock = rules::lock_name(lock_prefix, resource);
-                let body = self
-                    .http
-                    .call(wire::RANGE_PATH, rules::holder_range(&lock))
-                    .map_err(|e| ProvenanceError::Unavailable(e.to_string()))?;
+                let body = self.http.call(wire::RANGE_PATH, rules::holder_range(&lock)).map_err(unavailable)?;
                 let answer = self.parse(&body)?;
                 Ok(origin(rules::strong(token, answer.kvs.first(), &lock, answer.revision)))
             }
