@@ -22,33 +22,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-3}
 rounds=${2:-5}
-PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
-cargo build --release -q -p fencekeeper-cli -p fencekeeper-harness
-fk=target/release/fencekeeper
-work=$(mktemp -d)
-pids=()
-# Stop every service and wait for it to exit, so that none outlives the script (and
-# none still writes into $work while it is removed).
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 2; }
+. scripts/lib/bench.sh
 
-up=$(port)
-mkdir -p "$work/nginx"
-cat >"$work/nginx/nginx.conf" <<CONF
-daemon off; master_process off; worker_processes 1; error_log $work/nginx/error.log warn; pid $work/nginx/nginx.pid;
-events { worker_connections 1024; }
-http { access_log off; client_body_temp_path $work/nginx/body;
-  server { listen 127.0.0.1:$up; location / { return 204; } } }
-CONF
-nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 & pids+=($!)
-
-# etcd from the test harness, started as the tests start it; stopped with the harness.
-target/release/fencekeeper-services --dir "$work/services" etcd >"$work/services.env" & pids+=($!)
-# It says why on stderr if it cannot start them.
-until grep -qs '^FK_READY=1' "$work/services.env"; do kill -0 $! 2>/dev/null || exit 2; sleep 0.1; done
-. "$work/services.env"
+start_nginx_204
+start_services etcd
 ec=${FK_ETCD##*:}
 
 declare -A listen
@@ -143,19 +120,7 @@ LUA
 
 # One row: NAME SCRIPT CONNECTIONS -> "p50_us p99_us rps non2xx"
 run() {
-  local out
-  out=$(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/fixed")
-  python3 - "$out" <<'PY'
-import re, sys
-t = sys.argv[1]
-def us(v):
-    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
-    return float(n) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
-p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", t)
-print(f"{us(p['50']):.0f} {us(p['99']):.0f} {rps:.0f} {bad.group(1) if bad else 0}")
-PY
+  wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/fixed" | wrk_numbers
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd write).

@@ -17,35 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-5}
 rounds=${2:-3}
-PATH="/usr/sbin:$PATH"
-cargo build --release -q -p fencekeeper-cli -p fencekeeper-harness
-fk=$PWD/target/release/fencekeeper
-work=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_http() { for _ in $(seq 300); do curl -fsS -o /dev/null "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 2; }
+. scripts/lib/bench.sh
 b64() { printf '%s' "$1" | base64 -w0; }
 
-up=$(port)
-mkdir -p "$work/nginx"
-cat >"$work/nginx/nginx.conf" <<CONF
-daemon off; master_process off; worker_processes 1; error_log $work/nginx/error.log warn; pid $work/nginx/nginx.pid;
-events { worker_connections 1024; }
-http { access_log off; client_body_temp_path $work/nginx/body;
-  server { listen 127.0.0.1:$up; location / { return 204; } } }
-CONF
-nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 & pids+=($!)
-target/release/fencekeeper-services --dir "$work/services" etcd >"$work/services.env" & pids+=($!)
-until grep -qs '^FK_ETCD=' "$work/services.env" && grep -qs '^FK_READY=1' "$work/services.env"; do kill -0 $! 2>/dev/null || exit 2; sleep 0.1; done
-. "$work/services.env"
+start_nginx_204
+start_services etcd
 etcd=${FK_ETCD#http://}
 gw=$(port); admin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$gw" --admin "127.0.0.1:$admin" \
     --etcd "$etcd" >"$work/gateway.log" 2>&1 & pids+=($!)
 wait_http "http://127.0.0.1:$admin/healthz"
-wait_http "http://127.0.0.1:$up/"
 
 # The fixed token's mark, written once through the gateway; its record is what the raw
 # compare compares with.
@@ -78,17 +59,11 @@ request = function()
 end
 LUA
 
-# One row: URL SCRIPT CONNECTIONS -> requests/s and non-2xx
+# One row: URL SCRIPT CONNECTIONS -> "requests/s non-2xx"
 run() {
-  local out
-  out=$(wrk -t1 -c"$3" -d"${duration}s" -s "$work/$2.lua" "$1")
-  python3 - "$out" <<'PY'
-import re, sys
-t = sys.argv[1]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", t)
-print(f"{rps:.0f} {bad.group(1) if bad else 0}")
-PY
+  local n
+  read -ra n < <(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "$1" | wrk_numbers)
+  echo "${n[2]} ${n[3]}"
 }
 
 for round in $(seq "$rounds"); do

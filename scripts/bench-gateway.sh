@@ -18,39 +18,14 @@ seconds=${1:-10}
 connections=${2:-16}
 threads=$(( connections < 2 ? connections : 2 ))
 
-command -v wrk >/dev/null || { echo "wrk not found; run scripts/install-deps.sh" >&2; exit 2; }
-
-cargo build --release --quiet -p fencekeeper-cli -p fencekeeper-harness
-fk=$PWD/target/release/fencekeeper
-work=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-wait_http() { # URL [expect]
-    for _ in $(seq 1 300); do
-        if curl -fsS "$1" 2>/dev/null | grep -q "${2:-}"; then return 0; fi
-        sleep 0.1
-    done
-    echo "not ready: $1" >&2; exit 2
-}
+. scripts/lib/bench.sh
 
 # nginx WebDAV (a store that accepts any write) and etcd (the shared mark store),
 # started by the harness as the tests start them; it stops both when it is stopped.
-target/release/fencekeeper-services --dir "$work/services" nginx-dav etcd >"$work/services.env" & pids+=($!)
-# It says why on stderr if it cannot start them.
-until grep -qs '^FK_READY=1' "$work/services.env"; do kill -0 $! 2>/dev/null || exit 2; sleep 0.1; done
-. "$work/services.env"
+start_services nginx-dav etcd
 np=${FK_NGINX_DAV##*:}
 ec=${FK_ETCD##*:}
 
-# Called in this shell, never inside $(...): a gateway started in a subshell records
-# its PID in the subshell's copy of pids, and cleanup never stops it.
 gateway() { # VAR NAME ARGS...: start a gateway, set VAR to its port
     local p a; p=$(port); a=$(port)
     RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$np" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \

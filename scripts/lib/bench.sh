@@ -1,0 +1,75 @@
+# Shared plumbing of the benchmark scripts (sourced, not run): a scratch directory
+# and the services in it, stopped and removed on exit; free ports; readiness checks;
+# a fast upstream; wrk's output read into numbers.
+#
+# After sourcing: $work (scratch directory), $fk (the release CLI), pids (the
+# background processes cleanup stops). Start services in the sourcing shell, never
+# inside $(...): a process started in a subshell records its PID in the subshell's
+# copy of pids, and cleanup never stops it.
+
+PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
+for tool in wrk nginx curl; do
+    command -v "$tool" >/dev/null || { echo "$tool not found; run scripts/install-deps.sh" >&2; exit 2; }
+done
+cargo build --release --quiet -p fencekeeper-cli -p fencekeeper-harness
+fk=$PWD/target/release/fencekeeper
+work=$(mktemp -d)
+pids=()
+# Stop every service and wait for it to exit, so that none outlives the script (and
+# none still writes into $work while it is removed).
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+wait_http() { # URL [TEXT the body must contain]
+    for _ in $(seq 1 300); do
+        if [ -z "${2:-}" ]; then curl -fsS -o /dev/null "$1" 2>/dev/null && return 0
+        elif curl -fsS "$1" 2>/dev/null | grep -q "$2"; then return 0; fi
+        sleep 0.1
+    done
+    echo "not ready: $1" >&2; exit 2
+}
+
+# Services from the test harness, started as the tests start them (FK_* variables
+# set here); the harness stops them when it is stopped. It says why on stderr if it
+# cannot start them.
+start_services() { # SERVICE...
+    target/release/fencekeeper-services --dir "$work/services" "$@" >"$work/services.env" & pids+=($!)
+    until grep -qs '^FK_READY=1' "$work/services.env"; do kill -0 $! 2>/dev/null || exit 2; sleep 0.1; done
+    . "$work/services.env"
+}
+
+# nginx answering 204 to everything: a store that costs nothing, so the cost of what
+# stands in front of it shows. Sets $up to its port.
+start_nginx_204() {
+    up=$(port)
+    mkdir -p "$work/nginx"
+    cat >"$work/nginx/nginx.conf" <<CONF
+daemon off; master_process off; worker_processes 1; error_log $work/nginx/error.log warn; pid $work/nginx/nginx.pid;
+events { worker_connections 1024; }
+http { access_log off; client_body_temp_path $work/nginx/body;
+  server { listen 127.0.0.1:$up; location / { return 204; } } }
+CONF
+    nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 & pids+=($!)
+    wait_http "http://127.0.0.1:$up/"
+}
+
+# wrk's report (with --latency) on stdin -> "p50_us p99_us requests_per_s non2xx".
+wrk_numbers() {
+    python3 -c '
+import re, sys
+t = sys.stdin.read()
+def us(v):
+    n, u = re.match(r"([\d.]+)(us|ms|s)", v).groups()
+    return float(n) * {"us": 1, "ms": 1e3, "s": 1e6}[u]
+p = dict(re.findall(r"^\s+(50|99)%\s+(\S+)", t, re.M))
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", t)
+p50, p99 = us(p["50"]), us(p["99"])
+print(f"{p50:.0f} {p99:.0f} {rps:.0f} {bad.group(1) if bad else 0}")'
+}
