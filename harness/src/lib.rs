@@ -18,6 +18,9 @@
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
 //! * [`holder`]: a lock client running `fencekeeper-lock-worker`, which writes with
 //!   its token; the paused-holder story told with two of them (the token tests).
+//! * [`max_register`]: the linearizability checker of admits against a max-register,
+//!   shared by the concurrency test and the torture harness.
+//! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
@@ -28,8 +31,10 @@
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
 pub mod envoy;
+pub mod etcd_cluster;
 pub mod gateway;
 pub mod holder;
+pub mod max_register;
 pub mod relay;
 pub mod secure_etcd;
 pub mod services;
