@@ -7,6 +7,9 @@
 //! `fencing-highest` header, the body's first words, a transport error.
 
 pub mod rules;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests;
 
 use crate::record::{read_lines, Event, Fault, Landed, RunInfo, Snapshot, Write};
 use anyhow::{Context, Result};
