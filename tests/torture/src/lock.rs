@@ -14,7 +14,7 @@ use fencekeeper_etcd_wire::{self as wire, Expect, Op, Range};
 use std::time::{Duration, Instant};
 
 /// How often a waiter looks again.
-const POLL: Duration = Duration::from_millis(40);
+const POLL: Duration = Duration::from_millis(100);
 
 /// The cluster's members, as one client that fails over.
 pub struct Etcd {

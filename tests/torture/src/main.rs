@@ -79,9 +79,16 @@ struct RunArgs {
     /// Where the logs go (default: a new directory under the temporary directory).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Fail unless at least this many writes were checked.
+    /// Keep the load going past `--seconds` until this many writes were sent (at most
+    /// `--max-seconds`); fail if fewer were checked.
     #[arg(long, default_value_t = 0)]
     min_writes: u64,
+    /// The longest the load may run to reach `--min-writes` (default: twice `--seconds`).
+    #[arg(long)]
+    max_seconds: Option<u64>,
+    /// Only these fault kinds (a comma list; default: the whole table).
+    #[arg(long)]
+    faults: Option<String>,
     /// Holder threads per resource.
     #[arg(long, default_value_t = 2)]
     holders: usize,
@@ -193,7 +200,7 @@ fn run(args: RunArgs) -> Result<bool> {
             let begun = Instant::now();
             while !shared.stop.load(Relaxed) {
                 std::thread::sleep(Duration::from_millis(250));
-                if begun.elapsed().as_secs() % 15 == 0 && begun.elapsed().subsec_millis() < 250 {
+                if begun.elapsed().as_secs().is_multiple_of(15) && begun.elapsed().subsec_millis() < 250 {
                     let n = shared.writes.load(Relaxed);
                     eprintln!("torture: {n} writes, {:.0}/s", n as f64 / begun.elapsed().as_secs_f64());
                 }
@@ -209,11 +216,21 @@ fn run(args: RunArgs) -> Result<bool> {
             etcd: lock::Etcd::new(&shared.etcd, 2)?,
             agent: client::agent(),
             n: 0,
+            kinds: match &args.faults {
+                Some(list) => list.split(',').map(|k| k.trim().to_owned()).collect(),
+                None => nemesis::KINDS.iter().map(|k| k.to_string()).collect(),
+            },
         };
-        let until = Instant::now() + Duration::from_secs(args.seconds);
-        let faults = nemesis.run(until);
+        let begun = Instant::now();
+        let hard = begun + Duration::from_secs(args.max_seconds.unwrap_or(2 * args.seconds).max(args.seconds));
+        let enough = || {
+            let now = Instant::now();
+            now >= hard
+                || now >= begun + Duration::from_secs(args.seconds) && shared.writes.load(Relaxed) >= args.min_writes
+        };
+        let faults = nemesis.run(&enough);
         if faults.is_ok() {
-            while Instant::now() < until {
+            while !enough() {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }

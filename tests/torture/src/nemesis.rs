@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// Every fault kind, in table order (tests/README.md has one row for each).
-pub const KINDS: [&str; 24] = [
+pub const KINDS: [&str; 25] = [
     "etcd-kill-leader",
     "etcd-kill-follower",
     "etcd-stop-leader",
@@ -29,6 +29,7 @@ pub const KINDS: [&str; 24] = [
     "gateway-kill",
     "gateway-stop",
     "gateway-term",
+    "gateway-kill-slow-upstream",
     "file-gateway-kill",
     "envoy-kill",
     "envoy-stop",
@@ -68,6 +69,8 @@ pub struct Nemesis<'a> {
     pub agent: ureq::Agent,
     /// Faults so far.
     pub n: u64,
+    /// The fault kinds drawn from (the table, or those asked for).
+    pub kinds: Vec<String>,
 }
 
 /// What injecting a fault did; the runner stamps and logs it.
@@ -84,12 +87,16 @@ fn done(targets: Vec<String>, detail: String, snapshot: bool) -> Done {
 }
 
 impl Nemesis<'_> {
-    /// Inject faults until `until`, then return the number injected.
-    pub fn run(&mut self, until: Instant) -> Result<u64> {
+    /// Inject faults until `enough` says the load is over, then return how many.
+    pub fn run(&mut self, enough: &dyn Fn() -> bool) -> Result<u64> {
+        if let Some(unknown) = self.kinds.iter().find(|k| !KINDS.contains(&k.as_str())) {
+            anyhow::bail!("no fault kind {unknown:?}; the kinds are {}", KINDS.join(", "));
+        }
+        let kinds = self.kinds.clone();
         let mut round: Vec<&str> = Vec::new();
-        while Instant::now() + Duration::from_secs(4) < until {
+        while !enough() {
             if round.is_empty() {
-                round = KINDS.to_vec();
+                round = kinds.iter().map(String::as_str).collect();
                 for i in (1..round.len()).rev() {
                     round.swap(i, self.rng.below(i as u64 + 1) as usize);
                 }
@@ -197,6 +204,31 @@ impl Nemesis<'_> {
                 }
                 self.etcd_healthy()?;
                 Ok(done(self.etcd_targets(), "every member SIGKILLed and restarted".into(), true))
+            }
+            "gateway-kill-slow-upstream" => {
+                // A gateway dies with writes in flight to a slow store: its ordering gate
+                // (in memory) is gone while the store may still apply them.
+                let names: Vec<String> = ["gw1", "gw2"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .filter(|g| self.shared.targets.contains_key(g))
+                    .collect();
+                if names.is_empty() {
+                    return Ok(not_injected("no etcd gateway in this run"));
+                }
+                let name = self.rng.pick(&names).clone();
+                let knobs = "delay_pct=50&delay_min_ms=2000&delay_max_ms=8000";
+                self.system.upstream.knobs(knobs)?;
+                std::thread::sleep(Duration::from_millis(1500));
+                let hold = Duration::from_millis(self.rng.between(200, 1000));
+                let gateway = self.system.gateway(&name).context("gateway")?;
+                gateway.kill();
+                std::thread::sleep(hold);
+                gateway.restart()?;
+                std::thread::sleep(Duration::from_millis(1500));
+                self.system.upstream.knobs("")?;
+                std::thread::sleep(Duration::from_millis(8000));
+                Ok(done(self.all_targets(), format!("{name} killed under {knobs}, down {hold:?}"), true))
             }
             "gateway-kill" | "gateway-stop" | "gateway-term" | "file-gateway-kill" => {
                 let names: Vec<String> = if kind == "file-gateway-kill" {

@@ -35,6 +35,10 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         "envoy refusals      {} answered from the filter's copy of the marks; {} reported a mark already outdated",
         report.envoy_refusals.0, report.envoy_refusals.1
     );
+    println!(
+        "gateway refusals    {} (each may have advanced the mark to its own token before the gate refused it)",
+        report.gate_refusals
+    );
     let mut attributed: BTreeMap<String, u64> = BTreeMap::new();
     for v in &report.violations {
         *attributed.entry(fault_at(input, v.at).unwrap_or_else(|| "(none active)".into())).or_default() += 1;
@@ -64,10 +68,16 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         );
     }
     let findings = dir.join("findings");
-    if !report.violations.is_empty() || !report.window_hits.is_empty() {
+    if !report.violations.is_empty() || !report.window_hits.is_empty() || !report.crash_hits.is_empty() {
         std::fs::create_dir_all(&findings)?;
     }
-    for (prefix, list) in [("violation", &report.violations), ("window-hit", &report.window_hits)] {
+    println!(
+        "gateway crashes     {} claimed-group writes landed out of order after their gateway was killed with them in flight",
+        report.crash_hits.len()
+    );
+    for (prefix, list) in
+        [("violation", &report.violations), ("crash-hit", &report.crash_hits), ("window-hit", &report.window_hits)]
+    {
         for (i, f) in list.iter().enumerate() {
             if i < 20 || prefix == "violation" && i < 200 {
                 println!("{prefix} (rule {}): {}", f.rule, f.message);

@@ -70,6 +70,19 @@ pub fn draw(input: &Input, finding: &Finding, span: u64) -> String {
             f.n
         );
     }
+    let mut tick = from - from % 1_000_000_000 + 1_000_000_000;
+    while tick < to {
+        let _ = write!(
+            svg,
+            r##"<line x1="{0:.1}" y1="{1:.1}" x2="{0:.1}" y2="{2:.1}" stroke="#ccc"/><text x="{0:.1}" y="{3:.1}" fill="#777" font-size="9">{4:+.1} s</text>"##,
+            x(tick),
+            TOP,
+            HEIGHT - BOTTOM,
+            HEIGHT - BOTTOM + 26.0,
+            (tick as f64 - finding.at as f64) / 1e9
+        );
+        tick += 1_000_000_000;
+    }
     for &t in &tokens {
         let _ = write!(svg, r##"<text x="4" y="{:.1}" fill="#555">{t}</text>"##, y(t) + 4.0);
     }

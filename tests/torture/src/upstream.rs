@@ -138,7 +138,7 @@ fn knobs(store: &Store, req: Request<Incoming>) -> Response<bytes_body::Body> {
     answer(StatusCode::OK, &[], "set")
 }
 
-async fn write(store: &Store, req: Request<Incoming>) -> Response<bytes_body::Body> {
+async fn write(store: &Arc<Store>, req: Request<Incoming>) -> Response<bytes_body::Body> {
     use http_body_util::BodyExt;
     let header =
         |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or_default();
@@ -151,22 +151,28 @@ async fn write(store: &Store, req: Request<Incoming>) -> Response<bytes_body::Bo
         return answer(StatusCode::BAD_REQUEST, &[], "body");
     };
     let id = String::from_utf8_lossy(&body.to_bytes()).into_owned();
-    let k = *store.knobs.lock().unwrap_or_else(|p| p.into_inner());
-    let mut rng = Rng::new(store.seed, store.draws.fetch_add(1, Relaxed));
-    if k.delay_pct > 0 && rng.chance(k.delay_pct, 100) {
-        tokio::time::sleep(Duration::from_millis(rng.between(k.delay_min_ms, k.delay_max_ms))).await;
-    }
-    if k.error_pct > 0 && rng.chance(k.error_pct, 100) {
-        return answer(StatusCode::SERVICE_UNAVAILABLE, &[("x-torture-upstream", "error".into())], "injected");
-    }
-    let seq = {
+    // Applied in a task of its own: a write whose body arrived is applied even if the
+    // proxy hangs up meanwhile (it timed out, or crashed), as a blind store does.
+    let store = store.clone();
+    let applied = tokio::spawn(async move {
+        let k = *store.knobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rng = Rng::new(store.seed, store.draws.fetch_add(1, Relaxed));
+        if k.delay_pct > 0 && rng.chance(k.delay_pct, 100) {
+            tokio::time::sleep(Duration::from_millis(rng.between(k.delay_min_ms, k.delay_max_ms))).await;
+        }
+        if k.error_pct > 0 && rng.chance(k.error_pct, 100) {
+            return Err(StatusCode::SERVICE_UNAVAILABLE);
+        }
         let mut seq = store.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;
         let landed = Landed { seq: *seq, at: clock::now(), resource, token, target, id };
-        if store.log.write(&landed).is_err() {
-            return answer(StatusCode::INSUFFICIENT_STORAGE, &[("x-torture-upstream", "log".into())], "log");
-        }
-        *seq
+        store.log.write(&landed).map_err(|_| StatusCode::INSUFFICIENT_STORAGE)?;
+        Ok(*seq)
+    });
+    let seq = match applied.await {
+        Ok(Ok(seq)) => seq,
+        Ok(Err(status)) => return answer(status, &[("x-torture-upstream", "error".into())], "injected"),
+        Err(_) => return answer(StatusCode::INTERNAL_SERVER_ERROR, &[("x-torture-upstream", "error".into())], "task"),
     };
     answer(StatusCode::CREATED, &[("x-torture-seq", seq.to_string())], "")
 }

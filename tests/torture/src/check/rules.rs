@@ -50,12 +50,18 @@ pub struct Report {
     pub violations: Vec<Finding>,
     /// Rule 1 breaches where no claim is made, per group.
     pub window_hits: Vec<Finding>,
+    /// Rule 1 breaches on a claimed group whose late write was in flight through a
+    /// gateway that was killed meanwhile: its ordering gate died with it
+    /// (docs/gateway.md, "What remains").
+    pub crash_hits: Vec<Finding>,
     /// Writes applied per group.
     pub landed_by_group: BTreeMap<String, u64>,
     /// Per fault kind: (injected, not injected).
     pub faults: BTreeMap<String, (u64, u64)>,
     /// The slowest recovery after a heal, in ms.
     pub slowest_recovery_ms: u64,
+    /// Gateway refusals (each may have advanced the mark to its token first).
+    pub gate_refusals: u64,
     /// Envoy refusals (answered from the filter's local copy of the marks), and those
     /// whose reported mark was already below one acknowledged before they began.
     pub envoy_refusals: (u64, u64),
@@ -79,6 +85,12 @@ pub fn check(input: &Input) -> Report {
     }
     let windows = windows(input, &mut report);
     store_order(input, &classes, &mut report);
+    report.gate_refusals = input
+        .writes
+        .iter()
+        .zip(&classes)
+        .filter(|(w, c)| **c == Class::Stale && !w.target.starts_with("envoy"))
+        .count() as u64;
     linearizable(input, &classes, &mut report);
     marks_kept(input, &classes, &mut report);
     accounting(input, &classes, &windows, &mut report);
@@ -179,7 +191,11 @@ fn store_order(input: &Input, classes: &[Class], report: &mut Report) {
                     at: l.at,
                     ids: vec![id.to_owned(), l.id.clone()],
                 };
-                if group.is_some_and(|g| g.claims_order) {
+                let late = by_id.get(l.id.as_str()).map(|&i| &input.writes[i]);
+                let claimed = group.is_some_and(|g| g.claims_order);
+                if claimed && late.is_some_and(|w| killed_in_flight(input, w)) {
+                    report.crash_hits.push(finding);
+                } else if claimed {
                     report.violations.push(finding);
                 } else {
                     report.window_hits.push(finding);
@@ -191,6 +207,19 @@ fn store_order(input: &Input, classes: &[Class], report: &mut Report) {
             }
         }
     }
+}
+
+/// The write went through a gateway that the nemesis killed while it was in flight
+/// (the client saw the connection die).
+fn killed_in_flight(input: &Input, w: &Write) -> bool {
+    let lost = matches!(w.error.as_deref(), Some(e) if e != "refused");
+    lost && input.faults.iter().any(|f| {
+        f.injected
+            && f.kind.contains("gateway-kill")
+            && f.targets.contains(&w.target)
+            && f.start <= w.end
+            && f.healed >= w.start
+    })
 }
 
 fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
@@ -214,6 +243,15 @@ fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
             Class::Undecided | Class::Unknown => Answer::Unknown,
             _ => continue,
         };
+        if matches!(answer, Answer::Stale { .. }) {
+            // The gateway admits (advancing the mark) before its ordering gate, which may
+            // then refuse the write as stale (docs/gateway.md, step 4): the refused token
+            // may have been written.
+            per_resource
+                .entry(&w.resource)
+                .or_default()
+                .push((i, Op { token: t, answer: Answer::Unknown, start: w.start, end: w.end }));
+        }
         per_resource.entry(&w.resource).or_default().push((i, Op { token: t, answer, start: w.start, end: w.end }));
     }
     envoy_copy_refusals(input, classes, &envoy_refusals, report);

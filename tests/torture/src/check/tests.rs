@@ -181,3 +181,47 @@ fn an_undecided_answer_needs_a_fault_on_its_target_and_a_missing_token_its_own_r
     input.writes.push(missing);
     assert_eq!(rules(&check(&input)), vec![5]);
 }
+
+#[test]
+fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hidden() {
+    let mut input = clean();
+    // a1 was in flight through gw1 when the nemesis killed gw1; the store applied it
+    // after b1.
+    input.writes[0].status = 0;
+    input.writes[0].error = Some("io".into());
+    input.landed.swap(0, 2);
+    for (i, l) in input.landed.iter_mut().enumerate() {
+        l.seq = i as u64 + 1;
+    }
+    let kill = |kind: &str| Fault {
+        n: 1,
+        kind: kind.into(),
+        targets: vec!["gw1".into()],
+        start: MS,
+        healed: 3 * MS,
+        injected: true,
+        detail: String::new(),
+    };
+    input.faults.push(kill("gateway-kill-slow-upstream"));
+    let report = check(&input);
+    assert_eq!((rules(&report), report.crash_hits.len()), (vec![], 1), "{:?}", report.violations);
+    // Any other fault does not explain it.
+    input.faults[0] = kill("gateway-stop");
+    assert!(rules(&check(&input)).contains(&1));
+}
+
+#[test]
+fn a_gateway_refusal_may_have_advanced_the_mark_to_its_own_token() {
+    let mut input = clean();
+    // a2 (token 15) is refused by the gate after waiting, reporting 20, but its admit
+    // had set the mark to 15, which a later refusal reports.
+    input.writes[2].token = Some("15".into());
+    let mut later = write("z1", "/t/pin-gw1/0", "gw1", 12, 12, 409);
+    later.highest = Some("15".into());
+    later.end = 13 * MS;
+    input.writes[1].start = 14 * MS;
+    input.writes.push(later);
+    input.writes[2].start = 11 * MS;
+    input.writes[2].end = 25 * MS;
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "{:?}", check(&input).violations);
+}
