@@ -31,7 +31,8 @@ if [[ -z $out ]]; then
 fi
 mkdir -p "$out"
 
-cargo build -q --release --locked -p fencekeeper-cli -p fencekeeper-torture
+# The same build as scripts/test.sh (the same features: nothing is rebuilt there).
+cargo build -q --release --workspace --bins --examples --locked
 
 # The runner and every service it starts share this process group; a signal or an
 # error ends them all, and the file store's tmpfs goes with them.

@@ -137,6 +137,8 @@ fn groups(targets: &BTreeMap<String, client::Target>) -> Vec<Group> {
     group("mixed", &["gw1", "gw2", "envoy1", "envoy2"], false, 4);
     group("file", &["gwfile"], true, 6);
     group("proc-gw1", &["gw1"], true, 1);
+    // Fresh resources the nemesis writes while gwfile's disk is full (each a new key).
+    group("fresh", &["gwfile"], true, 0);
     for t in targets.values() {
         let name = format!("probe-{}", t.name);
         out.push(Group {
@@ -183,10 +185,11 @@ fn run(args: RunArgs) -> Result<bool> {
     let stop_procs = Arc::new(AtomicBool::new(false));
     let outcome = std::thread::scope(|s| -> Result<u64> {
         let mut index = 0;
+        let mut holders = Vec::new();
         for g in groups.iter().filter(|g| !g.name.starts_with("probe-") && !g.name.starts_with("proc-")) {
             for _ in 0..g.resources.len() * args.holders {
                 let (shared, g) = (&shared, g);
-                s.spawn(move || client::run(shared, g, index, seed));
+                holders.push(s.spawn(move || client::run(shared, g, index, seed)));
                 index += 1;
             }
         }
@@ -238,6 +241,10 @@ fn run(args: RunArgs) -> Result<bool> {
         stop_procs.store(true, Relaxed);
         if let Some(pool) = &pool {
             pool.join();
+        }
+        // Every write has ended before the marks are read back for the last time.
+        for h in holders {
+            let _ = h.join();
         }
         let _ = progress.join();
         let faults = faults?;

@@ -313,10 +313,59 @@ impl Nemesis<'_> {
                 };
                 let filler = disk.path.join("filler");
                 let filled = fill(&filler);
-                let hold = self.hold();
-                std::thread::sleep(hold);
+                // The store's file does not grow while the same marks are rewritten:
+                // first marks of new resources make it ask the full disk for pages.
+                let deadline = Instant::now() + self.hold();
+                let mut answers: BTreeMap<u16, u64> = BTreeMap::new();
+                while Instant::now() < deadline {
+                    let resource = format!("/t/fresh/{}", client::next_id("r"));
+                    let what = Send {
+                        id: client::next_id("nemesis"),
+                        client: "nemesis",
+                        group: "fresh",
+                        resource: &resource,
+                        kind: Kind::Valid,
+                        token: Some("1".into()),
+                        fault: Some(n),
+                    };
+                    let w = client::send(&self.agent, &self.shared.targets["gwfile"], what);
+                    self.shared.history.write(&w)?;
+                    *answers.entry(w.status).or_default() += 1;
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 std::fs::remove_file(&filler)?;
-                Ok(done(vec!["gwfile".into()], format!("{filled} bytes filled the tmpfs, {hold:?}"), true))
+                // Finding: after an I/O error redb refuses every later transaction ("Previous
+                // I/O error occurred. Please close and re-open the database"), so the file
+                // store does not recover by itself once the disk has room again. The heal is
+                // then what an operator does today: restart the gateway.
+                let after = client::send(
+                    &self.agent,
+                    &self.shared.targets["gwfile"],
+                    Send {
+                        id: client::next_id("nemesis"),
+                        client: "nemesis",
+                        group: "fresh",
+                        resource: &format!("/t/fresh/{}", client::next_id("r")),
+                        kind: Kind::Valid,
+                        token: Some("1".into()),
+                        fault: Some(n),
+                    },
+                );
+                self.shared.history.write(&after)?;
+                let stuck = after.status == 503;
+                if stuck {
+                    self.system.gateway("gwfile").context("gwfile")?.restart()?;
+                }
+                let healed = if stuck {
+                    "still 503 once freed (redb keeps its I/O error): restarted"
+                } else {
+                    "recovered by itself"
+                };
+                Ok(done(
+                    vec!["gwfile".into()],
+                    format!("{filled} bytes filled the tmpfs; first writes answered {answers:?}; {healed}"),
+                    true,
+                ))
             }
             "filter-trap" => self.filter_trap(n),
             "gateway-guest-trap" | "malformed-tokens" | "missing-tokens" | "replay-old-token" => {

@@ -137,8 +137,9 @@ impl Input {
         Ok(Input { info, writes, landed, faults, snapshots })
     }
 
-    /// The group a resource belongs to.
+    /// The group a resource belongs to (its path is `/t/<group>/...`).
     pub fn group_of(&self, resource: &str) -> Option<&crate::record::Group> {
-        self.info.groups.iter().find(|g| g.resources.iter().any(|r| r == resource))
+        let name = resource.strip_prefix("/t/")?.split('/').next()?;
+        self.info.groups.iter().find(|g| g.name == name)
     }
 }

@@ -255,11 +255,10 @@ fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
         per_resource.entry(&w.resource).or_default().push((i, Op { token: t, answer, start: w.start, end: w.end }));
     }
     envoy_copy_refusals(input, classes, &envoy_refusals, report);
-    let final_marks = final_marks(input);
     for (resource, ops) in per_resource {
         let history: Vec<Op> = ops.iter().map(|(_, op)| *op).collect();
-        let final_mark = final_marks.get(resource).map(|m| m.and_then(|m| m.parse().ok()));
-        if let Err(v) = max_register::check(&history, final_mark.or(Some(None))) {
+        let final_mark = final_mark(input, resource).map(|m| m.and_then(|m| m.parse().ok()));
+        if let Err(v) = max_register::check(&history, final_mark) {
             let ids: Vec<String> = v.ops.iter().map(|&k| input.writes[ops[k].0].id.clone()).collect();
             let at = v.ops.iter().map(|&k| ops[k].1.start).max().unwrap_or(0);
             report.violations.push(Finding {
@@ -316,20 +315,14 @@ fn envoy_copy_refusals(input: &Input, classes: &[Class], refusals: &[usize], rep
     }
 }
 
-/// Each resource's mark at the end, from the last read-back of where it lives.
-fn final_marks(input: &Input) -> HashMap<&str, Option<&str>> {
-    let mut out = HashMap::new();
-    for g in &input.info.groups {
-        let source =
-            if g.targets.iter().any(|t| input.info.targets.get(t) == Some(&false)) { &g.targets[0] } else { "etcd" };
-        let Some(snap) = input.snapshots.iter().rev().find(|s| s.after_fault.is_none() && s.source == source) else {
-            continue;
-        };
-        for r in &g.resources {
-            out.insert(r.as_str(), snap.marks.get(r).map(String::as_str));
-        }
-    }
-    out
+/// Each resource's mark at the end, from the last read-back of where it lives (etcd,
+/// or the file-store gateway its group writes through); `None` when never read back.
+fn final_mark<'a>(input: &'a Input, resource: &str) -> Option<Option<&'a str>> {
+    let group = input.group_of(resource)?;
+    let file = group.targets.iter().find(|t| input.info.targets.get(*t) == Some(&false));
+    let source = file.map_or("etcd", String::as_str);
+    let snap = input.snapshots.iter().rev().find(|s| s.after_fault.is_none() && s.source == source)?;
+    Some(snap.marks.get(resource).map(String::as_str))
 }
 
 fn marks_kept(input: &Input, classes: &[Class], report: &mut Report) {
