@@ -4,7 +4,8 @@
 # lock holders, a nemesis injecting faults, then a checker over the logs.
 #
 #   scripts/torture.sh [--seconds N] [--seed S] [--target all|gateways,envoys,file]
-#                      [--out DIR] [--min-writes N]
+#                      [--out DIR] [--min-writes N] [--max-seconds N] [--faults K1,K2]
+#                      [--holders N]
 #
 # Prints the seed (replay the same fault schedule with --seed), a report, and one
 # summary line. Exit 0: no violation; 1: a violation (its history window and an SVG
@@ -21,8 +22,8 @@ args=()
 while (($#)); do
     case "$1" in
         --out) out="$2"; shift 2 ;;
-        --seconds | --seed | --target | --min-writes | --holders) args+=("$1" "$2"); shift 2 ;;
-        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+        --seconds | --seed | --target | --min-writes | --max-seconds | --faults | --holders) args+=("$1" "$2"); shift 2 ;;
+        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
         *) echo "torture.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -10,6 +10,8 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Findings while no fault was active (or within the liveness bound after one).
+const NONE: &str = "(no fault active)";
 /// Pictures drawn per kind of finding, at most.
 const PICTURES: usize = 10;
 /// The history window around a finding, either side.
@@ -39,17 +41,23 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         "gateway refusals    {} (each may have advanced the mark to its own token before the gate refused it)",
         report.gate_refusals
     );
-    let mut attributed: BTreeMap<String, u64> = BTreeMap::new();
-    for v in &report.violations {
-        *attributed.entry(fault_at(input, v.at).unwrap_or_else(|| "(none active)".into())).or_default() += 1;
-    }
-    println!("| fault kind | injected | not injected | violations |");
+    let attribute = |list: &[Finding]| {
+        let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
+        for f in list {
+            *by_kind.entry(fault_at(input, f.at).unwrap_or_else(|| NONE.into())).or_default() += 1;
+        }
+        by_kind
+    };
+    let (violations, hits_by_kind, crashes) =
+        (attribute(&report.violations), attribute(&report.window_hits), attribute(&report.crash_hits));
+    println!("| fault kind | injected | not injected | violations | window hits (unclaimed) | crash hits (claimed) |");
+    let count = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
     for (kind, (yes, no)) in &report.faults {
-        println!("| {kind} | {yes} | {no} | {} |", attributed.get(kind).copied().unwrap_or(0));
+        let (v, h, c) = (count(&violations, kind), count(&hits_by_kind, kind), count(&crashes, kind));
+        println!("| {kind} | {yes} | {no} | {v} | {h} | {c} |");
     }
-    if let Some(n) = attributed.get("(none active)") {
-        println!("| (no fault active) | | | {n} |");
-    }
+    let (v, h, c) = (count(&violations, NONE), count(&hits_by_kind, NONE), count(&crashes, NONE));
+    println!("| {NONE} | | | {v} | {h} | {c} |");
     let mut hits: BTreeMap<String, u64> = BTreeMap::new();
     for h in &report.window_hits {
         let group = h.resource.as_deref().and_then(|r| input.group_of(r)).map_or("?".into(), |g| g.name.clone());
