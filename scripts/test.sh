@@ -46,6 +46,14 @@ trap 'rm -f "$log"' EXIT
 (cd guest/proxy-wasm && cargo test --release --locked) 2>&1 | tee -a "$log"
 cargo test --release --workspace --locked 2>&1 | tee -a "$log"
 
+echo "== torture: lock holders, a nemesis and a checker (tests/README.md, Torture)" >&2
+# At least 200,000 checked writes under faults, about five minutes on 2 cores; a
+# violation fails the run and leaves its history window and SVG in the printed directory.
+scripts/torture.sh --seconds 240 --min-writes 200000 --max-seconds 420 2>&1 | tee -a "$log" | grep -v -E '^torture: (fault|[0-9]+ writes, )' || {
+    echo "the torture run failed (its seed is printed above; replay with scripts/torture.sh --seed S)" >&2
+    exit 1
+}
+
 echo "== an installed binary is enough: the CLI alone, run from elsewhere, writes a working Envoy setup" >&2
 # The binary the build above made, copied out of the checkout as `cargo install` would
 # (not `cargo install` itself: its feature set differs from the workspace's, so it

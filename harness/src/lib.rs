@@ -19,6 +19,9 @@
 //! * [`holder`]: a lock client running `fencekeeper-lock-worker`, which writes with
 //!   its token; the paused-holder story told with two of them (the token tests).
 //! * [`etcdctl_lock`]: a lock held by the real `etcdctl lock`, and its token.
+//! * [`max_register`]: the linearizability checker of admits against a max-register,
+//!   shared by the concurrency test and the torture harness.
+//! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
@@ -29,9 +32,11 @@
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
 pub mod envoy;
+pub mod etcd_cluster;
 pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
+pub mod max_register;
 pub mod relay;
 pub mod secure_etcd;
 pub mod services;

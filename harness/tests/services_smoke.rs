@@ -63,3 +63,15 @@ fn relay_passes_requests_through_and_springs_its_trap_on_the_pattern_only() {
     assert!(answer.starts_with(b"HTTP/1.1 201"), "{}", String::from_utf8_lossy(&answer));
     assert_eq!(nginx.read("/trapped").as_deref(), Some(&b"two"[..]));
 }
+
+#[test]
+fn an_etcd_cluster_of_three_elects_a_new_leader_when_its_leader_is_killed() {
+    use fencekeeper_harness::etcd_cluster::EtcdCluster;
+    use fencekeeper_harness::services::{poll_until, WorkDir};
+    let mut cluster = EtcdCluster::start_in(WorkDir::temporary().unwrap(), 3).unwrap();
+    let old = cluster.leader().expect("a leader");
+    cluster.kill(old);
+    poll_until("a new leader", Duration::from_secs(30), || cluster.leader().is_some_and(|l| l != old)).unwrap();
+    cluster.restart(old).unwrap();
+    cluster.wait_healthy(old, Duration::from_secs(30)).unwrap();
+}

@@ -7,7 +7,8 @@
 //! (per resource) ordering the operations by the value they saw (the admitted token,
 //! or the mark a refusal reported) respects real time, each value is advanced to by
 //! one admit that nothing else on that value wholly precedes, and refusals report a
-//! value some admit wrote. The checker is tested against broken histories too.
+//! value some admit wrote. The checker (`fencekeeper_harness::max_register`, shared with
+//! the torture harness) is tested against broken histories there.
 
 // A test states its expectations by panicking.
 #![allow(clippy::panic)]
@@ -15,38 +16,19 @@
 use fencekeeper::store::FileStore;
 use fencekeeper::validator::Validator;
 use fencekeeper::{Decider, Guard, MarkStore, MemoryStore, Mode, Policy, Verdict};
-use std::collections::HashMap;
+use fencekeeper_harness::max_register::{self, Answer};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 const THREADS: usize = 8;
 const RESOURCES: usize = 3;
 
-/// What one admit answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Answer {
-    Admitted { advanced: bool },
-    Stale { mark: u64 },
-}
-
-/// One admit, stamped with the global sequence before the call and after the return.
+/// One admit on a resource, stamped with the global sequence before the call and
+/// after the return.
 #[derive(Clone, Copy, Debug)]
 struct Op {
     resource: usize,
-    token: u64,
-    answer: Answer,
-    start: u64,
-    end: u64,
-}
-
-impl Op {
-    /// The register's value at the op's linearization point.
-    fn value(&self) -> u64 {
-        match self.answer {
-            Answer::Admitted { .. } => self.token,
-            Answer::Stale { mark } => mark,
-        }
-    }
+    op: max_register::Op,
 }
 
 /// A small deterministic generator (xorshift64*): reproducible histories per seed.
@@ -103,12 +85,12 @@ fn record_history_through(guards: &[&Guard], ops_per_thread: usize, seed: u64) -
                         let answer = match decision.verdict {
                             Some(Verdict::Admit { mark, advanced }) => {
                                 assert_eq!(mark.parts(), &[token], "an admit must carry the presented token");
-                                Answer::Admitted { advanced }
+                                Answer::Admitted { advanced: Some(advanced) }
                             }
                             Some(Verdict::Stale { mark, .. }) => Answer::Stale { mark: mark.parts()[0] },
                             other => panic!("admit of {token} on {r}: unexpected {other:?} ({:?})", decision.undecided),
                         };
-                        ops.push(Op { resource: r, token, answer, start, end });
+                        ops.push(Op { resource: r, op: max_register::Op { token, answer, start, end } });
                     }
                     ops
                 })
@@ -118,65 +100,16 @@ fn record_history_through(guards: &[&Guard], ops_per_thread: usize, seed: u64) -
     })
 }
 
-/// Check one resource's history against a max-register starting empty; `final_mark`
-/// is the store's mark after the run. Returns what is wrong, if anything.
-fn check_max_register(ops: &[Op], final_mark: Option<u64>) -> Result<(), String> {
-    let mut advancing: HashMap<u64, &Op> = HashMap::new();
-    for op in ops {
-        match op.answer {
-            Answer::Stale { mark } if op.token >= mark => {
-                return Err(format!("{op:?}: refused as stale below its mark"))
-            }
-            Answer::Admitted { advanced: true } => {
-                if let Some(other) = advancing.insert(op.token, op) {
-                    return Err(format!("{op:?} and {other:?} both advanced to the same token"));
-                }
-            }
-            _ => {}
-        }
-    }
-    for op in ops {
-        let Some(first) = advancing.get(&op.value()) else {
-            return Err(format!("{op:?} saw value {} that no admit advanced to", op.value()));
-        };
-        if op.end < first.start {
-            return Err(format!("{op:?} returned before {first:?}, the admit that set its value, began"));
-        }
-    }
-    // Real time: an op that returned before another was called saw no higher value.
-    let mut by_end: Vec<&Op> = ops.iter().collect();
-    by_end.sort_by_key(|op| op.end);
-    let mut by_start: Vec<&Op> = ops.iter().collect();
-    by_start.sort_by_key(|op| op.start);
-    let (mut done, mut highest): (usize, Option<&Op>) = (0, None);
-    for op in by_start {
-        while done < by_end.len() && by_end[done].end < op.start {
-            if highest.is_none_or(|h| by_end[done].value() > h.value()) {
-                highest = Some(by_end[done]);
-            }
-            done += 1;
-        }
-        if let Some(h) = highest.filter(|h| h.value() > op.value()) {
-            return Err(format!("{op:?} saw {} although {h:?} had already returned with {}", op.value(), h.value()));
-        }
-    }
-    let max_admitted = advancing.keys().max().copied();
-    if final_mark != max_admitted {
-        return Err(format!("final mark {final_mark:?} is not the highest admitted token {max_admitted:?}"));
-    }
-    Ok(())
-}
-
 fn check_history(guard: &Guard, ops: &[Op]) {
     for r in 0..RESOURCES {
-        let mine: Vec<Op> = ops.iter().filter(|op| op.resource == r).copied().collect();
+        let mine: Vec<max_register::Op> = ops.iter().filter(|op| op.resource == r).map(|op| op.op).collect();
         let final_mark = guard.mark(&resource_name(r)).expect("read the final mark").map(|t| t.parts()[0]);
-        if let Err(e) = check_max_register(&mine, final_mark) {
+        if let Err(e) = max_register::check(&mine, Some(final_mark)) {
             panic!("resource {r}: history of {} admits is not linearizable: {e}", mine.len());
         }
     }
-    let refused = ops.iter().filter(|op| matches!(op.answer, Answer::Stale { .. })).count();
-    let advanced = ops.iter().filter(|op| op.answer == Answer::Admitted { advanced: true }).count();
+    let refused = ops.iter().filter(|op| matches!(op.op.answer, Answer::Stale { .. })).count();
+    let advanced = ops.iter().filter(|op| op.op.answer == Answer::Admitted { advanced: Some(true) }).count();
     // The history must exercise every path, or the check proves little.
     assert!(
         refused > ops.len() / 10 && advanced > ops.len() / 10,
@@ -221,53 +154,4 @@ fn concurrent_admits_through_two_etcd_stores_with_their_copies_are_linearizable(
     let (a, b) = (Guard::new(wasm_validator(), store()), Guard::new(wasm_validator(), store()));
     let ops = record_history_through(&[&a, &b], 150, 0x5EED_0003);
     check_history(&a, &ops);
-}
-
-mod checker {
-    //! The checker must reject histories a max-register cannot produce.
-    use super::*;
-
-    fn op(token: u64, answer: Answer, start: u64, end: u64) -> Op {
-        Op { resource: 0, token, answer, start, end }
-    }
-    const ADV: Answer = Answer::Admitted { advanced: true };
-    const SAME: Answer = Answer::Admitted { advanced: false };
-
-    #[test]
-    fn accepts_a_sequential_history() {
-        let h = [op(33, ADV, 0, 1), op(34, ADV, 2, 3), op(33, Answer::Stale { mark: 34 }, 4, 5), op(34, SAME, 6, 7)];
-        assert_eq!(check_max_register(&h, Some(34)), Ok(()));
-    }
-
-    #[test]
-    fn accepts_overlapping_admits_in_either_order() {
-        // 34 and 33 overlap: 33 may linearize first and advance too.
-        let h = [op(34, ADV, 0, 5), op(33, ADV, 1, 2)];
-        assert_eq!(check_max_register(&h, Some(34)), Ok(()));
-    }
-
-    #[test]
-    fn rejects_a_lower_admit_after_a_higher_one_returned() {
-        let h = [op(34, ADV, 0, 1), op(33, ADV, 2, 3)];
-        assert!(check_max_register(&h, Some(34)).is_err());
-    }
-
-    #[test]
-    fn rejects_a_refusal_reporting_a_mark_lower_than_an_earlier_admit() {
-        let h = [op(33, ADV, 0, 1), op(35, ADV, 2, 3), op(30, Answer::Stale { mark: 33 }, 4, 5)];
-        assert!(check_max_register(&h, Some(35)).is_err());
-    }
-
-    #[test]
-    fn rejects_a_refusal_citing_a_mark_nobody_wrote_yet() {
-        let h = [op(30, Answer::Stale { mark: 33 }, 0, 1), op(33, ADV, 2, 3)];
-        assert!(check_max_register(&h, Some(33)).is_err());
-    }
-
-    #[test]
-    fn rejects_two_advances_to_one_token_and_a_wrong_final_mark() {
-        assert!(check_max_register(&[op(33, ADV, 0, 3), op(33, ADV, 1, 2)], Some(33)).is_err());
-        assert!(check_max_register(&[op(33, ADV, 0, 1)], Some(32)).is_err());
-        assert!(check_max_register(&[op(33, SAME, 0, 1)], Some(33)).is_err());
-    }
 }

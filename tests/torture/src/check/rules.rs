@@ -1,0 +1,413 @@
+//! The five rules (tests/README.md, "Torture"):
+//!
+//! 1. **Store order.** On each resource, once the store applied a write carrying token
+//!    t', it never afterwards applies one carrying a lower token. A breach is a
+//!    violation where the resource's group claims it (one gateway's ordering gate),
+//!    and a counted *window hit* elsewhere (two gateways, Envoy). Also: the store
+//!    applies only writes that were sent, with the token sent, and never one whose
+//!    client was refused.
+//! 2. **Linearizable admits** against a max-register, per resource, across every host
+//!    sharing the marks (`fencekeeper_harness::max_register`).
+//! 3. **No acknowledged mark lost**: every read-back of the marks (after each restart,
+//!    and at the end) is at least the highest token acknowledged before it.
+//! 4. **Liveness**: after every fault heals, a fresh holder's write through each target
+//!    it disturbed is stored within the bound.
+//! 5. **Accounting**: every answer is one of the contract's (stored, stale, missing,
+//!    malformed, undecided, or the store's own failure); missing and malformed tokens
+//!    get exactly their refusal; answers only a fault explains (undecided, no answer,
+//!    store failures) come only while a fault disturbing that target is active.
+
+use super::{classify, Class, Input};
+use crate::record::{Kind, Write};
+use fencekeeper_harness::max_register::{self, Answer, Op};
+use std::collections::{BTreeMap, HashMap};
+
+/// A breach of a rule (or, for rule 1 where nothing claims it, a window hit).
+#[derive(Clone, Debug)]
+pub struct Finding {
+    /// `1`..`5`.
+    pub rule: u8,
+    /// The resource, when the finding is about one.
+    pub resource: Option<String>,
+    /// What is wrong.
+    pub message: String,
+    /// The stamp where it shows.
+    pub at: u64,
+    /// The writes involved (ids).
+    pub ids: Vec<String>,
+}
+
+/// What the checker found.
+#[derive(Default)]
+pub struct Report {
+    /// Writes checked.
+    pub writes: usize,
+    /// Writes the store applied.
+    pub landed: usize,
+    /// Answers by class.
+    pub classes: BTreeMap<&'static str, u64>,
+    /// Breaches of a claim.
+    pub violations: Vec<Finding>,
+    /// Rule 1 breaches where no claim is made, per group.
+    pub window_hits: Vec<Finding>,
+    /// Rule 1 breaches on a claimed group whose late write was in flight through a
+    /// gateway that was killed meanwhile: its ordering gate died with it
+    /// (docs/gateway.md, "What remains").
+    pub crash_hits: Vec<Finding>,
+    /// Writes applied per group.
+    pub landed_by_group: BTreeMap<String, u64>,
+    /// Per fault kind: (injected, not injected).
+    pub faults: BTreeMap<String, (u64, u64)>,
+    /// The slowest recovery after a heal, in ms.
+    pub slowest_recovery_ms: u64,
+    /// Gateway refusals (each may have advanced the mark to its token first).
+    pub gate_refusals: u64,
+    /// Envoy refusals (answered from the filter's local copy of the marks), and those
+    /// whose reported mark was already below one acknowledged before they began.
+    pub envoy_refusals: (u64, u64),
+}
+
+/// When a fault's disturbance of each target ended: its probe's first stored write
+/// through that target, or its heal plus the liveness bound.
+struct Window {
+    targets: Vec<String>,
+    start: u64,
+    end: BTreeMap<String, u64>,
+    fallback_end: u64,
+}
+
+/// Check every rule.
+pub fn check(input: &Input) -> Report {
+    let mut report = Report { writes: input.writes.len(), landed: input.landed.len(), ..Report::default() };
+    let classes: Vec<Class> = input.writes.iter().map(classify).collect();
+    for c in &classes {
+        *report.classes.entry(c.word()).or_default() += 1;
+    }
+    let windows = windows(input, &mut report);
+    store_order(input, &classes, &mut report);
+    report.gate_refusals = input
+        .writes
+        .iter()
+        .zip(&classes)
+        .filter(|(w, c)| **c == Class::Stale && !w.target.starts_with("envoy"))
+        .count() as u64;
+    linearizable(input, &classes, &mut report);
+    marks_kept(input, &classes, &mut report);
+    accounting(input, &classes, &windows, &mut report);
+    report
+}
+
+fn ms(nanos: u64) -> u64 {
+    nanos / 1_000_000
+}
+
+fn windows(input: &Input, report: &mut Report) -> Vec<Window> {
+    let bound = input.info.liveness_bound_ms * 1_000_000;
+    let mut out = Vec::new();
+    for f in &input.faults {
+        let entry = report.faults.entry(f.kind.clone()).or_default();
+        if !f.injected {
+            entry.1 += 1;
+            continue;
+        }
+        entry.0 += 1;
+        let probes: Vec<&Write> =
+            input.writes.iter().filter(|w| w.kind == Kind::Probe && w.fault == Some(f.n)).collect();
+        let mut end = BTreeMap::new();
+        let mut probed: Vec<&str> = probes.iter().map(|w| w.target.as_str()).collect();
+        probed.dedup();
+        for target in probed {
+            let first =
+                probes.iter().filter(|w| w.target == target && classify(w) == Class::Stored).map(|w| w.end).min();
+            match first {
+                Some(t) if t <= f.healed + bound => {
+                    report.slowest_recovery_ms = report.slowest_recovery_ms.max(ms(t.saturating_sub(f.healed)));
+                    end.insert(target.to_owned(), t);
+                }
+                _ => report.violations.push(Finding {
+                    rule: 4,
+                    resource: None,
+                    message: format!(
+                        "fault {} ({}): no write through {target} stored within {} ms of the heal",
+                        f.n, f.kind, input.info.liveness_bound_ms
+                    ),
+                    at: f.healed,
+                    ids: vec![],
+                }),
+            }
+        }
+        out.push(Window { targets: f.targets.clone(), start: f.start, end, fallback_end: f.healed + bound });
+    }
+    out
+}
+
+fn token(w: &Write) -> Option<u64> {
+    w.token.as_deref()?.parse().ok()
+}
+
+fn store_order(input: &Input, classes: &[Class], report: &mut Report) {
+    let by_id: HashMap<&str, usize> = input.writes.iter().enumerate().map(|(i, w)| (w.id.as_str(), i)).collect();
+    let mut highest: HashMap<&str, (u64, &str)> = HashMap::new();
+    for l in &input.landed {
+        let group = input.group_of(&l.resource);
+        *report.landed_by_group.entry(group.map_or("?".into(), |g| g.name.clone())).or_default() += 1;
+        let sent = by_id.get(l.id.as_str()).map(|&i| (&input.writes[i], classes[i]));
+        let problem = match sent {
+            None => Some(format!("the store applied write {:?}, which no client sent", l.id)),
+            Some((w, c)) if !(c.admitted() || c == Class::Unknown || c == Class::Undecided && !w.kind.admits()) => {
+                Some(format!(
+                    "the store applied write {} although its client was answered {} ({})",
+                    w.id,
+                    w.status,
+                    c.word()
+                ))
+            }
+            Some((w, _)) if w.token.as_deref() != Some(l.token.as_str()) => {
+                Some(format!("write {} carried token {:?} but was admitted as {:?}", w.id, w.token, l.token))
+            }
+            _ => None,
+        };
+        if let Some(message) = problem {
+            report.violations.push(Finding {
+                rule: 1,
+                resource: Some(l.resource.clone()),
+                message,
+                at: l.at,
+                ids: vec![l.id.clone()],
+            });
+            continue;
+        }
+        let Ok(t) = l.token.parse::<u64>() else { continue };
+        let before = highest.get(l.resource.as_str()).copied();
+        match before {
+            Some((h, id)) if t < h => {
+                let finding = Finding {
+                    rule: 1,
+                    resource: Some(l.resource.clone()),
+                    message: format!(
+                        "{}: the store applied token {t} (write {}, #{}) after token {h} (write {id})",
+                        l.resource, l.id, l.seq
+                    ),
+                    at: l.at,
+                    ids: vec![id.to_owned(), l.id.clone()],
+                };
+                let late = by_id.get(l.id.as_str()).map(|&i| &input.writes[i]);
+                let claimed = group.is_some_and(|g| g.claims_order);
+                if claimed && late.is_some_and(|w| killed_in_flight(input, w)) {
+                    report.crash_hits.push(finding);
+                } else if claimed {
+                    report.violations.push(finding);
+                } else {
+                    report.window_hits.push(finding);
+                }
+            }
+            Some((h, _)) if t == h => {}
+            _ => {
+                highest.insert(&l.resource, (t, &l.id));
+            }
+        }
+    }
+}
+
+/// The write went through a gateway that the nemesis killed while it was in flight
+/// (the client saw the connection die).
+fn killed_in_flight(input: &Input, w: &Write) -> bool {
+    let lost = matches!(w.error.as_deref(), Some(e) if e != "refused");
+    lost && input.faults.iter().any(|f| {
+        f.injected
+            && f.kind.contains("gateway-kill")
+            && f.targets.contains(&w.target)
+            && f.start <= w.end
+            && f.healed >= w.start
+    })
+}
+
+fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
+    let mut per_resource: BTreeMap<&str, Vec<(usize, Op)>> = BTreeMap::new();
+    let mut envoy_refusals = Vec::new();
+    for (i, w) in input.writes.iter().enumerate() {
+        let Some(t) = token(w).filter(|_| w.kind.admits()) else { continue };
+        if classes[i] == Class::Stale && w.target.starts_with("envoy") {
+            // The filter refuses a token below its local copy of the mark without asking
+            // etcd (docs/envoy.md): the refusal is right, but the mark it reports may be
+            // behind etcd's. Checked on its own below, not as a register read.
+            envoy_refusals.push(i);
+            continue;
+        }
+        let answer = match classes[i] {
+            c if c.admitted() => Answer::Admitted { advanced: None },
+            Class::Stale => match w.highest.as_deref().and_then(|h| h.parse().ok()) {
+                Some(mark) => Answer::Stale { mark },
+                None => continue,
+            },
+            Class::Undecided | Class::Unknown => Answer::Unknown,
+            _ => continue,
+        };
+        if matches!(answer, Answer::Stale { .. }) {
+            // The gateway admits (advancing the mark) before its ordering gate, which may
+            // then refuse the write as stale (docs/gateway.md, step 4): the refused token
+            // may have been written.
+            per_resource
+                .entry(&w.resource)
+                .or_default()
+                .push((i, Op { token: t, answer: Answer::Unknown, start: w.start, end: w.end }));
+        }
+        per_resource.entry(&w.resource).or_default().push((i, Op { token: t, answer, start: w.start, end: w.end }));
+    }
+    envoy_copy_refusals(input, classes, &envoy_refusals, report);
+    for (resource, ops) in per_resource {
+        let history: Vec<Op> = ops.iter().map(|(_, op)| *op).collect();
+        let final_mark = final_mark(input, resource).map(|m| m.and_then(|m| m.parse().ok()));
+        if let Err(v) = max_register::check(&history, final_mark) {
+            let ids: Vec<String> = v.ops.iter().map(|&k| input.writes[ops[k].0].id.clone()).collect();
+            let at = v.ops.iter().map(|&k| ops[k].1.start).max().unwrap_or(0);
+            report.violations.push(Finding {
+                rule: 2,
+                resource: Some(resource.to_owned()),
+                message: v.message,
+                at,
+                ids,
+            });
+        }
+    }
+}
+
+/// An Envoy refusal from its copy must be justified: the token is below the reported
+/// mark, and an admit of that mark (or an unanswered one) began before the refusal
+/// returned. Counted: those whose mark was already outdated when they began.
+fn envoy_copy_refusals(input: &Input, classes: &[Class], refusals: &[usize], report: &mut Report) {
+    let mut writers: HashMap<(&str, u64), u64> = HashMap::new();
+    let mut acked: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    for (i, w) in input.writes.iter().enumerate() {
+        let Some(t) = token(w).filter(|_| w.kind.admits()) else { continue };
+        if classes[i].admitted() || matches!(classes[i], Class::Undecided | Class::Unknown) {
+            let first = writers.entry((&w.resource, t)).or_insert(w.start);
+            *first = (*first).min(w.start);
+        }
+        if classes[i].admitted() {
+            acked.entry(&w.resource).or_default().push((w.end, t));
+        }
+    }
+    for &i in refusals {
+        let w = &input.writes[i];
+        let (Some(t), Some(mark)) = (token(w), w.highest.as_deref().and_then(|h| h.parse::<u64>().ok())) else {
+            continue;
+        };
+        report.envoy_refusals.0 += 1;
+        let justified = mark > t && writers.get(&(w.resource.as_str(), mark)).is_some_and(|&s| s <= w.end);
+        if !justified {
+            report.violations.push(Finding {
+                rule: 2,
+                resource: Some(w.resource.clone()),
+                message: format!(
+                    "{} refused token {t} reporting mark {mark}, which no admit that began before it wrote",
+                    w.target
+                ),
+                at: w.start,
+                ids: vec![w.id.clone()],
+            });
+        }
+        let outdated =
+            acked.get(w.resource.as_str()).is_some_and(|l| l.iter().any(|&(end, a)| end < w.start && a > mark));
+        if outdated {
+            report.envoy_refusals.1 += 1;
+        }
+    }
+}
+
+/// Each resource's mark at the end, from the last read-back of where it lives (etcd,
+/// or the file-store gateway its group writes through); `None` when never read back.
+fn final_mark<'a>(input: &'a Input, resource: &str) -> Option<Option<&'a str>> {
+    let group = input.group_of(resource)?;
+    let file = group.targets.iter().find(|t| input.info.targets.get(*t) == Some(&false));
+    let source = file.map_or("etcd", String::as_str);
+    let snap = input.snapshots.iter().rev().find(|s| s.after_fault.is_none() && s.source == source)?;
+    Some(snap.marks.get(resource).map(String::as_str))
+}
+
+fn marks_kept(input: &Input, classes: &[Class], report: &mut Report) {
+    for snap in &input.snapshots {
+        let mut acked: HashMap<&str, (u64, &str)> = HashMap::new();
+        for (i, w) in input.writes.iter().enumerate() {
+            let Some(t) = token(w) else { continue };
+            if !classes[i].admitted() || w.end >= snap.start || !w.kind.admits() {
+                continue;
+            }
+            let etcd_marks = input.info.targets.get(&w.target).copied().unwrap_or(true);
+            let here = if snap.source == "etcd" { etcd_marks } else { w.target == snap.source };
+            if here && acked.get(w.resource.as_str()).is_none_or(|(h, _)| t > *h) {
+                acked.insert(&w.resource, (t, &w.id));
+            }
+        }
+        for (resource, (t, id)) in acked {
+            let mark = snap.marks.get(resource).and_then(|m| m.parse::<u64>().ok());
+            if mark.is_none_or(|m| m < t) {
+                report.violations.push(Finding {
+                    rule: 3,
+                    resource: Some(resource.to_owned()),
+                    message: format!(
+                        "{resource}: {} read mark {:?} after fault {:?}, below token {t} acknowledged before (write {id})",
+                        snap.source,
+                        snap.marks.get(resource),
+                        snap.after_fault
+                    ),
+                    at: snap.start,
+                    ids: vec![id.to_owned()],
+                });
+            }
+        }
+    }
+}
+
+fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut Report) {
+    for (i, w) in input.writes.iter().enumerate() {
+        let c = classes[i];
+        let expected = match w.kind {
+            Kind::Missing => c == Class::Missing,
+            Kind::Malformed => c == Class::Malformed,
+            Kind::Trap => c == Class::Undecided,
+            _ => matches!(c, Class::Stored | Class::Stale),
+        };
+        // A process holder's write left pending: the worker ended mid-write (killed by
+        // the nemesis or at the end, or sent SIGTERM by its lock client on losing the lock).
+        let ended_mid_write = w.end == u64::MAX && w.client.starts_with("proc");
+        if expected || ended_mid_write {
+            continue;
+        }
+        let explained = c.disturbed()
+            && windows.iter().any(|win| {
+                let end = win.end.get(&w.target).copied().unwrap_or(win.fallback_end);
+                win.targets.contains(&w.target) && w.start <= end && w.end >= win.start
+            });
+        if !explained {
+            let why = if c == Class::Other {
+                "an answer outside the contract"
+            } else {
+                "no fault disturbing its target was active"
+            };
+            report.violations.push(Finding {
+                rule: 5,
+                resource: Some(w.resource.clone()),
+                message: format!(
+                    "write {} ({:?}, token {:?}) through {} was answered {} {} ({}): {why}; body {:?}",
+                    w.id,
+                    w.kind,
+                    w.token,
+                    w.target,
+                    w.status,
+                    w.error.as_deref().unwrap_or(""),
+                    c.word(),
+                    w.body
+                ),
+                at: w.start,
+                ids: vec![w.id.clone()],
+            });
+        }
+    }
+}
+
+/// The fault kind active at `at`, for the table's attribution of findings.
+pub fn fault_at(input: &Input, at: u64) -> Option<String> {
+    let bound = input.info.liveness_bound_ms * 1_000_000;
+    input.faults.iter().rev().find(|f| f.injected && f.start <= at && at <= f.healed + bound).map(|f| f.kind.clone())
+}

@@ -1,0 +1,227 @@
+//! The checker must catch a violation planted in an otherwise clean history, for each
+//! rule, and pass the clean one.
+
+use super::rules::{check, Report};
+use super::Input;
+use crate::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
+use std::collections::BTreeMap;
+
+const MS: u64 = 1_000_000;
+
+fn info() -> RunInfo {
+    let group = |name: &str, targets: &[&str], claims: bool| Group {
+        name: name.into(),
+        targets: targets.iter().map(|s| s.to_string()).collect(),
+        claims_order: claims,
+        resources: vec![format!("/t/{name}/0")],
+    };
+    RunInfo {
+        seed: 1,
+        seconds: 10,
+        groups: vec![group("pin-gw1", &["gw1"], true), group("envoy", &["envoy1"], false)],
+        targets: [("gw1".to_string(), true), ("envoy1".to_string(), true)].into_iter().collect(),
+        liveness_bound_ms: 1000,
+        start: 0,
+        end: 100_000 * MS,
+    }
+}
+
+fn write(id: &str, resource: &str, target: &str, token: u64, start_ms: u64, status: u16) -> Write {
+    Write {
+        id: id.into(),
+        client: "c".into(),
+        group: "g".into(),
+        resource: resource.into(),
+        target: target.into(),
+        kind: Kind::Valid,
+        token: Some(token.to_string()),
+        start: start_ms * MS,
+        end: (start_ms + 5) * MS,
+        status,
+        highest: None,
+        seq: None,
+        upstream_error: false,
+        error: None,
+        body: String::new(),
+        fault: None,
+    }
+}
+
+fn landed(seq: u64, w: &Write) -> Landed {
+    Landed {
+        seq,
+        at: w.start + 2 * MS,
+        resource: w.resource.clone(),
+        token: w.token.clone().unwrap_or_default(),
+        target: w.target.clone(),
+        id: w.id.clone(),
+    }
+}
+
+fn snapshot(at_ms: u64, marks: &[(&str, &str)]) -> Snapshot {
+    Snapshot {
+        after_fault: None,
+        source: "etcd".into(),
+        start: at_ms * MS,
+        end: (at_ms + 1) * MS,
+        marks: marks.iter().map(|(r, m)| (r.to_string(), m.to_string())).collect::<BTreeMap<_, _>>(),
+    }
+}
+
+/// Two holders on each group's resource, the second superseding the first, whose late
+/// write is refused; everything stored in order; the final marks read back.
+fn clean() -> Input {
+    let (p, e) = ("/t/pin-gw1/0", "/t/envoy/0");
+    let mut writes = vec![
+        write("a1", p, "gw1", 10, 0, 201),
+        write("b1", p, "gw1", 20, 10, 201),
+        write("a2", p, "gw1", 10, 20, 409),
+        write("c1", e, "envoy1", 30, 0, 201),
+        write("d1", e, "envoy1", 40, 10, 201),
+    ];
+    writes[2].highest = Some("20".into());
+    let landed = vec![landed(1, &writes[0]), landed(2, &writes[3]), landed(3, &writes[1]), landed(4, &writes[4])];
+    let snapshots = vec![snapshot(50, &[(p, "20"), (e, "40")])];
+    Input { info: info(), writes, landed, faults: vec![], snapshots }
+}
+
+fn rules(report: &Report) -> Vec<u8> {
+    report.violations.iter().map(|v| v.rule).collect()
+}
+
+#[test]
+fn a_clean_history_passes() {
+    let report = check(&clean());
+    assert_eq!(rules(&report), Vec::<u8>::new(), "{:?}", report.violations);
+    assert!(report.window_hits.is_empty());
+}
+
+#[test]
+fn a_stale_write_landing_after_a_newer_one_breaks_the_claim_or_counts_as_a_window_hit() {
+    let mut input = clean();
+    // a1 (token 10) lands after b1 (token 20) on the pinned resource: a violation.
+    input.landed.swap(0, 2);
+    for (i, l) in input.landed.iter_mut().enumerate() {
+        l.seq = i as u64 + 1;
+    }
+    assert_eq!(rules(&check(&input)), vec![1]);
+    // The same on the Envoy resource, where nothing claims it: a window hit.
+    let mut input = clean();
+    input.landed.swap(1, 3);
+    let report = check(&input);
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert_eq!(report.window_hits.len(), 1);
+}
+
+#[test]
+fn a_refused_write_that_landed_is_a_violation() {
+    let mut input = clean();
+    let late = landed(5, &input.writes[2]);
+    input.landed.push(late);
+    assert!(rules(&check(&input)).contains(&1));
+}
+
+#[test]
+fn an_admit_below_an_acknowledged_one_is_not_linearizable() {
+    let mut input = clean();
+    // After b1 (20) returned, a1's token 10 is admitted again.
+    input.writes[2].status = 201;
+    input.writes[2].highest = None;
+    assert!(rules(&check(&input)).contains(&2));
+}
+
+#[test]
+fn a_mark_read_below_an_acknowledged_token_is_a_lost_mark() {
+    let mut input = clean();
+    input.snapshots.insert(0, snapshot(30, &[("/t/pin-gw1/0", "10")]));
+    assert!(rules(&check(&input)).contains(&3));
+}
+
+#[test]
+fn a_fault_whose_probe_never_stored_breaks_liveness() {
+    let mut input = clean();
+    input.faults.push(Fault {
+        n: 1,
+        kind: "gateway-kill".into(),
+        targets: vec!["gw1".into()],
+        start: 30 * MS,
+        healed: 40 * MS,
+        injected: true,
+        detail: String::new(),
+    });
+    let mut probe = write("p1", "/t/pin-gw1/0", "gw1", 50, 41, 503);
+    probe.kind = Kind::Probe;
+    probe.fault = Some(1);
+    probe.body = "cannot decide".into();
+    input.writes.push(probe);
+    assert!(rules(&check(&input)).contains(&4));
+}
+
+#[test]
+fn an_undecided_answer_needs_a_fault_on_its_target_and_a_missing_token_its_own_refusal() {
+    let mut input = clean();
+    let mut undecided = write("u1", "/t/pin-gw1/0", "gw1", 20, 30, 503);
+    undecided.body = "cannot decide on ...".into();
+    input.writes.push(undecided);
+    assert_eq!(rules(&check(&input)), vec![5]);
+    // With a fault on gw1 active meanwhile, it is accounted for.
+    input.faults.push(Fault {
+        n: 1,
+        kind: "gateway-stop".into(),
+        targets: vec!["gw1".into()],
+        start: 25 * MS,
+        healed: 40 * MS,
+        injected: true,
+        detail: String::new(),
+    });
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new());
+    let mut missing = write("m1", "/t/pin-gw1/0", "gw1", 0, 60, 409);
+    missing.kind = Kind::Missing;
+    missing.token = None;
+    input.writes.push(missing);
+    assert_eq!(rules(&check(&input)), vec![5]);
+}
+
+#[test]
+fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hidden() {
+    let mut input = clean();
+    // a1 was in flight through gw1 when the nemesis killed gw1; the store applied it
+    // after b1.
+    input.writes[0].status = 0;
+    input.writes[0].error = Some("io".into());
+    input.landed.swap(0, 2);
+    for (i, l) in input.landed.iter_mut().enumerate() {
+        l.seq = i as u64 + 1;
+    }
+    let kill = |kind: &str| Fault {
+        n: 1,
+        kind: kind.into(),
+        targets: vec!["gw1".into()],
+        start: MS,
+        healed: 3 * MS,
+        injected: true,
+        detail: String::new(),
+    };
+    input.faults.push(kill("gateway-kill-slow-upstream"));
+    let report = check(&input);
+    assert_eq!((rules(&report), report.crash_hits.len()), (vec![], 1), "{:?}", report.violations);
+    // Any other fault does not explain it.
+    input.faults[0] = kill("gateway-stop");
+    assert!(rules(&check(&input)).contains(&1));
+}
+
+#[test]
+fn a_gateway_refusal_may_have_advanced_the_mark_to_its_own_token() {
+    let mut input = clean();
+    // a2 (token 15) is refused by the gate after waiting, reporting 20, but its admit
+    // had set the mark to 15, which a later refusal reports.
+    input.writes[2].token = Some("15".into());
+    let mut later = write("z1", "/t/pin-gw1/0", "gw1", 12, 12, 409);
+    later.highest = Some("15".into());
+    later.end = 13 * MS;
+    input.writes[1].start = 14 * MS;
+    input.writes.push(later);
+    input.writes[2].start = 11 * MS;
+    input.writes[2].end = 25 * MS;
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "{:?}", check(&input).violations);
+}

@@ -1,0 +1,237 @@
+//! What a run writes down, one JSON object a line, and reads back for the checker:
+//!
+//! * `history*.jsonl`: every write a client sent ([`Write`]), with start and end
+//!   stamps from the one clock ([`crate::clock`]) and the raw answer (status, the
+//!   `fencing-highest` header, the store's sequence number, a transport error);
+//! * `store.jsonl`: every write the upstream store applied ([`Landed`]), in arrival
+//!   order: the ground truth of what landed;
+//! * `nemesis.jsonl`: every fault with its start and heal stamps ([`Fault`]), and the
+//!   marks read back after restarts ([`Snapshot`]);
+//! * `run.json`: the run's shape ([`RunInfo`]): seed, groups, which claim the order.
+
+use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, BufWriter, Write as _};
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Why a client sent a write, and so what answers it may get.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A lock holder writing with its token.
+    Valid,
+    /// A holder that was paused past its lease, writing on with its old token.
+    Late,
+    /// An old token sent again long after (a nemesis fault).
+    Replay,
+    /// The liveness probe after a fault healed: a fresh holder's write.
+    Probe,
+    /// A token that is not a token.
+    Malformed,
+    /// No token.
+    Missing,
+    /// The test guests' trap: the gateway guest's `fault-trap` token, or the filter's
+    /// fault header.
+    Trap,
+}
+
+impl Kind {
+    /// Writes that present a real token, and so are admits on the max-register.
+    pub fn admits(self) -> bool {
+        matches!(self, Kind::Valid | Kind::Late | Kind::Replay | Kind::Probe)
+    }
+}
+
+/// One write a client sent, and what came back.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Write {
+    /// Unique in the run; also the body sent, so the store's log names it.
+    pub id: String,
+    /// The client (thread or process) that sent it.
+    pub client: String,
+    /// The resource group ([`Group`]).
+    pub group: String,
+    /// The resource (the request path, which is the mark's key).
+    pub resource: String,
+    /// The target it went through (`gw1`, `envoy2`, ...).
+    pub target: String,
+    /// Why it was sent.
+    pub kind: Kind,
+    /// The token text sent, if any.
+    pub token: Option<String>,
+    /// Stamp before the request.
+    pub start: u64,
+    /// Stamp after the answer (or the error); `u64::MAX` while pending.
+    pub end: u64,
+    /// The HTTP status; 0 when none came.
+    pub status: u16,
+    /// The `fencing-highest` header of a refusal.
+    pub highest: Option<String>,
+    /// The store's arrival number (`x-torture-seq`), when the store answered it.
+    pub seq: Option<u64>,
+    /// The store itself answered with an injected error (`x-torture-upstream`).
+    pub upstream_error: bool,
+    /// A transport error: `refused` (never sent) or another one-word cause.
+    pub error: Option<String>,
+    /// The first bytes of the answer's body.
+    pub body: String,
+    /// The fault it belongs to (probes, the nemesis's own writes).
+    pub fault: Option<u64>,
+}
+
+/// One write the store applied.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Landed {
+    /// Arrival order, from 1, across store restarts.
+    pub seq: u64,
+    /// When it was applied.
+    pub at: u64,
+    /// The request path.
+    pub resource: String,
+    /// The token the fence admitted (`fencing-admitted-token`), empty if none.
+    pub token: String,
+    /// The target that forwarded it (`x-torture-target`).
+    pub target: String,
+    /// The write's id (its body).
+    pub id: String,
+}
+
+/// One fault the nemesis injected (or could not).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Fault {
+    /// Its number in the run.
+    pub n: u64,
+    /// The kind (a row of the fault table).
+    pub kind: String,
+    /// The targets it may disturb: their undecided answers are expected meanwhile.
+    pub targets: Vec<String>,
+    /// Stamp when injected.
+    pub start: u64,
+    /// Stamp when healed (the process back and ready, the knob reset).
+    pub healed: u64,
+    /// False when this machine could not inject it (then said why in `detail`).
+    pub injected: bool,
+    /// What exactly was done.
+    pub detail: String,
+}
+
+/// Marks read back (after a restart, and at the end).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The fault whose heal it follows; `None` at the end of the run.
+    pub after_fault: Option<u64>,
+    /// Where from: `etcd` (the shared marks) or a file-store gateway's name.
+    pub source: String,
+    /// Stamp before the read.
+    pub start: u64,
+    /// Stamp after it.
+    pub end: u64,
+    /// Resource -> mark.
+    pub marks: BTreeMap<String, String>,
+}
+
+/// A line of `nemesis.jsonl`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Event {
+    /// A fault.
+    Fault(Fault),
+    /// Marks read back.
+    Snapshot(Snapshot),
+}
+
+/// A group of resources written through the same targets.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Group {
+    /// Its name, also the resources' path prefix (`/t/<name>/<i>`).
+    pub name: String,
+    /// The targets its writes go through (each write picks one).
+    pub targets: Vec<String>,
+    /// The store-order claim holds for it (one gateway's ordering gate).
+    pub claims_order: bool,
+    /// Its resources.
+    pub resources: Vec<String>,
+}
+
+/// The run's shape, for the checker.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunInfo {
+    /// The seed of the fault schedule and the clients.
+    pub seed: u64,
+    /// The load's length.
+    pub seconds: u64,
+    /// The resource groups.
+    pub groups: Vec<Group>,
+    /// Every target, and whether its marks are in etcd (`true`) or a file.
+    pub targets: BTreeMap<String, bool>,
+    /// After a fault heals, a fresh holder writes successfully within this bound.
+    pub liveness_bound_ms: u64,
+    /// Stamp when the load began.
+    pub start: u64,
+    /// Stamp when it ended.
+    pub end: u64,
+}
+
+/// A JSON-lines file written by many threads. Lines are written whole, unbuffered
+/// when `durable` (a process that may be killed keeps every line it wrote).
+pub struct Log {
+    out: Mutex<Out>,
+}
+
+enum Out {
+    Buffered(BufWriter<File>),
+    Direct(File),
+}
+
+impl Log {
+    /// Append to `path` (created if missing).
+    pub fn append(path: &Path, durable: bool) -> Result<Log> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let out = if durable { Out::Direct(file) } else { Out::Buffered(BufWriter::with_capacity(1 << 20, file)) };
+        Ok(Log { out: Mutex::new(out) })
+    }
+
+    /// Write one record as a line.
+    pub fn write<T: Serialize>(&self, record: &T) -> Result<()> {
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *out {
+            Out::Buffered(w) => w.write_all(&line)?,
+            Out::Direct(f) => f.write_all(&line)?,
+        }
+        Ok(())
+    }
+
+    /// Flush what is buffered.
+    pub fn flush(&self) -> Result<()> {
+        let mut out = self.out.lock().unwrap_or_else(|p| p.into_inner());
+        if let Out::Buffered(w) = &mut *out {
+            w.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Every record of a JSON-lines file. A last line cut by a kill is skipped.
+pub fn read_lines<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let lines: Vec<String> = BufReader::new(file).lines().collect::<Result<_, _>>()?;
+    let mut out = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(record) => out.push(record),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => return Err(e).with_context(|| format!("{} line {}", path.display(), i + 1)),
+        }
+    }
+    Ok(out)
+}

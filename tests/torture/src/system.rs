@@ -1,0 +1,230 @@
+//! Everything a run starts, on loopback: a 3-member etcd cluster (the lock service and
+//! the shared mark store), the instrumented upstream store, two gateways with marks in
+//! etcd (`gw1` on member 0, `gw2` on member 1: the gateway takes one etcd endpoint, so
+//! killing a gateway's member is an outage of that gateway until it returns), two
+//! Envoys with the filter whose etcd cluster lists all three members with health
+//! checks, and a gateway with the embedded file store (`gwfile`) on a size-limited
+//! tmpfs. The gateways run the test guest (`guest_faults.wasm`: the token text
+//! `fault-trap` traps) and the Envoys the filter's test build (a header traps): the
+//! shipped code plus one fault path each.
+
+use crate::client::Target;
+use anyhow::{Context, Result};
+use fencekeeper::validator::guest_path;
+use fencekeeper_harness::envoy::{self, Envoy};
+use fencekeeper_harness::etcd_cluster::EtcdCluster;
+use fencekeeper_harness::gateway::Gateway;
+use fencekeeper_harness::services::{free_port, http, wait_until, Process, WorkDir};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+/// Which targets run.
+#[derive(Clone, Copy, Debug)]
+pub struct Choice {
+    /// gw1 and gw2 (etcd marks).
+    pub gateways: bool,
+    /// envoy1 and envoy2.
+    pub envoys: bool,
+    /// gwfile (file store).
+    pub file: bool,
+}
+
+/// The instrumented store as a child process (restartable on its ports and log).
+pub struct Upstream {
+    /// The process.
+    pub process: Process,
+    /// Where writes go.
+    pub addr: SocketAddr,
+    /// The knobs.
+    pub admin: SocketAddr,
+    log: PathBuf,
+    seed: u64,
+}
+
+impl Upstream {
+    fn start(dir: &Path, seed: u64) -> Result<Upstream> {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let log = dir.join("store.jsonl");
+        let process = Self::spawn(addr, admin, &log, seed, dir)?;
+        let mut upstream = Upstream { process, addr, admin, log, seed };
+        upstream.wait_ready()?;
+        Ok(upstream)
+    }
+
+    fn spawn(addr: SocketAddr, admin: SocketAddr, log: &Path, seed: u64, dir: &Path) -> Result<Process> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.args(["upstream", "--listen", &addr.to_string(), "--admin", &admin.to_string(), "--seed"])
+            .arg(seed.to_string())
+            .arg("--log")
+            .arg(log);
+        Process::spawn("upstream", cmd, &dir.join("upstream.log"))
+    }
+
+    fn wait_ready(&mut self) -> Result<()> {
+        let admin = self.admin;
+        wait_until(&mut self.process, Duration::from_secs(20), || {
+            matches!(http(admin, "GET", "/healthz", &[], b""), Ok((200, _)))
+        })
+    }
+
+    /// SIGKILL and start again on the same ports, continuing the log.
+    pub fn restart(&mut self) -> Result<()> {
+        self.process.kill();
+        let dir = self.log.parent().context("log dir")?.to_owned();
+        self.process = Self::spawn(self.addr, self.admin, &self.log, self.seed, &dir)?;
+        self.wait_ready()
+    }
+
+    /// Set the fault knobs (`delay_pct=..&error_pct=..`; empty: none).
+    pub fn knobs(&self, query: &str) -> Result<()> {
+        let (status, _) = http(self.admin, "POST", &format!("/faults?{query}"), &[], b"")?;
+        anyhow::ensure!(status == 200, "the store refused knobs {query}: {status}");
+        Ok(())
+    }
+}
+
+/// A size-limited tmpfs, unmounted when dropped.
+pub struct Tmpfs {
+    /// Where it is mounted.
+    pub path: PathBuf,
+}
+
+impl Tmpfs {
+    fn mount(path: &Path, size: &str) -> Result<Tmpfs> {
+        std::fs::create_dir_all(path)?;
+        let out =
+            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(path).output()?;
+        anyhow::ensure!(out.status.success(), "mount -t tmpfs: {}", String::from_utf8_lossy(&out.stderr).trim());
+        Ok(Tmpfs { path: path.to_owned() })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// Everything running.
+pub struct System {
+    /// The etcd cluster.
+    pub etcd: EtcdCluster,
+    /// The store.
+    pub upstream: Upstream,
+    /// Gateways by name (`gw1`, `gw2`, `gwfile`).
+    pub gateways: Vec<(String, Gateway)>,
+    /// Envoys by name.
+    pub envoys: Vec<(String, Envoy)>,
+    /// The file store's tmpfs, when it could be mounted.
+    pub disk: Option<Tmpfs>,
+    /// Why the tmpfs could not be mounted.
+    pub no_disk: Option<String>,
+}
+
+impl System {
+    /// Start what `choice` asks for, logs and data under `dir`.
+    pub fn start(dir: &Path, choice: Choice, seed: u64) -> Result<System> {
+        // etcd's data on tmpfs where there is one: SIGKILL keeps the page cache either
+        // way, and three members' fsyncs on one disk would eat the CI budget.
+        let shm = Path::new("/dev/shm");
+        let etcd_dir =
+            if shm.is_dir() { WorkDir::Temporary(tempfile::tempdir_in(shm)?) } else { WorkDir::temporary()? };
+        let etcd = EtcdCluster::start_in(etcd_dir, 3)?;
+        let upstream = Upstream::start(dir, seed)?;
+        let upstream_url = format!("http://{}", upstream.addr);
+        let guest = guest_path("test-guests/guest_faults.wasm").display().to_string();
+        let mut gateways = Vec::new();
+        if choice.gateways {
+            for (name, member) in [("gw1", 0), ("gw2", 1)] {
+                let gdir = WorkDir::kept(&dir.join(name))?;
+                let store = gdir.path().join("unused.redb");
+                let url = etcd.members[member].url();
+                let args = ["--etcd", url.as_str(), "--guest", guest.as_str()];
+                gateways.push((name.to_owned(), Gateway::start_in(gdir, store, &upstream_url, &args)?));
+            }
+        }
+        let (mut disk, mut no_disk) = (None, None);
+        if choice.file {
+            let mount = dir.join("gwfile-disk");
+            match Tmpfs::mount(&mount, "4m") {
+                Ok(t) => disk = Some(t),
+                Err(e) => {
+                    eprintln!("torture: no size-limited tmpfs ({e:#}); the full-disk fault will not be injected");
+                    no_disk = Some(format!("{e:#}"));
+                    std::fs::create_dir_all(&mount)?;
+                }
+            }
+            let gdir = WorkDir::kept(&dir.join("gwfile"))?;
+            let args = ["--guest", guest.as_str()];
+            gateways
+                .push(("gwfile".to_owned(), Gateway::start_in(gdir, mount.join("marks.redb"), &upstream_url, &args)?));
+        }
+        let mut envoys = Vec::new();
+        if choice.envoys {
+            let filter = guest_path("test-guests/filter_faults.wasm").display().to_string();
+            for name in ["envoy1", "envoy2"] {
+                let (listen, admin) = (free_port()?, free_port()?);
+                let args = [
+                    "--upstream",
+                    &upstream.addr.to_string(),
+                    "--etcd",
+                    &etcd.members[0].client.to_string(),
+                    "--filter",
+                    &filter,
+                    "--test-fault-header",
+                    crate::client::FILTER_FAULT_HEADER,
+                ];
+                let yaml = with_etcd_members(&envoy::generate(listen, admin, &args)?, &etcd)?;
+                envoys.push((name.to_owned(), Envoy::start_with(2, listen, admin, &yaml)?));
+            }
+        }
+        Ok(System { etcd, upstream, gateways, envoys, disk, no_disk })
+    }
+
+    /// Every target, by name.
+    pub fn targets(&self) -> Vec<Target> {
+        let gateways = self.gateways.iter().map(|(n, g)| Target { name: n.clone(), url: g.url(), envoy: false });
+        let envoys = self.envoys.iter().map(|(n, e)| Target {
+            name: n.clone(),
+            url: format!("http://{}", e.listen),
+            envoy: true,
+        });
+        gateways.chain(envoys).collect()
+    }
+
+    /// The gateway called `name`.
+    pub fn gateway(&mut self, name: &str) -> Option<&mut Gateway> {
+        self.gateways.iter_mut().find(|(n, _)| n == name).map(|(_, g)| g)
+    }
+
+    /// The Envoy called `name`.
+    pub fn envoy(&mut self, name: &str) -> Option<&mut Envoy> {
+        self.envoys.iter_mut().find(|(n, _)| n == name).map(|(_, e)| e)
+    }
+}
+
+/// The generated configuration with its etcd cluster listing every member, each
+/// health-checked (`/health`), so the filter's calls go to members that answer. The
+/// generator writes one endpoint (`fencekeeper envoy-config --etcd` takes one); this
+/// edit is the torture harness's own.
+fn with_etcd_members(yaml: &str, etcd: &EtcdCluster) -> Result<String> {
+    let at = yaml.find("  - name: fencekeeper_etcd\n").context("no etcd cluster in the generated config")?;
+    let mut out = yaml[..at].to_owned();
+    out.push_str(
+        "  - name: fencekeeper_etcd\n    type: STATIC\n    connect_timeout: 1s\n\
+         \x20   common_lb_config: { healthy_panic_threshold: { value: 0 } }\n\
+         \x20   health_checks:\n    - timeout: 1s\n      interval: 0.5s\n      unhealthy_threshold: 1\n\
+         \x20     healthy_threshold: 1\n      http_health_check: { path: /health }\n\
+         \x20   load_assignment:\n      cluster_name: fencekeeper_etcd\n      endpoints:\n      - lb_endpoints:\n",
+    );
+    for m in &etcd.members {
+        out.push_str(&format!(
+            "        - endpoint:\n            address:\n              socket_address: {{ address: 127.0.0.1, port_value: {} }}\n",
+            m.client.port()
+        ));
+    }
+    Ok(out)
+}
