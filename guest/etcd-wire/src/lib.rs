@@ -107,7 +107,20 @@ pub struct Range<'a> {
     pub max_create_revision: Option<i64>,
 }
 
-impl Range<'_> {
+impl<'a> Range<'a> {
+    /// A lock queue's head, for etcd's lock recipe (`concurrency.Mutex`): the first
+    /// key under `prefix` by create revision (ascending), or with `max_create` the last
+    /// one created at or before it (descending).
+    pub fn lock_queue_head(prefix: &'a [u8], max_create: Option<i64>) -> Range<'a> {
+        Range {
+            key: prefix,
+            prefix: true,
+            limit: 1,
+            by_create_revision: Some(max_create.is_none()),
+            max_create_revision: max_create,
+        }
+    }
+
     fn json(&self) -> Value {
         let mut r = json!({ "key": B64.encode(self.key) });
         if self.prefix {

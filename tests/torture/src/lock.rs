@@ -63,16 +63,6 @@ pub struct Lock {
     renewed: Instant,
 }
 
-fn head(prefix: &str, max_create: Option<i64>) -> Range<'_> {
-    Range {
-        key: prefix.as_bytes(),
-        prefix: true,
-        limit: 1,
-        by_create_revision: Some(max_create.is_none()),
-        max_create_revision: max_create,
-    }
-}
-
 /// Take lock `name` with a lease of `ttl` seconds, waiting at most `patience`.
 pub fn acquire(etcd: &Etcd, name: &str, ttl: u64, patience: Duration) -> Result<Lock> {
     let deadline = Instant::now() + patience;
@@ -100,7 +90,7 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
     let prefix = lock.prefix.clone();
     let put = Op::Put { key, value: b"", lease: Some(&lease) };
     let own = Op::Range(Range { key, ..Range::default() });
-    let first = Op::Range(head(&prefix, None));
+    let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
     let queued = etcd.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
     let created = |kvs: &[wire::KeyValue]| kvs.first().map(|kv| kv.create_revision as i64);
     let mine = if queued.succeeded {
@@ -112,7 +102,7 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
         return Ok(queued.revision);
     }
     loop {
-        let earlier = Op::Range(head(&prefix, Some(mine - 1)));
+        let earlier = Op::Range(Range::lock_queue_head(prefix.as_bytes(), Some(mine - 1)));
         let answer = etcd.txn(wire::txn_ops(key, Expect::CreatedAt(mine), &[earlier], &[]))?;
         if !answer.succeeded {
             bail!("the waiting key {:?} is gone", lock.key);
@@ -153,7 +143,7 @@ impl Lock {
 
     /// True once another holder's key is first in the queue.
     pub fn superseded(&self, etcd: &Etcd) -> Result<bool> {
-        let first = etcd.call(wire::RANGE_PATH, head(&self.prefix, None).body())?;
+        let first = etcd.call(wire::RANGE_PATH, Range::lock_queue_head(self.prefix.as_bytes(), None).body())?;
         Ok(wire::parse_range(&first)?.first().is_some_and(|kv| kv.key != self.key.as_bytes()))
     }
 

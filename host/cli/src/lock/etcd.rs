@@ -66,18 +66,6 @@ pub fn acquire(
     }
 }
 
-/// The first key under `prefix` by create revision (ascending), or the last one
-/// created at or before `max_create` (descending).
-fn queue_head(prefix: &str, max_create: Option<i64>) -> Range<'_> {
-    Range {
-        key: prefix.as_bytes(),
-        prefix: true,
-        limit: 1,
-        by_create_revision: Some(max_create.is_none()),
-        max_create_revision: max_create,
-    }
-}
-
 fn create_revision(kvs: &[wire::KeyValue]) -> Option<i64> {
     kvs.first().map(|kv| kv.create_revision as i64)
 }
@@ -95,7 +83,7 @@ impl EtcdLock {
         let lease = self.lease.clone();
         let put = Op::Put { key, value: b"", lease: Some(&lease) };
         let own = Op::Range(Range { key, ..Range::default() });
-        let first = Op::Range(queue_head(prefix, None));
+        let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
         let queued = self.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
         let mine = if queued.succeeded {
             queued.revision as i64
@@ -109,7 +97,7 @@ impl EtcdLock {
         let mut renewed = std::time::Instant::now();
         loop {
             // Still queued (our key exists, created at `mine`), and no key created before it.
-            let earlier = Op::Range(queue_head(prefix, Some(mine - 1)));
+            let earlier = Op::Range(Range::lock_queue_head(prefix.as_bytes(), Some(mine - 1)));
             let answer = self.txn(wire::txn_ops(key, Expect::CreatedAt(mine), &[earlier], &[]))?;
             if !answer.succeeded {
                 bail!("the waiting key {:?} is gone (its lease expired while waiting?)", self.key);
