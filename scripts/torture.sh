@@ -38,7 +38,8 @@ cargo build -q --release --workspace --bins --examples --locked
 # The runner and every service it starts share this process group; a signal or an
 # error ends them all, and the file store's tmpfs goes with them.
 cleanup() {
-    if [[ -n ${pid:-} ]] && kill -0 "$pid" 2>/dev/null; then
+    # The group outlives its leader when the runner itself died: end it either way.
+    if [[ -n ${pid:-} ]] && kill -0 -- "-$pid" 2>/dev/null; then
         kill -TERM -- "-$pid" 2>/dev/null || true
         sleep 1
         kill -KILL -- "-$pid" 2>/dev/null || true

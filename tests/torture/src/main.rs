@@ -151,6 +151,17 @@ fn groups(targets: &BTreeMap<String, client::Target>) -> Vec<Group> {
     out
 }
 
+/// Sets the load's stop flags when dropped.
+struct StopOnExit<'a>([&'a AtomicBool; 2]);
+
+impl Drop for StopOnExit<'_> {
+    fn drop(&mut self) {
+        for flag in self.0 {
+            flag.store(true, Relaxed);
+        }
+    }
+}
+
 fn run(args: RunArgs) -> Result<bool> {
     let seed = args.seed.unwrap_or_else(clock::now);
     println!("torture: seed {seed} (replay its fault schedule with --seed {seed})");
@@ -184,6 +195,9 @@ fn run(args: RunArgs) -> Result<bool> {
     let load_start = clock::now();
     let stop_procs = Arc::new(AtomicBool::new(false));
     let outcome = std::thread::scope(|s| -> Result<u64> {
+        // However this body ends (an error, a panic in the nemesis), the load stops:
+        // the scope waits for every holder before it returns or unwinds.
+        let stop_load = StopOnExit([&shared.stop, &*stop_procs]);
         let mut index = 0;
         let mut holders = Vec::new();
         for g in groups.iter().filter(|g| !g.name.starts_with("probe-") && !g.name.starts_with("proc-")) {
@@ -237,8 +251,7 @@ fn run(args: RunArgs) -> Result<bool> {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        shared.stop.store(true, Relaxed);
-        stop_procs.store(true, Relaxed);
+        drop(stop_load);
         if let Some(pool) = &pool {
             pool.join();
         }

@@ -411,7 +411,12 @@ impl Nemesis<'_> {
         let groups: Vec<&Group> = self
             .groups
             .iter()
-            .filter(|g| g.targets.contains(&target) && !g.name.starts_with("probe-") && !g.name.starts_with("proc-"))
+            .filter(|g| {
+                g.targets.contains(&target)
+                    && !g.resources.is_empty()
+                    && !g.name.starts_with("probe-")
+                    && !g.name.starts_with("proc-")
+            })
             .collect();
         if groups.is_empty() {
             return Ok(not_injected("no bulk group through that target"));
