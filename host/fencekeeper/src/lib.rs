@@ -41,7 +41,6 @@
 pub mod audit;
 pub mod conformance;
 pub mod decider;
-#[cfg(feature = "etcd")]
 pub mod guard;
 pub mod provenance;
 pub mod store;
