@@ -68,6 +68,11 @@ impl Gateway {
         })
     }
 
+    /// True once the gateway admits fenced writes (`/readyz`: its start grace is over).
+    pub fn ready_for_writes(&self) -> bool {
+        matches!(http(self.admin, "GET", "/readyz", &[], b""), Ok((200, _)))
+    }
+
     /// SIGKILL the gateway (no chance to finish anything).
     pub fn kill(&mut self) {
         self.process.kill();

@@ -84,6 +84,12 @@ pub struct Args {
     /// The longest an admitted write waits for lower-token writes in flight (then 503).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     gate_timeout: Duration,
+    /// For this long after start, refuse fenced writes (503 with Retry-After): writes
+    /// a previous run of the gateway had in flight when it died (SIGKILL, a crash) may
+    /// still be applied by the store, and the ordering gate no longer knows them. Set
+    /// it to the store's own request timeout. 0: off.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    start_grace: Duration,
     /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
     /// land after a higher one. For measurements and demonstrations only.
     #[arg(long)]
@@ -162,6 +168,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.max_body = args.max_body;
     c.request_timeout = args.request_timeout;
     c.gate_timeout = args.gate_timeout;
+    c.start_grace = args.start_grace;
     c.gate = !args.no_gate;
     c.audit = args.audit.clone();
     c.store = match &args.etcd {

@@ -7,7 +7,9 @@
 //!   `/import/a` is `GET /fencekeeper/marks//import/a`;
 //! * `GET /fencekeeper/marks`: every mark, one `resource<TAB>mark` line each (where the
 //!   store can list);
-//! * `GET /healthz`: `ok` once the gateway serves.
+//! * `GET /healthz`: `ok` once the gateway serves;
+//! * `GET /readyz`: `ready` once it admits fenced writes; `503` during its start grace
+//!   (`--start-grace`), so that a load balancer can route around it meanwhile.
 
 use crate::proxy::Proxy;
 use crate::refusal::full;
@@ -25,12 +27,22 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
     let answer = match (request.method(), path.as_str()) {
         (&Method::GET, "/metrics") => (StatusCode::OK, proxy.render_metrics()),
         (&Method::GET, "/healthz") => (StatusCode::OK, "ok\n".to_owned()),
+        (&Method::GET, "/readyz") => match proxy.start_grace_left() {
+            None => (StatusCode::OK, "ready\n".to_owned()),
+            Some(left) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("in its start grace: fenced writes refused for {:.1}s more\n", left.as_secs_f64()),
+            ),
+        },
         (&Method::GET, MARKS) => list(&proxy).await,
         (&Method::GET, p) if p.starts_with("/fencekeeper/marks/") => match resource_key(&p[MARKS.len() + 1..]) {
             Ok(resource) => mark(&proxy, resource).await,
             Err(e) => (StatusCode::BAD_REQUEST, format!("{e}\n")),
         },
-        _ => (StatusCode::NOT_FOUND, "admin endpoints: /metrics, /fencekeeper/marks/<resource>, /healthz\n".to_owned()),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "admin endpoints: /metrics, /fencekeeper/marks/<resource>, /healthz, /readyz\n".to_owned(),
+        ),
     };
     let mut response = Response::new(full(answer.1));
     *response.status_mut() = answer.0;

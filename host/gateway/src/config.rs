@@ -111,6 +111,12 @@ pub struct Config {
     pub request_timeout: Duration,
     /// The longest an admitted write waits at the ordering gate (then 503).
     pub gate_timeout: Duration,
+    /// For this long after start, fenced writes are refused (503, `Retry-After`):
+    /// writes that a previous run of this gateway had in flight when it died may still
+    /// be applied by the store, and the ordering gate, which lives in memory, no longer
+    /// knows them. Set it to the longest the store may take to apply a write it was
+    /// sent (its own request timeout). Zero: off.
+    pub start_grace: Duration,
     /// The ordering gate is on (turning it off reopens the check-then-forward window).
     pub gate: bool,
     /// Append every mark the gateway raises to this file, one JSON line each.
@@ -135,6 +141,7 @@ impl Config {
             max_body: 16 << 20,
             request_timeout: Duration::from_secs(30),
             gate_timeout: Duration::from_secs(5),
+            start_grace: Duration::ZERO,
             gate: true,
             audit: None,
             store: String::new(),

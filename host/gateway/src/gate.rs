@@ -322,6 +322,18 @@ fn gate_verdict(mode: Mode, outcome: Result<Verdict, NoVerdict>, resource: &str,
     Ordered { action, reason, breach: None, permit: None, waited, timed_out: false, advance: None }
 }
 
+/// A write that arrived `since` after the gateway started, within its start `grace`:
+/// refused in both modes, before any admit (the mark is not touched).
+pub fn in_start_grace(mode: Mode, resource: &str, since: Duration, grace: Duration) -> Ordered {
+    let cause = format!(
+        "the gateway started {:.1}s ago and refuses fenced writes for its start grace of {:.1}s (--start-grace), \
+         while writes a previous run had in flight may still reach the store",
+        since.as_secs_f64(),
+        grace.as_secs_f64()
+    );
+    gate_verdict(mode, Err(NoVerdict::Refused), resource, &cause, false)
+}
+
 /// A request whose resource key could not be formed: malformed, not ordered.
 pub fn malformed(mode: Mode, error: fencekeeper_core::ResourceError) -> Ordered {
     let reason = fencekeeper::GuestText::new(&fencekeeper_core::Malformed::Resource(error).to_string());

@@ -19,6 +19,7 @@ pub struct Metrics {
     passthrough: AtomicU64,
     gate_waits: AtomicU64,
     gate_timeouts: AtomicU64,
+    start_grace: AtomicU64,
     upstream_errors: AtomicU64,
     too_large: AtomicU64,
     timed_out: AtomicU64,
@@ -38,6 +39,8 @@ pub enum Event {
     GateWait,
     /// An admitted write waited at the gate past the gate timeout.
     GateTimeout,
+    /// A fenced write arrived during the start grace and was refused (503).
+    StartGrace,
     /// The upstream could not be reached, failed, or did not answer in time.
     UpstreamError,
     /// The request body exceeded the size limit.
@@ -65,6 +68,7 @@ impl Metrics {
             Event::Passthrough => &self.passthrough,
             Event::GateWait => &self.gate_waits,
             Event::GateTimeout => &self.gate_timeouts,
+            Event::StartGrace => &self.start_grace,
             Event::UpstreamError => &self.upstream_errors,
             Event::TooLarge => &self.too_large,
             Event::TimedOut => &self.timed_out,
@@ -126,6 +130,11 @@ impl Metrics {
                 "fencekeeper_gateway_gate_timeouts_total",
                 "Admitted writes that waited at the gate past --gate-timeout.",
                 &self.gate_timeouts,
+            ),
+            (
+                "fencekeeper_gateway_start_grace_total",
+                "Fenced writes refused (503) during the start grace (--start-grace).",
+                &self.start_grace,
             ),
             (
                 "fencekeeper_gateway_upstream_errors_total",

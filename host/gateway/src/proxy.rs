@@ -20,7 +20,7 @@ use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::Class;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, TRANSFER_ENCODING};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, RETRY_AFTER, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -28,7 +28,7 @@ use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Hop-by-hop headers: they describe one connection and are not forwarded.
 const HOP_BY_HOP: [&str; 6] =
@@ -42,6 +42,8 @@ pub struct Proxy {
     metrics: Arc<Metrics>,
     client: Client<HttpConnector, Body>,
     audit: Option<Arc<AuditLog>>,
+    /// When this handler was made (the gateway's start, for the start grace).
+    started: Instant,
 }
 
 impl Proxy {
@@ -52,7 +54,8 @@ impl Proxy {
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
         let gate = Gate::new(config.gate, config.gate_timeout);
-        Proxy { config, guard, gate, metrics: Arc::default(), client, audit: audit.map(Arc::new) }
+        let started = Instant::now();
+        Proxy { config, guard, gate, metrics: Arc::default(), client, audit: audit.map(Arc::new), started }
     }
 
     /// The counters.
@@ -76,6 +79,11 @@ impl Proxy {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// How much of the start grace is left (`None`: over, or none configured).
+    pub fn start_grace_left(&self) -> Option<Duration> {
+        self.config.start_grace.checked_sub(self.started.elapsed()).filter(|left| !left.is_zero())
     }
 
     /// Answer one request from `client`.
@@ -137,7 +145,15 @@ impl Proxy {
     ) -> Response<Body> {
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+        let since = self.started.elapsed();
+        let grace = self.start_grace_left();
         let (resource, ordered) = match self.resource(&parts, path) {
+            Ok(resource) if grace.is_some() => {
+                self.metrics.event(Event::StartGrace);
+                let ordered =
+                    crate::gate::in_start_grace(self.config.policy.mode, &resource, since, self.config.start_grace);
+                (resource, ordered)
+            }
             Ok(resource) => {
                 let ordered = self.gate.order(&self.guard, &resource, token.as_deref()).await;
                 (resource, ordered)
@@ -167,7 +183,13 @@ impl Proxy {
                 Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
                 class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
-            return refusal::refuse(&action, &ordered.reason, grpc);
+            let mut response = refusal::refuse(&action, &ordered.reason, grpc);
+            if let Some(left) = grace {
+                // Whole seconds, rounded up: a client that waits this long is past it.
+                let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
+            }
+            return response;
         }
         if action.class == Class::Admitted {
             if let Some(v) = action.token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {

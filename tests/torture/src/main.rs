@@ -273,6 +273,7 @@ fn run(args: RunArgs) -> Result<bool> {
         groups: groups.clone(),
         targets: targets.keys().map(|t| (t.clone(), t != "gwfile")).collect(),
         liveness_bound_ms: nemesis::LIVENESS_BOUND.as_millis() as u64,
+        start_grace_ms: system::START_GRACE.as_millis() as u64,
         start: load_start,
         end: load_end,
     };

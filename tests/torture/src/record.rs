@@ -170,6 +170,11 @@ pub struct RunInfo {
     pub targets: BTreeMap<String, bool>,
     /// After a fault heals, a fresh holder writes successfully within this bound.
     pub liveness_bound_ms: u64,
+    /// The gateways' `--start-grace`, in ms. Longer than the store may take to apply a
+    /// write, it makes a write in flight through a killed gateway that lands after a
+    /// newer one a violation; without it (0), such a landing is a counted crash hit.
+    #[serde(default)]
+    pub start_grace_ms: u64,
     /// Stamp when the load began.
     pub start: u64,
     /// Stamp when it ended.

@@ -14,7 +14,7 @@ use fencekeeper::validator::guest_path;
 use fencekeeper_harness::envoy::{self, Envoy};
 use fencekeeper_harness::etcd_cluster::EtcdCluster;
 use fencekeeper_harness::gateway::Gateway;
-use fencekeeper_harness::services::{free_port, http, wait_until, Process, WorkDir};
+use fencekeeper_harness::services::{free_port, http, poll_until, wait_until, Process, WorkDir};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -124,8 +124,15 @@ pub struct System {
     pub no_disk: Option<String>,
 }
 
+/// Every gateway's `--start-grace`: longer than the store takes to apply any write it
+/// was sent (the nemesis delays writes by at most 8 s), so a restarted gateway forwards
+/// nothing while writes its killed predecessor sent may still land.
+pub const START_GRACE: Duration = Duration::from_secs(9);
+
 impl System {
     /// Start what `choice` asks for, logs and data under `dir`.
+    ///
+    /// Returns once every gateway's start grace is over: the load begins in calm.
     pub fn start(dir: &Path, choice: Choice, seed: u64) -> Result<System> {
         // etcd's data on tmpfs where there is one: SIGKILL keeps the page cache either
         // way, and three members' fsyncs on one disk would eat the CI budget.
@@ -136,13 +143,14 @@ impl System {
         let upstream = Upstream::start(dir, seed)?;
         let upstream_url = format!("http://{}", upstream.addr);
         let guest = guest_path("test-guests/guest_faults.wasm").display().to_string();
+        let grace = format!("{}ms", START_GRACE.as_millis());
         let mut gateways = Vec::new();
         if choice.gateways {
             for (name, member) in [("gw1", 0), ("gw2", 1)] {
                 let gdir = WorkDir::kept(&dir.join(name))?;
                 let store = gdir.path().join("unused.redb");
                 let url = etcd.members[member].url();
-                let args = ["--etcd", url.as_str(), "--guest", guest.as_str()];
+                let args = ["--etcd", url.as_str(), "--guest", guest.as_str(), "--start-grace", grace.as_str()];
                 gateways.push((name.to_owned(), Gateway::start_in(gdir, store, &upstream_url, &args)?));
             }
         }
@@ -158,7 +166,7 @@ impl System {
                 }
             }
             let gdir = WorkDir::kept(&dir.join("gwfile"))?;
-            let args = ["--guest", guest.as_str()];
+            let args = ["--guest", guest.as_str(), "--start-grace", grace.as_str()];
             gateways
                 .push(("gwfile".to_owned(), Gateway::start_in(gdir, mount.join("marks.redb"), &upstream_url, &args)?));
         }
@@ -180,6 +188,11 @@ impl System {
                 let yaml = with_etcd_members(&envoy::generate(listen, admin, &args)?, &etcd)?;
                 envoys.push((name.to_owned(), Envoy::start_with(2, listen, admin, &yaml)?));
             }
+        }
+        // The gateways refuse fenced writes for their start grace: the load begins once
+        // every one says it is ready for them.
+        for (name, g) in &gateways {
+            poll_until(&format!("{name}'s start grace over"), START_GRACE * 3, || g.ready_for_writes())?;
         }
         Ok(System { etcd, upstream, gateways, envoys, disk, no_disk })
     }

@@ -193,7 +193,8 @@ fn store_order(input: &Input, classes: &[Class], report: &mut Report) {
                 };
                 let late = by_id.get(l.id.as_str()).map(|&i| &input.writes[i]);
                 let claimed = group.is_some_and(|g| g.claims_order);
-                if claimed && late.is_some_and(|w| killed_in_flight(input, w)) {
+                let graced = input.info.start_grace_ms > 0;
+                if claimed && !graced && late.is_some_and(|w| killed_in_flight(input, w)) {
                     report.crash_hits.push(finding);
                 } else if claimed {
                     report.violations.push(finding);

@@ -21,6 +21,7 @@ fn info() -> RunInfo {
         groups: vec![group("pin-gw1", &["gw1"], true), group("envoy", &["envoy1"], false)],
         targets: [("gw1".to_string(), true), ("envoy1".to_string(), true)].into_iter().collect(),
         liveness_bound_ms: 1000,
+        start_grace_ms: 0,
         start: 0,
         end: 100_000 * MS,
     }
