@@ -58,6 +58,7 @@ fn a_start_grace_refuses_fenced_writes_until_writes_in_flight_before_the_crash_h
     let refused = gw.put("/r", Some("34"), b"34").unwrap();
     assert_eq!(refused.status, 503, "{}", refused.body);
     assert!(refused.body.contains("start grace"), "the reason names the grace: {}", refused.body);
+    assert!(refused.body.contains("retry with the same token"), "and what to do: {}", refused.body);
     let retry: u64 = refused.header("retry-after").expect("Retry-After").parse().unwrap();
     assert!((1..=6).contains(&retry), "Retry-After {retry}");
     assert_eq!(

@@ -325,13 +325,17 @@ fn gate_verdict(mode: Mode, outcome: Result<Verdict, NoVerdict>, resource: &str,
 /// A write that arrived `since` after the gateway started, within its start `grace`:
 /// refused in both modes, before any admit (the mark is not touched).
 pub fn in_start_grace(mode: Mode, resource: &str, since: Duration, grace: Duration) -> Ordered {
-    let cause = format!(
-        "the gateway started {:.1}s ago and refuses fenced writes for its start grace of {:.1}s (--start-grace), \
-         while writes a previous run had in flight may still reach the store",
+    let mut ordered = gate_verdict(mode, Err(NoVerdict::Refused), resource, "", false);
+    // Its own reason: the generic undecided one warns that the mark may have advanced,
+    // and here nothing was admitted, so the same token is good for the retry.
+    ordered.reason = format!(
+        "cannot decide on {resource:?} yet: the gateway started {:.1}s ago and refuses fenced writes for its \
+         start grace of {:.1}s (--start-grace), while writes a previous run had in flight may still reach the \
+         store; nothing was admitted, retry with the same token after Retry-After",
         since.as_secs_f64(),
         grace.as_secs_f64()
     );
-    gate_verdict(mode, Err(NoVerdict::Refused), resource, &cause, false)
+    ordered
 }
 
 /// A request whose resource key could not be formed: malformed, not ordered.
