@@ -83,6 +83,9 @@ impl Proxy {
 
     /// How much of the start grace is left (`None`: over, or none configured).
     pub fn start_grace_left(&self) -> Option<Duration> {
+        if self.config.start_grace.is_zero() {
+            return None; // off: no clock read on the write path
+        }
         self.config.start_grace.checked_sub(self.started.elapsed()).filter(|left| !left.is_zero())
     }
 
@@ -145,13 +148,12 @@ impl Proxy {
     ) -> Response<Body> {
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        let since = self.started.elapsed();
         let grace = self.start_grace_left();
         let (resource, ordered) = match self.resource(&parts, path) {
             Ok(resource) if grace.is_some() => {
                 self.metrics.event(Event::StartGrace);
-                let ordered =
-                    crate::gate::in_start_grace(self.config.policy.mode, &resource, since, self.config.start_grace);
+                let (mode, since) = (self.config.policy.mode, self.started.elapsed());
+                let ordered = crate::gate::in_start_grace(mode, &resource, since, self.config.start_grace);
                 (resource, ordered)
             }
             Ok(resource) => {
