@@ -186,7 +186,8 @@ impl Proxy {
                 class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
             let mut response = refusal::refuse(&action, &ordered.reason, grpc);
-            if let Some(left) = grace {
+            // Only the grace's own refusal: a malformed request in the grace is not retried.
+            if let Some(left) = grace.filter(|_| action.class == Class::Undecided) {
                 // Whole seconds, rounded up: a client that waits this long is past it.
                 let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
                 response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
