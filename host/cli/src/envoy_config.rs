@@ -46,8 +46,10 @@ pub struct Args {
     /// created), and point the configuration at it. What an installed binary needs.
     #[arg(long, value_name = "PATH")]
     write_filter: Option<PathBuf>,
-    /// etcd's client address, HOST:PORT (its v3 JSON gateway holds the marks).
-    #[arg(long, default_value = "127.0.0.1:2379")]
+    /// etcd's client address, HOST:PORT (its v3 JSON gateway holds the marks). For an
+    /// etcd cluster, every member's, separated by commas: Envoy health-checks them and
+    /// sends the filter's calls to members that answer.
+    #[arg(long, default_value = "127.0.0.1:2379", value_name = "HOST:PORT[,HOST:PORT...]")]
     etcd: String,
     /// The CA of etcd's certificate (PEM): Envoy reaches etcd over TLS, checking its
     /// certificate against this CA and its address.
@@ -174,36 +176,83 @@ fn provenance(args: &Args) -> ProvenanceArg {
     args.provenance.unwrap_or(if args.no_etcd { ProvenanceArg::Off } else { ProvenanceArg::Weak })
 }
 
-/// A cluster pointing at HOST:PORT.
-fn cluster(out: &mut String, name: &str, addr: &str) -> Result<()> {
-    let (host, port) = addr.rsplit_once(':').with_context(|| format!("{addr:?} is not HOST:PORT"))?;
-    let port: u16 = port.parse().with_context(|| format!("{addr:?}: bad port"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let kind = if host.parse::<std::net::IpAddr>().is_ok() { "STATIC" } else { "STRICT_DNS" };
+/// One `HOST:PORT`: an IP address (a bracketed IPv6 one too) or a DNS name.
+struct Endpoint {
+    host: String,
+    port: u16,
+}
+
+impl Endpoint {
+    fn parse(addr: &str) -> Result<Endpoint> {
+        let (host, port) = addr.rsplit_once(':').with_context(|| format!("{addr:?} is not HOST:PORT"))?;
+        let port: u16 = port.parse().with_context(|| format!("{addr:?}: bad port"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            bail!("{addr:?} is not HOST:PORT: no host");
+        }
+        Ok(Endpoint { host: host.to_owned(), port })
+    }
+
+    fn is_ip(&self) -> bool {
+        self.host.parse::<std::net::IpAddr>().is_ok()
+    }
+}
+
+/// `--etcd`: one member, or every member of an etcd cluster separated by commas.
+fn etcd_members(list: &str) -> Result<Vec<Endpoint>> {
+    list.split(',').map(|m| Endpoint::parse(m.trim()).with_context(|| format!("--etcd {list:?}"))).collect()
+}
+
+/// A cluster of `endpoints`. Several are etcd members, health-checked on etcd's
+/// `/health` (503 while the member has no leader or cannot commit a quorum read in a
+/// second) so the filter's calls go to members that answer:
+/// * 503 counts toward `unhealthy_threshold` like a timeout (by default Envoy
+///   ejects on the first one), and two misses in a row eject: one slow check while
+///   the members re-elect after a restart does not take every member away at once.
+/// * Envoy's default panic threshold stays: when most members look unhealthy it
+///   tries all of them rather than refusing every write without asking. That costs
+///   no safety: a member without quorum refuses the Txn, and the filter then refuses
+///   the write (503) as it would have.
+/// * `no_traffic_interval` is the interval too: a member that fails before the
+///   first write is noticed within a second, not a minute.
+fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint]) -> Result<()> {
+    let kind = if endpoints.iter().all(Endpoint::is_ip) { "STATIC" } else { "STRICT_DNS" };
     writeln!(out, "  - name: {name}")?;
     writeln!(out, "    type: {kind}")?;
     writeln!(out, "    connect_timeout: 1s")?;
+    if endpoints.len() > 1 {
+        writeln!(out, "    health_checks:")?;
+        writeln!(out, "    - timeout: 1s")?;
+        writeln!(out, "      interval: 0.5s")?;
+        writeln!(out, "      no_traffic_interval: 0.5s")?;
+        writeln!(out, "      unhealthy_threshold: 2")?;
+        writeln!(out, "      healthy_threshold: 1")?;
+        writeln!(out, "      http_health_check:")?;
+        writeln!(out, "        path: /health")?;
+        writeln!(out, "        retriable_statuses: [{{ start: 503, end: 504 }}]")?;
+    }
     writeln!(out, "    load_assignment:")?;
     writeln!(out, "      cluster_name: {name}")?;
     writeln!(out, "      endpoints:")?;
     writeln!(out, "      - lb_endpoints:")?;
-    writeln!(out, "        - endpoint:")?;
-    writeln!(out, "            address:")?;
-    writeln!(out, "              socket_address: {{ address: {host}, port_value: {port} }}")?;
+    for e in endpoints {
+        writeln!(out, "        - endpoint:")?;
+        writeln!(out, "            address:")?;
+        writeln!(out, "              socket_address: {{ address: {}, port_value: {} }}", e.host, e.port)?;
+    }
     Ok(())
 }
 
-/// TLS to etcd for the cluster just written: etcd's certificate checked against `ca`
-/// and against the address Envoy dials (an IP or a DNS name in its subject
-/// alternative names), and a client certificate when given. A file that does not
-/// exist is refused here, so a typo is not an Envoy that cannot start.
-fn etcd_tls(out: &mut String, addr: &str, ca: &Path, client: Option<(&Path, &Path)>) -> Result<()> {
+/// TLS to etcd for the cluster just written: each member's certificate checked
+/// against `ca` and against the address Envoy dials (an IP or a DNS name in its
+/// subject alternative names: any member's will do, as the cluster's members share
+/// one check), and a client certificate when given. A file that does not exist is
+/// refused here, so a typo is not an Envoy that cannot start.
+fn etcd_tls(out: &mut String, members: &[Endpoint], ca: &Path, client: Option<(&Path, &Path)>) -> Result<()> {
     let absolute = |p: &Path| -> Result<String> {
         let full = p.canonicalize().with_context(|| format!("cannot read {}", p.display()))?;
         Ok(yaml_single_quoted(&full.display().to_string()))
     };
-    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h).trim_start_matches('[').trim_end_matches(']');
-    let is_ip = host.parse::<std::net::IpAddr>().is_ok();
     writeln!(out, "    transport_socket:")?;
     writeln!(out, "      name: envoy.transport_sockets.tls")?;
     writeln!(out, "      typed_config:")?;
@@ -211,8 +260,11 @@ fn etcd_tls(out: &mut String, addr: &str, ca: &Path, client: Option<(&Path, &Pat
         out,
         "        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
     )?;
-    if !is_ip {
-        writeln!(out, "        sni: {host}")?;
+    // SNI is per cluster: sent when every member has the same DNS name.
+    if let [first, rest @ ..] = members {
+        if !first.is_ip() && rest.iter().all(|m| m.host == first.host) {
+            writeln!(out, "        sni: {}", first.host)?;
+        }
     }
     writeln!(out, "        common_tls_context:")?;
     if let Some((cert, key)) = client {
@@ -223,8 +275,16 @@ fn etcd_tls(out: &mut String, addr: &str, ca: &Path, client: Option<(&Path, &Pat
     writeln!(out, "          validation_context:")?;
     writeln!(out, "            trusted_ca: {{ filename: {} }}", absolute(ca)?)?;
     writeln!(out, "            match_typed_subject_alt_names:")?;
-    writeln!(out, "            - san_type: {}", if is_ip { "IP_ADDRESS" } else { "DNS" })?;
-    writeln!(out, "              matcher: {{ exact: {} }}", yaml_single_quoted(host))?;
+    let mut hosts: Vec<&Endpoint> = Vec::new();
+    for m in members {
+        if !hosts.iter().any(|h| h.host == m.host) {
+            hosts.push(m);
+        }
+    }
+    for m in hosts {
+        writeln!(out, "            - san_type: {}", if m.is_ip() { "IP_ADDRESS" } else { "DNS" })?;
+        writeln!(out, "              matcher: {{ exact: {} }}", yaml_single_quoted(&m.host))?;
+    }
     Ok(())
 }
 
@@ -304,11 +364,12 @@ static_resources:
   clusters:
 "#
     )?;
-    cluster(&mut out, "store", &args.upstream)?;
+    cluster(&mut out, "store", &[Endpoint::parse(&args.upstream).context("--upstream")?])?;
     if !args.no_etcd {
-        cluster(&mut out, "fencekeeper_etcd", &args.etcd)?;
+        let members = etcd_members(&args.etcd)?;
+        cluster(&mut out, "fencekeeper_etcd", &members)?;
         if let Some(ca) = &args.etcd_cacert {
-            etcd_tls(&mut out, &args.etcd, ca, args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()))?;
+            etcd_tls(&mut out, &members, ca, args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()))?;
         }
     }
     Ok(out)

@@ -92,6 +92,28 @@ fn correctness_mode_without_etcd_is_refused_with_a_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--no-etcd needs --mode efficiency"));
 }
 
+/// Several members: every one an endpoint, health-checked so a member without a
+/// leader (etcd's /health answers 503) is skipped after two misses, not the first.
+#[test]
+fn an_etcd_cluster_lists_every_member_health_checked() {
+    golden(
+        "envoy-config-etcd-cluster.yaml",
+        &["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--etcd", "10.0.0.1:2379,10.0.0.2:2379, 10.0.0.3:2379"],
+    );
+}
+
+#[test]
+fn a_bad_etcd_member_is_refused_naming_the_list() {
+    let out = generate(&["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--etcd", "10.0.0.1:2379,10.0.0.2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--etcd \"10.0.0.1:2379,10.0.0.2\"") && err.contains("\"10.0.0.2\" is not HOST:PORT"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
 #[test]
 fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);

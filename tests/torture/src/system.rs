@@ -2,8 +2,8 @@
 //! the shared mark store), the instrumented upstream store, two gateways with marks in
 //! etcd (`gw1` on member 0, `gw2` on member 1: the gateway takes one etcd endpoint, so
 //! killing a gateway's member is an outage of that gateway until it returns), two
-//! Envoys with the filter whose etcd cluster lists all three members with health
-//! checks, and a gateway with the embedded file store (`gwfile`) on a size-limited
+//! Envoys with the filter given all three members (`envoy-config --etcd A,B,C`: the
+//! generated etcd cluster health-checks them), and a gateway with the embedded file store (`gwfile`) on a size-limited
 //! tmpfs. The gateways run the test guest (`guest_faults.wasm`: the token text
 //! `fault-trap` traps) and the Envoys the filter's test build (a header traps): the
 //! shipped code plus one fault path each.
@@ -173,19 +173,21 @@ impl System {
         let mut envoys = Vec::new();
         if choice.envoys {
             let filter = guest_path("test-guests/filter_faults.wasm").display().to_string();
+            let members: Vec<String> = etcd.members.iter().map(|m| m.client.to_string()).collect();
+            let members = members.join(",");
             for name in ["envoy1", "envoy2"] {
                 let (listen, admin) = (free_port()?, free_port()?);
                 let args = [
                     "--upstream",
                     &upstream.addr.to_string(),
                     "--etcd",
-                    &etcd.members[0].client.to_string(),
+                    &members,
                     "--filter",
                     &filter,
                     "--test-fault-header",
                     crate::client::FILTER_FAULT_HEADER,
                 ];
-                let yaml = with_etcd_members(&envoy::generate(listen, admin, &args)?, &etcd)?;
+                let yaml = envoy::generate(listen, admin, &args)?;
                 envoys.push((name.to_owned(), Envoy::start_with(2, listen, admin, &yaml)?));
             }
         }
@@ -217,27 +219,4 @@ impl System {
     pub fn envoy(&mut self, name: &str) -> Option<&mut Envoy> {
         self.envoys.iter_mut().find(|(n, _)| n == name).map(|(_, e)| e)
     }
-}
-
-/// The generated configuration with its etcd cluster listing every member, each
-/// health-checked (`/health`), so the filter's calls go to members that answer. The
-/// generator writes one endpoint (`fencekeeper envoy-config --etcd` takes one); this
-/// edit is the torture harness's own.
-fn with_etcd_members(yaml: &str, etcd: &EtcdCluster) -> Result<String> {
-    let at = yaml.find("  - name: fencekeeper_etcd\n").context("no etcd cluster in the generated config")?;
-    let mut out = yaml[..at].to_owned();
-    out.push_str(
-        "  - name: fencekeeper_etcd\n    type: STATIC\n    connect_timeout: 1s\n\
-         \x20   common_lb_config: { healthy_panic_threshold: { value: 0 } }\n\
-         \x20   health_checks:\n    - timeout: 1s\n      interval: 0.5s\n      unhealthy_threshold: 1\n\
-         \x20     healthy_threshold: 1\n      http_health_check: { path: /health }\n\
-         \x20   load_assignment:\n      cluster_name: fencekeeper_etcd\n      endpoints:\n      - lb_endpoints:\n",
-    );
-    for m in &etcd.members {
-        out.push_str(&format!(
-            "        - endpoint:\n            address:\n              socket_address: {{ address: 127.0.0.1, port_value: {} }}\n",
-            m.client.port()
-        ));
-    }
-    Ok(out)
 }
