@@ -17,7 +17,9 @@
 //! copy for an advance, a compare without a put for an equal token
 //! ([`MarkStore::confirm`]). A copy that turns out old costs a second round (the Txn
 //! reads the current mark back on failure); a refusal is always checked with a
-//! linearizable read first. Every answer rests on an etcd operation, so the admits
+//! linearizable read first. Confirms of one resource that arrive while one is in
+//! flight share the next Txn (`confirms.rs`: each is answered by a Txn that began
+//! after it arrived). Every answer rests on an etcd operation, so the admits
 //! stay linearizable (tests/tests/concurrency.rs checks histories with this store).
 //!
 //! `get` is a linearizable range read. `compare_and_swap` is one Txn: compare the value
@@ -27,6 +29,7 @@
 //! an admit is durable (on a quorum) when it is reported.
 
 mod client;
+mod confirms;
 mod seen;
 
 pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
@@ -34,6 +37,7 @@ pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, Read, StoreError, Swap};
 use crate::provenance::{EtcdCheck, EtcdProvenance};
+use confirms::Confirms;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
 use seen::Seen;
@@ -48,6 +52,7 @@ pub struct EtcdStore {
     client: Arc<EtcdClient>,
     prefix: String,
     seen: Seen,
+    confirms: Confirms,
 }
 
 impl EtcdStore {
@@ -71,6 +76,7 @@ impl EtcdStore {
             client: Arc::new(EtcdClient::new(endpoint, options)?),
             prefix: options.prefix.clone(),
             seen: Seen::new(),
+            confirms: Confirms::default(),
         };
         store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
         Ok(store)
@@ -232,8 +238,9 @@ impl MarkStore for EtcdStore {
 
     fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
         // The mark transaction with the new mark equal to the expected one: a compare
-        // without a put, the current mark read back when it fails.
-        self.compare_and_swap(resource, Some(mark), mark)
+        // without a put, the current mark read back when it fails. Concurrent confirms
+        // of one resource share it (confirms.rs).
+        self.confirms.confirm(resource, mark, || self.compare_and_swap(resource, Some(mark), mark))
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
