@@ -432,7 +432,9 @@ pub fn parse_token(body: &[u8]) -> Result<String, WireError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| WireError(format!("etcd's authentication answer does not parse: {}", excerpt(&e.to_string()))))?;
     match v.get("token").and_then(Value::as_str) {
-        Some(t) if t.len() > MAX_TOKEN_BYTES => Err(WireError("etcd answered the authentication with an over-long token".into())),
+        Some(t) if t.len() > MAX_TOKEN_BYTES => {
+            Err(WireError("etcd answered the authentication with an over-long token".into()))
+        }
         Some(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()) => Ok(t.to_owned()),
         Some(t) if !t.is_empty() => {
             Err(WireError("etcd answered the authentication with a token that is not visible ASCII".into()))
@@ -458,7 +460,10 @@ pub fn parse_authentication(status: Option<u16>, body: &[u8]) -> Result<String, 
         Some(200) => parse_token(body).map_err(AuthRefusal::Other),
         Some(code) => {
             let error = status_error(code, body);
-            if code == 400 && grpc_error(body).is_some_and(|(code, message)| code == 3 && message.contains("authentication failed")) {
+            if code == 400
+                && grpc_error(body)
+                    .is_some_and(|(code, message)| code == 3 && message.contains("authentication failed"))
+            {
                 Err(AuthRefusal::WrongCredentials(error))
             } else {
                 Err(AuthRefusal::Other(error))
@@ -477,7 +482,8 @@ pub fn parse_authentication(status: Option<u16>, body: &[u8]) -> Result<String, 
 /// re-authenticates on both). The request was refused before it ran.
 pub fn token_refused(status: u16, body: &[u8]) -> bool {
     status == 401
-        || (status == 400 && grpc_error(body).is_some_and(|(_, message)| message.contains("revision of auth store is old")))
+        || (status == 400
+            && grpc_error(body).is_some_and(|(_, message)| message.contains("revision of auth store is old")))
 }
 
 /// The gRPC code and message of a gateway error answer (`{"error", "message", "code"}`),
@@ -612,7 +618,8 @@ mod tests {
         // Hostile answers: a token with CR LF (header splitting), over-long ones, garbage.
         for body in [
             br#"{"token":"abc
-x-admin: 1"}"#.to_vec(),
+x-admin: 1"}"#
+                .to_vec(),
             br#"{"token":"a b"}"#.to_vec(),
             br#"{"token":7}"#.to_vec(),
             format!(r#"{{"token":"{}"}}"#, "t".repeat(MAX_TOKEN_BYTES + 1)).into_bytes(),
@@ -637,7 +644,8 @@ x-admin: 1"}"#.to_vec(),
         assert!(token_refused(400, old));
         let denied = br#"{"error":"etcdserver: permission denied","message":"etcdserver: permission denied","code":7}"#;
         assert!(!token_refused(403, denied));
-        let empty = br#"{"error":"etcdserver: user name is empty","message":"etcdserver: user name is empty","code":3}"#;
+        let empty =
+            br#"{"error":"etcdserver: user name is empty","message":"etcdserver: user name is empty","code":3}"#;
         assert!(!token_refused(400, empty));
         assert!(!token_refused(200, b"{}") && !token_refused(503, b"no healthy upstream"));
     }

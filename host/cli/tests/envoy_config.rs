@@ -121,7 +121,16 @@ fn a_bad_etcd_member_is_refused_naming_the_list() {
 fn etcd_auth_names_the_user_and_the_password_variable_only() {
     golden(
         "envoy-config-etcd-auth.yaml",
-        &["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--etcd-user", "fencekeeper", "--etcd-password-env", "FK_ETCD_PASSWORD"],
+        &[
+            "--upstream",
+            "127.0.0.1:8080",
+            "--filter",
+            FILTER,
+            "--etcd-user",
+            "fencekeeper",
+            "--etcd-password-env",
+            "FK_ETCD_PASSWORD",
+        ],
     );
     for (args, needle) in [
         (&["--etcd-user", "fk"][..], "--etcd-password-env"),
