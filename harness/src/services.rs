@@ -270,13 +270,7 @@ impl Etcd {
             anyhow::ensure!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
             Ok(())
         };
-        ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
-        ctl(&["user", "grant-role", "root", "root"])?;
-        ctl(&["user", "add", user, &format!("--new-user-password={password}")])?;
-        ctl(&["role", "add", "marks"])?;
-        ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", prefix])?;
-        ctl(&["user", "grant-role", user, "marks"])?;
-        ctl(&["auth", "enable"])
+        add_users_and_enable_auth(&ctl, user, password, prefix)
     }
 
     fn spawn(dir: &Path, client: SocketAddr, peer: SocketAddr, extra: &[String]) -> Result<Process> {
@@ -318,6 +312,24 @@ impl Etcd {
         self.process = Self::spawn(self.dir.path(), self.client, self.peer, &self.extra)?;
         self.wait_ready()
     }
+}
+
+/// With `ctl` running etcdctl as root: a root user (password `root-password`), and
+/// `user` with `password`, read-write on the keys under `prefix` only (role `marks`);
+/// then authentication on.
+pub(crate) fn add_users_and_enable_auth(
+    ctl: &dyn Fn(&[&str]) -> Result<()>,
+    user: &str,
+    password: &str,
+    prefix: &str,
+) -> Result<()> {
+    ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
+    ctl(&["user", "grant-role", "root", "root"])?;
+    ctl(&["user", "add", user, &format!("--new-user-password={password}")])?;
+    ctl(&["role", "add", "marks"])?;
+    ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", prefix])?;
+    ctl(&["user", "grant-role", user, "marks"])?;
+    ctl(&["auth", "enable"])
 }
 
 /// nginx serving a directory with WebDAV PUT/DELETE: a real store that accepts any

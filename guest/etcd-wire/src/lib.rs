@@ -609,7 +609,8 @@ mod tests {
         let ok = br#"{"header":{"cluster_id":"1","member_id":"2","revision":"1","raft_term":"2"},"token":"wdBxRxjwXFskssWu.12"}"#;
         assert_eq!(parse_authentication(Some(200), ok), Ok("wdBxRxjwXFskssWu.12".to_owned()));
         let wrong = br#"{"error":"etcdserver: authentication failed, invalid user ID or password","message":"etcdserver: authentication failed, invalid user ID or password","code":3}"#;
-        let Err(AuthRefusal::WrongCredentials(e)) = parse_authentication(Some(400), wrong) else { panic!() };
+        let refusal = parse_authentication(Some(400), wrong);
+        let Err(AuthRefusal::WrongCredentials(e)) = refusal else { unreachable!("{refusal:?}") };
         assert!(e.0.starts_with("etcd answered HTTP 400: ") && e.0.contains("invalid user ID or password"), "{e}");
         let disabled = br#"{"error":"etcdserver: authentication is not enabled","code":9}"#;
         assert!(matches!(parse_authentication(Some(400), disabled), Err(AuthRefusal::Other(_))));
@@ -627,8 +628,8 @@ x-admin: 1"}"#
             vec![0xff; 64],
             b"{".to_vec(),
         ] {
-            let e = parse_authentication(Some(200), &body).unwrap_err();
-            let AuthRefusal::Other(e) = e else { panic!("{body:?}") };
+            let refusal = parse_authentication(Some(200), &body);
+            let Err(AuthRefusal::Other(e)) = refusal else { unreachable!("{body:?}: {refusal:?}") };
             assert!(e.0.len() <= 500 && !e.0.contains('\n'), "{e}");
         }
     }
