@@ -180,6 +180,7 @@ impl Request {
         ];
         // With a user: the VM's token, or first an authentication (then this call).
         let token = f.auth.as_ref().map(|a| (a, a.token()));
+        let authenticating = matches!(token, Some((_, None)));
         let body = match &token {
             None => body,
             Some((_, Some((token, generation)))) => {
@@ -195,7 +196,7 @@ impl Request {
         };
         let sent =
             self.dispatch_http_call(&e.cluster, headers, Some(&body), vec![], Duration::from_millis(e.timeout_ms));
-        if self.pending.as_ref().is_some_and(|p| p.stage == Stage::Authenticate) {
+        if authenticating {
             // It carries the password: not left in memory the VM hands out again.
             crate::env::wipe(body);
         }
@@ -211,7 +212,7 @@ impl Request {
     /// The answer to an authentication: with a token, make the call that needed it.
     fn on_authenticated(&mut self, status: Option<u16>, body: &[u8], resource: &str) -> Action {
         let f = Rc::clone(&self.filter);
-        let Some(auth) = &f.auth else { return Action::Continue };
+        let Some(auth) = &f.auth else { return self.unexpected(resource) };
         let failed = match wire::parse_authentication(status, body) {
             Ok(token) => {
                 auth.store(token);
@@ -230,7 +231,7 @@ impl Request {
     /// and make the call again once, with a newer token or after authenticating.
     fn on_token_refused(&mut self, status: u16, body: &[u8], resource: &str) -> Action {
         let f = Rc::clone(&self.filter);
-        let (Some(auth), Some(p)) = (&f.auth, self.pending.as_mut()) else { return Action::Continue };
+        let (Some(auth), Some(p)) = (&f.auth, self.pending.as_mut()) else { return self.unexpected(resource) };
         auth.refused(p.generation);
         if p.token_retried {
             let cause = format!(
@@ -242,6 +243,12 @@ impl Request {
         }
         p.token_retried = true;
         self.call_etcd()
+    }
+
+    /// An authentication answer without a user configured, or one for no request:
+    /// it cannot happen, and if it did the request is refused, never forwarded.
+    fn unexpected(&mut self, resource: &str) -> Action {
+        self.finish(Err(NoVerdict::Refused), resource, &"an etcd authentication answer the filter did not expect")
     }
 
     /// The answer to the vouching read.
@@ -406,16 +413,17 @@ impl Context for Request {
         let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
         let Some(p) = self.pending.as_ref() else { return };
         let (resource, stage) = (p.resource.clone(), p.stage);
-        let mut refused = None;
+        // With a user: an authentication's answer, or a call refused for its token.
+        let mut handled = None;
         if self.filter.auth.is_some() {
             let code = status.as_deref().and_then(|s| s.parse::<u16>().ok());
             if stage == Stage::Authenticate {
-                refused = Some(self.on_authenticated(code, &body, &resource));
+                handled = Some(self.on_authenticated(code, &body, &resource));
             } else if let Some(code) = code.filter(|&c| wire::token_refused(c, &body)) {
-                refused = Some(self.on_token_refused(code, &body, &resource));
+                handled = Some(self.on_token_refused(code, &body, &resource));
             }
         }
-        if let Some(next) = refused {
+        if let Some(next) = handled {
             if let Action::Continue = next {
                 self.resume_http_request();
             }
