@@ -1,4 +1,5 @@
-//! Target 5: the Envoy filter's parser of etcd's JSON answers (`etcd::parse`).
+//! Target 5: the Envoy filter's parser of etcd's JSON answers (`etcd::parse`), and
+//! the etcd wire's parser of an authentication's answer (`parse_authentication`).
 //!
 //! An input that starts with `{` is a body etcd answered with status 200 (the seeds
 //! are real answers of etcd 3.4) for resource `orders/2026.csv`; any other input is
@@ -17,6 +18,7 @@
 use arbitrary::{Arbitrary, Unstructured};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
+use fencekeeper_etcd_wire as wire;
 use fencekeeper_filter::etcd::Outcome;
 use fencekeeper_fuzz::etcd::{mark, parse, stored};
 use fencekeeper_fuzz::header::is_printable_line;
@@ -126,6 +128,23 @@ impl Answer {
     }
 }
 
+/// The same answer read as etcd's answer to an authentication (`etcd.user`): no
+/// panic; a token fit for a header (visible ASCII, bounded); an error one printable
+/// bounded line.
+fn authentication(status: Option<u16>, body: &[u8]) {
+    let _ = wire::token_refused(status.unwrap_or(0), body);
+    match wire::parse_authentication(status, body) {
+        Ok(token) => {
+            assert_eq!(status, Some(200));
+            assert!(!token.is_empty() && token.len() <= wire::MAX_TOKEN_BYTES, "{token:?}");
+            assert!(token.bytes().all(|b| b.is_ascii_graphic()), "{token:?}");
+        }
+        Err(wire::AuthRefusal::WrongCredentials(e) | wire::AuthRefusal::Other(e)) => {
+            assert!(is_printable_line(&e.0) && e.0.len() <= MAX_ERROR_BYTES, "{:?}", e.0);
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let input = if data.first() == Some(&b'{') {
         Input::Raw { status: Some(200), body: data.to_vec(), resource: "orders/2026.csv".to_owned() }
@@ -140,6 +159,7 @@ fuzz_target!(|data: &[u8]| {
             if status.as_deref() != Some("200") {
                 assert!(result.is_err(), "status {status:?} gave {result:?}");
             }
+            authentication(status.as_deref().and_then(|s| s.parse().ok()), body);
             (result, resource)
         }
         Input::Shaped(answer) => {

@@ -52,6 +52,8 @@ pub struct Envoy {
     pub admin: SocketAddr,
     config: PathBuf,
     concurrency: usize,
+    /// Variables set in Envoy's environment (a secret the filter reads).
+    env: Vec<(String, String)>,
     dir: tempfile::TempDir,
 }
 
@@ -66,16 +68,37 @@ impl Envoy {
 
     /// Start Envoy on a ready-made config that listens on `listen` (admin on `admin`).
     pub fn start_with(concurrency: usize, listen: u16, admin: u16, yaml: &str) -> Result<Envoy> {
+        Envoy::start_with_env(concurrency, listen, admin, yaml, &[])
+    }
+
+    /// [`Envoy::start`] with `env` added to Envoy's environment (e.g. the etcd
+    /// password of `envoy-config --etcd-password-env`).
+    pub fn start_in_env(concurrency: usize, args: &[&str], env: &[(&str, &str)]) -> Result<Envoy> {
+        let (listen, admin) = (free_port()?, free_port()?);
+        let yaml = generate(listen, admin, args)?;
+        Envoy::start_with_env(concurrency, listen, admin, &yaml, env)
+    }
+
+    /// [`Envoy::start_with`] with `env` added to Envoy's environment.
+    pub fn start_with_env(
+        concurrency: usize,
+        listen: u16,
+        admin: u16,
+        yaml: &str,
+        env: &[(&str, &str)],
+    ) -> Result<Envoy> {
         let dir = tempfile::tempdir()?;
         let config = dir.path().join("envoy.yaml");
         std::fs::write(&config, yaml)?;
-        let process = spawn(&config, concurrency, &dir.path().join("envoy.log"))?;
+        let env: Vec<(String, String)> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let process = spawn(&config, concurrency, &env, &dir.path().join("envoy.log"))?;
         let mut envoy = Envoy {
             process,
             listen: SocketAddr::from(([127, 0, 0, 1], listen)),
             admin: SocketAddr::from(([127, 0, 0, 1], admin)),
             config,
             concurrency,
+            env,
             dir,
         };
         envoy.wait_ready()?;
@@ -99,7 +122,7 @@ impl Envoy {
     /// Kill Envoy and start it again on the same config and ports.
     pub fn restart(&mut self) -> Result<()> {
         self.process.kill();
-        self.process = spawn(&self.config, self.concurrency, &self.dir.path().join("envoy.log"))?;
+        self.process = spawn(&self.config, self.concurrency, &self.env, &self.dir.path().join("envoy.log"))?;
         self.wait_ready()
     }
 
@@ -126,8 +149,14 @@ impl Envoy {
     }
 }
 
-fn spawn(config: &std::path::Path, concurrency: usize, log: &std::path::Path) -> Result<Process> {
+fn spawn(
+    config: &std::path::Path,
+    concurrency: usize,
+    env: &[(String, String)],
+    log: &std::path::Path,
+) -> Result<Process> {
     let mut cmd = Command::new(envoy_binary());
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("-c")
         .arg(config)
         .args(["--concurrency", &concurrency.to_string()])

@@ -94,13 +94,7 @@ impl SecureEtcd {
     pub fn start() -> Result<SecureEtcd> {
         let mut etcd = Self::start_without_users()?;
         let (user, password) = (etcd.user.clone(), etcd.password.clone());
-        etcd.ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
-        etcd.ctl(&["user", "grant-role", "root", "root"])?;
-        etcd.ctl(&["user", "add", &user, &format!("--new-user-password={password}")])?;
-        etcd.ctl(&["role", "add", "marks"])?;
-        etcd.ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", "/"])?;
-        etcd.ctl(&["user", "grant-role", &user, "marks"])?;
-        etcd.ctl(&["auth", "enable"])?;
+        crate::services::add_users_and_enable_auth(&|args| etcd.ctl(args).map(drop), &user, &password, "/")?;
         etcd.auth_on = true;
         Ok(etcd)
     }

@@ -229,6 +229,8 @@ pub struct Etcd {
     /// Client address (`http://` + this is the v3 JSON gateway too).
     pub client: SocketAddr,
     peer: SocketAddr,
+    /// Flags added to etcd's command line (kept across [`Etcd::restart`]).
+    extra: Vec<String>,
     /// The directory (kept across [`Etcd::restart`]).
     pub dir: WorkDir,
 }
@@ -241,15 +243,37 @@ impl Etcd {
 
     /// [`Etcd::start`] in `dir`.
     pub fn start_in(dir: WorkDir) -> Result<Etcd> {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`Etcd::start_in`] with `extra` flags on etcd's command line.
+    pub fn start_with(dir: WorkDir, extra: &[&str]) -> Result<Etcd> {
         let client: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let peer: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let process = Self::spawn(dir.path(), client, peer)?;
-        let mut etcd = Etcd { process, client, peer, dir };
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let process = Self::spawn(dir.path(), client, peer, &extra)?;
+        let mut etcd = Etcd { process, client, peer, extra, dir };
         etcd.wait_ready()?;
         Ok(etcd)
     }
 
-    fn spawn(dir: &Path, client: SocketAddr, peer: SocketAddr) -> Result<Process> {
+    /// Enable etcd's authentication: a root user (password `root-password`), and
+    /// `user` with `password`, read-write on the keys under `prefix` only.
+    pub fn enable_auth(&self, user: &str, password: &str, prefix: &str) -> Result<()> {
+        let ctl = |args: &[&str]| -> Result<()> {
+            let out = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .arg(format!("--endpoints={}", self.url()))
+                .args(args)
+                .output()
+                .context("running etcdctl")?;
+            anyhow::ensure!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            Ok(())
+        };
+        add_users_and_enable_auth(&ctl, user, password, prefix)
+    }
+
+    fn spawn(dir: &Path, client: SocketAddr, peer: SocketAddr, extra: &[String]) -> Result<Process> {
         let mut cmd = Command::new("etcd");
         cmd.arg("--name=fk")
             .arg(format!("--data-dir={}", dir.join("etcd").display()))
@@ -258,7 +282,8 @@ impl Etcd {
             .arg(format!("--listen-peer-urls=http://{peer}"))
             .arg(format!("--initial-advertise-peer-urls=http://{peer}"))
             .arg(format!("--initial-cluster=fk=http://{peer}"))
-            .arg("--log-level=warn");
+            .arg("--log-level=warn")
+            .args(extra);
         Process::spawn("etcd", cmd, &dir.join("etcd.log"))
     }
 
@@ -284,9 +309,27 @@ impl Etcd {
     /// Start etcd again on the same ports and data, and wait until it is healthy.
     pub fn restart(&mut self) -> Result<()> {
         self.process.kill();
-        self.process = Self::spawn(self.dir.path(), self.client, self.peer)?;
+        self.process = Self::spawn(self.dir.path(), self.client, self.peer, &self.extra)?;
         self.wait_ready()
     }
+}
+
+/// With `ctl` running etcdctl as root: a root user (password `root-password`), and
+/// `user` with `password`, read-write on the keys under `prefix` only (role `marks`);
+/// then authentication on.
+pub(crate) fn add_users_and_enable_auth(
+    ctl: &dyn Fn(&[&str]) -> Result<()>,
+    user: &str,
+    password: &str,
+    prefix: &str,
+) -> Result<()> {
+    ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
+    ctl(&["user", "grant-role", "root", "root"])?;
+    ctl(&["user", "add", user, &format!("--new-user-password={password}")])?;
+    ctl(&["role", "add", "marks"])?;
+    ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", prefix])?;
+    ctl(&["user", "grant-role", user, "marks"])?;
+    ctl(&["auth", "enable"])
 }
 
 /// nginx serving a directory with WebDAV PUT/DELETE: a real store that accepts any

@@ -7,11 +7,18 @@ use fencekeeper_harness::services::free_port;
 use std::process::Command;
 
 fn validate(args: &[&str]) {
+    validate_in_env(args, &[]);
+}
+
+/// [`validate`] with `env` in Envoy's environment: validation runs the filter's
+/// `on_configure`, which reads the etcd password's variable.
+fn validate_in_env(args: &[&str], env: &[(&str, &str)]) {
     let yaml = generate(10000, 9901, args).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("envoy.yaml");
     std::fs::write(&file, yaml).unwrap();
     let out = Command::new(envoy_binary())
+        .envs(env.iter().copied())
         .args(["--mode", "validate", "--disable-hot-restart", "-c"])
         .arg(&file)
         .output()
@@ -38,6 +45,10 @@ fn envoy_validates_the_generated_configs() {
     ]);
     validate(&["--upstream", "127.0.0.1:8080", "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object"]);
     validate(&["--upstream", "127.0.0.1:8080", "--etcd", "127.0.0.1:2379,127.0.0.2:2379,etcd-3.internal:2379"]);
+    validate_in_env(
+        &["--upstream", "127.0.0.1:8080", "--etcd-user", "fencekeeper", "--etcd-password-env", "FK_ETCD_PASSWORD"],
+        &[("FK_ETCD_PASSWORD", "secret")],
+    );
 }
 
 #[test]

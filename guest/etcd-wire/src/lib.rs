@@ -411,14 +411,98 @@ pub fn authenticate(user: &str, password: &str) -> String {
     json!({ "name": user, "password": password }).to_string()
 }
 
-/// The token an authentication answered.
+/// The most bytes of an authentication answer (or an answer refusing a token) that
+/// are parsed: etcd's answers are a few hundred bytes (a JWT token included); a longer
+/// one is not etcd's, and is refused before it is parsed.
+pub const MAX_AUTH_ANSWER_BYTES: usize = 8192;
+
+/// The most bytes of a token: it goes into a header of every later request.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// The token an authentication answered. The answer is treated as hostile: bounded
+/// in size, and the token must be visible ASCII (it becomes a header value, where a
+/// CR or LF would split the request).
 pub fn parse_token(body: &[u8]) -> Result<String, WireError> {
+    if body.len() > MAX_AUTH_ANSWER_BYTES {
+        return Err(WireError(format!(
+            "etcd's authentication answer is {} bytes, more than the {MAX_AUTH_ANSWER_BYTES} an answer has",
+            body.len()
+        )));
+    }
     let v: Value = serde_json::from_slice(body)
-        .map_err(|e| WireError(format!("etcd's authentication answer does not parse: {e}")))?;
+        .map_err(|e| WireError(format!("etcd's authentication answer does not parse: {}", excerpt(&e.to_string()))))?;
     match v.get("token").and_then(Value::as_str) {
-        Some(t) if !t.is_empty() => Ok(t.to_owned()),
+        Some(t) if t.len() > MAX_TOKEN_BYTES => {
+            Err(WireError("etcd answered the authentication with an over-long token".into()))
+        }
+        Some(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()) => Ok(t.to_owned()),
+        Some(t) if !t.is_empty() => {
+            Err(WireError("etcd answered the authentication with a token that is not visible ASCII".into()))
+        }
         _ => Err(WireError("etcd answered the authentication without a token".into())),
     }
+}
+
+/// How an authentication was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthRefusal {
+    /// etcd does not know this user with this password (etcd 3.4 answers HTTP 400,
+    /// gRPC code 3, "etcdserver: authentication failed, invalid user ID or password").
+    WrongCredentials(WireError),
+    /// Anything else (authentication not enabled, no leader, a proxy's error page).
+    Other(WireError),
+}
+
+/// The answer to [`authenticate`]: the token, or why there is none. `status` is the
+/// HTTP status (`None`: no answer at all, such as a timeout).
+pub fn parse_authentication(status: Option<u16>, body: &[u8]) -> Result<String, AuthRefusal> {
+    match status {
+        Some(200) => parse_token(body).map_err(AuthRefusal::Other),
+        Some(code) => {
+            let error = status_error(code, body);
+            if code == 400
+                && grpc_error(body)
+                    .is_some_and(|(code, message)| code == 3 && message.contains("authentication failed"))
+            {
+                Err(AuthRefusal::WrongCredentials(error))
+            } else {
+                Err(AuthRefusal::Other(error))
+            }
+        }
+        None => Err(AuthRefusal::Other(WireError("etcd did not answer the authentication".into()))),
+    }
+}
+
+/// Whether an answer refused the token a request carried, so that a new token (one
+/// authentication) may make the same request succeed. etcd 3.4's JSON gateway answers
+/// an unknown or expired token (simple tokens live `--auth-token-ttl` seconds after
+/// their last use) with HTTP 401, gRPC code 16 (UNAUTHENTICATED), "etcdserver: invalid
+/// auth token"; a token older than a change to users or roles can be answered with
+/// HTTP 400, "etcdserver: revision of auth store is old" (etcd's own client
+/// re-authenticates on both). The request was refused before it ran.
+pub fn token_refused(status: u16, body: &[u8]) -> bool {
+    status == 401
+        || (status == 400
+            && grpc_error(body).is_some_and(|(_, message)| message.contains("revision of auth store is old")))
+}
+
+/// The gRPC code and message of a gateway error answer (`{"error", "message", "code"}`),
+/// when it is one and not over-long.
+fn grpc_error(body: &[u8]) -> Option<(u64, String)> {
+    #[derive(Deserialize)]
+    struct Raw {
+        #[serde(default)]
+        code: u64,
+        #[serde(default)]
+        message: String,
+    }
+    if body.len() > MAX_AUTH_ANSWER_BYTES {
+        return None;
+    }
+    // The gateway streams an error answer with a trailer after the JSON (chunked,
+    // "Grpc-Trailer-Content-Type"): only the first JSON value is the answer.
+    let raw: Raw = serde_json::Deserializer::from_slice(body).into_iter().next()?.ok()?;
+    Some((raw.code, raw.message))
 }
 
 /// A lease grant of `ttl` seconds.
@@ -517,6 +601,54 @@ mod tests {
         assert_eq!((body["name"].as_str(), body["password"].as_str()), (Some("fk"), Some("p\"w")));
         assert_eq!(parse_token(br#"{"header":{},"token":"abc.7"}"#).unwrap(), "abc.7");
         assert!(parse_token(br#"{"header":{}}"#).is_err());
+    }
+
+    #[test]
+    fn an_authentication_answer_is_bounded_and_its_token_fit_for_a_header() {
+        // etcd 3.4's answers, as its JSON gateway sends them.
+        let ok = br#"{"header":{"cluster_id":"1","member_id":"2","revision":"1","raft_term":"2"},"token":"wdBxRxjwXFskssWu.12"}"#;
+        assert_eq!(parse_authentication(Some(200), ok), Ok("wdBxRxjwXFskssWu.12".to_owned()));
+        let wrong = br#"{"error":"etcdserver: authentication failed, invalid user ID or password","message":"etcdserver: authentication failed, invalid user ID or password","code":3}"#;
+        let refusal = parse_authentication(Some(400), wrong);
+        let Err(AuthRefusal::WrongCredentials(e)) = refusal else { unreachable!("{refusal:?}") };
+        assert!(e.0.starts_with("etcd answered HTTP 400: ") && e.0.contains("invalid user ID or password"), "{e}");
+        let disabled = br#"{"error":"etcdserver: authentication is not enabled","code":9}"#;
+        assert!(matches!(parse_authentication(Some(400), disabled), Err(AuthRefusal::Other(_))));
+        assert!(matches!(parse_authentication(Some(503), b"upstream connect error"), Err(AuthRefusal::Other(_))));
+        assert!(matches!(parse_authentication(None, b""), Err(AuthRefusal::Other(_))));
+        // Hostile answers: a token with CR LF (header splitting), over-long ones, garbage.
+        for body in [
+            br#"{"token":"abc
+x-admin: 1"}"#
+                .to_vec(),
+            br#"{"token":"a b"}"#.to_vec(),
+            br#"{"token":7}"#.to_vec(),
+            format!(r#"{{"token":"{}"}}"#, "t".repeat(MAX_TOKEN_BYTES + 1)).into_bytes(),
+            format!(r#"{{"pad":"{}","token":"t"}}"#, " ".repeat(MAX_AUTH_ANSWER_BYTES)).into_bytes(),
+            vec![0xff; 64],
+            b"{".to_vec(),
+        ] {
+            let refusal = parse_authentication(Some(200), &body);
+            let Err(AuthRefusal::Other(e)) = refusal else { unreachable!("{body:?}: {refusal:?}") };
+            assert!(e.0.len() <= 500 && !e.0.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_refused_token_is_told_from_other_errors() {
+        // etcd 3.4's answers to an expired or unknown token, and to a token older
+        // than a change of users or roles (the gateway appends a trailer).
+        let invalid = b"{\"error\":\"etcdserver: invalid auth token\",\"message\":\"etcdserver: invalid auth token\",\"code\":16}Grpc-Trailer-Content-Type: application/grpc\r\n";
+        assert!(token_refused(401, invalid));
+        assert!(token_refused(401, b""));
+        let old = br#"{"error":"etcdserver: revision of auth store is old","message":"etcdserver: revision of auth store is old","code":3}"#;
+        assert!(token_refused(400, old));
+        let denied = br#"{"error":"etcdserver: permission denied","message":"etcdserver: permission denied","code":7}"#;
+        assert!(!token_refused(403, denied));
+        let empty =
+            br#"{"error":"etcdserver: user name is empty","message":"etcdserver: user name is empty","code":3}"#;
+        assert!(!token_refused(400, empty));
+        assert!(!token_refused(200, b"{}") && !token_refused(503, b"no healthy upstream"));
     }
 
     #[test]

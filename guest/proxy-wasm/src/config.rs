@@ -49,7 +49,25 @@ pub struct Etcd {
     pub key_prefix: String,
     /// How long one etcd call may take before the request is undecided.
     pub timeout_ms: u64,
+    /// etcd's user/password authentication; `None`: no authentication.
+    pub auth: Option<EtcdAuth>,
 }
+
+/// The etcd user the filter authenticates as. The password is not in the
+/// configuration (Envoy shows that to anyone with its admin `/config_dump`): it is
+/// read from the VM's environment, which Envoy fills from its own process
+/// environment with the variables `vm_config.environment_variables.host_env_keys`
+/// names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcdAuth {
+    /// The etcd user name.
+    pub user: String,
+    /// The environment variable that holds the password.
+    pub password_env: String,
+}
+
+/// The longest etcd user name or environment variable name accepted.
+const MAX_NAME_BYTES: usize = 256;
 
 /// The provenance check: before a token advances a mark, ask the marks' etcd whether
 /// it issued it (`fencekeeper_etcd_wire::provenance` holds the rules).
@@ -155,6 +173,10 @@ struct RawEtcd {
     key_prefix: String,
     #[serde(default = "default_timeout")]
     timeout_ms: u64,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    password_env: Option<String>,
 }
 
 fn default_token_header() -> String {
@@ -181,7 +203,37 @@ fn default_etcd() -> Option<RawEtcd> {
         authority: default_authority(),
         key_prefix: default_prefix(),
         timeout_ms: default_timeout(),
+        user: None,
+        password_env: None,
     })
+}
+
+fn etcd_auth(user: Option<String>, password_env: Option<String>) -> Result<Option<EtcdAuth>, ConfigError> {
+    let (user, password_env) = match (user, password_env) {
+        (None, None) => return Ok(None),
+        (Some(user), Some(env)) => (user, env),
+        (Some(_), None) => {
+            return Err(ConfigError(
+                "etcd.user needs etcd.password_env (the environment variable that holds the password)".into(),
+            ))
+        }
+        (None, Some(_)) => return Err(ConfigError("etcd.password_env needs etcd.user".into())),
+    };
+    if user.is_empty() || user.len() > MAX_NAME_BYTES || user.chars().any(char::is_control) {
+        return Err(ConfigError(format!("etcd.user {:?} is not a user name", fencekeeper_etcd_wire::excerpt(&user))));
+    }
+    // A POSIX environment variable name: what Envoy's host_env_keys can name.
+    let mut bytes = password_env.bytes();
+    let valid = password_env.len() <= MAX_NAME_BYTES
+        && bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        return Err(ConfigError(format!(
+            "etcd.password_env {} is not an environment variable name",
+            fencekeeper_etcd_wire::excerpt(&password_env)
+        )));
+    }
+    Ok(Some(EtcdAuth { user, password_env }))
 }
 
 fn header_name(what: &str, name: String) -> Result<String, ConfigError> {
@@ -234,7 +286,13 @@ impl Config {
         let etcd = match raw.etcd {
             Some(e) if e.cluster.is_empty() => return Err(ConfigError("etcd.cluster is empty".into())),
             Some(e) if e.timeout_ms == 0 => return Err(ConfigError("etcd.timeout_ms must be above 0".into())),
-            Some(e) => Some(Etcd { cluster: e.cluster, authority: e.authority, key_prefix: e.key_prefix, timeout_ms: e.timeout_ms }),
+            Some(e) => Some(Etcd {
+                auth: etcd_auth(e.user, e.password_env)?,
+                cluster: e.cluster,
+                authority: e.authority,
+                key_prefix: e.key_prefix,
+                timeout_ms: e.timeout_ms,
+            }),
             None if mode == Mode::Correctness => {
                 return Err(ConfigError(
                     "correctness mode needs etcd (marks in shared data die with the proxy); set \"mode\": \"efficiency\" to run without it".into(),
@@ -334,6 +392,25 @@ mod tests {
         ] {
             let e = Config::parse(json.as_bytes()).unwrap_err();
             assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn etcd_auth_takes_a_user_and_the_variable_of_its_password_both_or_neither() {
+        assert_eq!(Config::parse(b"").unwrap().etcd.unwrap().auth, None);
+        let c = Config::parse(br#"{"etcd":{"user":"fk","password_env":"FK_ETCD_PASSWORD"}}"#).unwrap();
+        let auth = EtcdAuth { user: "fk".into(), password_env: "FK_ETCD_PASSWORD".into() };
+        assert_eq!(c.etcd.unwrap().auth, Some(auth));
+        for (json, needle) in [
+            (r#"{"etcd":{"user":"fk"}}"#, "etcd.user needs etcd.password_env"),
+            (r#"{"etcd":{"password_env":"P"}}"#, "etcd.password_env needs etcd.user"),
+            (r#"{"etcd":{"user":"","password_env":"P"}}"#, "is not a user name"),
+            (r#"{"etcd":{"user":"fk","password_env":"1P"}}"#, "not an environment variable name"),
+            (r#"{"etcd":{"user":"fk","password_env":"A=B"}}"#, "not an environment variable name"),
+            (r#"{"etcd":{"user":"fk","password":"hunter2"}}"#, "unknown field"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle) && !e.0.contains('\n'), "{json}: {e}");
         }
     }
 

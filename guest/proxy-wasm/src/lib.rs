@@ -10,13 +10,17 @@
 //! * [`headers`]: the request headers the filter reads, in one host call.
 //! * [`slots`]: marks in the proxy's shared data, race-free for new resources.
 //! * [`etcd`]: marks in etcd through its v3 JSON gateway (correctness mode).
+//! * [`auth`]: etcd's user/password authentication (the token, per VM).
+//! * [`env`]: the password, from the VM's environment (never from the configuration).
 //! * [`vouch`]: the provenance step: etcd vouches for a token before it advances a mark.
 //! * [`request`]: the per-request state machine (the HTTP context).
 
 // Natively (unit tests) nothing registers the root context.
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
+pub mod auth;
 pub mod config;
+pub mod env;
 pub mod etcd;
 pub mod headers;
 pub mod request;
@@ -87,6 +91,8 @@ pub struct Filter {
     /// The highest etcd revision this worker has seen in an answer: the weak
     /// provenance check of a token at or below it needs no read.
     pub revision: Cell<u64>,
+    /// etcd's authentication, when the configuration names a user.
+    pub auth: Option<auth::Auth>,
 }
 
 impl Filter {
@@ -124,11 +130,21 @@ impl RootContext for Root {
                 return false;
             }
         };
+        let auth = match config.etcd.as_ref().and_then(|e| e.auth.as_ref()) {
+            None => None,
+            Some(a) => match auth::Auth::new(&a.user, &a.password_env) {
+                Ok(auth) => Some(auth),
+                Err(e) => {
+                    log::error!("fencekeeper: cannot start: {e}");
+                    return false;
+                }
+            },
+        };
         let store = match &config.etcd {
             Some(e) => format!("etcd cluster {} prefix {}", e.cluster, e.key_prefix),
             None => "envoy shared data".to_owned(),
         };
-        self.filter = Some(Rc::new(Filter { config, metrics, slots, store, revision: Cell::new(0) }));
+        self.filter = Some(Rc::new(Filter { config, metrics, slots, store, revision: Cell::new(0), auth }));
         true
     }
 

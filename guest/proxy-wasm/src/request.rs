@@ -22,6 +22,7 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Class, Token, Verdict};
+use fencekeeper_etcd_wire::{self as wire, AuthRefusal};
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, GrpcStatusCode};
 use std::rc::Rc;
@@ -50,6 +51,10 @@ struct Pending {
     rounds: u32,
     /// etcd vouched for the token (or no check is configured).
     vouched: bool,
+    /// The generation of the etcd token the call in flight carries.
+    generation: u64,
+    /// A call was refused for its token and retried with a new one: the one retry.
+    token_retried: bool,
     /// The call in flight.
     stage: Stage,
 }
@@ -61,6 +66,8 @@ enum Stage {
     Vouch,
     /// The mark transaction: compare, then advance or confirm.
     Mark,
+    /// etcd's authentication, before the call that needs the token.
+    Authenticate,
 }
 
 /// What an etcd answer leads to: a verdict (or why none) and its cause, or `None`
@@ -103,7 +110,17 @@ impl Request {
             Verdict::Admit { mark: token, .. } => {
                 let text = presented.unwrap_or_default();
                 let (expected, stage) = (cached, Stage::Mark);
-                self.pending = Some(Pending { resource, token, text, expected, rounds: 0, vouched: false, stage });
+                self.pending = Some(Pending {
+                    resource,
+                    token,
+                    text,
+                    expected,
+                    rounds: 0,
+                    vouched: false,
+                    generation: 0,
+                    token_retried: false,
+                    stage,
+                });
                 self.call_etcd()
             }
             refusal => self.finish(Ok(refusal), &resource, &""),
@@ -155,19 +172,83 @@ impl Request {
             etcd::txn(&key, &p.resource, p.expected.as_ref(), &p.token)
         };
         let resource = p.resource.clone();
-        let headers = vec![
+        let mut headers = vec![
             (":method", "POST"),
             (":path", etcd::TXN_PATH),
             (":authority", e.authority.as_str()),
             ("content-type", "application/json"),
         ];
-        match self.dispatch_http_call(&e.cluster, headers, Some(&body), vec![], Duration::from_millis(e.timeout_ms)) {
+        // With a user: the VM's token, or first an authentication (then this call).
+        let token = f.auth.as_ref().map(|a| (a, a.token()));
+        let authenticating = matches!(token, Some((_, None)));
+        let body = match &token {
+            None => body,
+            Some((_, Some((token, generation)))) => {
+                p.generation = *generation;
+                headers.push((wire::AUTH_HEADER, token.as_str()));
+                body
+            }
+            Some((auth, None)) => {
+                p.stage = Stage::Authenticate;
+                headers[1] = (":path", wire::AUTH_PATH);
+                auth.body()
+            }
+        };
+        let sent =
+            self.dispatch_http_call(&e.cluster, headers, Some(&body), vec![], Duration::from_millis(e.timeout_ms));
+        if authenticating {
+            // It carries the password: not left in memory the VM hands out again.
+            crate::env::wipe(body);
+        }
+        match sent {
             Ok(_) => Action::Pause,
             Err(s) => {
                 let cause = format!("cannot call etcd cluster {:?} ({s:?})", e.cluster);
                 self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause)
             }
         }
+    }
+
+    /// The answer to an authentication: with a token, make the call that needed it.
+    fn on_authenticated(&mut self, status: Option<u16>, body: &[u8], resource: &str) -> Action {
+        let f = Rc::clone(&self.filter);
+        let Some(auth) = &f.auth else { return self.unexpected(resource) };
+        let failed = match wire::parse_authentication(status, body) {
+            Ok(token) => {
+                auth.store(token);
+                log::info!("fencekeeper: authenticated to etcd as {:?}", auth.user);
+                return self.call_etcd();
+            }
+            Err(AuthRefusal::WrongCredentials(e)) => {
+                format!("etcd authentication failed for user {:?}: wrong user name or password ({e})", auth.user)
+            }
+            Err(AuthRefusal::Other(e)) => format!("etcd authentication failed for user {:?}: {e}", auth.user),
+        };
+        self.finish(Err(NoVerdict::StoreUnreachable), resource, &failed)
+    }
+
+    /// etcd refused the token a call carried (expired, or etcd restarted): drop it,
+    /// and make the call again once, with a newer token or after authenticating.
+    fn on_token_refused(&mut self, status: u16, body: &[u8], resource: &str) -> Action {
+        let f = Rc::clone(&self.filter);
+        let (Some(auth), Some(p)) = (&f.auth, self.pending.as_mut()) else { return self.unexpected(resource) };
+        auth.refused(p.generation);
+        if p.token_retried {
+            let cause = format!(
+                "etcd refused the token of user {:?} again after a new one: {}",
+                auth.user,
+                wire::status_error(status, body)
+            );
+            return self.finish(Err(NoVerdict::StoreUnreachable), resource, &cause);
+        }
+        p.token_retried = true;
+        self.call_etcd()
+    }
+
+    /// An authentication answer without a user configured, or one for no request:
+    /// it cannot happen, and if it did the request is refused, never forwarded.
+    fn unexpected(&mut self, resource: &str) -> Action {
+        self.finish(Err(NoVerdict::Refused), resource, &"an etcd authentication answer the filter did not expect")
     }
 
     /// The answer to the vouching read.
@@ -332,9 +413,25 @@ impl Context for Request {
         let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
         let Some(p) = self.pending.as_ref() else { return };
         let (resource, stage) = (p.resource.clone(), p.stage);
+        // With a user: an authentication's answer, or a call refused for its token.
+        let mut handled = None;
+        if self.filter.auth.is_some() {
+            let code = status.as_deref().and_then(|s| s.parse::<u16>().ok());
+            if stage == Stage::Authenticate {
+                handled = Some(self.on_authenticated(code, &body, &resource));
+            } else if let Some(code) = code.filter(|&c| wire::token_refused(c, &body)) {
+                handled = Some(self.on_token_refused(code, &body, &resource));
+            }
+        }
+        if let Some(next) = handled {
+            if let Action::Continue = next {
+                self.resume_http_request();
+            }
+            return;
+        }
         let answered = match stage {
             Stage::Vouch => self.on_vouch(etcd::parse_vouch(status.as_deref(), &body, &resource)),
-            Stage::Mark => self.on_etcd(etcd::answer(status.as_deref(), &body, &resource)),
+            Stage::Mark | Stage::Authenticate => self.on_etcd(etcd::answer(status.as_deref(), &body, &resource)),
         };
         let next = match answered {
             None => self.call_etcd(),

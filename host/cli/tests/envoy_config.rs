@@ -114,6 +114,37 @@ fn a_bad_etcd_member_is_refused_naming_the_list() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
+/// etcd authentication: the user and the name of the variable holding the password
+/// go into the configuration, and Envoy is told to pass that variable to the VM; the
+/// password itself is never an argument.
+#[test]
+fn etcd_auth_names_the_user_and_the_password_variable_only() {
+    golden(
+        "envoy-config-etcd-auth.yaml",
+        &[
+            "--upstream",
+            "127.0.0.1:8080",
+            "--filter",
+            FILTER,
+            "--etcd-user",
+            "fencekeeper",
+            "--etcd-password-env",
+            "FK_ETCD_PASSWORD",
+        ],
+    );
+    for (args, needle) in [
+        (&["--etcd-user", "fk"][..], "--etcd-password-env"),
+        (&["--etcd-password-env", "P"][..], "--etcd-user"),
+        (&["--etcd-user", "fk", "--etcd-password-env", "A=B"][..], "not an environment variable name"),
+        (&["--etcd-user", "fk", "--etcd-password-env", "P", "--no-etcd", "--mode", "efficiency"][..], "--no-etcd"),
+    ] {
+        let out = generate(&[&["--upstream", "127.0.0.1:8080", "--filter", FILTER][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
 #[test]
 fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);

@@ -132,10 +132,13 @@ impl EtcdClient {
             None => None,
         };
         match self.post(path, &body, token.as_deref())? {
-            (401, _) if self.auth.is_some() => match self.post(path, &body, Some(&self.token(true)?))? {
-                (200, bytes) => Ok(bytes),
-                (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
-            },
+            // An expired token (or one older than a change of users): renew it once.
+            (status, bytes) if self.auth.is_some() && wire::token_refused(status, &bytes) => {
+                match self.post(path, &body, Some(&self.token(true)?))? {
+                    (200, bytes) => Ok(bytes),
+                    (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
+                }
+            }
             (200, bytes) => Ok(bytes),
             (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
         }

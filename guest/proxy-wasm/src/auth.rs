@@ -1,0 +1,96 @@
+//! etcd's user/password authentication, per VM.
+//!
+//! etcd's JSON gateway trades a user name and password for a token
+//! (`POST /v3/auth/authenticate`); every later call carries it in `Authorization`.
+//! A token dies `--auth-token-ttl` seconds (default 300) after its last use, or when
+//! etcd restarts, and etcd then answers 401 ([`fencekeeper_etcd_wire::token_refused`]).
+//!
+//! The token is kept per VM (one per Envoy worker), shared by its requests: the
+//! first request that needs etcd and finds no token authenticates, then makes its
+//! call; a request whose call is refused for its token drops that token (unless a
+//! newer one replaced it meanwhile), authenticates again and retries its call once.
+//!
+//! Requests that find no token at the same moment each authenticate (each answer
+//! stores the token, the last one stays): a proxy-wasm HTTP context only receives
+//! the answers of calls it dispatched itself, so a request waiting on another's
+//! authentication would need the root context to run its etcd calls for it. That
+//! costs etcd one password hash per request in flight on the worker when the token
+//! is missing, once per token lifetime; requests that arrive after a token is
+//! stored, and retries that find a newer token than the one refused, do not
+//! authenticate.
+
+use crate::env::{self, Secret};
+use fencekeeper_etcd_wire as wire;
+use std::cell::{Cell, RefCell};
+
+/// The user, the password and the current token of one VM.
+pub struct Auth {
+    /// The etcd user name (logged; the password and the token never are).
+    pub user: String,
+    password: Secret,
+    token: RefCell<Option<String>>,
+    /// Bumped with every stored token: a refused token is only dropped when it is
+    /// still the current one.
+    generation: Cell<u64>,
+}
+
+impl Auth {
+    /// Authenticate as `user`, with the password from the VM's environment variable
+    /// `password_env` (read now: a missing variable stops the filter from starting).
+    pub fn new(user: &str, password_env: &str) -> Result<Auth, env::EnvError> {
+        Ok(Auth {
+            user: user.to_owned(),
+            password: env::secret(password_env)?,
+            token: RefCell::new(None),
+            generation: Cell::new(0),
+        })
+    }
+
+    /// The current token and its generation, if there is one.
+    pub fn token(&self) -> Option<(String, u64)> {
+        self.token.borrow().clone().map(|t| (t, self.generation.get()))
+    }
+
+    /// The body of an authentication. The caller wipes it once it is sent.
+    pub fn body(&self) -> Vec<u8> {
+        wire::authenticate(&self.user, self.password.expose()).into_bytes()
+    }
+
+    /// Keep a new token.
+    pub fn store(&self, token: String) {
+        self.generation.set(self.generation.get().wrapping_add(1));
+        *self.token.borrow_mut() = Some(token);
+    }
+
+    /// etcd refused the token of `generation`: drop it, unless another request has
+    /// stored a newer one since.
+    pub fn refused(&self, generation: u64) {
+        if self.generation.get() == generation {
+            *self.token.borrow_mut() = None;
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_token_is_dropped_only_while_it_is_the_current_one() {
+        std::env::set_var("FK_TEST_AUTH_PASSWORD", "pw\"1");
+        let auth = Auth::new("fk", "FK_TEST_AUTH_PASSWORD").unwrap();
+        assert_eq!(auth.token(), None);
+        let body: serde_json::Value = serde_json::from_slice(&auth.body()).unwrap();
+        assert_eq!((body["name"].as_str(), body["password"].as_str()), (Some("fk"), Some("pw\"1")));
+        auth.store("t1".into());
+        let (_, first) = auth.token().unwrap();
+        auth.store("t2".into());
+        auth.refused(first);
+        assert_eq!(auth.token().map(|(t, _)| t).as_deref(), Some("t2"), "a newer token stays");
+        let (_, second) = auth.token().unwrap();
+        auth.refused(second);
+        assert_eq!(auth.token(), None);
+        assert!(Auth::new("fk", "FK_TEST_AUTH_UNSET").is_err());
+    }
+}
