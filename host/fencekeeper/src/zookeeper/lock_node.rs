@@ -21,9 +21,7 @@ pub fn lock_path(name: &str) -> Option<String> {
     let parts_ok = trimmed.split('/').all(|part| !part.is_empty() && part != "." && part != "..");
     // ZooKeeper's PathUtils refuses these code points in a path (surrogates cannot
     // occur in a str).
-    let refused = |c: char| {
-        matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}')
-    };
+    let refused = |c: char| matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}');
     (!trimmed.is_empty() && parts_ok && !trimmed.chars().any(refused)).then(|| format!("/{trimmed}"))
 }
 
