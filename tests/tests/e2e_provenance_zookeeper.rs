@@ -4,7 +4,8 @@
 //! ... --provenance strong --lock-prefix /locks`, marks in a file):
 //!
 //! * a forged maximum token is refused 403, and so is a well-formed czxid nobody holds;
-//! * the holder's token is admitted and advances the mark;
+//! * the holder's token is admitted and advances the mark, whichever client holds
+//!   (`fencekeeper lock --zookeeper`, or kazoo's `Lock` in `tests/clients/kazoo_lock.py`);
 //! * once the holder has released and the next one holds, the first holder's token no
 //!   longer advances a mark (but, equal to the mark, it still writes: not checked);
 //! * a contender that has queued a node but does not hold is refused: the rule is
@@ -28,7 +29,8 @@ use fencekeeper::{Origin, Provenance, Token};
 use fencekeeper_harness::gateway::{Gateway, RecordingUpstream};
 use fencekeeper_harness::holder::{fencekeeper_lock, Holder, ACQUIRE_WITHIN};
 use fencekeeper_harness::services::ZooKeeper;
-use fencekeeper_harness::workspace_bin;
+use fencekeeper_harness::{repo_root, workspace_bin};
+use std::process::Command;
 use std::time::Duration;
 
 const FORGED: &str = "4294967295.4294967295";
@@ -39,11 +41,26 @@ fn holder(zookeeper: &ZooKeeper, name: &str, resource: &str) -> Holder {
     Holder::start(name, lock_command(zookeeper, resource), ACQUIRE_WITHIN).unwrap()
 }
 
-fn lock_command(zookeeper: &ZooKeeper, resource: &str) -> std::process::Command {
+/// The command a holder runs: it reports its token and waits for its go file.
+fn report_and_wait() -> Vec<String> {
     let wait = "echo \"holding $FENCING_TOKEN pid $$\"; while [ ! -e \"$FK_WORKER_GO\" ]; do sleep 0.05; done";
+    ["sh", "-c", wait].map(String::from).to_vec()
+}
+
+fn lock_command(zookeeper: &ZooKeeper, resource: &str) -> Command {
     let path = format!("/locks{resource}");
     let args = ["--zookeeper", &zookeeper.address(), "--ttl", "2", &path];
-    fencekeeper_lock(&args, &["sh".into(), "-c".into(), wait.into()]).unwrap()
+    fencekeeper_lock(&args, &report_and_wait()).unwrap()
+}
+
+/// kazoo's Lock recipe on `/locks<resource>` (`tests/clients/kazoo_lock.py`), an
+/// independent client whose nodes the check must order the same way.
+fn kazoo_holder(zookeeper: &ZooKeeper, name: &str, resource: &str) -> Holder {
+    // Debian's python3, the one python3-kazoo is installed for.
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(repo_root().join("tests/clients/kazoo_lock.py"));
+    cmd.args([zookeeper.address(), "2".into(), format!("/locks{resource}"), "--".into()]).args(report_and_wait());
+    Holder::start(name, cmd, ACQUIRE_WITHIN).unwrap()
 }
 
 /// Let the holder's command end, and wait for `fencekeeper lock` to release and exit.
@@ -118,7 +135,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
     let never_wrote = holder(&zookeeper, "paused", "/b");
     let paused_token = never_wrote.token.clone();
     release(never_wrote);
-    let next = holder(&zookeeper, "next", "/b");
+    let next = kazoo_holder(&zookeeper, "next (kazoo)", "/b");
     let late = gateway.put("/b", Some(&paused_token), b"an earlier holder, late").unwrap();
     assert_eq!(late.status, 403, "{}", late.body);
     assert!(late.body.contains("an earlier holder's"), "{}", late.body);
@@ -192,7 +209,7 @@ fn zookeeper_provenance_flags_that_do_not_fit_are_one_line_start_up_errors() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("marks.redb").display().to_string();
-        let out = std::process::Command::new(workspace_bin("fencekeeper").unwrap())
+        let out = Command::new(workspace_bin("fencekeeper").unwrap())
             .args(["serve", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
             .args(["--store", &store])
             .args(args)
