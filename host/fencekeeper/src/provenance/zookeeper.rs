@@ -420,6 +420,19 @@ mod tests {
     }
 
     #[test]
+    fn an_unreachable_zookeeper_leaves_an_advance_undecided_in_efficiency_mode_too() {
+        use crate::{Class, Guard, MemoryStore, Mode, NativeDecider, Policy};
+        let closing: Arc<Script> = Arc::new(|_, _, _| None);
+        let provenance = ZooKeeperProvenance::connect(&fake(closing), "/locks", Duration::from_millis(300)).unwrap();
+        let decider = Arc::new(NativeDecider(Policy { mode: Mode::Efficiency, strict: false }));
+        let guard = Guard::new(decider, Arc::new(MemoryStore::new())).with_provenance(Arc::new(provenance));
+        let d = guard.admit("/r", Some(TOKEN));
+        assert!(!d.admitted() && !d.action.failed_open(), "{}", d.reason("/r"));
+        assert_eq!((d.class(), d.class().http_status()), (Class::Undecided, 503));
+        assert_eq!(guard.mark("/r").unwrap(), None);
+    }
+
+    #[test]
     fn a_closed_session_is_replaced_once_then_the_check_answers() {
         // The first connection (opened by connect) is closed by the server at the first
         // request, as ZooKeeper closes an expired session's; the second answers.
