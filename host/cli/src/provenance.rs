@@ -12,10 +12,9 @@ use fencekeeper::provenance::EtcdCheck;
 pub enum ProvenanceArg {
     /// No check: any token above the mark advances it (a forged one too).
     Off,
-    /// The token must not be above etcd's current revision (etcd only).
+    /// The token must not be above etcd's current revision.
     Weak,
-    /// The token must be the current holder's, of the lock LOCK_PREFIX + resource
-    /// (etcd or ZooKeeper).
+    /// The token must be the current holder's, of the lock LOCK_PREFIX + resource.
     Strong,
 }
 
