@@ -26,10 +26,10 @@ use fencekeeper::zookeeper::lock_node::token_text;
 use fencekeeper::zookeeper::session::op;
 use fencekeeper::zookeeper::Session;
 use fencekeeper::{Origin, Provenance, Token};
-use fencekeeper_harness::gateway::{Gateway, RecordingUpstream};
+use fencekeeper_harness::gateway::{start_up_error, Gateway, RecordingUpstream};
 use fencekeeper_harness::holder::{fencekeeper_lock, Holder, ACQUIRE_WITHIN};
+use fencekeeper_harness::repo_root;
 use fencekeeper_harness::services::ZooKeeper;
-use fencekeeper_harness::{repo_root, workspace_bin};
 use std::process::Command;
 use std::time::Duration;
 
@@ -207,17 +207,8 @@ fn zookeeper_provenance_flags_that_do_not_fit_are_one_line_start_up_errors() {
         ),
         (&["--provenance", "strong", "--lock-prefix", "/locks"][..], "or --lock-zookeeper"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("marks.redb").display().to_string();
-        let out = Command::new(workspace_bin("fencekeeper").unwrap())
-            .args(["serve", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args(["--store", &store])
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        let last = stderr.lines().last().unwrap_or_default();
+        let (code, last, stderr) = start_up_error(args).unwrap();
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(last.starts_with("fencekeeper: ") && last.contains(needle), "{args:?}: {stderr}");
     }
 }
