@@ -141,6 +141,22 @@ impl Gateway {
     }
 }
 
+/// `fencekeeper serve ARGS...` that is expected not to start (an upstream nothing
+/// listens on, free ports, a fresh mark file): (exit code, the last stderr line, all
+/// of stderr).
+pub fn start_up_error(args: &[&str]) -> Result<(Option<i32>, String, String)> {
+    let dir = WorkDir::temporary()?;
+    let store = dir.path().join("marks.redb").display().to_string();
+    let out = Command::new(workspace_bin("fencekeeper")?)
+        .args(["serve", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["--store", &store])
+        .args(args)
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = stderr.lines().last().unwrap_or_default().to_owned();
+    Ok((out.status.code(), last, stderr))
+}
+
 /// An HTTP answer with its headers.
 #[derive(Debug)]
 pub struct Reply {

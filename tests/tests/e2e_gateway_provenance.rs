@@ -10,7 +10,7 @@
 
 use fencekeeper_core::audit::FIELDS;
 use fencekeeper_harness::etcdctl_lock::EtcdctlLock;
-use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream};
+use fencekeeper_harness::gateway::{request, start_up_error, Gateway, RecordingUpstream};
 use fencekeeper_harness::services::Etcd;
 use fencekeeper_harness::workspace_bin;
 use std::path::Path;
@@ -146,17 +146,8 @@ fn provenance_without_an_etcd_to_ask_is_a_one_line_start_up_error() {
         (&["--provenance", "strong", "--lock-etcd", "127.0.0.1:1"][..], "needs --lock-prefix"),
         (&["--lock-etcd", "127.0.0.1:1"][..], "--lock-etcd goes with --provenance"),
     ] {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("marks.redb").display().to_string();
-        let out = std::process::Command::new(workspace_bin("fencekeeper").unwrap())
-            .args(["serve", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args(["--store", &store])
-            .args(args)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        let last = stderr.lines().last().unwrap_or_default();
+        let (code, last, stderr) = start_up_error(args).unwrap();
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
         assert!(last.starts_with("fencekeeper: ") && last.contains(needle), "{args:?}: {stderr}");
     }
 }

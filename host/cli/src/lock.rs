@@ -17,7 +17,7 @@
 //! # Layout
 //!
 //! One module per service, each a small client of its own protocol: [`etcd`] (the v3
-//! JSON gateway: the etcd wire over the library's `EtcdClient`), [`zookeeper`] (the binary protocol over a TCP stream),
+//! JSON gateway: the etcd wire over the library's `EtcdClient`), [`zookeeper`] (the recipe over the library's ZooKeeper session),
 //! [`redis`] (RESP over a TCP stream, Lua scripts for each step).
 
 mod etcd;

@@ -1,6 +1,8 @@
 //! `--provenance off|weak|strong` and `--lock-prefix`, as `serve` and `envoy-config`
 //! take them: which check a host runs before a token advances a mark
-//! (docs/operations.md, "Provenance").
+//! (docs/operations.md, "Provenance"). etcd has both checks; ZooKeeper (`serve
+//! --lock-zookeeper`) only the strong one: its tokens are czxids, and no ZooKeeper
+//! number plays the part of etcd's revision in the weak check.
 
 use anyhow::bail;
 use fencekeeper::provenance::EtcdCheck;
@@ -33,10 +35,26 @@ pub fn etcd_check(provenance: ProvenanceArg, lock_prefix: Option<&str>) -> anyho
     Ok(match (provenance, lock_prefix) {
         (ProvenanceArg::Strong, Some(prefix)) => Some(EtcdCheck::Strong { lock_prefix: prefix.to_owned() }),
         (ProvenanceArg::Strong, None) => {
-            bail!("--provenance strong needs --lock-prefix P: a resource's lock is P + resource (etcdctl lock NAME)")
+            bail!("--provenance strong needs --lock-prefix P: a resource's lock is P + resource (etcdctl lock NAME, or a ZooKeeper lock node's path)")
         }
         (_, Some(_)) => bail!("--lock-prefix goes with --provenance strong"),
         (ProvenanceArg::Weak, None) => Some(EtcdCheck::Weak),
         (ProvenanceArg::Off, None) => None,
     })
+}
+
+/// The lock prefix of the ZooKeeper check that `provenance` and `lock_prefix` ask for:
+/// ZooKeeper has the strong check only, and it needs a prefix.
+pub fn zookeeper_lock_prefix(provenance: ProvenanceArg, lock_prefix: Option<&str>) -> anyhow::Result<&str> {
+    match (provenance, lock_prefix) {
+        (ProvenanceArg::Strong, Some(prefix)) => Ok(prefix),
+        (ProvenanceArg::Strong, None) => {
+            bail!("--provenance strong needs --lock-prefix P: a resource's lock is the ZooKeeper node P + resource")
+        }
+        (ProvenanceArg::Weak, _) => bail!(
+            "--provenance weak is etcd's check (not above its revision) and is not defined for ZooKeeper: \
+             use --provenance strong --lock-prefix P with --lock-zookeeper"
+        ),
+        (ProvenanceArg::Off, _) => bail!("--lock-zookeeper goes with --provenance strong --lock-prefix P"),
+    }
 }

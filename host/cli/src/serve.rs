@@ -1,12 +1,13 @@
 //! `fencekeeper serve`: the fencing gateway in front of an HTTP store.
 //!
-//! Start-up errors (bad upstream URL, unreadable store, unreachable etcd, port taken)
+//! Start-up errors (bad upstream URL, unreadable store, unreachable etcd or ZooKeeper,
+//! port taken)
 //! end the command with exit code 2 and one message; after that the gateway serves
 //! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
-use crate::provenance::{etcd_check, ProvenanceArg};
+use crate::provenance::{etcd_check, zookeeper_lock_prefix, ProvenanceArg};
 use anyhow::Context;
-use fencekeeper::provenance::EtcdProvenance;
+use fencekeeper::provenance::{EtcdProvenance, ZooKeeperProvenance};
 use fencekeeper::store::{EtcdOptions, EtcdStore};
 use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
@@ -39,17 +40,24 @@ pub struct Args {
     /// The etcd key prefix for marks.
     #[arg(long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
     etcd_prefix: String,
-    /// Before a token advances a mark, check that etcd issued it: off; weak (not above
-    /// etcd's revision); strong (the current holder's, of the lock LOCK_PREFIX +
-    /// resource). A token that fails is refused 403. Needs --etcd or --lock-etcd.
+    /// Before a token advances a mark, check that the lock service issued it: off; weak
+    /// (not above etcd's revision); strong (the current holder's, of the lock
+    /// LOCK_PREFIX + resource). A token that fails is refused 403. Needs --etcd or
+    /// --lock-etcd, or --lock-zookeeper (strong only).
     #[arg(long, value_enum, default_value_t = ProvenanceArg::Off)]
     provenance: ProvenanceArg,
-    /// With --provenance strong: a resource's lock is this prefix + the resource.
+    /// With --provenance strong: a resource's lock is this prefix + the resource (the
+    /// etcd lock's name, or the ZooKeeper lock node's path).
     #[arg(long)]
     lock_prefix: Option<String>,
     /// The etcd whose locks issue the tokens, for --provenance (default: --etcd).
     #[arg(long, value_name = "HOST:PORT")]
     lock_etcd: Option<String>,
+    /// The ZooKeeper whose locks issue the tokens (czxids, epoch.counter), for
+    /// --provenance strong: the token must be the czxid of the node holding the lock
+    /// LOCK_PREFIX + resource (the recipe of `fencekeeper lock --zookeeper` and kazoo).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "lock_etcd")]
+    lock_zookeeper: Option<String>,
     /// Append every mark the gateway raises to this file, one JSON line each.
     #[arg(long, value_name = "PATH")]
     audit: Option<PathBuf>,
@@ -180,17 +188,27 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 
 type Store = Arc<dyn MarkStore + Send + Sync>;
 
-/// The mark store, and the provenance check: on the store's own etcd when the locks
-/// live there (one connection, and the revisions the store sees spare the weak check
-/// its round trip), else on --lock-etcd.
+/// The mark store, and the provenance check: on ZooKeeper with --lock-zookeeper; else
+/// on the store's own etcd when the locks live there (one connection, and the
+/// revisions the store sees spare the weak check its round trip), else on --lock-etcd.
 fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>)> {
+    let timeout = Duration::from_secs(2);
+    if let Some(address) = &args.lock_zookeeper {
+        let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;
+        let store: Store = match &args.etcd {
+            Some(url) => Arc::new(etcd_store(args, url, timeout)?),
+            None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
+        };
+        let provenance = ZooKeeperProvenance::connect(address, lock_prefix, timeout)?;
+        return Ok((store, Some(Arc::new(provenance))));
+    }
     let check = etcd_check(args.provenance, args.lock_prefix.as_deref())?;
     anyhow::ensure!(check.is_some() || args.lock_etcd.is_none(), "--lock-etcd goes with --provenance weak or strong");
-    let timeout = Duration::from_secs(2);
     let separate = |check| -> anyhow::Result<Option<Arc<dyn Provenance>>> {
         let Some(url) = &args.lock_etcd else {
+            let zookeeper = if args.provenance == ProvenanceArg::Strong { " (or --lock-zookeeper)" } else { "" };
             anyhow::bail!(
-                "--provenance {} needs the etcd that issues the tokens: --etcd or --lock-etcd",
+                "--provenance {} needs the etcd that issues the tokens: --etcd or --lock-etcd{zookeeper}",
                 args.provenance.name()
             );
         };
@@ -199,8 +217,7 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
     };
     let store: Store = match &args.etcd {
         Some(url) => {
-            let options = EtcdOptions { timeout, ..args.etcd_connection.options(&args.etcd_prefix)? };
-            let store = EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &options)?;
+            let store = etcd_store(args, url, timeout)?;
             let provenance: Option<Arc<dyn Provenance>> = match check {
                 Some(check) if args.lock_etcd.is_none() => Some(Arc::new(store.provenance(check))),
                 Some(check) => separate(check)?,
@@ -215,6 +232,12 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
         None => None,
     };
     Ok((store, provenance))
+}
+
+/// The etcd mark store at `url`, each call bounded by `timeout`.
+fn etcd_store(args: &Args, url: &str, timeout: Duration) -> anyhow::Result<EtcdStore> {
+    let options = EtcdOptions { timeout, ..args.etcd_connection.options(&args.etcd_prefix)? };
+    Ok(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &options)?)
 }
 
 fn decider(args: &Args, policy: Policy) -> anyhow::Result<Arc<dyn Decider>> {

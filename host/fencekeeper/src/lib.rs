@@ -36,6 +36,8 @@
 //! * [`store`]: where marks live: memory, a durable file, or your own transaction.
 //! * [`provenance`]: a lock service vouching for a token before it advances a mark.
 //! * [`audit`]: the audit record of a mark's change, and a file to append it to.
+//! * `zookeeper` (feature `zookeeper`): a small ZooKeeper client, for provenance
+//!   and the command line's lock.
 #![forbid(unsafe_code)]
 
 pub mod audit;
@@ -47,6 +49,8 @@ pub mod store;
 pub mod text;
 pub mod validator;
 pub mod verify;
+#[cfg(feature = "zookeeper")]
+pub mod zookeeper;
 
 pub use decider::{DecideError, Decider, NativeDecider};
 pub use fencekeeper_core::{Class, Mode, Policy, Token};

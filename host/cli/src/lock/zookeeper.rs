@@ -13,12 +13,17 @@
 //!   it) as `epoch.counter`: zxids only grow, across leader changes (the epoch goes
 //!   up) and across the lock node being deleted and made again, where sequence
 //!   numbers start over (docs/tokens.md).
-
-mod session;
+//!
+//! The session, the encoding and the recipe's names are the library's
+//! (`fencekeeper::zookeeper`), shared with ZooKeeper provenance, so that the gateway
+//! and this client agree on who holds a lock and on its token.
 
 use super::{unique_id, Held, Patience, Renewal};
 use anyhow::{bail, Context};
-use session::{code, describe, op, Jute, Reader, Session};
+use fencekeeper::zookeeper::jute::{Jute, Reader};
+use fencekeeper::zookeeper::lock_node::{self, sequence};
+use fencekeeper::zookeeper::session::{code, describe, op};
+use fencekeeper::zookeeper::Session;
 use std::time::Duration;
 
 /// CreateMode values.
@@ -38,7 +43,7 @@ pub fn acquire(address: &str, name: &str, ttl: Duration, patience: Patience) -> 
     let context = || format!("taking lock {path:?} in ZooKeeper at {address}");
     let mut session = Session::open(address, ttl).with_context(context)?;
     match contend(&mut session, &path, patience) {
-        Ok((node, czxid)) => Ok(ZooKeeperLock { session, node, token: token(czxid) }),
+        Ok((node, czxid)) => Ok(ZooKeeperLock { session, node, token: lock_node::token_text(czxid) }),
         Err(e) => {
             // Closing the session deletes our node: we leave the queue.
             let _ = session.close();
@@ -47,18 +52,11 @@ pub fn acquire(address: &str, name: &str, ttl: Duration, patience: Patience) -> 
     }
 }
 
-/// The token of a znode created at `czxid`: its epoch and counter.
-fn token(czxid: i64) -> String {
-    let zxid = czxid as u64;
-    format!("{}.{}", zxid >> 32, zxid & 0xffff_ffff)
-}
-
 fn lock_path(name: &str) -> anyhow::Result<String> {
-    let trimmed = name.trim_matches('/');
-    if trimmed.is_empty() || trimmed.split('/').any(str::is_empty) {
-        bail!("{name:?} is not a ZooKeeper path for a lock (like /locks/orders)");
+    match lock_node::lock_path(name) {
+        Some(path) => Ok(path),
+        None => bail!("{name:?} is not a ZooKeeper path for a lock (like /locks/orders)"),
     }
-    Ok(format!("/{trimmed}"))
 }
 
 /// Queue a node under `path` and wait for our turn: (our node's path, its czxid).
@@ -97,19 +95,6 @@ fn contend(session: &mut Session, path: &str, patience: Patience) -> anyhow::Res
             patience.check(path)?;
         }
     }
-}
-
-/// The sequence number of a contender's node (`...__lock__0000000042`; kazoo's read
-/// locks, `__rlock__`, count too); None for other children.
-fn sequence(child: &str) -> Option<i64> {
-    let split = child.len().checked_sub(10)?;
-    let (head, digits) = (child.get(..split)?, child.get(split..)?);
-    let head = head.strip_suffix('-').unwrap_or(head);
-    if !digits.bytes().all(|b| b.is_ascii_digit()) || !(head.ends_with("__lock__") || head.ends_with("__rlock__")) {
-        return None;
-    }
-    let value: i64 = digits.parse().ok()?;
-    Some(if child[..split].ends_with('-') { -value } else { value })
 }
 
 fn create_request(path: &str, mode: i32) -> Vec<u8> {
@@ -173,24 +158,6 @@ impl Held for ZooKeeperLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn contenders_are_kazoo_lock_and_read_lock_nodes() {
-        assert_eq!(sequence("5f1c__lock__0000000042"), Some(42));
-        assert_eq!(sequence("fencekeeper-1-2-3__lock__0000000007"), Some(7));
-        assert_eq!(sequence("ab__rlock__0000000003"), Some(3));
-        assert_eq!(sequence("ab__lock__-2147483648"), Some(-2147483648));
-        assert_eq!(sequence("_c_ab-lock-0000000001"), None);
-        assert_eq!(sequence("lease"), None);
-        assert_eq!(sequence("ab__lock__00000000x1"), None);
-    }
-
-    #[test]
-    fn the_token_is_the_czxid_as_epoch_and_counter() {
-        assert_eq!(token(0x0000_0001_0000_0005), "1.5");
-        assert_eq!(token(0x0000_0003_0000_0000), "3.0");
-        assert_eq!(token(42), "0.42");
-    }
 
     #[test]
     fn lock_paths_are_absolute_without_empty_parts() {

@@ -12,16 +12,21 @@
 //! cannot be reached.
 //!
 //! Implement [`Provenance`] for your lock service. The library has etcd's
-//! ([`EtcdProvenance`], feature `etcd`); ZooKeeper's would check that a lock node with
-//! the token's czxid exists under the resource's lock path.
+//! ([`EtcdProvenance`], feature `etcd`) and ZooKeeper's ([`ZooKeeperProvenance`],
+//! feature `zookeeper`: the token is the czxid of the node holding the resource's lock).
 //!
 //! [`Class::Unverified`]: fencekeeper_core::Class::Unverified
 
 #[cfg(feature = "etcd")]
 mod etcd;
 
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
+
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdCheck, EtcdProvenance};
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::ZooKeeperProvenance;
 
 use fencekeeper_core::Token;
 
