@@ -137,13 +137,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Barrier;
 
     fn token(s: &str) -> Token {
-        Token::parse(s).unwrap_or_else(|e| panic!("{e:?}"))
+        Token::parse(s).unwrap()
     }
 
     /// Callers that arrive while a Txn is in flight share the next one; none is
@@ -187,9 +188,9 @@ mod tests {
             std::thread::yield_now();
         }
         release.wait();
-        assert!(matches!(first.join().unwrap_or_else(|_| panic!()), Ok(Swap::Swapped)));
+        assert!(matches!(first.join().unwrap(), Ok(Swap::Swapped)));
         for t in later {
-            let got = t.join().unwrap_or_else(|_| panic!());
+            let got = t.join().unwrap();
             assert!(matches!(got, Ok(Swap::Conflict(Some(m))) if m == token("7")), "{got:?}");
         }
         assert_eq!(txns.load(Ordering::SeqCst), 2, "one Txn for the six that queued");
