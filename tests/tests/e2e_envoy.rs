@@ -379,3 +379,78 @@ fn admitted_requests_reach_the_store_with_the_admitted_token_and_a_forged_one_is
     let head = seen.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
     assert!(!head.contains("fencing-admitted-token"), "{head}");
 }
+
+/// A holder's concurrent writes on one resource share etcd confirms (the filter's
+/// batches: `confirm_batch.*` stats), and a batch never answers a request that
+/// arrived after its Txn was sent. The holder writes with 16 connections through
+/// one Envoy while the lock moves on, again and again, through the other: once an
+/// advance has returned, every write that starts afterwards with the token it
+/// superseded is refused, and every write that ended before it was admitted. (The
+/// moment a wrongly shared Txn would show here is narrow; the filter's unit tests
+/// pin the queueing rule itself, `confirms.rs`.)
+#[test]
+fn concurrent_repeated_writes_share_etcd_confirms_and_none_outlives_an_advance() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+    use std::time::Instant;
+    const ADVANCES: u64 = 12;
+    let (nginx, etcd) = store_and_etcd();
+    let pair = envoys(1, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, Some(&etcd), &[])]);
+    let (a, b) = (&pair[0], &pair[1]);
+    assert_admitted(&put(a, "/batch", "10", "a10"));
+    let (stop, answered, holder) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicU64::new(10));
+    let (advances, history) = std::thread::scope(|s| {
+        let load: Vec<_> = (0..16)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while !stop.load(Ordering::SeqCst) {
+                        let token = holder.load(Ordering::SeqCst);
+                        let start = Instant::now();
+                        let status = put(a, "/batch", &token.to_string(), "a").status;
+                        mine.push((token, start, Instant::now(), status));
+                        answered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let wait_for = |n: usize| {
+            let deadline = Instant::now() + std::time::Duration::from_secs(60);
+            while answered.load(Ordering::SeqCst) < n {
+                assert!(Instant::now() < deadline, "the load did not get {n} answers");
+                std::thread::yield_now();
+            }
+        };
+        let mut advances = Vec::new();
+        for token in 11..11 + ADVANCES {
+            wait_for(answered.load(Ordering::SeqCst) + 100);
+            let start = Instant::now();
+            assert_admitted(&put(b, "/batch", &token.to_string(), "b"));
+            advances.push((start, Instant::now()));
+            // The holder learns late that it lost the lock: its writes go on with the
+            // old token for a while, and all of them must be refused.
+            wait_for(answered.load(Ordering::SeqCst) + 50);
+            holder.store(token, Ordering::SeqCst);
+        }
+        wait_for(answered.load(Ordering::SeqCst) + 100);
+        stop.store(true, Ordering::SeqCst);
+        let history: Vec<_> = load.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        (advances, history)
+    });
+    let (mut admitted, mut refused) = (0, 0);
+    for (token, start, end, status) in &history {
+        // The advance past this token (to token + 1), if one was made.
+        let Some((advance_start, advance_end)) = advances.get((token - 10) as usize) else { continue };
+        if start > advance_end {
+            assert_eq!(*status, 409, "token {token}, sent after {} was admitted, was answered {status}", token + 1);
+            refused += 1;
+        } else if end < advance_start {
+            assert!(*status == 201 || *status == 204, "token {token}, the holder's, was answered {status}");
+            admitted += 1;
+        }
+    }
+    assert!(admitted >= 500 && refused >= 300, "{admitted} admitted before, {refused} refused after an advance");
+    let txns = a.stat("wasmcustom.fencekeeper.confirm_batch.txns").unwrap();
+    let batched = a.stat("wasmcustom.fencekeeper.confirm_batch.requests").unwrap();
+    assert!(batched as usize >= admitted && txns < batched / 2, "{batched} confirms in {txns} Txns: not shared");
+}

@@ -51,6 +51,10 @@ pub struct Etcd {
     pub timeout_ms: u64,
     /// etcd's user/password authentication; `None`: no authentication.
     pub auth: Option<EtcdAuth>,
+    /// Concurrent checks of a token equal to the mark, on one resource, share one
+    /// etcd Txn (`confirms`). Off with etcd authentication (a batch's Txn is the
+    /// VM's, not a request's, and carries no token).
+    pub batch_confirms: bool,
 }
 
 /// The etcd user the filter authenticates as. The password is not in the
@@ -177,6 +181,8 @@ struct RawEtcd {
     user: Option<String>,
     #[serde(default)]
     password_env: Option<String>,
+    #[serde(default = "default_batch")]
+    batch_confirms: bool,
 }
 
 fn default_token_header() -> String {
@@ -194,6 +200,9 @@ fn default_prefix() -> String {
 fn default_timeout() -> u64 {
     1000
 }
+fn default_batch() -> bool {
+    true
+}
 fn default_slots() -> u32 {
     256
 }
@@ -205,6 +214,7 @@ fn default_etcd() -> Option<RawEtcd> {
         timeout_ms: default_timeout(),
         user: None,
         password_env: None,
+        batch_confirms: default_batch(),
     })
 }
 
@@ -287,6 +297,7 @@ impl Config {
             Some(e) if e.cluster.is_empty() => return Err(ConfigError("etcd.cluster is empty".into())),
             Some(e) if e.timeout_ms == 0 => return Err(ConfigError("etcd.timeout_ms must be above 0".into())),
             Some(e) => Some(Etcd {
+                batch_confirms: e.batch_confirms,
                 auth: etcd_auth(e.user, e.password_env)?,
                 cluster: e.cluster,
                 authority: e.authority,

@@ -13,6 +13,9 @@
 //! * [`auth`]: etcd's user/password authentication (the token, per VM).
 //! * [`env`]: the password, from the VM's environment (never from the configuration).
 //! * [`vouch`]: the provenance step: etcd vouches for a token before it advances a mark.
+//! * [`confirms`]: concurrent checks of a token equal to the mark share one etcd Txn.
+//! * [`wake`]: how a request wakes the root context that sends those Txns.
+//! * [`reply`]: forward or refuse a request, as the core resolves it.
 //! * [`request`]: the per-request state machine (the HTTP context).
 
 // Natively (unit tests) nothing registers the root context.
@@ -20,12 +23,15 @@
 
 pub mod auth;
 pub mod config;
+pub mod confirms;
 pub mod env;
 pub mod etcd;
 pub mod headers;
+pub mod reply;
 pub mod request;
 pub mod slots;
 pub mod vouch;
+pub mod wake;
 
 use config::Config;
 use fencekeeper_core::Class;
@@ -57,6 +63,8 @@ pub fn metric_name(what: &str) -> String {
 pub struct Metrics {
     by_class: [u32; Class::ALL.len()],
     failed_open: u32,
+    batch_txns: u32,
+    batch_requests: u32,
 }
 
 impl Metrics {
@@ -66,7 +74,19 @@ impl Metrics {
             *id = hostcalls::define_metric(MetricType::Counter, &metric_name(class.name()))?;
         }
         let failed_open = hostcalls::define_metric(MetricType::Counter, &metric_name("failed_open"))?;
-        Ok(Metrics { by_class, failed_open })
+        let batch_txns = hostcalls::define_metric(MetricType::Counter, &metric_name("confirm_batch.txns"))?;
+        let batch_requests = hostcalls::define_metric(MetricType::Counter, &metric_name("confirm_batch.requests"))?;
+        Ok(Metrics { by_class, failed_open, batch_txns, batch_requests })
+    }
+
+    /// One batch's Txn sent.
+    pub fn batch_sent(&self) {
+        let _ = hostcalls::increment_metric(self.batch_txns, 1);
+    }
+
+    /// One request answered by a batch's Txn.
+    pub fn batch_answered(&self) {
+        let _ = hostcalls::increment_metric(self.batch_requests, 1);
     }
 
     /// Count one outcome; `failed_open` when it was forwarded without an admit.
@@ -93,6 +113,10 @@ pub struct Filter {
     pub revision: Cell<u64>,
     /// etcd's authentication, when the configuration names a user.
     pub auth: Option<auth::Auth>,
+    /// The batches of confirms.
+    pub confirms: confirms::Confirms,
+    /// The shared queue that wakes the root to send them; `None`: no batching.
+    pub wake: Option<u32>,
 }
 
 impl Filter {
@@ -106,7 +130,19 @@ struct Root {
     filter: Option<Rc<Filter>>,
 }
 
-impl Context for Root {}
+impl Context for Root {
+    /// The answer to a batch's Txn (the root sends them all).
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        let Some(f) = &self.filter else { return };
+        let status =
+            hostcalls::get_map_value(proxy_wasm::types::MapType::HttpCallResponseHeaders, ":status").ok().flatten();
+        let body = hostcalls::get_buffer(proxy_wasm::types::BufferType::HttpCallResponseBody, 0, body_size)
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        confirms::on_answer(f, token, status.as_deref(), &body);
+    }
+}
 
 impl RootContext for Root {
     fn on_configure(&mut self, _size: usize) -> bool {
@@ -144,13 +180,32 @@ impl RootContext for Root {
             Some(e) => format!("etcd cluster {} prefix {}", e.cluster, e.key_prefix),
             None => "envoy shared data".to_owned(),
         };
-        self.filter = Some(Rc::new(Filter { config, metrics, slots, store, revision: Cell::new(0), auth }));
+        // Batching needs etcd without authentication (a batch's Txn is the VM's and
+        // carries no request's token).
+        let batching = config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none());
+        let wake = match batching.then(wake::register).transpose() {
+            Ok(w) => w,
+            Err(e) => {
+                log::error!("fencekeeper: cannot start: {e}");
+                return false;
+            }
+        };
+        let confirms = confirms::Confirms::default();
+        self.filter =
+            Some(Rc::new(Filter { config, metrics, slots, store, revision: Cell::new(0), auth, confirms, wake }));
         true
     }
 
-    fn create_http_context(&self, _context_id: u32) -> Option<Box<dyn HttpContext>> {
+    fn on_queue_ready(&mut self, queue_id: u32) {
+        wake::drain(queue_id);
+        if let Some(f) = &self.filter {
+            confirms::send_ready(f);
+        }
+    }
+
+    fn create_http_context(&self, context_id: u32) -> Option<Box<dyn HttpContext>> {
         let filter = self.filter.clone()?;
-        Some(Box::new(request::Request::new(filter)))
+        Some(Box::new(request::Request::new(filter, context_id)))
     }
 
     fn get_type(&self) -> Option<ContextType> {

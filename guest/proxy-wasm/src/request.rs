@@ -14,17 +14,20 @@
 //! Every mark the filter raises is logged at info as an audit record
 //! (`fencekeeper-audit: {json}`), with the client's address.
 
+use crate::confirms::Waiter;
 use crate::etcd::{self, EtcdError, Outcome};
 use crate::headers::Seen;
+use crate::reply::{self, Reply};
 use crate::vouch::{self, Next};
+use crate::wake;
 use crate::Filter;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
-use fencekeeper_core::http::{self, Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
-use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
-use fencekeeper_core::{decide, decision::decide_token, precheck, Class, Token, Verdict};
+use fencekeeper_core::http::{self, ADMITTED_HEADER};
+use fencekeeper_core::refusal::NoVerdict;
+use fencekeeper_core::{decide, decision::decide_token, precheck, Token, Verdict};
 use fencekeeper_etcd_wire::{self as wire, AuthRefusal};
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, GrpcStatusCode};
+use proxy_wasm::types::Action;
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -34,11 +37,13 @@ const MAX_ETCD_ROUNDS: u32 = 8;
 /// The HTTP context of one request.
 pub struct Request {
     filter: Rc<Filter>,
+    /// The request's context.
+    context: u32,
     pending: Option<Pending>,
-    /// The request is gRPC (its refusals are gRPC statuses).
-    grpc: bool,
-    /// The client sent a `fencing-admitted-token` of its own (to be removed).
-    admitted_sent: bool,
+    /// How it is answered.
+    reply: Reply,
+    /// It waits in a batch of confirms (`confirms`), answered by the root.
+    batched: bool,
 }
 
 /// A request waiting for etcd.
@@ -76,14 +81,14 @@ type Answered = Option<(Result<Verdict, NoVerdict>, String)>;
 
 impl Request {
     /// A request of `filter`.
-    pub fn new(filter: Rc<Filter>) -> Request {
-        Request { filter, pending: None, grpc: false, admitted_sent: false }
+    pub fn new(filter: Rc<Filter>, context: u32) -> Request {
+        Request { filter, context, pending: None, reply: Reply::default(), batched: false }
     }
 
     /// Decide with the shared-data copy, then finish or go to etcd.
     fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
-        self.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
+        self.reply.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
         let path: Vec<u8> = http::decoded_path(&seen.path).collect();
         let header = seen.resource;
         let presented = seen.token.map(|v| String::from_utf8_lossy(&v).into_owned());
@@ -107,6 +112,8 @@ impl Request {
             Err(cause) => return self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause),
         };
         match decide(&f.config.policy, presented.as_deref(), cached.as_ref()) {
+            // The holder writing again: its check joins the worker's next batch.
+            Verdict::Admit { mark: token, advanced: false } if f.wake.is_some() => self.join(resource, token),
             Verdict::Admit { mark: token, .. } => {
                 let text = presented.unwrap_or_default();
                 let (expected, stage) = (cached, Stage::Mark);
@@ -125,6 +132,25 @@ impl Request {
             }
             refusal => self.finish(Ok(refusal), &resource, &""),
         }
+    }
+
+    /// Wait for the next batch's Txn on `resource`, waking the root when the
+    /// resource was idle (`confirms`).
+    fn join(&mut self, resource: String, token: Token) -> Action {
+        let f = Rc::clone(&self.filter);
+        let waiter =
+            Waiter { context: self.context, token, grpc: self.reply.grpc, admitted_sent: self.reply.admitted_sent };
+        self.batched = true;
+        if f.confirms.join(&resource, waiter) {
+            if let Some(Err(s)) = f.wake.map(wake::wake) {
+                // Nobody will send the batch: this request, alone in it, is undecided.
+                f.confirms.leave(self.context);
+                self.batched = false;
+                let cause = format!("cannot wake the filter's root context ({s:?})");
+                return self.finish(Err(NoVerdict::Refused), &resource, &cause);
+            }
+        }
+        Action::Pause
     }
 
     /// Efficiency mode without etcd: the shared data is the mark store.
@@ -314,7 +340,7 @@ impl Request {
     /// Log the mark this request raised, as an audit record at info level.
     fn audit(&self, resource: &str, old: Option<Token>, new: Token, token: String) {
         let unix_ms = self.get_current_time().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        let client = self.client();
+        let client = reply::client();
         let entry = Entry {
             unix_ms,
             host: "envoy",
@@ -331,61 +357,9 @@ impl Request {
         log::info!("{LOG_PREFIX}{entry}");
     }
 
-    /// The downstream address (`source.address`), if Envoy gives it.
-    fn client(&self) -> Option<String> {
-        self.get_property(vec!["source", "address"]).map(|a| String::from_utf8_lossy(&a).into_owned())
-    }
-
     /// Forward or refuse, as the core resolves the verdict (or why there is none).
     fn finish(&mut self, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &dyn std::fmt::Display) -> Action {
-        let f = Rc::clone(&self.filter);
-        let action = resolve(f.config.policy.mode, outcome.as_ref().map_err(|e| *e));
-        f.metrics.count(action.class, action.failed_open());
-        if outcome == Err(NoVerdict::Unverified) {
-            let reason = Unverified { resource, cause }.to_string();
-            let client = self.client().unwrap_or_else(|| "an unknown client".to_owned());
-            log::warn!("fencekeeper: refused a token from {client}: {reason}");
-            self.refuse(&action, &reason);
-            return Action::Pause;
-        }
-        let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause };
-        if action.forward {
-            if let (Class::Admitted, Some(t)) = (action.class, action.token) {
-                // Replaces any value a client sent.
-                self.set_http_request_header(ADMITTED_HEADER, Some(&t.to_string()));
-            } else {
-                if self.admitted_sent {
-                    self.set_http_request_header(ADMITTED_HEADER, None);
-                }
-                log::warn!("fencekeeper: passed without a decision (efficiency mode): {reason}");
-            }
-            return Action::Continue;
-        }
-        if action.class == Class::Undecided {
-            let client = self.client().unwrap_or_else(|| "an unknown client".to_owned());
-            log::warn!("fencekeeper: refused a write from {client}: {reason}");
-        }
-        self.refuse(&action, &reason.to_string());
-        Action::Pause
-    }
-
-    /// Answer a refusal: a thin renderer of the core's `http::Refusal`.
-    fn refuse(&mut self, action: &fencekeeper_core::Action, text: &str) {
-        let Some(refusal) = Refusal::of(action) else {
-            return;
-        };
-        let highest = refusal.highest.map(|t| t.to_string());
-        if self.grpc {
-            let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
-            // Envoy writes the text into grpc-message of its local reply.
-            self.send_grpc_response(grpc_code(refusal.grpc_status), Some(text), meta);
-        } else {
-            let mut headers = vec![("content-type", "text/plain; charset=utf-8")];
-            if let Some(h) = &highest {
-                headers.push((HIGHEST_HEADER, h.as_str()));
-            }
-            self.send_http_response(u32::from(refusal.http_status), headers, Some(format!("{text}\n").as_bytes()));
-        }
+        self.reply.finish(&self.filter, outcome, resource, cause)
     }
 }
 
@@ -397,13 +371,12 @@ fn resource_mark(f: &Filter, resource: &str) -> Result<Option<Token>, String> {
     f.slots.read(resource).map(|r| r.mark(resource)).map_err(|e| e.to_string())
 }
 
-fn grpc_code(code: u32) -> GrpcStatusCode {
-    match code {
-        3 => GrpcStatusCode::InvalidArgument,
-        7 => GrpcStatusCode::PermissionDenied,
-        9 => GrpcStatusCode::FailedPrecondition,
-        14 => GrpcStatusCode::Unavailable,
-        _ => GrpcStatusCode::Unknown,
+impl Drop for Request {
+    fn drop(&mut self) {
+        if self.batched {
+            // Answered already, or its stream ended first: no batch answers it now.
+            self.filter.confirms.leave(self.context);
+        }
     }
 }
 
@@ -456,7 +429,7 @@ impl HttpContext for Request {
         // One host call for every header the filter reads (the byte variant: the
         // String one panics on non-UTF-8 values).
         let seen = Seen::from(self.get_http_request_headers_bytes(), &self.filter);
-        self.admitted_sent = seen.admitted;
+        self.reply.admitted_sent = seen.admitted;
         if !self.filter.config.fences(&String::from_utf8_lossy(&seen.method)) {
             // Only the filter may tell the upstream what it admitted.
             if seen.admitted {

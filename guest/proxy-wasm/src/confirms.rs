@@ -1,0 +1,276 @@
+//! Concurrent confirms of one resource share one etcd Txn.
+//!
+//! A holder writing again presents the token equal to the mark, and etcd must say
+//! the mark has not moved: a compare without a put. Under load many such checks of
+//! one resource are in flight on a worker at once, each one Txn. Here they queue
+//! behind the Txn in flight, and the next Txn answers all of them: the pattern of
+//! Raft's ReadIndex, on the proxy's side of the wire.
+//!
+//! Linearizable, because a request is only ever answered by a Txn that *began after
+//! it arrived*: it joins the batch that has not been sent yet, never the one in
+//! flight (a Txn sent before the request arrived could miss an advance that
+//! completed before it, and admit a token already superseded). A Txn tells the mark
+//! etcd held when it ran; every request of the batch is decided on that mark.
+//!
+//! The root context sends every batch's Txn and answers its requests (switching the
+//! effective context to each): a request's own context may end before an answer it
+//! did not ask for arrives, the root's lives as long as the VM. A request that joins
+//! an idle resource wakes the root through a shared queue of this VM's own.
+
+use crate::etcd::{self, EtcdError, Outcome};
+use crate::reply::Reply;
+use crate::Filter;
+use fencekeeper_core::decision::decide_token;
+use fencekeeper_core::refusal::NoVerdict;
+use fencekeeper_core::{Policy, Token, Verdict};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::Action;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// A request waiting for a batch's Txn.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Waiter {
+    /// The request's context.
+    pub context: u32,
+    /// The token it presented (equal to the mark the worker knew when it arrived).
+    pub token: Token,
+    /// It is gRPC: refusals are gRPC statuses.
+    pub grpc: bool,
+    /// The client sent a `fencing-admitted-token` of its own (removed on a forward).
+    pub admitted_sent: bool,
+}
+
+/// One resource's queue: the batch in flight and the one waiting for it.
+#[derive(Default)]
+struct Queue {
+    flying: Option<Flight>,
+    waiting: Vec<Waiter>,
+}
+
+/// A batch whose Txn is in flight.
+#[derive(Debug, Default, PartialEq)]
+pub struct Flight {
+    /// The token the Txn compares with the mark.
+    pub compare: Option<Token>,
+    /// The requests it answers.
+    pub waiters: Vec<Waiter>,
+}
+
+/// The batches of one VM, by resource, and the Txns in flight, by call.
+#[derive(Default)]
+pub struct Confirms {
+    queues: RefCell<HashMap<String, Queue>>,
+    calls: RefCell<HashMap<u32, String>>,
+}
+
+/// A batch ready to be sent: its resource and the token its Txn compares (the
+/// highest presented: the mark most likely current).
+pub struct Ready {
+    /// The resource.
+    pub resource: String,
+    /// The token the Txn compares with the mark.
+    pub compare: Token,
+}
+
+impl Confirms {
+    /// Queue a request for the next Txn of `resource`. True when the root must be
+    /// woken: nothing of this resource was queued or in flight.
+    pub fn join(&self, resource: &str, waiter: Waiter) -> bool {
+        let mut queues = self.queues.borrow_mut();
+        let queue = queues.entry(resource.to_owned()).or_default();
+        let idle = queue.flying.is_none() && queue.waiting.is_empty();
+        queue.waiting.push(waiter);
+        idle
+    }
+
+    /// A request's context ended: it is answered by no batch.
+    pub fn leave(&self, context: u32) {
+        let mut queues = self.queues.borrow_mut();
+        for queue in queues.values_mut() {
+            queue.waiting.retain(|w| w.context != context);
+            if let Some(flying) = queue.flying.as_mut() {
+                flying.waiters.retain(|w| w.context != context);
+            }
+        }
+        queues.retain(|_, q| q.flying.is_some() || !q.waiting.is_empty());
+    }
+
+    /// Every batch that can be sent now (waiting, and nothing of its resource in
+    /// flight), each moved to in flight.
+    pub fn ready(&self) -> Vec<Ready> {
+        let mut queues = self.queues.borrow_mut();
+        let mut out = Vec::new();
+        for (resource, queue) in queues.iter_mut() {
+            if queue.flying.is_some() {
+                continue;
+            }
+            let mut tokens = queue.waiting.iter().map(|w| w.token);
+            let Some(first) = tokens.next() else { continue };
+            // Tokens of another arity are not comparable, and never the highest.
+            let compare = tokens.fold(first, |best, t| if t > best { t } else { best });
+            queue.flying = Some(Flight { compare: Some(compare), waiters: std::mem::take(&mut queue.waiting) });
+            out.push(Ready { resource: resource.clone(), compare });
+        }
+        out
+    }
+
+    /// The Txn of `resource`'s batch in flight was sent as call `token`.
+    pub fn sent(&self, token: u32, resource: &str) {
+        self.calls.borrow_mut().insert(token, resource.to_owned());
+    }
+
+    /// The Txn of `resource`'s batch could not be sent, or was answered: the batch
+    /// (empty when there is none in flight).
+    pub fn landed(&self, resource: &str) -> Flight {
+        let mut queues = self.queues.borrow_mut();
+        let Some(queue) = queues.get_mut(resource) else { return Flight::default() };
+        let flying = queue.flying.take().unwrap_or_default();
+        if queue.waiting.is_empty() {
+            queues.remove(resource);
+        }
+        flying
+    }
+
+    /// The resource whose batch call `token` is, forgetting the call.
+    pub fn answered(&self, token: u32) -> Option<String> {
+        self.calls.borrow_mut().remove(&token)
+    }
+}
+
+/// Send every batch that is ready (from the root context, so the answer comes back
+/// to the root); a batch whose Txn cannot be sent is answered as undecided.
+pub fn send_ready(f: &Filter) {
+    let Some(e) = &f.config.etcd else { return };
+    for ready in f.confirms.ready() {
+        let key = format!("{}{}", e.key_prefix, ready.resource);
+        // The mark transaction with the new mark equal to the expected one: a compare
+        // without a put, the current mark read back when it fails.
+        let body = etcd::txn(&key, &ready.resource, Some(&ready.compare), &ready.compare);
+        let headers = vec![
+            (":method", "POST"),
+            (":path", etcd::TXN_PATH),
+            (":authority", e.authority.as_str()),
+            ("content-type", "application/json"),
+        ];
+        let timeout = Duration::from_millis(e.timeout_ms);
+        match hostcalls::dispatch_http_call(&e.cluster, headers, Some(&body), vec![], timeout) {
+            Ok(token) => {
+                f.confirms.sent(token, &ready.resource);
+                f.metrics.batch_sent();
+            }
+            Err(s) => {
+                let cause = format!("cannot call etcd cluster {:?} ({s:?})", e.cluster);
+                answer_all(f, &ready.resource, Err(EtcdError(cause)));
+            }
+        }
+    }
+}
+
+/// The answer to call `token`, if it is a batch's: answer its requests, and send
+/// the batches that queued meanwhile. False when the call is no batch's.
+pub fn on_answer(f: &Filter, token: u32, status: Option<&str>, body: &[u8]) -> bool {
+    let Some(resource) = f.confirms.answered(token) else { return false };
+    let seen = etcd::answer(status, body, &resource).map(|(outcome, revision)| {
+        f.saw(revision);
+        outcome
+    });
+    answer_all(f, &resource, seen);
+    send_ready(f);
+    true
+}
+
+/// Answer every request of `resource`'s batch in flight from what its Txn saw.
+fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
+    let Flight { compare, waiters } = f.confirms.landed(resource);
+    let mark = seen.map(|outcome| match outcome {
+        // The compare held: the mark is the token the Txn compared.
+        Outcome::Succeeded => compare,
+        Outcome::Current(current) => current,
+    });
+    if let Ok(Some(m)) = &mark {
+        let _ = f.slots.raise(resource, *m);
+    }
+    for w in waiters {
+        if hostcalls::set_effective_context(w.context).is_err() {
+            // Its stream ended meanwhile: nobody to answer.
+            continue;
+        }
+        f.metrics.batch_answered();
+        let (outcome, cause) = match &mark {
+            Err(e) => (Err(NoVerdict::StoreUnreachable), e.0.clone()),
+            Ok(m) => judge(&f.config.policy, resource, w.token, *m),
+        };
+        let reply = Reply { grpc: w.grpc, admitted_sent: w.admitted_sent };
+        if let Action::Continue = reply.finish(f, outcome, resource, &cause) {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+}
+
+/// A request's verdict on the mark a batch's Txn saw.
+fn judge(policy: &Policy, resource: &str, token: Token, mark: Option<Token>) -> (Result<Verdict, NoVerdict>, String) {
+    if mark == Some(token) {
+        return (Ok(Verdict::Admit { mark: token, advanced: false }), String::new());
+    }
+    match decide_token(policy, token, mark.as_ref()) {
+        // The mark fell below the token while it was checked (an operator lowered
+        // it): advancing takes a compare-and-swap of the request's own. Rare; the
+        // client retries.
+        Verdict::Admit { .. } => (
+            Err(NoVerdict::Refused),
+            format!("the mark of {resource:?} moved below the token while it was checked; retry"),
+        ),
+        refusal => (Ok(refusal), String::new()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn waiter(context: u32, token: u64) -> Waiter {
+        Waiter { context, token: Token::from_parts(&[token]).unwrap(), grpc: false, admitted_sent: false }
+    }
+
+    #[test]
+    fn requests_arriving_while_a_txn_is_in_flight_wait_for_the_next_one() {
+        let c = Confirms::default();
+        assert!(c.join("r", waiter(1, 5)), "an idle resource wakes the root");
+        assert!(!c.join("r", waiter(2, 5)));
+        let ready = c.ready();
+        assert_eq!(ready.len(), 1);
+        c.sent(100, "r");
+        // Arrived after the Txn was sent: not answered by it.
+        assert!(!c.join("r", waiter(3, 5)), "the root sends the next batch when the Txn lands");
+        assert!(c.ready().is_empty(), "one Txn in flight per resource");
+        assert_eq!(c.answered(100).as_deref(), Some("r"));
+        let answered: Vec<u32> = c.landed("r").waiters.iter().map(|w| w.context).collect();
+        assert_eq!(answered, [1, 2]);
+        let next = c.ready();
+        assert_eq!(next.len(), 1);
+        assert_eq!(c.landed("r").waiters.iter().map(|w| w.context).collect::<Vec<_>>(), [3]);
+        assert!(c.queues.borrow().is_empty(), "an idle resource is forgotten");
+    }
+
+    #[test]
+    fn a_batch_compares_its_highest_token_and_a_gone_request_is_answered_by_none() {
+        let c = Confirms::default();
+        c.join("r", waiter(1, 5));
+        c.join("r", waiter(2, 7));
+        c.join("r", waiter(3, 6));
+        c.leave(2);
+        let ready = c.ready();
+        assert_eq!(ready[0].compare, Token::from_parts(&[6]).unwrap());
+        c.leave(3);
+        // The Txn compared 6 although the request that carried it left.
+        let flight = c.landed("r");
+        assert_eq!(flight.compare, Some(Token::from_parts(&[6]).unwrap()));
+        assert_eq!(flight.waiters.iter().map(|w| w.context).collect::<Vec<_>>(), [1]);
+        c.leave(1);
+        assert!(c.queues.borrow().is_empty());
+        assert!(c.answered(9).is_none(), "a call that is no batch's");
+    }
+}

@@ -1,0 +1,100 @@
+//! Forward or refuse one request, as the core resolves its verdict.
+//!
+//! Every call here goes to the host's *effective* context: the request's own while
+//! the filter runs for it, or the one the root switched to when a batch of confirms
+//! answers a request (`confirms`). So they are host calls whose failure is ignored,
+//! not the SDK's context methods, which trap on one: a request whose stream ended
+//! meanwhile has nobody left to answer.
+
+use crate::Filter;
+use fencekeeper_core::http::{Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
+use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
+use fencekeeper_core::{Class, Verdict};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
+
+/// How to answer one request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reply {
+    /// The request is gRPC (its refusals are gRPC statuses).
+    pub grpc: bool,
+    /// The client sent a `fencing-admitted-token` of its own (to be removed).
+    pub admitted_sent: bool,
+}
+
+impl Reply {
+    /// Forward or refuse, as the core resolves the verdict (or why there is none),
+    /// and count it. `Action::Continue`: the caller resumes or continues the request.
+    pub fn finish(
+        &self,
+        f: &Filter,
+        outcome: Result<Verdict, NoVerdict>,
+        resource: &str,
+        cause: &dyn std::fmt::Display,
+    ) -> Action {
+        let action = resolve(f.config.policy.mode, outcome.as_ref().map_err(|e| *e));
+        f.metrics.count(action.class, action.failed_open());
+        if outcome == Err(NoVerdict::Unverified) {
+            let reason = Unverified { resource, cause }.to_string();
+            let client = client().unwrap_or_else(|| "an unknown client".to_owned());
+            log::warn!("fencekeeper: refused a token from {client}: {reason}");
+            self.refuse(&action, &reason);
+            return Action::Pause;
+        }
+        let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause };
+        if action.forward {
+            if let (Class::Admitted, Some(t)) = (action.class, action.token) {
+                // Replaces any value a client sent.
+                let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, ADMITTED_HEADER, Some(&t.to_string()));
+            } else {
+                if self.admitted_sent {
+                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, ADMITTED_HEADER, None);
+                }
+                log::warn!("fencekeeper: passed without a decision (efficiency mode): {reason}");
+            }
+            return Action::Continue;
+        }
+        if action.class == Class::Undecided {
+            let client = client().unwrap_or_else(|| "an unknown client".to_owned());
+            log::warn!("fencekeeper: refused a write from {client}: {reason}");
+        }
+        self.refuse(&action, &reason.to_string());
+        Action::Pause
+    }
+
+    /// Answer a refusal: a thin renderer of the core's `http::Refusal`.
+    fn refuse(&self, action: &fencekeeper_core::Action, text: &str) {
+        let Some(refusal) = Refusal::of(action) else {
+            return;
+        };
+        let highest = refusal.highest.map(|t| t.to_string());
+        if self.grpc {
+            let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
+            // Envoy writes the text into grpc-message of its local reply.
+            let _ = hostcalls::send_grpc_response(grpc_code(refusal.grpc_status), Some(text), meta);
+        } else {
+            let mut headers = vec![("content-type", "text/plain; charset=utf-8")];
+            if let Some(h) = &highest {
+                headers.push((HIGHEST_HEADER, h.as_str()));
+            }
+            let body = format!("{text}\n");
+            let _ = hostcalls::send_http_response(u32::from(refusal.http_status), headers, Some(body.as_bytes()));
+        }
+    }
+}
+
+/// The downstream address (`source.address`), if the host gives it.
+pub fn client() -> Option<String> {
+    let address = hostcalls::get_property(vec!["source", "address"]).ok()??;
+    Some(String::from_utf8_lossy(&address).into_owned())
+}
+
+fn grpc_code(code: u32) -> GrpcStatusCode {
+    match code {
+        3 => GrpcStatusCode::InvalidArgument,
+        7 => GrpcStatusCode::PermissionDenied,
+        9 => GrpcStatusCode::FailedPrecondition,
+        14 => GrpcStatusCode::Unavailable,
+        _ => GrpcStatusCode::Unknown,
+    }
+}
