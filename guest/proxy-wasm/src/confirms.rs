@@ -144,6 +144,13 @@ impl Confirms {
 pub fn send_ready(f: &Filter) {
     let Some(e) = &f.config.etcd else { return };
     for ready in f.confirms.ready() {
+        // The host ties a call to the effective context and cancels it when that
+        // context ends: after answering requests it is the last one answered.
+        if let Err(s) = hostcalls::set_effective_context(f.root) {
+            let cause = format!("cannot send the batch from the root context ({s:?})");
+            answer_all(f, &ready.resource, Err(EtcdError(cause)));
+            continue;
+        }
         let key = format!("{}{}", e.key_prefix, ready.resource);
         // The mark transaction with the new mark equal to the expected one: a compare
         // without a put, the current mark read back when it fails.

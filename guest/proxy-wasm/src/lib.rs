@@ -50,7 +50,7 @@ mod entry {
 
     proxy_wasm::main! {{
         proxy_wasm::set_log_level(proxy_wasm::types::LogLevel::Info);
-        proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root { filter: None }) });
+        proxy_wasm::set_root_context(|id| -> Box<dyn RootContext> { Box::new(Root { id, filter: None }) });
     }}
 }
 
@@ -117,6 +117,8 @@ pub struct Filter {
     pub confirms: confirms::Confirms,
     /// The shared queue that wakes the root to send them; `None`: no batching.
     pub wake: Option<u32>,
+    /// The root context, which sends the batches' Txns.
+    pub root: u32,
 }
 
 impl Filter {
@@ -127,6 +129,8 @@ impl Filter {
 }
 
 struct Root {
+    /// The root context's id: batches' Txns are sent on it.
+    id: u32,
     filter: Option<Rc<Filter>>,
 }
 
@@ -191,8 +195,17 @@ impl RootContext for Root {
             }
         };
         let confirms = confirms::Confirms::default();
-        self.filter =
-            Some(Rc::new(Filter { config, metrics, slots, store, revision: Cell::new(0), auth, confirms, wake }));
+        self.filter = Some(Rc::new(Filter {
+            config,
+            metrics,
+            slots,
+            store,
+            revision: Cell::new(0),
+            auth,
+            confirms,
+            wake,
+            root: self.id,
+        }));
         true
     }
 
