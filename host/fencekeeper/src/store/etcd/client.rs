@@ -6,6 +6,7 @@
 //! revision any answer carried (revisions only grow, so a token at or below it was
 //! issued; the weak provenance check then needs no round trip).
 
+use super::resolve::Resolve;
 use super::DEFAULT_PREFIX;
 use crate::StoreError;
 use fencekeeper_etcd_wire as wire;
@@ -13,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::Duration;
+use ureq::unversioned::transport::DefaultConnector;
 
 /// How to reach etcd: the key prefix, the per-call timeout, and for clusters that
 /// require them, TLS and a user.
@@ -96,7 +98,7 @@ impl EtcdClient {
         }
         Ok(EtcdClient {
             endpoint,
-            agent: ureq::Agent::new_with_config(config.build()),
+            agent: ureq::Agent::with_parts(config.build(), DefaultConnector::default(), Resolve::default()),
             auth: options.auth.clone(),
             token: RwLock::new(None),
             revision: AtomicU64::new(0),

@@ -30,6 +30,7 @@
 
 mod client;
 mod confirms;
+mod resolve;
 mod seen;
 
 pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
