@@ -14,8 +14,10 @@
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
 # that does not advance the mark: a shared-data read, or an etcd compare Txn), or
 # rising tokens from one connection (every request advances the mark: a shared-data
-# CAS write, or an etcd Txn put). GET rows show the filter's fixed cost: a GET is not
-# fenced, so the filter only looks at the method. Prints a table for BENCHMARKS.md.
+# CAS write, or an etcd Txn put). GET rows show what an unfenced read costs: the
+# generated route sends GET, HEAD and OPTIONS past the filter, so they should match
+# `none`; `passthrough` shows the filter's own cost for a method it lets through
+# (fenced_methods set by hand). Prints a table for BENCHMARKS.md.
 # Needs: nginx, etcd, envoy, wrk (scripts/install-deps.sh); etcd is started by the
 # test harness (fencekeeper-services).
 set -euo pipefail

@@ -380,6 +380,18 @@ static_resources:
             - name: store
               domains: ["*"]
               routes:
+              # Reads are not fenced (GET, HEAD, OPTIONS: the filter's default), so
+              # they skip the filter and never enter its VM; a client's own
+              # fencing-admitted-token is removed here instead, as the filter would.
+              - match:
+                  prefix: "/"
+                  headers: [{{ name: ":method", string_match: {{ safe_regex: {{ regex: "GET|HEAD|OPTIONS" }} }} }}]
+                route: {{ cluster: store, timeout: 60s }}
+                request_headers_to_remove: [fencing-admitted-token]
+                typed_per_filter_config:
+                  fencekeeper:
+                    "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+                    disabled: true
               - match: {{ prefix: "/" }}
                 route: {{ cluster: store, timeout: 60s }}
           http_filters:
