@@ -43,9 +43,6 @@ fi
 cargo fetch --locked --manifest-path fuzz/Cargo.toml --quiet
 
 flags=(-s "$sanitizer" --debug-assertions --fuzz-dir fuzz)
-# Target 4 decodes the store's records, which arrive with the store-integrity work.
-has_record=0
-grep -q '^pub mod record;' guest/core/src/lib.rs && has_record=1 && flags+=(--features record)
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
     mapfile -t targets < <(cd fuzz && cargo fuzz list)
@@ -65,10 +62,6 @@ say "built in $((SECONDS - started))s"
 
 failed=()
 for target in "${targets[@]}"; do
-    if [[ $target == record_decode && $has_record == 0 ]]; then
-        say "$target: skipped, fencekeeper_core has no record module yet"
-        continue
-    fi
     log=$work/$target.log
     mkdir -p "$work/$target"
     args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
