@@ -94,24 +94,44 @@ impl Confirms {
         }
         drop(resources);
 
+        // Whatever happens in the Txn, a panic included, the resource's next batch
+        // gets its turn and this batch an answer: nobody waits for ever.
+        let mut landing = Landing { confirms: self, resource, batch: &batch, outcome: None };
         let outcome = match txn() {
             Ok(Swap::Swapped) => Ok(Some(*mark)),
             Ok(Swap::Conflict(current)) => Ok(current),
             Err(e) => Err(e),
         };
+        landing.outcome = Some(copy(&outcome));
+        drop(landing);
+        answer(outcome, mark)
+    }
+}
 
-        let mut resources = lock(&self.resources);
-        if let Some(entry) = resources.get_mut(resource) {
+/// The end of a batch's Txn: the resource's next batch is let go and this one's
+/// callers are answered (with an error if the Txn never returned).
+struct Landing<'a> {
+    confirms: &'a Confirms,
+    resource: &'a str,
+    batch: &'a Batch,
+    outcome: Option<Outcome>,
+}
+
+impl Drop for Landing<'_> {
+    fn drop(&mut self) {
+        let mut resources = lock(&self.confirms.resources);
+        if let Some(entry) = resources.get_mut(self.resource) {
             entry.in_flight = false;
             if entry.waiting.is_some() {
                 entry.turn.notify_one();
             } else {
-                resources.remove(resource);
+                resources.remove(self.resource);
             }
         }
         drop(resources);
-        batch.publish(&outcome);
-        answer(outcome, mark)
+        let outcome =
+            self.outcome.take().unwrap_or_else(|| Err(StoreError::Unavailable("the etcd confirm panicked".into())));
+        self.batch.publish(&outcome);
     }
 }
 
@@ -137,7 +157,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -195,6 +215,21 @@ mod tests {
         }
         assert_eq!(txns.load(Ordering::SeqCst), 2, "one Txn for the six that queued");
         assert!(lock(&confirms.resources).is_empty(), "an idle resource is forgotten");
+    }
+
+    /// A Txn that panics leaves no caller waiting: the next batch runs, and the
+    /// panicking batch's other callers get an error.
+    #[test]
+    fn a_panicking_txn_strands_nobody() {
+        let confirms = Arc::new(Confirms::default());
+        let panicked = {
+            let confirms = confirms.clone();
+            std::thread::spawn(move || confirms.confirm("r", &token("5"), || panic!("the Txn panicked"))).join()
+        };
+        assert!(panicked.is_err());
+        assert!(lock(&confirms.resources).is_empty(), "the resource is not left in flight");
+        let got = confirms.confirm("r", &token("5"), || Ok(Swap::Swapped));
+        assert_eq!(got.ok(), Some(Swap::Swapped));
     }
 
     /// A batch answers each caller for its own mark, and shares a failure.
