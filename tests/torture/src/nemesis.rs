@@ -537,8 +537,21 @@ impl Nemesis<'_> {
             }
             return Ok(done(vec![], format!("slot {slot}: lock client {client_pid} and worker {worker_pid}"), false));
         }
-        fencekeeper_harness::services::freeze(client_pid)?;
-        fencekeeper_harness::services::freeze(worker_pid)?;
+        // The slot said "holding" a moment ago; its worker may have finished and exited
+        // since. A process that is gone cannot be frozen: the fault is not injected.
+        let mut stopped = Vec::new();
+        for pid in [client_pid, worker_pid] {
+            if let Err(e) = fencekeeper_harness::services::freeze(pid) {
+                for p in &stopped {
+                    signal(*p, "CONT");
+                }
+                if gone(pid) {
+                    return Ok(not_injected(&format!("slot {slot}: process {pid} ended before it was frozen")));
+                }
+                return Err(e);
+            }
+            stopped.push(pid);
+        }
         let frozen = Instant::now();
         // Past the lease: until the other contender holds the lock (bounded).
         let taken = loop {
@@ -647,6 +660,15 @@ fn signal(pid: u32, name: &str) {
         .args([format!("-{name}"), pid.to_string()])
         .stderr(std::process::Stdio::null())
         .status();
+}
+
+/// The process has exited (no `/proc` entry, or a zombie waiting to be reaped).
+fn gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // "PID (comm) STATE ...": the state follows the last ')'.
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
 }
 
 fn not_injected(why: &str) -> Done {
