@@ -85,16 +85,17 @@ impl Confirms {
         idle
     }
 
-    /// A request's context ended: it is answered by no batch.
-    pub fn leave(&self, context: u32) {
+    /// A request that joined `resource`'s queue ended: it is answered by no batch.
+    pub fn leave(&self, resource: &str, context: u32) {
         let mut queues = self.queues.borrow_mut();
-        for queue in queues.values_mut() {
-            queue.waiting.retain(|w| w.context != context);
-            if let Some(flying) = queue.flying.as_mut() {
-                flying.waiters.retain(|w| w.context != context);
-            }
+        let Some(queue) = queues.get_mut(resource) else { return };
+        queue.waiting.retain(|w| w.context != context);
+        if let Some(flying) = queue.flying.as_mut() {
+            flying.waiters.retain(|w| w.context != context);
         }
-        queues.retain(|_, q| q.flying.is_some() || !q.waiting.is_empty());
+        if queue.flying.is_none() && queue.waiting.is_empty() {
+            queues.remove(resource);
+        }
     }
 
     /// Every batch that can be sent now (waiting, and nothing of its resource in
@@ -155,12 +156,7 @@ pub fn send_ready(f: &Filter) {
         // The mark transaction with the new mark equal to the expected one: a compare
         // without a put, the current mark read back when it fails.
         let body = etcd::txn(&key, &ready.resource, Some(&ready.compare), &ready.compare);
-        let headers = vec![
-            (":method", "POST"),
-            (":path", etcd::TXN_PATH),
-            (":authority", e.authority.as_str()),
-            ("content-type", "application/json"),
-        ];
+        let headers = etcd::txn_headers(&e.authority);
         let timeout = Duration::from_millis(e.timeout_ms);
         match hostcalls::dispatch_http_call(&e.cluster, headers, Some(&body), vec![], timeout) {
             Ok(token) => {
@@ -268,15 +264,15 @@ mod tests {
         c.join("r", waiter(1, 5));
         c.join("r", waiter(2, 7));
         c.join("r", waiter(3, 6));
-        c.leave(2);
+        c.leave("r", 2);
         let ready = c.ready();
         assert_eq!(ready[0].compare, Token::from_parts(&[6]).unwrap());
-        c.leave(3);
+        c.leave("r", 3);
         // The Txn compared 6 although the request that carried it left.
         let flight = c.landed("r");
         assert_eq!(flight.compare, Some(Token::from_parts(&[6]).unwrap()));
         assert_eq!(flight.waiters.iter().map(|w| w.context).collect::<Vec<_>>(), [1]);
-        c.leave(1);
+        c.leave("r", 1);
         assert!(c.queues.borrow().is_empty());
         assert!(c.answered(9).is_none(), "a call that is no batch's");
     }

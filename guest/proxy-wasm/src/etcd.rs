@@ -23,6 +23,12 @@ use fencekeeper_etcd_wire::{self as wire, KeyValue, MarkError};
 
 pub use wire::TXN_PATH;
 
+/// The headers of a call to etcd's Txn endpoint through the proxy (`authority`: the
+/// configured `:authority`).
+pub fn txn_headers(authority: &str) -> Vec<(&str, &str)> {
+    vec![(":method", "POST"), (":path", TXN_PATH), (":authority", authority), ("content-type", "application/json")]
+}
+
 /// The body of one compare-and-advance (or compare-and-confirm) transaction on
 /// `resource`'s mark at `key`.
 pub fn txn(key: &str, resource: &str, expected: Option<&Token>, token: &Token) -> Vec<u8> {

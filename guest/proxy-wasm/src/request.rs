@@ -42,8 +42,8 @@ pub struct Request {
     pending: Option<Pending>,
     /// How it is answered.
     reply: Reply,
-    /// It waits in a batch of confirms (`confirms`), answered by the root.
-    batched: bool,
+    /// The resource whose batch of confirms (`confirms`) it joined, answered by the root.
+    batched: Option<String>,
 }
 
 /// A request waiting for etcd.
@@ -82,7 +82,7 @@ type Answered = Option<(Result<Verdict, NoVerdict>, String)>;
 impl Request {
     /// A request of `filter`.
     pub fn new(filter: Rc<Filter>, context: u32) -> Request {
-        Request { filter, context, pending: None, reply: Reply::default(), batched: false }
+        Request { filter, context, pending: None, reply: Reply::default(), batched: None }
     }
 
     /// Decide with the shared-data copy, then finish or go to etcd.
@@ -140,16 +140,15 @@ impl Request {
         let f = Rc::clone(&self.filter);
         let waiter =
             Waiter { context: self.context, token, grpc: self.reply.grpc, admitted_sent: self.reply.admitted_sent };
-        self.batched = true;
         if f.confirms.join(&resource, waiter) {
             if let Some(Err(s)) = f.wake.map(wake::wake) {
                 // Nobody will send the batch: this request, alone in it, is undecided.
-                f.confirms.leave(self.context);
-                self.batched = false;
+                f.confirms.leave(&resource, self.context);
                 let cause = format!("cannot wake the filter's root context ({s:?})");
                 return self.finish(Err(NoVerdict::Refused), &resource, &cause);
             }
         }
+        self.batched = Some(resource);
         Action::Pause
     }
 
@@ -198,12 +197,7 @@ impl Request {
             etcd::txn(&key, &p.resource, p.expected.as_ref(), &p.token)
         };
         let resource = p.resource.clone();
-        let mut headers = vec![
-            (":method", "POST"),
-            (":path", etcd::TXN_PATH),
-            (":authority", e.authority.as_str()),
-            ("content-type", "application/json"),
-        ];
+        let mut headers = etcd::txn_headers(&e.authority);
         // With a user: the VM's token, or first an authentication (then this call).
         let token = f.auth.as_ref().map(|a| (a, a.token()));
         let authenticating = matches!(token, Some((_, None)));
@@ -373,9 +367,9 @@ fn resource_mark(f: &Filter, resource: &str) -> Result<Option<Token>, String> {
 
 impl Drop for Request {
     fn drop(&mut self) {
-        if self.batched {
+        if let Some(resource) = &self.batched {
             // Answered already, or its stream ended first: no batch answers it now.
-            self.filter.confirms.leave(self.context);
+            self.filter.confirms.leave(resource, self.context);
         }
     }
 }
