@@ -160,6 +160,12 @@ fn concurrent_admits_through_wasm_and_file_store_are_linearizable() {
     check_history(&guard, &ops);
 }
 
+/// A guard on a store of its own (its own copy of the marks) on `etcd`, as a gateway.
+fn etcd_guard(etcd: &fencekeeper_harness::services::Etcd) -> Guard {
+    let store = fencekeeper::store::EtcdStore::connect(&etcd.url()).expect("connect to etcd");
+    Guard::new(wasm_validator(), Arc::new(store))
+}
+
 /// Two gateways' stores on one real etcd, each deciding first on its own copy of the
 /// marks (one round trip per admit), so their copies are often behind each other: the
 /// history must still be linearizable, because every answer rests on an etcd
@@ -167,10 +173,7 @@ fn concurrent_admits_through_wasm_and_file_store_are_linearizable() {
 #[test]
 fn concurrent_admits_through_two_etcd_stores_with_their_copies_are_linearizable() {
     let etcd = fencekeeper_harness::services::Etcd::start().expect("start etcd");
-    let store = || -> Arc<dyn MarkStore + Send + Sync> {
-        Arc::new(fencekeeper::store::EtcdStore::connect(&etcd.url()).expect("connect to etcd"))
-    };
-    let (a, b) = (Guard::new(wasm_validator(), store()), Guard::new(wasm_validator(), store()));
+    let (a, b) = (etcd_guard(&etcd), etcd_guard(&etcd));
     let ops = record_history_through(&[&a, &b], 150, 0x5EED_0003, MIXED);
     check_history(&a, &ops);
 }
@@ -183,10 +186,7 @@ fn concurrent_admits_through_two_etcd_stores_with_their_copies_are_linearizable(
 #[test]
 fn batched_confirms_on_etcd_stay_linearizable() {
     let etcd = fencekeeper_harness::services::Etcd::start().expect("start etcd");
-    let store = || -> Arc<dyn MarkStore + Send + Sync> {
-        Arc::new(fencekeeper::store::EtcdStore::connect(&etcd.url()).expect("connect to etcd"))
-    };
-    let (a, b) = (Guard::new(wasm_validator(), store()), Guard::new(wasm_validator(), store()));
+    let (a, b) = (etcd_guard(&etcd), etcd_guard(&etcd));
     let mix = Mix { rising: 3, falling: 2, of: 10, newest: true };
     let ops = record_history_through(&[&a, &a, &a, &b], 250, 0x5EED_0004, mix);
     check_history(&a, &ops);

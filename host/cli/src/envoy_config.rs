@@ -217,6 +217,18 @@ fn etcd_members(list: &str) -> Result<Vec<Endpoint>> {
     list.split(',').map(|m| Endpoint::parse(m.trim()).with_context(|| format!("--etcd {list:?}"))).collect()
 }
 
+/// The health check of an etcd cluster's members (see [`cluster`]).
+const ETCD_HEALTH_CHECK: &str = "    health_checks:
+    - timeout: 1s
+      interval: 0.5s
+      no_traffic_interval: 0.5s
+      unhealthy_threshold: 2
+      healthy_threshold: 1
+      http_health_check:
+        path: /health
+        retriable_statuses: [{ start: 503, end: 504 }]
+";
+
 /// A cluster of `endpoints`. Several are etcd members, health-checked on etcd's
 /// `/health` (503 while the member has no leader or cannot commit a quorum read in a
 /// second) so the filter's calls go to members that answer:
@@ -235,15 +247,7 @@ fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint]) -> Result<()> {
     writeln!(out, "    type: {kind}")?;
     writeln!(out, "    connect_timeout: 1s")?;
     if endpoints.len() > 1 {
-        writeln!(out, "    health_checks:")?;
-        writeln!(out, "    - timeout: 1s")?;
-        writeln!(out, "      interval: 0.5s")?;
-        writeln!(out, "      no_traffic_interval: 0.5s")?;
-        writeln!(out, "      unhealthy_threshold: 2")?;
-        writeln!(out, "      healthy_threshold: 1")?;
-        writeln!(out, "      http_health_check:")?;
-        writeln!(out, "        path: /health")?;
-        writeln!(out, "        retriable_statuses: [{{ start: 503, end: 504 }}]")?;
+        out.push_str(ETCD_HEALTH_CHECK);
     }
     writeln!(out, "    load_assignment:")?;
     writeln!(out, "      cluster_name: {name}")?;
