@@ -11,6 +11,7 @@
 //! [`provenance`]: the reads and the rules that decide whether etcd issued a token
 //! (the lock's holder, the cluster's revision).
 
+pub mod grpc;
 pub mod provenance;
 
 use base64::engine::general_purpose::STANDARD as B64;
@@ -105,6 +106,8 @@ pub struct Range<'a> {
     pub by_create_revision: Option<bool>,
     /// Only keys created at or before this revision.
     pub max_create_revision: Option<i64>,
+    /// Keys without their values.
+    pub keys_only: bool,
 }
 
 impl<'a> Range<'a> {
@@ -118,6 +121,7 @@ impl<'a> Range<'a> {
             limit: 1,
             by_create_revision: Some(max_create.is_none()),
             max_create_revision: max_create,
+            keys_only: false,
         }
     }
 
@@ -135,6 +139,9 @@ impl<'a> Range<'a> {
         }
         if let Some(max) = self.max_create_revision {
             r["max_create_revision"] = json!(max.to_string());
+        }
+        if self.keys_only {
+            r["keys_only"] = json!(true);
         }
         r
     }
@@ -154,8 +161,8 @@ pub enum Op<'a> {
         key: &'a [u8],
         /// The value.
         value: &'a [u8],
-        /// The lease ID (as the gateway writes it: a decimal string).
-        lease: Option<&'a str>,
+        /// The lease ID.
+        lease: Option<i64>,
     },
     /// Read.
     Range(Range<'a>),
@@ -170,7 +177,8 @@ impl Op<'_> {
     fn json(&self) -> Value {
         match self {
             Op::Put { key, value, lease: Some(id) } => {
-                json!({ "request_put": { "key": B64.encode(key), "value": B64.encode(value), "lease": id } })
+                // The gateway writes an int64 as a decimal string.
+                json!({ "request_put": { "key": B64.encode(key), "value": B64.encode(value), "lease": id.to_string() } })
             }
             Op::Put { key, value, lease: None } => {
                 json!({ "request_put": { "key": B64.encode(key), "value": B64.encode(value) } })
@@ -198,7 +206,7 @@ pub fn txn_ops(key: &[u8], expect: Expect<'_>, success: &[Op<'_>], failure: &[Op
 /// A transaction on one key: compare it with `expect`; on success put `put` (if any,
 /// under `lease` if given); on failure read the key back when `read_on_failure`, so a
 /// lost race costs no second round trip.
-pub fn txn(key: &[u8], expect: Expect<'_>, put: Option<&[u8]>, lease: Option<&str>, read_on_failure: bool) -> String {
+pub fn txn(key: &[u8], expect: Expect<'_>, put: Option<&[u8]>, lease: Option<i64>, read_on_failure: bool) -> String {
     let success: Vec<Op<'_>> = put.map(|value| Op::Put { key, value, lease }).into_iter().collect();
     let failure: Vec<Op<'_>> =
         read_on_failure.then(|| Op::Range(Range { key, ..Range::default() })).into_iter().collect();
@@ -209,14 +217,28 @@ pub fn txn(key: &[u8], expect: Expect<'_>, put: Option<&[u8]>, lease: Option<&st
 /// (absent when `None`), put `new`'s record, or put nothing when `new` is the expected
 /// mark (a confirm), and read the current value back on failure.
 pub fn mark_txn(key: &str, resource: &str, expected: Option<&Token>, new: &Token) -> String {
+    mark_ops(key, resource, expected, new, |(k, expect), success, failure| txn_ops(k, expect, success, failure))
+}
+
+/// The mark transaction's compare and branches, handed to `render` (JSON or
+/// [`grpc`]).
+pub(crate) fn mark_ops<T>(
+    key: &str,
+    resource: &str,
+    expected: Option<&Token>,
+    new: &Token,
+    render: impl FnOnce((&[u8], Expect<'_>), &[Op<'_>], &[Op<'_>]) -> T,
+) -> T {
     let record_of = |t: &Token| record::encode(resource.as_bytes(), t);
     let old = expected.map(record_of);
     let expect = match &old {
         Some(r) => Expect::Value(r.as_bytes()),
         None => Expect::Absent,
     };
+    let key = key.as_bytes();
     let put = (expected != Some(new)).then(|| record_of(new));
-    txn(key.as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()), None, true)
+    let success: Vec<Op<'_>> = put.iter().map(|r| Op::Put { key, value: r.as_bytes(), lease: None }).collect();
+    render((key, expect), &success, &[Op::Range(Range { key, ..Range::default() })])
 }
 
 /// A transaction on one key that replaces its value whatever it is, provided it is
@@ -246,12 +268,19 @@ pub struct KeyValue {
 pub struct TxnAnswer {
     /// The compare held.
     pub succeeded: bool,
-    /// Every operation's answer, in order: a read's key-values, still encoded (they
-    /// are decoded by [`TxnAnswer::read`], only when asked for), or `None` for an
+    /// Every operation's answer, in order: a read's key-values, or `None` for an
     /// operation that is not a read.
-    ranges: Vec<Option<Vec<RawKv>>>,
+    ranges: Vec<Option<Reads>>,
     /// The cluster's revision after the transaction.
     pub revision: u64,
+}
+
+/// A read's key-values: from the JSON gateway still base64 (decoded by
+/// [`TxnAnswer::read`], only when asked for), or decoded protobuf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Reads {
+    Json(Vec<RawKv>),
+    Decoded(Vec<KeyValue>),
 }
 
 #[derive(Deserialize)]
@@ -368,7 +397,7 @@ pub fn parse_txn(body: &[u8]) -> Result<TxnAnswer, WireError> {
     let raw: RawTxn = serde_json::from_slice(body)
         .map_err(|e| WireError(format!("etcd's Txn answer does not parse: {}", excerpt(&e.to_string()))))?;
     let revision = header_revision(raw.header.as_ref())?;
-    let ranges = raw.responses.into_iter().map(|op| op.response_range.map(|r| r.kvs)).collect();
+    let ranges = raw.responses.into_iter().map(|op| op.response_range.map(|r| Reads::Json(r.kvs))).collect();
     Ok(TxnAnswer { succeeded: raw.succeeded, ranges, revision })
 }
 
@@ -378,7 +407,8 @@ impl TxnAnswer {
     /// a resource without a mark.
     pub fn read(&self, i: usize) -> Result<Vec<KeyValue>, WireError> {
         match self.ranges.get(i) {
-            Some(Some(kvs)) => key_values(kvs.clone()),
+            Some(Some(Reads::Json(kvs))) => key_values(kvs.clone()),
+            Some(Some(Reads::Decoded(kvs))) => Ok(kvs.clone()),
             _ => Err(WireError(format!("etcd's Txn answer lacks the read of operation {i}"))),
         }
     }
@@ -432,11 +462,19 @@ pub fn parse_token(body: &[u8]) -> Result<String, WireError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| WireError(format!("etcd's authentication answer does not parse: {}", excerpt(&e.to_string()))))?;
     match v.get("token").and_then(Value::as_str) {
-        Some(t) if t.len() > MAX_TOKEN_BYTES => {
+        Some(t) => checked_token(t),
+        None => Err(WireError("etcd answered the authentication without a token".into())),
+    }
+}
+
+/// A token fit for a header (bounded, visible ASCII).
+pub(crate) fn checked_token(t: &str) -> Result<String, WireError> {
+    match t {
+        t if t.len() > MAX_TOKEN_BYTES => {
             Err(WireError("etcd answered the authentication with an over-long token".into()))
         }
-        Some(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()) => Ok(t.to_owned()),
-        Some(t) if !t.is_empty() => {
+        t if !t.is_empty() && t.bytes().all(|b| b.is_ascii_graphic()) => Ok(t.to_owned()),
+        t if !t.is_empty() => {
             Err(WireError("etcd answered the authentication with a token that is not visible ASCII".into()))
         }
         _ => Err(WireError("etcd answered the authentication without a token".into())),
@@ -510,19 +548,19 @@ pub fn lease_grant(ttl: u64) -> String {
     json!({ "TTL": ttl }).to_string()
 }
 
-/// The granted lease's ID (a decimal string, as the gateway writes int64s).
-pub fn parse_lease_grant(body: &[u8]) -> Result<String, WireError> {
+/// The granted lease's ID (the gateway writes an int64 as a decimal string).
+pub fn parse_lease_grant(body: &[u8]) -> Result<i64, WireError> {
     let v: Value =
         serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's lease answer does not parse: {e}")))?;
     match v.get("ID").and_then(Value::as_str) {
-        Some(id) if id.parse::<i64>().is_ok() => Ok(id.to_owned()),
-        _ => Err(WireError("etcd granted no lease ID".into())),
+        Some(id) => id.parse().map_err(|_| WireError("etcd granted a lease ID that is not a number".into())),
+        None => Err(WireError("etcd granted no lease ID".into())),
     }
 }
 
 /// A keep-alive or a revoke of lease `id` (the same body).
-pub fn lease(id: &str) -> String {
-    json!({ "ID": id }).to_string()
+pub fn lease(id: i64) -> String {
+    json!({ "ID": id.to_string() }).to_string()
 }
 
 /// The TTL a keep-alive answered: 0 when the lease is gone.
@@ -658,7 +696,7 @@ x-admin: 1"}"#
         let body = json_of(&txn_ops(
             b"orders/1a",
             Expect::Absent,
-            &[Op::Put { key: b"orders/1a", value: b"", lease: Some("26") }, Op::Range(first.clone())],
+            &[Op::Put { key: b"orders/1a", value: b"", lease: Some(26) }, Op::Range(first.clone())],
             &[Op::Range(Range { key: b"orders/1a", ..Range::default() }), Op::Range(first)],
         ));
         let range = &body["success"][1]["request_range"];
@@ -695,11 +733,11 @@ x-admin: 1"}"#
     #[test]
     fn lease_bodies_and_answers() {
         assert_eq!(json_of(&lease_grant(2))["TTL"], 2);
-        assert_eq!(parse_lease_grant(br#"{"ID":"7587","TTL":"2"}"#).unwrap(), "7587");
+        assert_eq!(parse_lease_grant(br#"{"ID":"7587","TTL":"2"}"#).unwrap(), 7587);
         assert!(parse_lease_grant(br#"{"TTL":"2"}"#).is_err());
         assert_eq!(parse_keepalive(br#"{"result":{"ID":"7587","TTL":"2"}}"#).unwrap(), 2);
         assert_eq!(parse_keepalive(br#"{"result":{"ID":"7587"}}"#).unwrap(), 0);
-        let locked = json_of(&txn(b"lock", Expect::Absent, Some(b"me"), Some("7587"), false));
+        let locked = json_of(&txn(b"lock", Expect::Absent, Some(b"me"), Some(7587), false));
         assert_eq!(locked["success"][0]["request_put"]["lease"], "7587");
         assert_eq!(locked["failure"], json!([]), "no read-back asked for");
     }

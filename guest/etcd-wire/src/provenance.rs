@@ -24,7 +24,7 @@
 //! The bodies here are the reads those checks need; the rules are [`weak`] and
 //! [`strong`], pure functions, shared by the library and the Envoy filter.
 
-use crate::{header_revision, key_values, range_request, KeyValue, RawTxn, WireError, B64};
+use crate::{header_revision, key_values, KeyValue, Op, Range, RawTxn, WireError, B64};
 use base64::Engine as _;
 use fencekeeper_core::Token;
 use serde_json::json;
@@ -45,23 +45,22 @@ pub fn lock_name(lock_prefix: &str, resource: &str) -> String {
     format!("{lock_prefix}{resource}")
 }
 
-/// The range request for the holder of lock `name`: the key under `name/` with the
+/// The range read of the holder of lock `name`: the key under `name/` with the
 /// lowest create revision, keys only (etcd's `Mutex` calls it the owner).
-fn holder_request(name: &str) -> serde_json::Value {
-    let keys = format!("{name}/");
-    json!({
-        "key": B64.encode(&keys),
-        "range_end": B64.encode(crate::prefix_end(keys.as_bytes())),
-        "sort_order": "ASCEND",
-        "sort_target": "CREATE",
-        "limit": 1,
-        "keys_only": true,
-    })
+fn holder_read(keys: &str) -> Range<'_> {
+    Range {
+        key: keys.as_bytes(),
+        prefix: true,
+        limit: 1,
+        by_create_revision: Some(true),
+        keys_only: true,
+        ..Range::default()
+    }
 }
 
 /// A range read of the holder of lock `name` (`POST /v3/kv/range`).
 pub fn holder_range(name: &str) -> String {
-    holder_request(name).to_string()
+    holder_read(&format!("{name}/")).body()
 }
 
 /// A read that answers nothing but the cluster's revision (`POST /v3/kv/range`): a
@@ -75,11 +74,20 @@ pub fn revision_read() -> String {
 /// advances a mark, so the exact mark, the revision and the holder come back in one
 /// round trip.
 pub fn vouch_txn(mark_key: &str, lock: Option<&str>) -> String {
-    let mut reads = vec![json!({ "request_range": range_request(mark_key.as_bytes()) })];
-    if let Some(name) = lock {
-        reads.push(json!({ "request_range": holder_request(name) }));
+    vouch_ops(mark_key, lock, |reads| {
+        let ops: Vec<serde_json::Value> = reads.iter().map(Op::json).collect();
+        json!({ "compare": [], "success": ops }).to_string()
+    })
+}
+
+/// The reads of [`vouch_txn`], handed to `render` (JSON or [`crate::grpc`]).
+pub(crate) fn vouch_ops<T>(mark_key: &str, lock: Option<&str>, render: impl FnOnce(&[Op<'_>]) -> T) -> T {
+    let keys = lock.map(|name| format!("{name}/"));
+    let mut reads = vec![Op::Range(Range { key: mark_key.as_bytes(), ..Range::default() })];
+    if let Some(keys) = &keys {
+        reads.push(Op::Range(holder_read(keys)));
     }
-    json!({ "compare": [], "success": reads }).to_string()
+    render(&reads)
 }
 
 /// What [`vouch_txn`] answered.

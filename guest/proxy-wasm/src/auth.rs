@@ -1,9 +1,10 @@
 //! etcd's user/password authentication, per VM.
 //!
-//! etcd's JSON gateway trades a user name and password for a token
-//! (`POST /v3/auth/authenticate`); every later call carries it in `Authorization`.
-//! A token dies `--auth-token-ttl` seconds (default 300) after its last use, or when
-//! etcd restarts, and etcd then answers 401 ([`fencekeeper_etcd_wire::token_refused`]).
+//! etcd trades a user name and password for a token (`etcdserverpb.Auth/Authenticate`);
+//! every later call carries it as the metadata `token`. A token dies
+//! `--auth-token-ttl` seconds (default 300) after its last use, or when etcd
+//! restarts, and etcd then answers UNAUTHENTICATED
+//! ([`fencekeeper_etcd_wire::grpc::token_refused`]).
 //!
 //! The token is kept per VM (one per Envoy worker), shared by its requests: the
 //! first request that needs etcd and finds no token authenticates, then makes its
@@ -53,7 +54,7 @@ impl Auth {
 
     /// The body of an authentication. The caller wipes it once it is sent.
     pub fn body(&self) -> Vec<u8> {
-        wire::authenticate(&self.user, self.password.expose()).into_bytes()
+        wire::grpc::authenticate(&self.user, self.password.expose())
     }
 
     /// Keep a new token.
@@ -81,8 +82,8 @@ mod tests {
         std::env::set_var("FK_TEST_AUTH_PASSWORD", "pw\"1");
         let auth = Auth::new("fk", "FK_TEST_AUTH_PASSWORD").unwrap();
         assert_eq!(auth.token(), None);
-        let body: serde_json::Value = serde_json::from_slice(&auth.body()).unwrap();
-        assert_eq!((body["name"].as_str(), body["password"].as_str()), (Some("fk"), Some("pw\"1")));
+        // AuthenticateRequest: name (1), password (2).
+        assert_eq!(auth.body(), b"\x0a\x02fk\x12\x04pw\"1");
         auth.store("t1".into());
         let (_, first) = auth.token().unwrap();
         auth.store("t2".into());

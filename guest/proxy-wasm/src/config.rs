@@ -6,6 +6,7 @@
 //! (`fencekeeper envoy-config` writes `"provenance": "weak"`). docs/envoy.md is the
 //! reference for each field.
 
+use crate::etcd::MAX_SERVICE_NAME_BYTES;
 use fencekeeper_core::http;
 use fencekeeper_core::{Mode, Policy};
 use serde::Deserialize;
@@ -38,13 +39,15 @@ pub struct Config {
 /// Where the resource key comes from: the core's rule, shared with the gateway.
 pub type ResourceFrom = http::ResourceFrom<String>;
 
-/// How the filter reaches etcd's v3 JSON gateway.
+/// How the filter reaches etcd's gRPC API.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Etcd {
-    /// The Envoy cluster that routes to etcd's client port.
+    /// The Envoy cluster that routes to etcd's client port (HTTP/2).
     pub cluster: String,
     /// The `:authority` sent to etcd.
     pub authority: String,
+    /// Both, as the upstream of a gRPC call (`etcd::service`).
+    pub service: String,
     /// Prefix of mark keys; the resource key follows it.
     pub key_prefix: String,
     /// How long one etcd call may take before the request is undecided.
@@ -296,7 +299,13 @@ impl Config {
         let etcd = match raw.etcd {
             Some(e) if e.cluster.is_empty() => return Err(ConfigError("etcd.cluster is empty".into())),
             Some(e) if e.timeout_ms == 0 => return Err(ConfigError("etcd.timeout_ms must be above 0".into())),
+            Some(e) if [&e.cluster, &e.authority].iter().any(|n| n.len() > MAX_SERVICE_NAME_BYTES) => {
+                return Err(ConfigError(format!(
+                    "etcd.cluster and etcd.authority are at most {MAX_SERVICE_NAME_BYTES} bytes each"
+                )))
+            }
             Some(e) => Some(Etcd {
+                service: crate::etcd::service(&e.cluster, &e.authority),
                 batch_confirms: e.batch_confirms,
                 auth: etcd_auth(e.user, e.password_env)?,
                 cluster: e.cluster,

@@ -17,7 +17,7 @@
 //! did not ask for arrives, the root's lives as long as the VM. A request that joins
 //! an idle resource wakes the root through a shared queue of this VM's own.
 
-use crate::etcd::{self, EtcdError, Outcome};
+use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::reply::Reply;
 use crate::Filter;
 use fencekeeper_core::decision::decide_token;
@@ -27,7 +27,6 @@ use proxy_wasm::hostcalls;
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::Duration;
 
 /// A request waiting for a batch's Txn.
 #[derive(Clone, Debug, PartialEq)]
@@ -156,26 +155,21 @@ pub fn send_ready(f: &Filter) {
         // The mark transaction with the new mark equal to the expected one: a compare
         // without a put, the current mark read back when it fails.
         let body = etcd::txn(&key, &ready.resource, Some(&ready.compare), &ready.compare);
-        let headers = etcd::txn_headers(&e.authority);
-        let timeout = Duration::from_millis(e.timeout_ms);
-        match hostcalls::dispatch_http_call(&e.cluster, headers, Some(&body), vec![], timeout) {
+        match etcd::call(e, Method::Txn, None, &body) {
             Ok(token) => {
                 f.confirms.sent(token, &ready.resource);
                 f.metrics.batch_sent();
             }
-            Err(s) => {
-                let cause = format!("cannot call etcd cluster {:?} ({s:?})", e.cluster);
-                answer_all(f, &ready.resource, Err(EtcdError(cause)));
-            }
+            Err(cause) => answer_all(f, &ready.resource, Err(EtcdError(cause))),
         }
     }
 }
 
 /// The answer to call `token`, if it is a batch's: answer its requests, and send
 /// the batches that queued meanwhile. False when the call is no batch's.
-pub fn on_answer(f: &Filter, token: u32, status: Option<&str>, body: &[u8]) -> bool {
+pub fn on_answer(f: &Filter, token: u32, response: &Response) -> bool {
     let Some(resource) = f.confirms.answered(token) else { return false };
-    let seen = etcd::answer(status, body, &resource).map(|(outcome, revision)| {
+    let seen = etcd::answer(response, &resource).map(|(outcome, revision)| {
         f.saw(revision);
         outcome
     });

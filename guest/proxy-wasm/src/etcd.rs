@@ -1,4 +1,5 @@
-//! Marks in etcd, through etcd's v3 JSON gateway (`POST /v3/kv/txn`).
+//! Marks in etcd, over etcd's gRPC API (`etcdserverpb.KV/Txn`) through an Envoy
+//! cluster that speaks HTTP/2 to etcd's client port.
 //!
 //! Key scheme and value format shared with the gateway (so an Envoy and a gateway
 //! can share one etcd): key = prefix + resource (default prefix
@@ -16,23 +17,110 @@
 //! back is verified against the resource: one damaged by another writer, moved from
 //! another key or left bare by an earlier version (format 1) is an error, and the
 //! request is undecided, never admitted against a lower mark.
+//!
+//! Why gRPC and not etcd's JSON gateway: the gateway decodes the JSON and calls etcd's
+//! own gRPC server, so the same Txn costs etcd about twice the CPU (BENCHMARKS.md),
+//! and in front of a store every admit is one.
 
+use crate::config::Etcd;
 use fencekeeper_core::Token;
-use fencekeeper_etcd_wire::provenance as rules;
+use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::{self as wire, KeyValue, MarkError};
+use proxy_wasm::hostcalls;
+use proxy_wasm::types::BufferType;
+use std::time::Duration;
 
-pub use wire::TXN_PATH;
-
-/// The headers of a call to etcd's Txn endpoint through the proxy (`authority`: the
-/// configured `:authority`).
-pub fn txn_headers(authority: &str) -> Vec<(&str, &str)> {
-    vec![(":method", "POST"), (":path", TXN_PATH), (":authority", authority), ("content-type", "application/json")]
+/// Which etcd method a call runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// `etcdserverpb.KV/Txn`: the mark transaction and the vouching read.
+    Txn,
+    /// `etcdserverpb.Auth/Authenticate`.
+    Authenticate,
 }
 
-/// The body of one compare-and-advance (or compare-and-confirm) transaction on
+/// Send `message` to etcd's `method` through the configured cluster, with `token`
+/// (etcd's authentication) as metadata when given. The host answers in
+/// `on_grpc_call_response` of the context the SDK has active when this is called
+/// (the request's own, or the root's for a batch); it returns the call's id.
+pub fn call(e: &Etcd, method: Method, token: Option<&str>, message: &[u8]) -> Result<u32, String> {
+    let (service, name) = match method {
+        Method::Txn => (grpc::KV_SERVICE, grpc::TXN_METHOD),
+        Method::Authenticate => (grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD),
+    };
+    let metadata = token.map(|t| (grpc::TOKEN_METADATA, t.as_bytes())).into_iter().collect();
+    let timeout = Duration::from_millis(e.timeout_ms);
+    hostcalls::dispatch_grpc_call(&e.service, service, name, metadata, Some(message), timeout)
+        .map_err(|s| format!("cannot call etcd cluster {:?} ({s:?})", e.cluster))
+}
+
+/// The `GrpcService` (Envoy's `envoy.config.core.v3.GrpcService`, protobuf) that names
+/// `cluster` and `authority`: what the filter hands the host as the call's upstream.
+/// Envoy would take a bare cluster name too, but only after failing to parse it as
+/// this message, and some names parse. Both are short (the configuration bounds
+/// them), so every length is one byte and the message is ASCII.
+pub fn service(cluster: &str, authority: &str) -> String {
+    // GrpcService { envoy_grpc (1): EnvoyGrpc { cluster_name (1), authority (2) } }
+    let mut inner = String::new();
+    for (field, text) in [(1u8, cluster), (2, authority)] {
+        if !text.is_empty() {
+            inner.push(char::from(field << 3 | 2));
+            inner.push(char::from(text.len() as u8));
+            inner.push_str(text);
+        }
+    }
+    format!("{}{}{inner}", char::from(1u8 << 3 | 2), char::from(inner.len() as u8))
+}
+
+/// The longest cluster name or authority: the [`service`] message stays one with
+/// one-byte lengths.
+pub const MAX_SERVICE_NAME_BYTES: usize = 60;
+
+/// What etcd answered a call: its message, or a status other than OK (etcd's, or
+/// Envoy's own when it could not reach etcd).
+pub type Response = Result<Vec<u8>, Status>;
+
+/// The answer to the call whose callback runs now (`status_code` and `size` as the
+/// host reported them). Reads at most one byte more than an answer may have.
+pub fn response(status_code: u32, size: usize) -> Response {
+    if status_code != 0 {
+        return Err(Status { code: status_code, message: status_message() });
+    }
+    let size = size.min(grpc::MAX_ANSWER_BYTES + 1);
+    Ok(hostcalls::get_buffer(BufferType::GrpcReceiveBuffer, 0, size).ok().flatten().unwrap_or_default())
+}
+
+/// The message of the failed call whose callback runs now. Read with the ABI call
+/// itself: the SDK's `get_grpc_status` panics (traps the VM) on a message that is
+/// not UTF-8, and the message comes from whoever answered.
+#[cfg(target_arch = "wasm32")]
+fn status_message() -> String {
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        fn proxy_get_status(code: *mut u32, data: *mut *mut u8, size: *mut usize) -> u32;
+    }
+    let (mut code, mut data, mut size) = (0u32, std::ptr::null_mut(), 0usize);
+    // SAFETY: three valid out-pointers. On success the host has allocated `size`
+    // bytes at `data` through the SDK's `proxy_on_memory_allocate`, a `Vec<u8>` of
+    // exactly that capacity, which is ours to free.
+    let status = unsafe { proxy_get_status(&mut code, &mut data, &mut size) };
+    if status != 0 || data.is_null() {
+        return String::new();
+    }
+    // SAFETY: see above: `data` came from a `Vec<u8>` with capacity `size`.
+    let bytes = unsafe { Vec::from_raw_parts(data, size, size) };
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn status_message() -> String {
+    String::new()
+}
+
+/// The message of one compare-and-advance (or compare-and-confirm) transaction on
 /// `resource`'s mark at `key`.
 pub fn txn(key: &str, resource: &str, expected: Option<&Token>, token: &Token) -> Vec<u8> {
-    wire::mark_txn(key, resource, expected, token).into_bytes()
+    grpc::mark_txn(key, resource, expected, token)
 }
 
 /// What a transaction answered.
@@ -54,15 +142,14 @@ impl std::fmt::Display for EtcdError {
     }
 }
 
-/// Parse the gateway's answer to [`txn`] on `resource`'s mark.
-pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcome, EtcdError> {
-    answer(status, body, resource).map(|(outcome, _)| outcome)
+/// Parse etcd's answer to [`txn`] on `resource`'s mark.
+pub fn parse(response: &Response, resource: &str) -> Result<Outcome, EtcdError> {
+    answer(response, resource).map(|(outcome, _)| outcome)
 }
 
 /// [`parse`], with the cluster's revision the answer carried.
-pub fn answer(status: Option<&str>, body: &[u8], resource: &str) -> Result<(Outcome, u64), EtcdError> {
-    ok_status(status, body)?;
-    let answer = wire::parse_txn(body).map_err(|e| EtcdError(e.0))?;
+pub fn answer(response: &Response, resource: &str) -> Result<(Outcome, u64), EtcdError> {
+    let answer = grpc::parse_txn(ok(response)?).map_err(|e| EtcdError(e.0))?;
     if answer.succeeded {
         return Ok((Outcome::Succeeded, answer.revision));
     }
@@ -72,12 +159,8 @@ pub fn answer(status: Option<&str>, body: &[u8], resource: &str) -> Result<(Outc
     Ok((Outcome::Current(mark), answer.revision))
 }
 
-fn ok_status(status: Option<&str>, body: &[u8]) -> Result<(), EtcdError> {
-    match status.map(str::parse::<u16>) {
-        Some(Ok(200)) => Ok(()),
-        Some(Ok(code)) => Err(EtcdError(wire::status_error(code, body).0)),
-        _ => Err(EtcdError(format!("etcd answered status {}", wire::excerpt(status.unwrap_or("none"))))),
-    }
+fn ok(response: &Response) -> Result<&[u8], EtcdError> {
+    response.as_deref().map_err(|s| EtcdError(s.error().0))
 }
 
 /// A value read back, as `resource`'s mark. A value that is not this resource's
@@ -96,10 +179,10 @@ fn verified(resource: &str, value: &[u8]) -> Result<Token, EtcdError> {
     })
 }
 
-/// The body of the vouching read before an advance: `resource`'s mark at `key`, and
-/// with `lock` (the strong check) the holder of that lock, in one read-only Txn.
+/// The message of the vouching read before an advance: `resource`'s mark at `key`,
+/// and with `lock` (the strong check) the holder of that lock, in one read-only Txn.
 pub fn vouch(key: &str, lock: Option<&str>) -> Vec<u8> {
-    rules::vouch_txn(key, lock).into_bytes()
+    grpc::vouch_txn(key, lock)
 }
 
 /// What the vouching read found.
@@ -114,9 +197,8 @@ pub struct Found {
 }
 
 /// Parse the answer to [`vouch`] on `resource`.
-pub fn parse_vouch(status: Option<&str>, body: &[u8], resource: &str) -> Result<Found, EtcdError> {
-    ok_status(status, body)?;
-    let answer = rules::parse_vouch_txn(body).map_err(|e| EtcdError(e.0))?;
+pub fn parse_vouch(response: &Response, resource: &str) -> Result<Found, EtcdError> {
+    let answer = grpc::parse_vouch_txn(ok(response)?).map_err(|e| EtcdError(e.0))?;
     let mark = answer.mark.map(|kv| verified(resource, &kv.value)).transpose()?;
     Ok(Found { mark, holder: answer.holder, revision: answer.revision })
 }
@@ -125,101 +207,86 @@ pub fn parse_vouch(status: Option<&str>, body: &[u8], resource: &str) -> Result<
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use base64::engine::general_purpose::STANDARD as B64;
-    use base64::Engine as _;
     use fencekeeper_core::record;
-    use serde_json::json;
 
     fn t(s: &str) -> Token {
         Token::parse(s).unwrap()
     }
 
-    fn value(resource: &str, token: &str) -> String {
-        B64.encode(record::encode(resource.as_bytes(), &t(token)).as_bytes())
+    fn kv(key: &str, value: &[u8], create_revision: u64) -> KeyValue {
+        KeyValue { key: key.as_bytes().to_vec(), value: value.to_vec(), create_revision }
     }
 
-    fn answer(value: &str) -> String {
-        format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{value}"}}],"count":"1"}}}}]}}"#)
+    fn value(resource: &str, token: &str) -> Vec<u8> {
+        record::encode(resource.as_bytes(), &t(token)).as_bytes().to_vec()
+    }
+
+    /// etcd's answer to a failed compare whose read-back found `value`.
+    fn lost(value: &[u8]) -> Response {
+        Ok(grpc::txn_answer(false, 7, &[Some(&[kv("x", value, 3)])]))
     }
 
     #[test]
-    fn txn_compares_and_puts_the_records_of_the_canonical_tokens() {
-        let body: serde_json::Value =
-            serde_json::from_slice(&txn("/fencekeeper/marks/a", "a", Some(&t("033")), &t("34"))).unwrap();
-        assert_eq!(body["compare"][0]["value"], value("a", "33"));
-        assert_eq!(body["success"][0]["request_put"]["value"], value("a", "34"));
-        assert!(B64.decode(value("a", "34")).unwrap().starts_with(b"fk2 34 "));
-        assert_eq!(body["compare"][0]["key"], B64.encode("/fencekeeper/marks/a"));
-        let first: serde_json::Value = serde_json::from_slice(&txn("k", "k", None, &t("1"))).unwrap();
-        assert_eq!(first["compare"][0]["target"], "CREATE");
-        let confirm: serde_json::Value = serde_json::from_slice(&txn("k", "k", Some(&t("5")), &t("5"))).unwrap();
-        assert_eq!(confirm["success"], json!([]));
+    fn the_upstream_names_the_cluster_and_the_authority_as_envoy_reads_it() {
+        let s = service("fencekeeper_etcd", "etcd");
+        assert_eq!(s.as_bytes(), b"\x0a\x18\x0a\x10fencekeeper_etcd\x12\x04etcd");
+        let long = service(&"c".repeat(MAX_SERVICE_NAME_BYTES), &"a".repeat(MAX_SERVICE_NAME_BYTES));
+        assert_eq!(long.as_bytes()[1] as usize, long.len() - 2, "one-byte lengths at the bounds");
+        assert_eq!(service("c", "").as_bytes(), b"\x0a\x03\x0a\x01c");
     }
 
     #[test]
     fn a_damaged_moved_or_bare_value_is_an_error_not_a_lower_mark() {
-        let good = record::encode(b"r", &t("50"));
-        let mut damaged = good.as_bytes().to_vec();
+        let mut damaged = value("r", "50");
         damaged[4] = b'4'; // "fk2 40 ..."
-        let err = parse(Some("200"), answer(&B64.encode(&damaged)).as_bytes(), "r").unwrap_err();
+        let err = parse(&lost(&damaged), "r").unwrap_err();
         assert!(err.0.contains("damaged mark for \"r\""), "{err}");
-        assert!(parse(Some("200"), answer(&value("q", "50")).as_bytes(), "r").is_err(), "another resource's record");
-        let bare = parse(Some("200"), answer(&B64.encode("34")).as_bytes(), "r").unwrap_err();
+        assert!(parse(&lost(&value("q", "50")), "r").is_err(), "another resource's record");
+        let bare = parse(&lost(b"34"), "r").unwrap_err();
         assert!(bare.0.contains("old format") && bare.0.contains("--upgrade"), "{bare}");
     }
 
     #[test]
     fn the_vouching_read_gives_the_verified_mark_the_holder_and_the_revision() {
-        let body = vouch("/fencekeeper/marks/r", Some("/locks/r"));
-        let sent: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(sent["success"].as_array().map(Vec::len), Some(2));
-        let holder = B64.encode("/locks/r/694d");
-        let answer = format!(
-            r#"{{"header":{{"revision":"57"}},"succeeded":true,"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{}"}}]}}}},{{"response_range":{{"kvs":[{{"key":"{holder}","create_revision":"40"}}]}}}}]}}"#,
-            value("r", "33")
-        );
-        let found = parse_vouch(Some("200"), answer.as_bytes(), "r").unwrap();
+        let holder = kv("/locks/r/694d", b"", 40);
+        let answer = Ok(grpc::txn_answer(true, 57, &[Some(&[kv("x", &value("r", "33"), 3)]), Some(&[holder])]));
+        let found = parse_vouch(&answer, "r").unwrap();
         assert_eq!((found.mark, found.revision), (Some(t("33")), 57));
         assert_eq!(found.holder.map(|h| h.create_revision), Some(40));
-        assert!(parse_vouch(Some("200"), answer.as_bytes(), "q").is_err(), "another resource's record");
-        assert!(parse_vouch(Some("503"), b"", "r").is_err());
-        let (_, revision) = answer_of(br#"{"header":{"revision":"9"},"succeeded":true}"#);
-        assert_eq!(revision, 9);
-    }
-
-    fn answer_of(body: &[u8]) -> (Outcome, u64) {
-        super::answer(Some("200"), body, "x").unwrap()
+        assert!(parse_vouch(&answer, "q").is_err(), "another resource's record");
+        let unavailable = Err(Status { code: 14, message: "no healthy upstream".into() });
+        assert!(parse_vouch(&unavailable, "r").is_err());
+        let nobody = Ok(grpc::txn_answer(true, 9, &[Some(&[]), Some(&[])]));
+        let found = parse_vouch(&nobody, "r").unwrap();
+        assert_eq!((found.mark, found.holder, found.revision), (None, None, 9));
+        // The read etcd must answer is missing: an error, not "no mark".
+        assert!(parse_vouch(&Ok(grpc::txn_answer(true, 9, &[])), "r").is_err());
     }
 
     #[test]
     fn answers_parse_and_bad_ones_are_errors() {
-        assert_eq!(parse(Some("200"), br#"{"header":{},"succeeded":true}"#, "x"), Ok(Outcome::Succeeded));
-        assert_eq!(
-            parse(Some("200"), br#"{"header":{},"responses":[{"response_range":{"header":{}}}]}"#, "x"),
-            Ok(Outcome::Current(None))
-        );
-        let body = answer(&value("x", "7.1042"));
-        assert_eq!(parse(Some("200"), body.as_bytes(), "x"), Ok(Outcome::Current(Some(t("7.1042")))));
-        assert!(parse(Some("503"), b"no healthy upstream", "x").is_err());
-        assert!(parse(None, b"", "x").is_err());
-        assert!(parse(Some("200"), b"{", "x").is_err());
-        let bad = answer(&B64.encode("x"));
-        assert!(parse(Some("200"), bad.as_bytes(), "x").unwrap_err().0.contains("damaged mark"));
+        let committed = Ok(grpc::txn_answer(true, 9, &[]));
+        assert_eq!(answer(&committed, "x"), Ok((Outcome::Succeeded, 9)));
+        assert_eq!(parse(&Ok(grpc::txn_answer(false, 9, &[Some(&[])])), "x"), Ok(Outcome::Current(None)));
+        assert_eq!(parse(&lost(&value("x", "7.1042")), "x"), Ok(Outcome::Current(Some(t("7.1042")))));
+        let timeout = Err(Status { code: 4, message: "upstream request timeout".into() });
+        let e = parse(&timeout, "x").unwrap_err();
+        assert_eq!(e.0, r#"etcd answered gRPC status 4 (DEADLINE_EXCEEDED): "upstream request timeout""#);
+        assert!(parse(&Ok(vec![0x0a]), "x").is_err());
+        assert!(parse(&lost(b"x"), "x").unwrap_err().0.contains("damaged mark"));
     }
 
     #[test]
     fn errors_quote_what_answered_on_one_bounded_line() {
-        // Found by fuzz/fuzz_targets/etcd_answer.rs: a proxy's error page (CR LF) or
-        // control bytes went into the refusal's reason as they were, and a long
-        // answer made an error (a grpc-message) of any length.
-        let e = parse(Some("502"), b"<html>\r\n<head>\x1b[2J</head>\r\n", "r").unwrap_err();
-        assert_eq!(e.0, r#"etcd answered HTTP 502: "<html>\r\n<head>\u{1b}[2J</head>""#);
-        let long = parse(Some("503"), &[0x15; 4096], "r").unwrap_err();
-        let value = B64.encode("\u{202e}".repeat(1000));
-        let holds = format!(r#"{{"responses":[{{"response_range":{{"kvs":[{{"value":"{value}"}}]}}}}]}}"#);
-        let holds = parse(Some("200"), holds.as_bytes(), &"k".repeat(1024)).unwrap_err();
-        let unparsable = format!(r#"{{"succeeded":"{}"}}"#, "x".repeat(4096));
-        let unparsable = parse(Some("200"), unparsable.as_bytes(), "r").unwrap_err();
+        // A proxy's error text with CR LF or control bytes, or of any length, goes
+        // into the refusal's reason (a header, a grpc-message): quoted and cut.
+        let page = Err(Status { code: 14, message: "<html>\r\n<head>\x1b[2J</head>\r\n".into() });
+        let e = parse(&page, "r").unwrap_err();
+        assert_eq!(e.0, r#"etcd answered gRPC status 14 (UNAVAILABLE): "<html>\r\n<head>\u{1b}[2J</head>""#);
+        let long = parse(&Err(Status { code: 2, message: "\u{15}".repeat(4096) }), "r").unwrap_err();
+        let holds = lost("\u{202e}".repeat(1000).as_bytes());
+        let holds = parse(&holds, &"k".repeat(1024)).unwrap_err();
+        let unparsable = parse(&Ok(vec![0x12; 4096]), "r").unwrap_err();
         for e in [long, holds, unparsable] {
             assert!(e.0.len() <= 500 && !e.0.chars().any(|c| c.is_control() || c == '\u{202e}'), "{e}");
         }
@@ -227,10 +294,8 @@ mod tests {
 
     #[test]
     fn a_failed_txn_without_its_read_back_is_an_error_not_no_mark() {
-        // Found by fuzz/fuzz_targets/etcd_answer.rs after the move to the etcd wire: a
-        // failed compare whose answer lacks the read-back was taken for "no mark".
-        let bare = br#"{"header":{"cluster_id":"1","revision":"7"},"responses":[],"succeeded":false}"#;
-        let e = parse(Some("200"), bare, "r").unwrap_err();
+        let bare = Ok(grpc::txn_answer(false, 7, &[]));
+        let e = parse(&bare, "r").unwrap_err();
         assert!(e.0.contains("lacks the read"), "{e}");
     }
 }

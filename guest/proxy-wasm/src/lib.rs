@@ -9,7 +9,7 @@
 //! * [`config`]: the JSON plugin configuration.
 //! * [`headers`]: the request headers the filter reads, in one host call.
 //! * [`slots`]: marks in the proxy's shared data, race-free for new resources.
-//! * [`etcd`]: marks in etcd through its v3 JSON gateway (correctness mode).
+//! * [`etcd`]: marks in etcd over its gRPC API (correctness mode).
 //! * [`auth`]: etcd's user/password authentication (the token, per VM).
 //! * [`env`]: the password, from the VM's environment (never from the configuration).
 //! * [`vouch`]: the provenance step: etcd vouches for a token before it advances a mark.
@@ -136,15 +136,9 @@ struct Root {
 
 impl Context for Root {
     /// The answer to a batch's Txn (the root sends them all).
-    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, size: usize) {
         let Some(f) = &self.filter else { return };
-        let status =
-            hostcalls::get_map_value(proxy_wasm::types::MapType::HttpCallResponseHeaders, ":status").ok().flatten();
-        let body = hostcalls::get_buffer(proxy_wasm::types::BufferType::HttpCallResponseBody, 0, body_size)
-            .ok()
-            .flatten()
-            .unwrap_or_default();
-        confirms::on_answer(f, token, status.as_deref(), &body);
+        confirms::on_answer(f, token, &etcd::response(status_code, size));
     }
 }
 

@@ -15,7 +15,7 @@
 //! (`fencekeeper-audit: {json}`), with the client's address.
 
 use crate::confirms::Waiter;
-use crate::etcd::{self, EtcdError, Outcome};
+use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::headers::Seen;
 use crate::reply::{self, Reply};
 use crate::vouch::{self, Next};
@@ -25,11 +25,12 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::{decide, decision::decide_token, precheck, Token, Verdict};
-use fencekeeper_etcd_wire::{self as wire, AuthRefusal};
+use fencekeeper_etcd_wire::grpc::{self, Status};
+use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
 /// How many etcd transactions one request may take before it is undecided.
 const MAX_ETCD_ROUNDS: u32 = 8;
@@ -197,43 +198,34 @@ impl Request {
             etcd::txn(&key, &p.resource, p.expected.as_ref(), &p.token)
         };
         let resource = p.resource.clone();
-        let mut headers = etcd::txn_headers(&e.authority);
         // With a user: the VM's token, or first an authentication (then this call).
         let token = f.auth.as_ref().map(|a| (a, a.token()));
-        let authenticating = matches!(token, Some((_, None)));
-        let body = match &token {
-            None => body,
+        let sent = match &token {
+            None => etcd::call(e, Method::Txn, None, &body),
             Some((_, Some((token, generation)))) => {
                 p.generation = *generation;
-                headers.push((wire::AUTH_HEADER, token.as_str()));
-                body
+                etcd::call(e, Method::Txn, Some(token), &body)
             }
             Some((auth, None)) => {
                 p.stage = Stage::Authenticate;
-                headers[1] = (":path", wire::AUTH_PATH);
-                auth.body()
+                let body = auth.body();
+                let sent = etcd::call(e, Method::Authenticate, None, &body);
+                // It carries the password: not left in memory the VM hands out again.
+                crate::env::wipe(body);
+                sent
             }
         };
-        let sent =
-            self.dispatch_http_call(&e.cluster, headers, Some(&body), vec![], Duration::from_millis(e.timeout_ms));
-        if authenticating {
-            // It carries the password: not left in memory the VM hands out again.
-            crate::env::wipe(body);
-        }
         match sent {
             Ok(_) => Action::Pause,
-            Err(s) => {
-                let cause = format!("cannot call etcd cluster {:?} ({s:?})", e.cluster);
-                self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause)
-            }
+            Err(cause) => self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause),
         }
     }
 
     /// The answer to an authentication: with a token, make the call that needed it.
-    fn on_authenticated(&mut self, status: Option<u16>, body: &[u8], resource: &str) -> Action {
+    fn on_authenticated(&mut self, response: &Response, resource: &str) -> Action {
         let f = Rc::clone(&self.filter);
         let Some(auth) = &f.auth else { return self.unexpected(resource) };
-        let failed = match wire::parse_authentication(status, body) {
+        let failed = match grpc::parse_authentication(response.as_deref()) {
             Ok(token) => {
                 auth.store(token);
                 log::info!("fencekeeper: authenticated to etcd as {:?}", auth.user);
@@ -249,16 +241,13 @@ impl Request {
 
     /// etcd refused the token a call carried (expired, or etcd restarted): drop it,
     /// and make the call again once, with a newer token or after authenticating.
-    fn on_token_refused(&mut self, status: u16, body: &[u8], resource: &str) -> Action {
+    fn on_token_refused(&mut self, refusal: &Status, resource: &str) -> Action {
         let f = Rc::clone(&self.filter);
         let (Some(auth), Some(p)) = (&f.auth, self.pending.as_mut()) else { return self.unexpected(resource) };
         auth.refused(p.generation);
         if p.token_retried {
-            let cause = format!(
-                "etcd refused the token of user {:?} again after a new one: {}",
-                auth.user,
-                wire::status_error(status, body)
-            );
+            let cause =
+                format!("etcd refused the token of user {:?} again after a new one: {}", auth.user, refusal.error());
             return self.finish(Err(NoVerdict::StoreUnreachable), resource, &cause);
         }
         p.token_retried = true;
@@ -375,19 +364,17 @@ impl Drop for Request {
 }
 
 impl Context for Request {
-    fn on_http_call_response(&mut self, _token: u32, _headers: usize, body_size: usize, _trailers: usize) {
-        let status = self.get_http_call_response_header(":status");
-        let body = self.get_http_call_response_body(0, body_size).unwrap_or_default();
+    fn on_grpc_call_response(&mut self, _token: u32, status_code: u32, size: usize) {
+        let response = etcd::response(status_code, size);
         let Some(p) = self.pending.as_ref() else { return };
         let (resource, stage) = (p.resource.clone(), p.stage);
         // With a user: an authentication's answer, or a call refused for its token.
         let mut handled = None;
         if self.filter.auth.is_some() {
-            let code = status.as_deref().and_then(|s| s.parse::<u16>().ok());
             if stage == Stage::Authenticate {
-                handled = Some(self.on_authenticated(code, &body, &resource));
-            } else if let Some(code) = code.filter(|&c| wire::token_refused(c, &body)) {
-                handled = Some(self.on_token_refused(code, &body, &resource));
+                handled = Some(self.on_authenticated(&response, &resource));
+            } else if let Some(refusal) = response.as_ref().err().filter(|s| grpc::token_refused(s)) {
+                handled = Some(self.on_token_refused(refusal, &resource));
             }
         }
         if let Some(next) = handled {
@@ -397,8 +384,8 @@ impl Context for Request {
             return;
         }
         let answered = match stage {
-            Stage::Vouch => self.on_vouch(etcd::parse_vouch(status.as_deref(), &body, &resource)),
-            Stage::Mark | Stage::Authenticate => self.on_etcd(etcd::answer(status.as_deref(), &body, &resource)),
+            Stage::Vouch => self.on_vouch(etcd::parse_vouch(&response, &resource)),
+            Stage::Mark | Stage::Authenticate => self.on_etcd(etcd::answer(&response, &resource)),
         };
         let next = match answered {
             None => self.call_etcd(),

@@ -217,7 +217,7 @@ fn etcd_members(list: &str) -> Result<Vec<Endpoint>> {
     list.split(',').map(|m| Endpoint::parse(m.trim()).with_context(|| format!("--etcd {list:?}"))).collect()
 }
 
-/// The health check of an etcd cluster's members (see [`cluster`]).
+/// The health check of an etcd cluster's members (see [`cluster`]), before its codec.
 const ETCD_HEALTH_CHECK: &str = "    health_checks:
     - timeout: 1s
       interval: 0.5s
@@ -227,6 +227,14 @@ const ETCD_HEALTH_CHECK: &str = "    health_checks:
       http_health_check:
         path: /health
         retriable_statuses: [{ start: 503, end: 504 }]
+";
+
+/// The filter calls etcd's gRPC API: HTTP/2 to the members.
+const HTTP2: &str = "    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config:
+          http2_protocol_options: {}
 ";
 
 /// A cluster of `endpoints`. Several are etcd members, health-checked on etcd's
@@ -241,13 +249,22 @@ const ETCD_HEALTH_CHECK: &str = "    health_checks:
 ///   the write (503) as it would have.
 /// * `no_traffic_interval` is the interval too: a member that fails before the
 ///   first write is noticed within a second, not a minute.
-fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint]) -> Result<()> {
+/// * The cluster speaks HTTP/2 (the filter's calls are gRPC); the health check
+///   speaks HTTP/1.1 in plaintext, where etcd hands every HTTP/2 connection to its
+///   gRPC server and `/health` is only served over HTTP/1.1, and HTTP/2 over TLS,
+///   where ALPN has agreed on h2 and etcd serves `/health` on it.
+fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint], etcd: Option<Tls>) -> Result<()> {
     let kind = if endpoints.iter().all(Endpoint::is_ip) { "STATIC" } else { "STRICT_DNS" };
     writeln!(out, "  - name: {name}")?;
     writeln!(out, "    type: {kind}")?;
     writeln!(out, "    connect_timeout: 1s")?;
-    if endpoints.len() > 1 {
-        out.push_str(ETCD_HEALTH_CHECK);
+    if let Some(tls) = etcd {
+        out.push_str(HTTP2);
+        if endpoints.len() > 1 {
+            out.push_str(ETCD_HEALTH_CHECK);
+            let codec = if tls == Tls::On { "HTTP2" } else { "HTTP1" };
+            writeln!(out, "        codec_client_type: {codec}")?;
+        }
     }
     writeln!(out, "    load_assignment:")?;
     writeln!(out, "      cluster_name: {name}")?;
@@ -259,6 +276,13 @@ fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint]) -> Result<()> {
         writeln!(out, "              socket_address: {{ address: {}, port_value: {} }}", e.host, e.port)?;
     }
     Ok(())
+}
+
+/// Whether Envoy reaches etcd over TLS.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tls {
+    On,
+    Off,
 }
 
 /// TLS to etcd for the cluster just written: each member's certificate checked
@@ -285,6 +309,8 @@ fn etcd_tls(out: &mut String, members: &[Endpoint], ca: &Path, client: Option<(&
         }
     }
     writeln!(out, "        common_tls_context:")?;
+    // The filter speaks gRPC: etcd's TLS listener serves it on h2.
+    writeln!(out, "          alpn_protocols: [h2]")?;
     if let Some((cert, key)) = client {
         writeln!(out, "          tls_certificates:")?;
         writeln!(out, "          - certificate_chain: {{ filename: {} }}", absolute(cert)?)?;
@@ -423,10 +449,11 @@ static_resources:
   clusters:
 "#
     )?;
-    cluster(&mut out, "store", &[Endpoint::parse(&args.upstream).context("--upstream")?])?;
+    cluster(&mut out, "store", &[Endpoint::parse(&args.upstream).context("--upstream")?], None)?;
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;
-        cluster(&mut out, "fencekeeper_etcd", &members)?;
+        let tls = if args.etcd_cacert.is_some() { Tls::On } else { Tls::Off };
+        cluster(&mut out, "fencekeeper_etcd", &members, Some(tls))?;
         if let Some(ca) = &args.etcd_cacert {
             etcd_tls(&mut out, &members, ca, args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()))?;
         }

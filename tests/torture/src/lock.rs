@@ -57,7 +57,7 @@ impl Etcd {
 pub struct Lock {
     /// The fencing token: the revision at which this holder saw it holds the lock.
     pub token: u64,
-    lease: String,
+    lease: i64,
     key: String,
     prefix: String,
     renewed: Instant,
@@ -67,9 +67,8 @@ pub struct Lock {
 pub fn acquire(etcd: &Etcd, name: &str, ttl: u64, patience: Duration) -> Result<Lock> {
     let deadline = Instant::now() + patience;
     let lease = wire::parse_lease_grant(&etcd.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl))?)?;
-    let id: i64 = lease.parse()?;
     let prefix = format!("{name}/");
-    let key = format!("{prefix}{id:x}");
+    let key = format!("{prefix}{lease:x}");
     let mut lock = Lock { token: 0, lease, key, prefix, renewed: Instant::now() };
     match wait_turn(etcd, &mut lock, ttl, deadline) {
         Ok(token) => {
@@ -86,9 +85,8 @@ pub fn acquire(etcd: &Etcd, name: &str, ttl: u64, patience: Duration) -> Result<
 fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Result<u64> {
     let key = lock.key.clone();
     let key = key.as_bytes();
-    let lease = lock.lease.clone();
     let prefix = lock.prefix.clone();
-    let put = Op::Put { key, value: b"", lease: Some(&lease) };
+    let put = Op::Put { key, value: b"", lease: Some(lock.lease) };
     let own = Op::Range(Range { key, ..Range::default() });
     let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
     let queued = etcd.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
@@ -123,7 +121,7 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
 impl Lock {
     /// Keep the lease alive; an error when it is gone (the lock is lost).
     pub fn renew(&mut self, etcd: &Etcd) -> Result<()> {
-        let kept = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(&self.lease))?;
+        let kept = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(self.lease))?;
         if wire::parse_keepalive(&kept)? <= 0 {
             bail!("lease expired");
         }
@@ -149,7 +147,7 @@ impl Lock {
 
     /// Revoke the lease (deleting the key); an expired lease is already released.
     pub fn release(&self, etcd: &Etcd) -> Result<()> {
-        match etcd.call(wire::LEASE_REVOKE_PATH, wire::lease(&self.lease)) {
+        match etcd.call(wire::LEASE_REVOKE_PATH, wire::lease(self.lease)) {
             Ok(_) => Ok(()),
             Err(e) if format!("{e:#}").contains("lease not found") => Ok(()),
             Err(e) => Err(e),

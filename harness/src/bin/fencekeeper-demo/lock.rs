@@ -19,7 +19,7 @@ pub struct Etcd {
 /// A held lock: its lease and fencing token.
 pub struct Held {
     /// The lease the lock key lives under.
-    pub lease: String,
+    pub lease: i64,
     /// The fencing token: the revision that created the lock key.
     pub token: u64,
 }
@@ -39,10 +39,10 @@ impl Etcd {
     /// Acquire the lock `key`, waiting (at most `patience`) while someone else holds it.
     pub fn acquire(&self, key: &str, owner: &str, ttl: u64, patience: Duration) -> Result<Held> {
         let lease = wire::parse_lease_grant(&self.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl))?)?;
-        self.keep_alive(&lease, ttl);
+        self.keep_alive(lease, ttl);
         let deadline = Instant::now() + patience;
         loop {
-            let txn = wire::txn(key.as_bytes(), Expect::Absent, Some(owner.as_bytes()), Some(&lease), false);
+            let txn = wire::txn(key.as_bytes(), Expect::Absent, Some(owner.as_bytes()), Some(lease), false);
             let answer = wire::parse_txn(&self.call(wire::TXN_PATH, txn)?)?;
             if answer.succeeded {
                 return Ok(Held { lease, token: answer.revision });
@@ -56,17 +56,17 @@ impl Etcd {
 
     /// Give the lock back (revoking the lease deletes the key); an expired lease is fine.
     pub fn release(&self, held: &Held) {
-        let _ = self.call(wire::LEASE_REVOKE_PATH, wire::lease(&held.lease));
+        let _ = self.call(wire::LEASE_REVOKE_PATH, wire::lease(held.lease));
     }
 
     /// Refresh the lease from a thread, a third of the TTL apart. The thread stops
     /// with the process: a paused holder stops refreshing, which is the point.
-    fn keep_alive(&self, lease: &str, ttl: u64) {
-        let (etcd, lease) = (Etcd::new(&self.url), lease.to_owned());
+    fn keep_alive(&self, lease: i64, ttl: u64) {
+        let etcd = Etcd::new(&self.url);
         let period = Duration::from_millis(ttl * 1000 / 3);
         std::thread::spawn(move || loop {
             std::thread::sleep(period);
-            let _ = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(&lease));
+            let _ = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(lease));
         });
     }
 }

@@ -27,8 +27,7 @@ const POLL: Duration = Duration::from_millis(100);
 pub struct EtcdLock {
     client: EtcdClient,
     name: String,
-    lease: String,
-    /// The lease's ID as a number (etcdctl shows it in hex, and names keys by it).
+    /// The lease's ID (etcdctl shows it in hex, and names keys by it).
     id: i64,
     key: String,
     ttl: Duration,
@@ -47,12 +46,11 @@ pub fn acquire(
     let client = EtcdClient::new(address, &EtcdOptions { timeout: Duration::from_secs(3), ..options.clone() })?;
     let context = || format!("taking lock {name:?} in etcd at {}", client.endpoint());
     let grant = client.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl.as_secs())).with_context(context)?;
-    let lease = wire::parse_lease_grant(&grant).with_context(context)?;
-    let id: i64 = lease.parse().with_context(|| format!("etcd granted lease {lease:?}"))?;
+    let id = wire::parse_lease_grant(&grant).with_context(context)?;
     let prefix = format!("{name}/");
     let key = format!("{prefix}{id:x}");
     let context = context();
-    let mut lock = EtcdLock { client, name: name.to_owned(), lease, id, key, ttl, token: String::new() };
+    let mut lock = EtcdLock { client, name: name.to_owned(), id, key, ttl, token: String::new() };
     match lock.wait_turn(&prefix, patience) {
         Ok(token) => {
             lock.token = token;
@@ -80,8 +78,7 @@ impl EtcdLock {
     fn wait_turn(&mut self, prefix: &str, patience: Patience) -> anyhow::Result<String> {
         let owned_key = self.key.clone();
         let key = owned_key.as_bytes();
-        let lease = self.lease.clone();
-        let put = Op::Put { key, value: b"", lease: Some(&lease) };
+        let put = Op::Put { key, value: b"", lease: Some(self.id) };
         let own = Op::Range(Range { key, ..Range::default() });
         let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
         let queued = self.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
@@ -115,7 +112,7 @@ impl EtcdLock {
     }
 
     fn revoke(&self) -> anyhow::Result<()> {
-        match self.client.call(wire::LEASE_REVOKE_PATH, wire::lease(&self.lease)) {
+        match self.client.call(wire::LEASE_REVOKE_PATH, wire::lease(self.id)) {
             Ok(_) => Ok(()),
             // Expired already: the key went with it.
             Err(e) if e.to_string().contains("lease not found") => Ok(()),
@@ -135,8 +132,7 @@ impl Held for EtcdLock {
 
     fn renew(&mut self) -> Result<(), Renewal> {
         let unreachable = |e: &dyn std::fmt::Display| Renewal::Unreachable(e.to_string());
-        let kept =
-            self.client.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(&self.lease)).map_err(|e| unreachable(&e))?;
+        let kept = self.client.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(self.id)).map_err(|e| unreachable(&e))?;
         // An expired lease is renewed with TTL 0, which the gateway leaves out.
         if wire::parse_keepalive(&kept).map_err(|e| unreachable(&e))? <= 0 {
             return Err(Renewal::Lost(format!("etcd lease {:x} expired", self.id)));
