@@ -3,11 +3,11 @@
 //! belong to. The targets call the parser and build stored values through here.
 
 use fencekeeper_core::Token;
-use fencekeeper_filter::etcd::{EtcdError, Outcome};
+use fencekeeper_filter::etcd::{EtcdError, Outcome, Response};
 
 /// Parse an answer to a transaction on `resource`'s mark.
-pub fn parse(status: Option<&str>, body: &[u8], resource: &str) -> Result<Outcome, EtcdError> {
-    fencekeeper_filter::etcd::parse(status, body, resource)
+pub fn parse(response: &Response, resource: &str) -> Result<Outcome, EtcdError> {
+    fencekeeper_filter::etcd::parse(response, resource)
 }
 
 /// The value a writer stores as `resource`'s mark `token`.

@@ -19,7 +19,7 @@
 
 use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::reply::Reply;
-use crate::Filter;
+use crate::{Filter, Tally};
 use fencekeeper_core::decision::decide_token;
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::{Policy, Token, Verdict};
@@ -189,21 +189,23 @@ fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
     if let Ok(Some(m)) = &mark {
         let _ = f.slots.raise(resource, *m);
     }
+    let mut tally = Tally::default();
     for w in waiters {
         if hostcalls::set_effective_context(w.context).is_err() {
             // Its stream ended meanwhile: nobody to answer.
             continue;
         }
-        f.metrics.batch_answered();
+        tally.batched += 1;
         let (outcome, cause) = match &mark {
             Err(e) => (Err(NoVerdict::StoreUnreachable), e.0.clone()),
             Ok(m) => judge(&f.config.policy, resource, w.token, *m),
         };
         let reply = Reply { grpc: w.grpc, admitted_sent: w.admitted_sent };
-        if let Action::Continue = reply.finish(f, outcome, resource, &cause) {
+        if let Action::Continue = reply.answer(f, outcome, resource, &cause, &mut tally) {
             let _ = hostcalls::resume_http_request();
         }
     }
+    f.metrics.add(&tally);
 }
 
 /// A request's verdict on the mark a batch's Txn saw.

@@ -84,17 +84,36 @@ impl Metrics {
         let _ = hostcalls::increment_metric(self.batch_txns, 1);
     }
 
-    /// One request answered by a batch's Txn.
-    pub fn batch_answered(&self) {
-        let _ = hostcalls::increment_metric(self.batch_requests, 1);
-    }
-
-    /// Count one outcome; `failed_open` when it was forwarded without an admit.
-    pub fn count(&self, class: Class, failed_open: bool) {
-        let _ = hostcalls::increment_metric(self.by_class[class.index()], 1);
-        if failed_open {
-            let _ = hostcalls::increment_metric(self.failed_open, 1);
+    /// Add a tally: one host call per counter that moved (a batch's requests are
+    /// counted together, not one call each).
+    pub fn add(&self, tally: &Tally) {
+        for (id, &n) in self.by_class.iter().zip(&tally.by_class) {
+            if n > 0 {
+                let _ = hostcalls::increment_metric(*id, n);
+            }
         }
+        for (id, n) in [(self.failed_open, tally.failed_open), (self.batch_requests, tally.batched)] {
+            if n > 0 {
+                let _ = hostcalls::increment_metric(id, n);
+            }
+        }
+    }
+}
+
+/// Outcomes counted, not yet added to the stats.
+#[derive(Default)]
+pub struct Tally {
+    by_class: [i64; Class::ALL.len()],
+    failed_open: i64,
+    /// Requests answered by a batch's Txn.
+    pub batched: i64,
+}
+
+impl Tally {
+    /// One outcome; `failed_open` when it was forwarded without an admit.
+    pub fn add(&mut self, class: Class, failed_open: bool) {
+        self.by_class[class.index()] += 1;
+        self.failed_open += i64::from(failed_open);
     }
 }
 

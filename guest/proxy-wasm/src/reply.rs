@@ -6,7 +6,7 @@
 //! not the SDK's context methods, which trap on one: a request whose stream ended
 //! meanwhile has nobody left to answer.
 
-use crate::Filter;
+use crate::{Filter, Tally};
 use fencekeeper_core::http::{Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Verdict};
@@ -32,8 +32,23 @@ impl Reply {
         resource: &str,
         cause: &dyn std::fmt::Display,
     ) -> Action {
+        let mut tally = Tally::default();
+        let next = self.answer(f, outcome, resource, cause, &mut tally);
+        f.metrics.add(&tally);
+        next
+    }
+
+    /// [`Reply::finish`], counted in `tally` (the caller adds it to the stats).
+    pub fn answer(
+        &self,
+        f: &Filter,
+        outcome: Result<Verdict, NoVerdict>,
+        resource: &str,
+        cause: &dyn std::fmt::Display,
+        tally: &mut Tally,
+    ) -> Action {
         let action = resolve(f.config.policy.mode, outcome.as_ref().map_err(|e| *e));
-        f.metrics.count(action.class, action.failed_open());
+        tally.add(action.class, action.failed_open());
         if outcome == Err(NoVerdict::Unverified) {
             let reason = Unverified { resource, cause }.to_string();
             let client = client().unwrap_or_else(|| "an unknown client".to_owned());
