@@ -21,6 +21,7 @@ use fencekeeper_core::decision::{Mode, Verdict};
 use fencekeeper_core::refusal::{resolve, Class, NoVerdict, Reason};
 use fencekeeper_core::resource::{self, ResourceError};
 use fencekeeper_core::{Malformed, Token};
+use fencekeeper_etcd_wire::grpc::Status;
 use fencekeeper_fuzz::etcd;
 use fencekeeper_fuzz::header::{grpc_message, grpc_message_decode, is_field_value, is_printable_line, is_token_value};
 use fencekeeper_fuzz::input::SmallToken;
@@ -102,8 +103,14 @@ fuzz_target!(|data: &[u8]| {
         Cause::Text(text) if is_printable_line(text) => text.clone(),
         Cause::Text(_) => return,
         Cause::Etcd(status, body) => {
-            let status = status.map(|s| format!("{:03}", s % 1000));
-            etcd::parse(status.as_deref(), body, resource).err().map(|e| e.0).unwrap_or_default()
+            // An answer (status 0) or a gRPC status whose message is `body`.
+            let response = match status {
+                None | Some(0) => Ok(body.clone()),
+                Some(code) => {
+                    Err(Status { code: u32::from(*code), message: String::from_utf8_lossy(body).into_owned() })
+                }
+            };
+            etcd::parse(&response, resource).err().map(|e| e.0).unwrap_or_default()
         }
     };
 

@@ -50,8 +50,9 @@ pub fn call(e: &Etcd, method: Method, token: Option<&str>, message: &[u8]) -> Re
     };
     let metadata = token.map(|t| (grpc::TOKEN_METADATA, t.as_bytes())).into_iter().collect();
     let timeout = Duration::from_millis(e.timeout_ms);
-    hostcalls::dispatch_grpc_call(&e.service, service, name, metadata, Some(message), timeout)
-        .map_err(|s| format!("cannot call etcd cluster {:?} ({s:?})", e.cluster))
+    hostcalls::dispatch_grpc_call(&e.service, service, name, metadata, Some(message), timeout).map_err(|s| {
+        format!("cannot call etcd cluster {:?} ({s:?}): is it a cluster of Envoy's configuration?", e.cluster)
+    })
 }
 
 /// The `GrpcService` (Envoy's `envoy.config.core.v3.GrpcService`, protobuf) that names
@@ -160,8 +161,19 @@ pub fn answer(response: &Response, resource: &str) -> Result<(Outcome, u64), Etc
 }
 
 fn ok(response: &Response) -> Result<&[u8], EtcdError> {
-    response.as_deref().map_err(|s| EtcdError(s.error().0))
+    response.as_deref().map_err(|s| {
+        let error = s.error().0;
+        if s.code == UNIMPLEMENTED {
+            // What an etcd cluster of HTTP/1.1 in Envoy's configuration gets.
+            EtcdError(format!("{error}; does the etcd cluster speak HTTP/2 (docs/envoy.md)?"))
+        } else {
+            EtcdError(error)
+        }
+    })
 }
+
+/// gRPC's status for a method the server does not have.
+const UNIMPLEMENTED: u32 = 12;
 
 /// A value read back, as `resource`'s mark. A value that is not this resource's
 /// verified record is a store fault, never a reason to admit. The resource is quoted
@@ -273,6 +285,8 @@ mod tests {
         let e = parse(&timeout, "x").unwrap_err();
         assert_eq!(e.0, r#"etcd answered gRPC status 4 (DEADLINE_EXCEEDED): "upstream request timeout""#);
         assert!(parse(&Ok(vec![0x0a]), "x").is_err());
+        let http1 = Err(Status { code: 12, message: "via_upstream".into() });
+        assert!(parse(&http1, "x").unwrap_err().0.ends_with("does the etcd cluster speak HTTP/2 (docs/envoy.md)?"));
         assert!(parse(&lost(b"x"), "x").unwrap_err().0.contains("damaged mark"));
     }
 
