@@ -1,8 +1,10 @@
-//! Fencekeeper's etcd wire: the keys, request bodies and answers of etcd's v3 JSON
-//! gateway (etcd 3.4: `POST /v3/kv/range`, `/v3/kv/txn`, `/v3/lease/*`; keys and values
-//! base64), written once for every host that talks to etcd. No I/O: each host keeps its
-//! own transport (the library's blocking HTTP client, the Envoy filter's
-//! `dispatch_http_call`, the lock helpers).
+//! Fencekeeper's etcd wire: the keys, request bodies and answers of etcd's v3 API,
+//! written once for every host that talks to etcd. Two encodings of the same
+//! transactions: JSON for etcd's JSON gateway (etcd 3.4: `POST /v3/kv/range`,
+//! `/v3/kv/txn`, `/v3/lease/*`; keys and values base64), which the library's blocking
+//! HTTP client and the lock helpers speak, and protobuf for etcd's gRPC API
+//! ([`grpc`]), which the Envoy filter speaks through `dispatch_grpc_call`. No I/O: each
+//! host keeps its own transport.
 //!
 //! Marks: key = prefix + resource (default prefix [`DEFAULT_PREFIX`]), value = the
 //! mark's checked record (`fencekeeper_core::record`). Records are deterministic, so a
