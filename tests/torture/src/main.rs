@@ -176,6 +176,11 @@ fn run(args: RunArgs) -> Result<bool> {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!("fencekeeper-torture-{seed}-{}", std::process::id())),
     };
+    // The checker reads every log in the directory: an earlier run's would be judged
+    // with this one's (its write ids repeat), so only an empty or new one will do.
+    if std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()) {
+        anyhow::bail!("--out {}: the directory is not empty; give a new or empty one", dir.display());
+    }
     std::fs::create_dir_all(&dir)?;
     println!("torture: logs in {}", dir.display());
     let started = Instant::now();

@@ -32,6 +32,12 @@
 //! * **No half-made store.** Opening an existing file never creates anything; a
 //!   new file is built under a temporary name and linked into place only when
 //!   complete, so a crash during creation leaves nothing that would read as empty.
+//! * **Reopened after an I/O error.** redb refuses every transaction after one I/O
+//!   error (a full disk, an EIO) until the database is closed and opened again. The
+//!   store does that itself, at most once a second while it fails, through the same
+//!   verified open: so writes resume once the disk has room, without restarting the
+//!   process. Nothing is lost by it: a commit that failed answered an error, never
+//!   [`Swap::Swapped`], and the reopened file holds the last durable commit.
 //!
 //! A file of format 1 (table `fencekeeper_marks`, bare token text, no checksums) is
 //! refused with [`StoreError::OldFormat`]; [`FileStore::upgrade`] converts it in one
@@ -49,6 +55,9 @@ use redb::{
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 /// Format 2: resource bytes -> record (`fk2 TOKEN CRC`).
 const MARKS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencekeeper_marks_v2");
@@ -59,16 +68,25 @@ const FORMAT1: TableDefinition<&str, &str> = TableDefinition::new("fencekeeper_m
 /// redb's page cache; marks are small and the OS caches the file too.
 const CACHE_BYTES: usize = 16 << 20;
 
+/// How often a store whose database failed with an I/O error tries to reopen it (a
+/// verified open reads the whole file).
+const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
+
 /// A durable [`MarkStore`] in one redb file. An advancing compare-and-swap is on
 /// stable storage before it returns [`Swap::Swapped`]; reads cost no I/O beyond
 /// the page cache. Safe to share between threads; one process at a time.
 pub struct FileStore {
-    /// Always `Some` until dropped: taken out in `drop` to close it inside the panic
-    /// boundary (closing commits, so it reads the file too).
-    db: Option<Database>,
+    /// `Some` but while it is being reopened (or could not be) and once dropped:
+    /// taken out to close it inside the panic boundary (closing commits, so it reads
+    /// the file too). Each call holds a clone for its duration.
+    db: RwLock<Option<Arc<Database>>>,
     path: PathBuf,
     /// Concurrent advances, committed together (group commit).
     advances: Group<Advance, Result<Swap, StoreError>>,
+    /// An I/O error failed a call: the database must be reopened before the next.
+    failed: AtomicBool,
+    /// When the last reopen was tried.
+    reopened: Mutex<Option<Instant>>,
 }
 
 /// One compare-and-swap waiting for the next commit.
@@ -80,7 +98,7 @@ struct Advance {
 
 impl Drop for FileStore {
     fn drop(&mut self) {
-        let db = self.db.take();
+        let db = self.db.get_mut().unwrap_or_else(|p| p.into_inner()).take();
         // A failure to close leaves the file for the next open to recover and verify.
         let _ = contained(&self.path, || {
             drop(db);
@@ -118,7 +136,7 @@ impl FileStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => create(&path)?,
             Err(error) => return Err(StoreError::Io { path, error }),
         }
-        let store = FileStore { db: Some(open_verified(&path)?), path, advances: Group::new() };
+        let store = FileStore::with(open_verified(&path)?, path);
         match store.format()? {
             Format::Two => Ok(store),
             Format::One => Err(StoreError::OldFormat {
@@ -139,7 +157,7 @@ impl FileStore {
         if let Err(error) = fs::metadata(&path) {
             return Err(StoreError::Io { path, error });
         }
-        let store = FileStore { db: Some(open_verified(&path)?), path, advances: Group::new() };
+        let store = FileStore::with(open_verified(&path)?, path);
         if store.format()? == Format::Two {
             return Ok(Upgrade::Current);
         }
@@ -177,8 +195,56 @@ impl FileStore {
         &self.path
     }
 
-    fn db(&self) -> Result<&Database, StoreError> {
-        self.db.as_ref().ok_or_else(|| corrupt(&self.path, "the store is closed"))
+    fn with(db: Database, path: PathBuf) -> FileStore {
+        FileStore {
+            db: RwLock::new(Some(Arc::new(db))),
+            path,
+            advances: Group::new(),
+            failed: AtomicBool::new(false),
+            reopened: Mutex::new(None),
+        }
+    }
+
+    /// The database, reopened first when an I/O error failed an earlier call.
+    fn db(&self) -> Result<Arc<Database>, StoreError> {
+        if self.failed.load(Ordering::Acquire) {
+            self.reopen()?;
+        }
+        let slot = self.db.read().unwrap_or_else(|p| p.into_inner());
+        slot.clone().ok_or_else(|| corrupt(&self.path, "the store is closed"))
+    }
+
+    /// Close the failed database and open the file again, verified: at most once per
+    /// [`REOPEN_INTERVAL`], and only when no call still holds the old one.
+    fn reopen(&self) -> Result<(), StoreError> {
+        let busy = |why: &str| {
+            StoreError::Unavailable(format!("mark store {}: an I/O error stopped it; {why}", self.path.display()))
+        };
+        let mut last = self.reopened.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.failed.load(Ordering::Acquire) {
+            return Ok(()); // another call reopened it meanwhile
+        }
+        if last.is_some_and(|t| t.elapsed() < REOPEN_INTERVAL) {
+            return Err(busy("it is reopened at most once a second"));
+        }
+        *last = Some(Instant::now());
+        let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|db| Arc::strong_count(db) > 1) {
+            return Err(busy("a call still uses the database, so it is reopened later"));
+        }
+        let old = slot.take();
+        let _ = contained(&self.path, || {
+            drop(old);
+            Ok(())
+        });
+        let db = open_verified(&self.path).map_err(|e| match e {
+            // Damage found by the verified open is what it is, not a passing fault.
+            e @ StoreError::Corrupt { .. } => e,
+            e => busy(&format!("reopening it failed: {e}")),
+        })?;
+        *slot = Some(Arc::new(db));
+        self.failed.store(false, Ordering::Release);
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -186,7 +252,12 @@ impl FileStore {
     }
 
     fn error(&self, e: impl Into<redb::Error>) -> StoreError {
-        redb_error(&self.path, e.into())
+        let e = e.into();
+        if matches!(e, redb::Error::Io(_) | redb::Error::PreviousIo) {
+            // redb refuses every transaction after this until it is reopened.
+            self.failed.store(true, Ordering::Release);
+        }
+        redb_error(&self.path, e)
     }
 
     fn damaged(&self, resource: &str, detail: impl std::fmt::Display) -> StoreError {
@@ -396,7 +467,7 @@ fn create(path: &Path) -> Result<(), StoreError> {
     let _ = fs::remove_file(&temp);
     let built = contained(path, || {
         let db = Database::builder().set_cache_size(CACHE_BYTES).create(&temp).map_err(|e| database_error(path, e))?;
-        let store = FileStore { db: Some(db), path: path.to_owned(), advances: Group::new() };
+        let store = FileStore::with(db, path.to_owned());
         store.write(|txn| {
             txn.open_table(MARKS).map_err(|e| store.error(e))?;
             Ok(((), true))
