@@ -390,24 +390,50 @@ fn admitted_requests_reach_the_store_with_the_admitted_token_and_a_forged_one_is
 /// pin the queueing rule itself, `confirms.rs`.)
 #[test]
 fn concurrent_repeated_writes_share_etcd_confirms_and_none_outlives_an_advance() {
+    confirms_under_advances(&["/batch"], 16, 12, 300);
+}
+
+/// Holders of different resources share etcd confirms too: one Txn compares every
+/// resource's mark (and reads each back when any moved). Sixteen holders, one
+/// connection each, so no two requests of one resource are ever in flight together:
+/// a Txn answering more than one request carried several resources. Their locks move
+/// on one at a time through the other Envoy; each resource is decided on its own
+/// mark (a write with a superseded token is refused even when the other resources
+/// of its Txn held).
+#[test]
+fn holders_of_different_resources_share_etcd_confirms_and_each_is_decided_on_its_own_mark() {
+    let resources: Vec<String> = (0..16).map(|i| format!("/spread/{i}")).collect();
+    let resources: Vec<&str> = resources.iter().map(String::as_str).collect();
+    confirms_under_advances(&resources, 1, 2, 60);
+}
+
+/// `per_resource` connections write to each of `resources` through one Envoy with
+/// its holder's token, while every resource's lock moves on `rounds` times through
+/// another Envoy; then every answer is judged against the advances of its resource,
+/// and at least `min_refused` writes must have come after an advance.
+fn confirms_under_advances(resources: &[&str], per_resource: usize, rounds: u64, min_refused: usize) {
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     use std::time::Instant;
-    const ADVANCES: u64 = 12;
     let (nginx, etcd) = store_and_etcd();
     let pair = envoys(1, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, Some(&etcd), &[])]);
     let (a, b) = (&pair[0], &pair[1]);
-    assert_admitted(&put(a, "/batch", "10", "a10"));
-    let (stop, answered, holder) = (AtomicBool::new(false), AtomicUsize::new(0), AtomicU64::new(10));
+    for r in resources {
+        assert_admitted(&put(a, r, "10", "a10"));
+    }
+    let (stop, answered) = (AtomicBool::new(false), AtomicUsize::new(0));
+    let holders: Vec<AtomicU64> = resources.iter().map(|_| AtomicU64::new(10)).collect();
     let (advances, history) = std::thread::scope(|s| {
-        let load: Vec<_> = (0..16)
-            .map(|_| {
-                s.spawn(|| {
+        let load: Vec<_> = (0..resources.len() * per_resource)
+            .map(|i| {
+                let (stop, answered, holders) = (&stop, &answered, &holders);
+                let r = i % resources.len();
+                s.spawn(move || {
                     let mut mine = Vec::new();
                     while !stop.load(Ordering::SeqCst) {
-                        let token = holder.load(Ordering::SeqCst);
+                        let token = holders[r].load(Ordering::SeqCst);
                         let start = Instant::now();
-                        let status = put(a, "/batch", &token.to_string(), "a").status;
-                        mine.push((token, start, Instant::now(), status));
+                        let status = put(a, resources[r], &token.to_string(), "a").status;
+                        mine.push((r, token, start, Instant::now(), status));
                         answered.fetch_add(1, Ordering::SeqCst);
                     }
                     mine
@@ -421,16 +447,19 @@ fn concurrent_repeated_writes_share_etcd_confirms_and_none_outlives_an_advance()
                 std::thread::yield_now();
             }
         };
-        let mut advances = Vec::new();
-        for token in 11..11 + ADVANCES {
-            wait_for(answered.load(Ordering::SeqCst) + 100);
-            let start = Instant::now();
-            assert_admitted(&put(b, "/batch", &token.to_string(), "b"));
-            advances.push((start, Instant::now()));
-            // The holder learns late that it lost the lock: its writes go on with the
-            // old token for a while, and all of them must be refused.
-            wait_for(answered.load(Ordering::SeqCst) + 50);
-            holder.store(token, Ordering::SeqCst);
+        // advances[r][k]: when the advance of resource r past token 10 + k ran.
+        let mut advances = vec![Vec::new(); resources.len()];
+        for token in 11..11 + rounds {
+            for (r, resource) in resources.iter().enumerate() {
+                wait_for(answered.load(Ordering::SeqCst) + 100);
+                let start = Instant::now();
+                assert_admitted(&put(b, resource, &token.to_string(), "b"));
+                advances[r].push((start, Instant::now()));
+                // The holder learns late that it lost the lock: its writes go on with
+                // the old token for a while, and all of them must be refused.
+                wait_for(answered.load(Ordering::SeqCst) + 50);
+                holders[r].store(token, Ordering::SeqCst);
+            }
         }
         wait_for(answered.load(Ordering::SeqCst) + 100);
         stop.store(true, Ordering::SeqCst);
@@ -438,19 +467,30 @@ fn concurrent_repeated_writes_share_etcd_confirms_and_none_outlives_an_advance()
         (advances, history)
     });
     let (mut admitted, mut refused) = (0, 0);
-    for (token, start, end, status) in &history {
-        // The advance past this token (to token + 1), if one was made.
-        let Some((advance_start, advance_end)) = advances.get((token - 10) as usize) else { continue };
+    for (r, token, start, end, status) in &history {
+        // The advance of this resource past this token (to token + 1), if one was made.
+        let Some((advance_start, advance_end)) = advances[*r].get((token - 10) as usize) else { continue };
+        let resource = resources[*r];
         if start > advance_end {
-            assert_eq!(*status, 409, "token {token}, sent after {} was admitted, was answered {status}", token + 1);
+            assert_eq!(
+                *status,
+                409,
+                "{resource}: token {token}, sent after {} was admitted, was answered {status}",
+                token + 1
+            );
             refused += 1;
         } else if end < advance_start {
-            assert!(*status == 201 || *status == 204, "token {token}, the holder's, was answered {status}");
+            assert!(*status == 201 || *status == 204, "{resource}: token {token}, the holder's, was answered {status}");
             admitted += 1;
         }
     }
-    assert!(admitted >= 500 && refused >= 300, "{admitted} admitted before, {refused} refused after an advance");
+    assert!(
+        admitted >= 500 && refused >= min_refused,
+        "{admitted} admitted before, {refused} refused after an advance"
+    );
     let txns = a.stat("wasmcustom.fencekeeper.confirm_batch.txns").unwrap();
     let batched = a.stat("wasmcustom.fencekeeper.confirm_batch.requests").unwrap();
-    assert!(batched as usize >= admitted && txns < batched / 2, "{batched} confirms in {txns} Txns: not shared");
+    // Without sharing a Txn answers one request; 16 concurrent writers share more.
+    let per_txn = batched as f64 / txns as f64;
+    assert!(batched as usize >= admitted && per_txn > 1.3, "{batched} confirms in {txns} Txns: not shared");
 }

@@ -199,12 +199,12 @@ fn op(o: &Op<'_>) -> Message {
     m
 }
 
-/// A `TxnRequest`: if `compare` holds (`None`: no compare, so `success` runs), run
-/// `success`, else `failure`.
-pub fn txn(compare_with: Option<(&[u8], Expect<'_>)>, success: &[Op<'_>], failure: &[Op<'_>]) -> Vec<u8> {
+/// A `TxnRequest`: if every compare holds (none: `success` runs), run `success`,
+/// else `failure`.
+pub fn txn(compares: &[(&[u8], Expect<'_>)], success: &[Op<'_>], failure: &[Op<'_>]) -> Vec<u8> {
     let mut m = Message::default();
-    if let Some((key, expect)) = compare_with {
-        m.message(1, compare(key, expect));
+    for (key, expect) in compares {
+        m.message(1, compare(key, *expect));
     }
     for o in success {
         m.message(2, op(o));
@@ -218,13 +218,32 @@ pub fn txn(compare_with: Option<(&[u8], Expect<'_>)>, success: &[Op<'_>], failur
 /// [`crate::mark_txn`] as a `TxnRequest`.
 pub fn mark_txn(key: &str, resource: &str, expected: Option<&Token>, new: &Token) -> Vec<u8> {
     crate::mark_ops(key, resource, expected, new, |compare_with, success, failure| {
-        txn(Some(compare_with), success, failure)
+        txn(&[compare_with], success, failure)
     })
 }
 
 /// [`crate::provenance::vouch_txn`] as a `TxnRequest`.
 pub fn vouch_txn(mark_key: &str, lock: Option<&str>) -> Vec<u8> {
-    crate::provenance::vouch_ops(mark_key, lock, |reads| txn(None, reads, &[]))
+    crate::provenance::vouch_ops(mark_key, lock, |reads| txn(&[], reads, &[]))
+}
+
+/// The most marks one [`confirm_txn`] compares: etcd refuses a Txn of more than
+/// `--max-txn-ops` (default 128) operations in a branch.
+pub const MAX_CONFIRMS_PER_TXN: usize = 64;
+
+/// One read-only transaction that confirms several marks at once: each `(key,
+/// resource, mark)`'s record compared with what `key` holds; when any differs,
+/// every key is read back, in order (so each resource is decided on its own
+/// current mark). With one mark it is [`mark_txn`]'s confirm. Compares are ANDed by
+/// etcd: success means every mark held.
+pub fn confirm_txn(marks: &[(&str, &str, &Token)]) -> Vec<u8> {
+    let records: Vec<_> =
+        marks.iter().map(|(_, resource, mark)| fencekeeper_core::record::encode(resource.as_bytes(), mark)).collect();
+    let compares: Vec<(&[u8], Expect<'_>)> =
+        marks.iter().zip(&records).map(|((key, _, _), r)| (key.as_bytes(), Expect::Value(r.as_bytes()))).collect();
+    let reads: Vec<Op<'_>> =
+        marks.iter().map(|(key, _, _)| Op::Range(Range { key: key.as_bytes(), ..Range::default() })).collect();
+    txn(&compares, &[], &reads)
 }
 
 /// An `AuthenticateRequest` (name 1, password 2). The caller wipes it once sent.
@@ -539,6 +558,20 @@ mod tests {
         let put = &nested(&nested(&first, 2)[0], 2)[0];
         let new = record::encode(b"k", &t("1"));
         assert_eq!(decoded(put), vec![(1, Err(b"/k".to_vec())), (2, Err(new.as_bytes().to_vec()))]);
+    }
+
+    #[test]
+    fn a_confirm_of_several_marks_compares_each_and_reads_each_back() {
+        let (a, b) = (t("5"), t("7.2"));
+        let one = confirm_txn(&[("/m/a", "a", &a)]);
+        assert_eq!(one, mark_txn("/m/a", "a", Some(&a), &a), "one mark: the mark Txn's confirm");
+        let two = confirm_txn(&[("/m/a", "a", &a), ("/m/b", "b", &b)]);
+        let compares = nested(&two, 1);
+        assert_eq!(compares.len(), 2);
+        assert_eq!(nested(&compares[1], 7), vec![record::encode(b"b", &b).as_bytes().to_vec()]);
+        assert!(nested(&two, 2).is_empty(), "nothing is written");
+        let reads: Vec<Vec<u8>> = nested(&two, 3).iter().map(|op| nested(&nested(op, 1)[0], 1)[0].clone()).collect();
+        assert_eq!(reads, [b"/m/a".to_vec(), b"/m/b".to_vec()]);
     }
 
     #[test]

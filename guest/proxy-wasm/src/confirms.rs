@@ -23,6 +23,7 @@ use crate::{Filter, Tally};
 use fencekeeper_core::decision::decide_token;
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::{Policy, Token, Verdict};
+use fencekeeper_etcd_wire::grpc::MAX_CONFIRMS_PER_TXN;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Action;
 use std::cell::RefCell;
@@ -61,7 +62,8 @@ pub struct Flight {
 #[derive(Default)]
 pub struct Confirms {
     queues: RefCell<HashMap<String, Queue>>,
-    calls: RefCell<HashMap<u32, String>>,
+    /// The resources whose batches each call carries, in the order of its Txn.
+    calls: RefCell<HashMap<u32, Vec<String>>>,
 }
 
 /// A batch ready to be sent: its resource and the token its Txn compares (the
@@ -116,9 +118,9 @@ impl Confirms {
         out
     }
 
-    /// The Txn of `resource`'s batch in flight was sent as call `token`.
-    pub fn sent(&self, token: u32, resource: &str) {
-        self.calls.borrow_mut().insert(token, resource.to_owned());
+    /// The Txn of these resources' batches in flight was sent as call `token`.
+    pub fn sent(&self, token: u32, resources: Vec<String>) {
+        self.calls.borrow_mut().insert(token, resources);
     }
 
     /// The Txn of `resource`'s batch could not be sent, or was answered: the batch
@@ -133,34 +135,39 @@ impl Confirms {
         flying
     }
 
-    /// The resource whose batch call `token` is, forgetting the call.
-    pub fn answered(&self, token: u32) -> Option<String> {
+    /// The resources whose batches call `token` carries, forgetting the call.
+    pub fn answered(&self, token: u32) -> Option<Vec<String>> {
         self.calls.borrow_mut().remove(&token)
     }
 }
 
 /// Send every batch that is ready (from the root context, so the answer comes back
-/// to the root); a batch whose Txn cannot be sent is answered as undecided.
+/// to the root), up to [`MAX_CONFIRMS_PER_TXN`] resources' batches in one Txn; a
+/// batch whose Txn cannot be sent is answered as undecided.
 pub fn send_ready(f: &Filter) {
     let Some(e) = &f.config.etcd else { return };
-    for ready in f.confirms.ready() {
+    let ready = f.confirms.ready();
+    for group in ready.chunks(MAX_CONFIRMS_PER_TXN) {
+        let fail = |cause: String| {
+            for r in group {
+                answer_all(f, &r.resource, Err(EtcdError(cause.clone())));
+            }
+        };
         // The host ties a call to the effective context and cancels it when that
         // context ends: after answering requests it is the last one answered.
         if let Err(s) = hostcalls::set_effective_context(f.root) {
-            let cause = format!("cannot send the batch from the root context ({s:?})");
-            answer_all(f, &ready.resource, Err(EtcdError(cause)));
+            fail(format!("cannot send the batch from the root context ({s:?})"));
             continue;
         }
-        let key = format!("{}{}", e.key_prefix, ready.resource);
-        // The mark transaction with the new mark equal to the expected one: a compare
-        // without a put, the current mark read back when it fails.
-        let body = etcd::txn(&key, &ready.resource, Some(&ready.compare), &ready.compare);
-        match etcd::call(e, Method::Txn, None, &body) {
+        // Each mark compared with the token its batch presented, without a put; when
+        // any moved, every one read back.
+        let marks: Vec<(&str, Token)> = group.iter().map(|r| (r.resource.as_str(), r.compare)).collect();
+        match etcd::call(e, Method::Txn, None, &etcd::confirms(&e.key_prefix, &marks)) {
             Ok(token) => {
-                f.confirms.sent(token, &ready.resource);
+                f.confirms.sent(token, group.iter().map(|r| r.resource.clone()).collect());
                 f.metrics.batch_sent();
             }
-            Err(cause) => answer_all(f, &ready.resource, Err(EtcdError(cause))),
+            Err(cause) => fail(cause),
         }
     }
 }
@@ -168,12 +175,20 @@ pub fn send_ready(f: &Filter) {
 /// The answer to call `token`, if it is a batch's: answer its requests, and send
 /// the batches that queued meanwhile. False when the call is no batch's.
 pub fn on_answer(f: &Filter, token: u32, response: &Response) -> bool {
-    let Some(resource) = f.confirms.answered(token) else { return false };
-    let seen = etcd::answer(response, &resource).map(|(outcome, revision)| {
-        f.saw(revision);
-        outcome
-    });
-    answer_all(f, &resource, seen);
+    let Some(resources) = f.confirms.answered(token) else { return false };
+    match etcd::confirmed(response, &resources) {
+        Ok((outcomes, revision)) => {
+            f.saw(revision);
+            for (resource, seen) in resources.iter().zip(outcomes) {
+                answer_all(f, resource, seen);
+            }
+        }
+        Err(e) => {
+            for resource in &resources {
+                answer_all(f, resource, Err(e.clone()));
+            }
+        }
+    }
     send_ready(f);
     true
 }
@@ -241,11 +256,11 @@ mod tests {
         assert!(!c.join("r", waiter(2, 5)));
         let ready = c.ready();
         assert_eq!(ready.len(), 1);
-        c.sent(100, "r");
+        c.sent(100, vec!["r".into()]);
         // Arrived after the Txn was sent: not answered by it.
         assert!(!c.join("r", waiter(3, 5)), "the root sends the next batch when the Txn lands");
         assert!(c.ready().is_empty(), "one Txn in flight per resource");
-        assert_eq!(c.answered(100).as_deref(), Some("r"));
+        assert_eq!(c.answered(100), Some(vec!["r".to_owned()]));
         let answered: Vec<u32> = c.landed("r").waiters.iter().map(|w| w.context).collect();
         assert_eq!(answered, [1, 2]);
         let next = c.ready();

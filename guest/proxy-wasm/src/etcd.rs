@@ -125,7 +125,7 @@ pub fn txn(key: &str, resource: &str, expected: Option<&Token>, token: &Token) -
 }
 
 /// What a transaction answered.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     /// The compare held: the put (if any) is committed.
     Succeeded,
@@ -134,7 +134,7 @@ pub enum Outcome {
 }
 
 /// Why an etcd answer could not be used.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EtcdError(pub String);
 
 impl std::fmt::Display for EtcdError {
@@ -158,6 +158,39 @@ pub fn answer(response: &Response, resource: &str) -> Result<(Outcome, u64), Etc
     let read = answer.read(0).map_err(|e| EtcdError(e.0))?;
     let mark = read.first().map(|kv| verified(resource, &kv.value)).transpose()?;
     Ok((Outcome::Current(mark), answer.revision))
+}
+
+/// The message of one Txn that confirms several resources' marks at once (`(resource,
+/// mark)`, keys under `prefix`): each compared; when any moved, each read back.
+pub fn confirms(prefix: &str, marks: &[(&str, Token)]) -> Vec<u8> {
+    let keys: Vec<String> = marks.iter().map(|(resource, _)| format!("{prefix}{resource}")).collect();
+    let items: Vec<(&str, &str, &Token)> =
+        keys.iter().zip(marks).map(|(key, (resource, mark))| (key.as_str(), *resource, mark)).collect();
+    grpc::confirm_txn(&items)
+}
+
+/// Parse the answer to [`confirms`] on `resources`, in the order sent: each one's
+/// outcome (a value that is not that resource's verified record fails it alone),
+/// and the cluster's revision.
+pub fn confirmed(
+    response: &Response,
+    resources: &[String],
+) -> Result<(Vec<Result<Outcome, EtcdError>>, u64), EtcdError> {
+    let answer = grpc::parse_txn(ok(response)?).map_err(|e| EtcdError(e.0))?;
+    if answer.succeeded {
+        return Ok((resources.iter().map(|_| Ok(Outcome::Succeeded)).collect(), answer.revision));
+    }
+    let outcomes = resources
+        .iter()
+        .enumerate()
+        .map(|(i, resource)| {
+            // Every key's read: one missing is that resource's error, never "no mark".
+            let read = answer.read(i).map_err(|e| EtcdError(e.0))?;
+            let mark = read.first().map(|kv| verified(resource, &kv.value)).transpose()?;
+            Ok(Outcome::Current(mark))
+        })
+        .collect();
+    Ok((outcomes, answer.revision))
 }
 
 fn ok(response: &Response) -> Result<&[u8], EtcdError> {
@@ -304,6 +337,31 @@ mod tests {
         for e in [long, holds, unparsable] {
             assert!(e.0.len() <= 500 && !e.0.chars().any(|c| c.is_control() || c == '\u{202e}'), "{e}");
         }
+    }
+
+    #[test]
+    fn a_confirm_of_several_resources_decides_each_on_its_own_read() {
+        let resources = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let all = confirmed(&Ok(grpc::txn_answer(true, 9, &[])), &resources).unwrap();
+        assert_eq!(all, (vec![Ok(Outcome::Succeeded); 3], 9));
+        // "b" moved on; "c" holds another resource's record: each is decided alone.
+        let reads = [
+            vec![kv("x", &value("a", "5"), 3)],
+            vec![kv("x", &value("b", "9"), 3)],
+            vec![kv("x", &value("a", "5"), 3)],
+        ];
+        let ops: Vec<Option<&[KeyValue]>> = reads.iter().map(|r| Some(r.as_slice())).collect();
+        let (outcomes, revision) = confirmed(&Ok(grpc::txn_answer(false, 12, &ops)), &resources).unwrap();
+        assert_eq!(revision, 12);
+        assert_eq!(outcomes[0], Ok(Outcome::Current(Some(t("5")))));
+        assert_eq!(outcomes[1], Ok(Outcome::Current(Some(t("9")))));
+        assert!(outcomes[2].as_ref().unwrap_err().0.contains("damaged mark for \"c\""));
+        // A read missing from the answer fails its resource, not "no mark".
+        let short = confirmed(&Ok(grpc::txn_answer(false, 12, &ops[..2])), &resources).unwrap();
+        assert!(short.0[2].as_ref().unwrap_err().0.contains("lacks the read"));
+        assert!(confirmed(&Err(Status { code: 14, message: "down".into() }), &resources).is_err());
+        let message = confirms("/p/", &[("a", t("5")), ("b", t("9"))]);
+        assert_eq!(message, grpc::confirm_txn(&[("/p/a", "a", &t("5")), ("/p/b", "b", &t("9"))]));
     }
 
     #[test]
