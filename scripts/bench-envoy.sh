@@ -14,7 +14,9 @@
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
 # that does not advance the mark: a shared-data read, or an etcd compare Txn), or
 # rising tokens from one connection (every request advances the mark: a shared-data
-# CAS write, or an etcd Txn put). GET rows show what an unfenced read costs: the
+# CAS write, or an etcd Txn put), or one fixed token on 64 resources in turn
+# (`spread`: holders of different resources, whose confirms share Txns only across
+# resources). GET rows show what an unfenced read costs: the
 # generated route sends GET, HEAD and OPTIONS past the filter, so they should match
 # `none`; `passthrough` shows the filter's own cost for a method it lets through
 # (fenced_methods set by hand). Prints a table for BENCHMARKS.md.
@@ -110,6 +112,18 @@ LUA
 cat >"$work/get.lua" <<'LUA'
 wrk.method = "GET"
 LUA
+cat >"$work/spread.lua" <<'LUA'
+-- One fixed token on 64 resources in turn: holders of different resources, whose
+-- confirms can only share a Txn across resources.
+wrk.method = "PUT"
+wrk.body = "x"
+wrk.headers["fencing-token"] = "1"
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, "/spread/" .. (n % 64))
+end
+LUA
 cat >"$work/rising.lua" <<'LUA'
 -- Start above every token an earlier run sent (runs are seconds apart, and one
 -- run sends far fewer than 100000 requests a second).
@@ -125,15 +139,17 @@ run() {
   wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/fixed" | wrk_numbers
 }
 
-# Warm up each path (V8 tiers, connection pools, the first etcd write).
+# Warm up each path (V8 tiers, connection pools, the first etcd writes).
 for n in none empty passthrough shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+wrk -t1 -c1 -d1s -s "$work/spread.lua" "http://127.0.0.1:${listen[etcd]}/" >/dev/null
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the
 # machine is shared, interleaving spreads its drift over every row alike, and the
 # best round is the one least disturbed by other work.
 rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared:fixed:1 etcd:fixed:1
   none:fixed:16 empty:fixed:16 passthrough:fixed:16 shared:fixed:16 etcd:fixed:16
-  shared:rising:1 etcd:rising:1 none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
+  shared:rising:1 etcd:rising:1 none:spread:16 etcd:spread:16
+  none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
 for round in $(seq "$rounds"); do
   for row in "${rows[@]}"; do
     IFS=: read -r n script c <<<"$row"
@@ -153,7 +169,7 @@ best = {k: (min(x[0] for x in v), max(x[2] for x in v)) for k, v in rows.items()
 for key, (p50, p99, rps) in med.items():
     n, tok, c = key
     bad = sum(x[3] for x in rows[key])
-    bkey = ("none", "get" if tok == "get" else "fixed", c)
+    bkey = ("none", tok if tok in ("get", "spread") else "fixed", c)
     base, bbase = med[bkey], best[bkey]
     rel = "" if n == "none" else (
         f"p50 {p50 - base[0]:+.0f} µs, {100 * rps / base[2]:.0f}%; "
