@@ -136,6 +136,18 @@ fuzz_target!(|data: &[u8]| {
                 _ => Err(Status { code: *code, message: message.clone() }),
             };
             let result = parse(&response, resource);
+            // The same answer to a confirm of two resources: each decided alone, every
+            // error one bounded line.
+            let pair = [resource.clone(), "orders/2026.csv".to_owned()];
+            match fencekeeper_filter::etcd::confirmed(&response, &pair) {
+                Ok((outcomes, _)) => {
+                    for e in outcomes.into_iter().filter_map(Result::err) {
+                        let bound = MAX_ERROR_BYTES + format!("{resource:?}").len();
+                        assert!(is_printable_line(&e.0) && e.0.len() <= bound, "{:?}", e.0);
+                    }
+                }
+                Err(e) => assert!(is_printable_line(&e.0), "{:?}", e.0),
+            }
             if *code != 0 {
                 assert!(result.is_err(), "status {code} gave {result:?}");
                 let _ = grpc::token_refused(&Status { code: *code, message: message.clone() });
