@@ -29,8 +29,10 @@ pub const AUTH_SERVICE: &str = "etcdserverpb.Auth";
 pub const AUTHENTICATE_METHOD: &str = "Authenticate";
 /// The metadata key that carries the token on every later call.
 pub const TOKEN_METADATA: &str = "token";
-/// The largest answer parsed: a mark Txn's answer is a few hundred bytes.
-pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
+/// The largest answer parsed: a mark Txn's answer is a few hundred bytes, a
+/// [`confirm_txn`]'s that failed at most [`MAX_CONFIRMS_PER_TXN`] keys of up to 1 KiB
+/// (the resource key's bound, plus the prefix) with their records, under 100 KiB.
+pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 
 /// gRPC's status codes by number, for errors a person reads.
 const CODES: [&str; 17] = [

@@ -360,6 +360,15 @@ mod tests {
         let short = confirmed(&Ok(grpc::txn_answer(false, 12, &ops[..2])), &resources).unwrap();
         assert!(short.0[2].as_ref().unwrap_err().0.contains("lacks the read"));
         assert!(confirmed(&Err(Status { code: 14, message: "down".into() }), &resources).is_err());
+        // The largest confirm: 64 resources of the longest keys, every one read back.
+        let long: Vec<String> = (0..64).map(|i| format!("{i:02}{}", "k".repeat(1022))).collect();
+        let reads: Vec<Vec<KeyValue>> =
+            long.iter().map(|r| vec![kv(&format!("/fencekeeper/marks/{r}"), &value(r, "5"), 3)]).collect();
+        let ops: Vec<Option<&[KeyValue]>> = reads.iter().map(|r| Some(r.as_slice())).collect();
+        let answer = grpc::txn_answer(false, 12, &ops);
+        assert!(answer.len() > 64 * 1024);
+        let (outcomes, _) = confirmed(&Ok(answer), &long).unwrap();
+        assert!(outcomes.iter().all(|o| *o == Ok(Outcome::Current(Some(t("5"))))));
         let message = confirms("/p/", &[("a", t("5")), ("b", t("9"))]);
         assert_eq!(message, grpc::confirm_txn(&[("/p/a", "a", &t("5")), ("/p/b", "b", &t("9"))]));
     }
