@@ -14,6 +14,7 @@
 //! answer's other fields are skipped, as protobuf requires, and a known field with
 //! the wrong wire type, a truncated field or an over-long answer is an error.
 
+pub use crate::MAX_CONFIRMS_PER_TXN;
 use crate::{
     checked_token, excerpt, prefix_end, AuthRefusal, Expect, KeyValue, Op, Range, Reads, TxnAnswer, WireError,
 };
@@ -229,23 +230,10 @@ pub fn vouch_txn(mark_key: &str, lock: Option<&str>) -> Vec<u8> {
     crate::provenance::vouch_ops(mark_key, lock, |reads| txn(&[], reads, &[]))
 }
 
-/// The most marks one [`confirm_txn`] compares: etcd refuses a Txn of more than
-/// `--max-txn-ops` (default 128) operations in a branch.
-pub const MAX_CONFIRMS_PER_TXN: usize = 64;
-
-/// One read-only transaction that confirms several marks at once: each `(key,
-/// resource, mark)`'s record compared with what `key` holds; when any differs,
-/// every key is read back, in order (so each resource is decided on its own
-/// current mark). With one mark it is [`mark_txn`]'s confirm. Compares are ANDed by
-/// etcd: success means every mark held.
+/// [`crate::confirm_txn`] as a `TxnRequest`: several marks confirmed in one
+/// read-only Txn, each key read back when any moved.
 pub fn confirm_txn(marks: &[(&str, &str, &Token)]) -> Vec<u8> {
-    let records: Vec<_> =
-        marks.iter().map(|(_, resource, mark)| fencekeeper_core::record::encode(resource.as_bytes(), mark)).collect();
-    let compares: Vec<(&[u8], Expect<'_>)> =
-        marks.iter().zip(&records).map(|((key, _, _), r)| (key.as_bytes(), Expect::Value(r.as_bytes()))).collect();
-    let reads: Vec<Op<'_>> =
-        marks.iter().map(|(key, _, _)| Op::Range(Range { key: key.as_bytes(), ..Range::default() })).collect();
-    txn(&compares, &[], &reads)
+    crate::confirm_ops(marks, txn)
 }
 
 /// An `AuthenticateRequest` (name 1, password 2). The caller wipes it once sent.
@@ -596,8 +584,11 @@ mod tests {
         );
     }
 
+    /// A key, its value and its create revision.
+    type Kv<'a> = (&'a [u8], &'a [u8], u64);
+
     /// An answer as etcd writes it.
-    fn answer(succeeded: bool, reads: &[&[(&[u8], &[u8], u64)]]) -> Vec<u8> {
+    fn answer(succeeded: bool, reads: &[&[Kv<'_>]]) -> Vec<u8> {
         let kvs: Vec<Vec<KeyValue>> = reads
             .iter()
             .map(|r| {

@@ -193,16 +193,51 @@ impl Op<'_> {
 
 /// A transaction: if `key` is as `expect`s, run `success`, else `failure`.
 pub fn txn_ops(key: &[u8], expect: Expect<'_>, success: &[Op<'_>], failure: &[Op<'_>]) -> String {
-    let k = B64.encode(key);
-    let compare = match expect {
-        Expect::Absent => json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
-        Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
-        Expect::CreatedAt(rev) => {
-            json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() })
+    txn_json(&[(key, expect)], success, failure)
+}
+
+/// A transaction: if every compare holds, run `success`, else `failure`.
+fn txn_json(compares: &[(&[u8], Expect<'_>)], success: &[Op<'_>], failure: &[Op<'_>]) -> String {
+    let compare = |(key, expect): &(&[u8], Expect<'_>)| {
+        let k = B64.encode(key);
+        match expect {
+            Expect::Absent => json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0" }),
+            Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
+            Expect::CreatedAt(rev) => {
+                json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() })
+            }
         }
     };
     let ops = |list: &[Op<'_>]| Value::Array(list.iter().map(Op::json).collect());
-    json!({ "compare": [compare], "success": ops(success), "failure": ops(failure) }).to_string()
+    let compares: Vec<Value> = compares.iter().map(compare).collect();
+    json!({ "compare": compares, "success": ops(success), "failure": ops(failure) }).to_string()
+}
+
+/// The most marks one confirm transaction compares ([`confirm_txn`],
+/// [`grpc::confirm_txn`]): etcd refuses a Txn of more than `--max-txn-ops` (default
+/// 128) operations in a branch.
+pub const MAX_CONFIRMS_PER_TXN: usize = 64;
+
+/// One read-only transaction that confirms several marks at once: each `(key,
+/// resource, mark)`'s record compared with what `key` holds; when any differs,
+/// every key is read back, in order (so each resource is decided on its own current
+/// mark). With one mark it is [`mark_txn`]'s confirm. etcd ANDs the compares: success
+/// means every mark held.
+pub fn confirm_txn(marks: &[(&str, &str, &Token)]) -> String {
+    confirm_ops(marks, txn_json)
+}
+
+/// [`confirm_txn`]'s compares and reads, handed to `render` (JSON or [`grpc`]).
+pub(crate) fn confirm_ops<T>(
+    marks: &[(&str, &str, &Token)],
+    render: impl FnOnce(&[(&[u8], Expect<'_>)], &[Op<'_>], &[Op<'_>]) -> T,
+) -> T {
+    let records: Vec<_> = marks.iter().map(|(_, resource, mark)| record::encode(resource.as_bytes(), mark)).collect();
+    let compares: Vec<(&[u8], Expect<'_>)> =
+        marks.iter().zip(&records).map(|((key, _, _), r)| (key.as_bytes(), Expect::Value(r.as_bytes()))).collect();
+    let reads: Vec<Op<'_>> =
+        marks.iter().map(|(key, _, _)| Op::Range(Range { key: key.as_bytes(), ..Range::default() })).collect();
+    render(&compares, &[], &reads)
 }
 
 /// A transaction on one key: compare it with `expect`; on success put `put` (if any,
@@ -689,6 +724,16 @@ x-admin: 1"}"#
             br#"{"error":"etcdserver: user name is empty","message":"etcdserver: user name is empty","code":3}"#;
         assert!(!token_refused(400, empty));
         assert!(!token_refused(200, b"{}") && !token_refused(503, b"no healthy upstream"));
+    }
+
+    #[test]
+    fn a_confirm_of_several_marks_compares_each_and_reads_each_back() {
+        let (a, b) = (t("5"), t("7.2"));
+        assert_eq!(confirm_txn(&[("/m/a", "a", &a)]), mark_txn("/m/a", "a", Some(&a), &a), "one mark");
+        let two = json_of(&confirm_txn(&[("/m/a", "a", &a), ("/m/b", "b", &b)]));
+        assert_eq!(two["compare"][1]["value"], B64.encode(record::encode(b"b", &b).as_bytes()));
+        assert_eq!(two["success"], json!([]));
+        assert_eq!(two["failure"][1]["request_range"]["key"], B64.encode("/m/b"));
     }
 
     #[test]

@@ -160,6 +160,47 @@ impl EtcdStore {
         Ok(answer)
     }
 
+    /// The mark etcd holds for each of `marks`' resources, confirmed with one read-only
+    /// Txn per [`wire::MAX_CONFIRMS_PER_TXN`] of them: each compared with its mark,
+    /// each read back when any moved. A value that is not its resource's verified
+    /// record fails that resource alone.
+    fn confirm_many(&self, marks: &[(String, Token)]) -> Vec<confirms::Outcome> {
+        let mut outcomes = Vec::with_capacity(marks.len());
+        for chunk in marks.chunks(wire::MAX_CONFIRMS_PER_TXN) {
+            let keys: Vec<String> = chunk.iter().map(|(resource, _)| self.key(resource)).collect();
+            let items: Vec<(&str, &str, &Token)> =
+                keys.iter().zip(chunk).map(|(key, (resource, mark))| (key.as_str(), resource.as_str(), mark)).collect();
+            match self.txn(wire::confirm_txn(&items)) {
+                Err(e) => outcomes.extend(chunk.iter().map(|_| Err(e.again()))),
+                Ok(answer) if answer.succeeded => {
+                    for (resource, mark) in chunk {
+                        self.seen.set(resource, Some(*mark));
+                        outcomes.push(Ok(Some(*mark)));
+                    }
+                }
+                Ok(answer) => {
+                    for (i, (resource, _)) in chunk.iter().enumerate() {
+                        let read = answer.read(i).map_err(|e| self.unavailable(e));
+                        let current = read.and_then(|kvs| self.mark_of(resource, kvs));
+                        if let Ok(mark) = &current {
+                            self.seen.set(resource, *mark);
+                        }
+                        outcomes.push(current);
+                    }
+                }
+            }
+        }
+        outcomes
+    }
+
+    /// `resource`'s verified mark among the key-values of its key's read.
+    fn mark_of(&self, resource: &str, kvs: Vec<KeyValue>) -> Result<Option<Token>, StoreError> {
+        match kvs.into_iter().next() {
+            Some(kv) => self.verify(resource, &kv.value).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Every (resource, raw value) under the prefix, sorted by resource.
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
         let mut all = self.raw(self.read_range(wire::range_prefix(self.prefix.as_bytes(), 0))?)?;
@@ -238,10 +279,9 @@ impl MarkStore for EtcdStore {
     }
 
     fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
-        // The mark transaction with the new mark equal to the expected one: a compare
-        // without a put, the current mark read back when it fails. Concurrent confirms
-        // of one resource share it (confirms.rs).
-        self.confirms.confirm(resource, mark, || self.compare_and_swap(resource, Some(mark), mark))
+        // A compare without a put, the current mark read back when it fails; the
+        // confirms that arrive while one is in flight share the next (confirms.rs).
+        self.confirms.confirm(resource, mark, |marks| self.confirm_many(marks))
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
