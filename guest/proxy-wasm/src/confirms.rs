@@ -1,4 +1,5 @@
-//! Concurrent confirms of one resource share one etcd Txn.
+//! Concurrent confirms of one resource share one etcd Txn, and the batches of
+//! different resources that are ready together share one too (`send_ready`).
 //!
 //! A holder writing again presents the token equal to the mark, and etcd must say
 //! the mark has not moved: a compare without a put. Under load many such checks of

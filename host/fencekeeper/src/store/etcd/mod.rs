@@ -17,9 +17,9 @@
 //! copy for an advance, a compare without a put for an equal token
 //! ([`MarkStore::confirm`]). A copy that turns out old costs a second round (the Txn
 //! reads the current mark back on failure); a refusal is always checked with a
-//! linearizable read first. Confirms of one resource that arrive while one is in
-//! flight share the next Txn (`confirms.rs`: each is answered by a Txn that began
-//! after it arrived). Every answer rests on an etcd operation, so the admits
+//! linearizable read first. Confirms that arrive while one is in flight share the
+//! next Txn, whatever their resources (`confirms.rs`: each is answered by a Txn that
+//! began after it arrived). Every answer rests on an etcd operation, so the admits
 //! stay linearizable (tests/tests/concurrency.rs checks histories with this store).
 //!
 //! `get` is a linearizable range read. `compare_and_swap` is one Txn: compare the value
