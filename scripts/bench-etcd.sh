@@ -8,8 +8,10 @@
 #                failure); for rising tokens, a Txn that puts a new value
 #   gateway      wrk to `fencekeeper serve --etcd` in front of nginx answering 204
 #                (a store that costs nothing, so the fence's cost shows): PUTs with
-#                one fixed token (the holder writing again) or rising tokens (every
-#                admit advances the mark)
+#                one fixed token (the holder writing again), rising tokens (every
+#                admit advances the mark), or one fixed token on 64 resources in turn
+#                (spread: holders of different resources; etcd's row compares each
+#                key in turn)
 # With 1 and 8 connections. The gateway's target is one etcd round trip per admit:
 # the ratio is its throughput over etcd's own. Needs wrk, nginx, etcd
 # (scripts/install-deps.sh); prints a table for BENCHMARKS.md; stops what it starts.
@@ -48,6 +50,28 @@ cat >"$work/etcd-fixed.lua" <<LUA
 wrk.method = "POST"
 wrk.body = '{"compare":[{"key":"$key","target":"VALUE","result":"EQUAL","value":"$value"}],"success":[],"failure":[{"request_range":{"key":"$key"}}]}'
 LUA
+# Spread: one fixed token on 64 resources in turn (holders of different resources,
+# whose confirms share a Txn only across resources). Each mark written once through
+# the gateway; etcd's own row compares each key's record in turn.
+for i in $(seq 0 63); do
+  curl -fsS -o /dev/null -X PUT -H 'fencing-token: 1' --data x "http://127.0.0.1:$gw/spread/$i"
+done
+{
+  echo 'local bodies = {'
+  for i in $(seq 0 63); do
+    k=$(b64 "/fencekeeper/marks//spread/$i")
+    v=$(curl -fsS -X POST "http://$etcd/v3/kv/range" -d "{\"key\":\"$k\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["value"])')
+    echo "  '{\"compare\":[{\"key\":\"$k\",\"target\":\"VALUE\",\"result\":\"EQUAL\",\"value\":\"$v\"}],\"success\":[],\"failure\":[{\"request_range\":{\"key\":\"$k\"}}]}',"
+  done
+  echo '}'
+  echo 'local n = 0'
+  echo 'request = function() n = n + 1; return wrk.format("POST", "/v3/kv/txn", nil, bodies[(n % 64) + 1]) end'
+} >"$work/etcd-spread.lua"
+cat >"$work/gw-spread.lua" <<'LUA'
+wrk.method = "PUT"; wrk.body = "x"; wrk.headers["fencing-token"] = "1"
+local n = 0
+request = function() n = n + 1; return wrk.format(nil, "/spread/" .. (n % 64)) end
+LUA
 rising_key=$(b64 "/bench/rising")
 cat >"$work/etcd-rising.lua" <<LUA
 local n = os.time() * 100000
@@ -68,7 +92,9 @@ run() {
 
 for round in $(seq "$rounds"); do
   for c in 1 8; do
-    for tok in fixed rising; do
+    for tok in fixed rising spread; do
+      # Spread differs from fixed only when several connections can share a Txn.
+      [[ $tok == spread && $c == 1 ]] && continue
       echo "etcd-txn $tok $c $(run "http://$etcd/v3/kv/txn" "etcd-$tok" "$c")" >>"$work/results"
       echo "gateway $tok $c $(run "http://127.0.0.1:$gw/$tok" "gw-$tok" "$c")" >>"$work/results"
     done
