@@ -181,3 +181,39 @@ fn envoy_keeps_its_marks_in_a_tls_etcd() {
     let refused = put(&wrong, "35");
     assert_eq!(refused.status, 503, "{}", refused.text());
 }
+
+/// Several TLS members (the one member listed twice): the generated cluster speaks
+/// HTTP/2 with ALPN h2, and its health check speaks HTTP/2 too, which etcd's TLS
+/// listener serves `/health` on. Checks pass (none fail), and writes are fenced.
+#[test]
+fn envoy_health_checks_tls_members_over_http2() {
+    let etcd = SecureEtcd::start_without_users().unwrap();
+    let nginx = fencekeeper_harness::services::NginxDav::start().unwrap();
+    let member = etcd.client.to_string();
+    let members = format!("{member},{member}");
+    let args = [
+        "--upstream",
+        &nginx.addr.to_string(),
+        "--etcd",
+        &members,
+        "--provenance",
+        "off",
+        "--etcd-cacert",
+        &etcd.certs.ca.display().to_string(),
+        "--etcd-cert",
+        &etcd.certs.client.0.display().to_string(),
+        "--etcd-key",
+        &etcd.certs.client.1.display().to_string(),
+    ]
+    .map(|s| s.to_owned());
+    let envoy = Envoy::start(1, &args.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while envoy.stat("cluster.fencekeeper_etcd.health_check.success").unwrap() < 4 {
+        assert!(std::time::Instant::now() < deadline, "no health check passed; log:\n{}", envoy.log());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(envoy.stat("cluster.fencekeeper_etcd.health_check.failure").unwrap(), 0, "{}", envoy.log());
+    let put = |token: &str| envoy.send("PUT", "/orders", &[("fencing-token", token)], b"x").unwrap();
+    assert!(matches!(put("34").status, 201 | 204));
+    assert_eq!(put("33").status, 409);
+}
