@@ -154,10 +154,8 @@ pub fn answer(response: &Response, resource: &str) -> Result<(Outcome, u64), Etc
     if answer.succeeded {
         return Ok((Outcome::Succeeded, answer.revision));
     }
-    // The failure branch's one read: an answer without it is an error, never "no mark".
-    let read = answer.read(0).map_err(|e| EtcdError(e.0))?;
-    let mark = read.first().map(|kv| verified(resource, &kv.value)).transpose()?;
-    Ok((Outcome::Current(mark), answer.revision))
+    // The failure branch's one read.
+    Ok((Outcome::Current(read_back(&answer, 0, resource)?), answer.revision))
 }
 
 /// The message of one Txn that confirms several resources' marks at once (`(resource,
@@ -183,14 +181,16 @@ pub fn confirmed(
     let outcomes = resources
         .iter()
         .enumerate()
-        .map(|(i, resource)| {
-            // Every key's read: one missing is that resource's error, never "no mark".
-            let read = answer.read(i).map_err(|e| EtcdError(e.0))?;
-            let mark = read.first().map(|kv| verified(resource, &kv.value)).transpose()?;
-            Ok(Outcome::Current(mark))
-        })
+        .map(|(i, resource)| Ok(Outcome::Current(read_back(&answer, i, resource)?)))
         .collect();
     Ok((outcomes, answer.revision))
+}
+
+/// `resource`'s verified mark as operation `i` of a failed Txn read it back. An
+/// answer without that read is an error, never "no mark".
+fn read_back(answer: &wire::TxnAnswer, i: usize, resource: &str) -> Result<Option<Token>, EtcdError> {
+    let read = answer.read(i).map_err(|e| EtcdError(e.0))?;
+    read.first().map(|kv| verified(resource, &kv.value)).transpose()
 }
 
 fn ok(response: &Response) -> Result<&[u8], EtcdError> {

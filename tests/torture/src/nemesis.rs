@@ -315,9 +315,9 @@ impl Nemesis<'_> {
                 let filled = fill(&filler);
                 // The store's file does not grow while the same marks are rewritten:
                 // first marks of new resources make it ask the full disk for pages.
+                // Each such write goes into the history.
                 let deadline = Instant::now() + self.hold();
-                let mut answers: BTreeMap<u16, u64> = BTreeMap::new();
-                while Instant::now() < deadline {
+                let fresh = || -> Result<u16> {
                     let resource = format!("/t/fresh/{}", client::next_id("r"));
                     let what = Send {
                         id: client::next_id("nemesis"),
@@ -330,7 +330,11 @@ impl Nemesis<'_> {
                     };
                     let w = client::send(&self.agent, &self.shared.targets["gwfile"], what);
                     self.shared.history.write(&w)?;
-                    *answers.entry(w.status).or_default() += 1;
+                    Ok(w.status)
+                };
+                let mut answers: BTreeMap<u16, u64> = BTreeMap::new();
+                while Instant::now() < deadline {
+                    *answers.entry(fresh()?).or_default() += 1;
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 std::fs::remove_file(&filler)?;
@@ -341,27 +345,13 @@ impl Nemesis<'_> {
                 // stored, each in the history; none within 10 s fails the run.
                 let freed = Instant::now();
                 let healed = loop {
-                    let after = client::send(
-                        &self.agent,
-                        &self.shared.targets["gwfile"],
-                        Send {
-                            id: client::next_id("nemesis"),
-                            client: "nemesis",
-                            group: "fresh",
-                            resource: &format!("/t/fresh/{}", client::next_id("r")),
-                            kind: Kind::Valid,
-                            token: Some("1".into()),
-                            fault: Some(n),
-                        },
-                    );
-                    self.shared.history.write(&after)?;
-                    if (200..300).contains(&after.status) {
+                    let status = fresh()?;
+                    if (200..300).contains(&status) {
                         break format!("writes stored again {:?} after freeing, no restart", freed.elapsed());
                     }
                     if freed.elapsed() > Duration::from_secs(10) {
                         anyhow::bail!(
-                            "gwfile still answers {} 10 s after its disk had room: the file store did not reopen",
-                            after.status
+                            "gwfile still answers {status} 10 s after its disk had room: the file store did not reopen"
                         );
                     }
                     std::thread::sleep(Duration::from_millis(100));

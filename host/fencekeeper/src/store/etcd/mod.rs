@@ -181,7 +181,7 @@ impl EtcdStore {
                 Ok(answer) => {
                     for (i, (resource, _)) in chunk.iter().enumerate() {
                         let read = answer.read(i).map_err(|e| self.unavailable(e));
-                        let current = read.and_then(|kvs| self.mark_of(resource, kvs));
+                        let current = read.and_then(|kvs| self.mark(kvs));
                         if let Ok(mark) = &current {
                             self.seen.set(resource, *mark);
                         }
@@ -191,14 +191,6 @@ impl EtcdStore {
             }
         }
         outcomes
-    }
-
-    /// `resource`'s verified mark among the key-values of its key's read.
-    fn mark_of(&self, resource: &str, kvs: Vec<KeyValue>) -> Result<Option<Token>, StoreError> {
-        match kvs.into_iter().next() {
-            Some(kv) => self.verify(resource, &kv.value).map(Some),
-            None => Ok(None),
-        }
     }
 
     /// Every (resource, raw value) under the prefix, sorted by resource.
