@@ -73,17 +73,12 @@ impl Guest for Component {
 }
 
 pub(crate) fn to_wit_token(t: Token) -> wit::Token {
-    let mut c = [0u64; 4];
-    c[..t.arity()].copy_from_slice(t.parts());
-    wit::Token { arity: t.arity() as u8, c0: c[0], c1: c[1], c2: c[2], c3: c[3] }
+    let [c0, c1, c2, c3] = t.to_array();
+    wit::Token { arity: t.arity() as u8, c0, c1, c2, c3 }
 }
 
 fn from_wit_token(t: wit::Token) -> Result<Token, fencekeeper_core::Malformed> {
-    let c = [t.c0, t.c1, t.c2, t.c3];
-    match c.get(..usize::from(t.arity)) {
-        Some(parts) => Token::from_parts(parts),
-        None => Err(fencekeeper_core::Malformed::TooManyComponents),
-    }
+    Token::from_array([t.c0, t.c1, t.c2, t.c3], usize::from(t.arity))
 }
 
 fn to_wit(verdict: Verdict) -> wit::Verdict {

@@ -81,19 +81,32 @@ impl fmt::Display for Malformed {
 
 impl Token {
     /// Parse the text form of a token.
+    ///
+    /// One pass over the bytes (this runs inside the sandbox on every uncached
+    /// decide). Errors come in reading order: the first component that is empty,
+    /// holds a non-digit, or overflows is the one reported, and within a component
+    /// a non-digit wins over an overflow (see [`Malformed`]).
     pub fn parse(raw: &str) -> Result<Token, Malformed> {
         check_length(raw)?;
         let mut parts = [0u64; MAX_COMPONENTS];
-        let mut len = 0usize;
-        for (i, text) in raw.split('.').enumerate() {
-            let position = i + 1;
-            if i == MAX_COMPONENTS {
-                return Err(Malformed::TooManyComponents);
+        let mut index = 0usize;
+        let mut component = Component::default();
+        for &byte in raw.as_bytes() {
+            if byte == b'.' {
+                parts[index] = component.finish(index + 1)?;
+                index += 1;
+                if index == MAX_COMPONENTS {
+                    return Err(Malformed::TooManyComponents);
+                }
+                component = Component::default();
+            } else if byte.is_ascii_digit() {
+                component.push(byte - b'0');
+            } else {
+                return Err(Malformed::NotDecimal(index + 1));
             }
-            parts[i] = parse_component(text, position)?;
-            len = position;
         }
-        Ok(Token { parts, len: len as u8 })
+        parts[index] = component.finish(index + 1)?;
+        Ok(Token { parts, len: (index + 1) as u8 })
     }
 
     /// Build a token from its components; fails on 0 or more than 4 components.
@@ -107,6 +120,30 @@ impl Token {
         let mut parts = [0u64; MAX_COMPONENTS];
         parts[..components.len()].copy_from_slice(components);
         Ok(Token { parts, len: components.len() as u8 })
+    }
+
+    /// Build a token from a fixed array and an arity (the flat form a token takes at
+    /// the component boundary); components past `arity` are ignored. Fails on an
+    /// arity of 0 or more than 4.
+    pub fn from_array(components: [u64; MAX_COMPONENTS], arity: usize) -> Result<Token, Malformed> {
+        match arity {
+            0 => Err(Malformed::Empty),
+            1..=MAX_COMPONENTS => {
+                let mut parts = components;
+                for (i, part) in parts.iter_mut().enumerate() {
+                    if i >= arity {
+                        *part = 0;
+                    }
+                }
+                Ok(Token { parts, len: arity as u8 })
+            }
+            _ => Err(Malformed::TooManyComponents),
+        }
+    }
+
+    /// The components as a fixed array, zero past [`arity`](Token::arity).
+    pub fn to_array(&self) -> [u64; MAX_COMPONENTS] {
+        self.parts
     }
 
     /// The components, most significant first.
@@ -130,19 +167,39 @@ pub fn check_length(raw: &str) -> Result<(), Malformed> {
     }
 }
 
-fn parse_component(text: &str, position: usize) -> Result<u64, Malformed> {
-    if text.is_empty() {
-        return Err(Malformed::EmptyComponent(position));
+/// One component being read: its value so far, whether it has any digit, and
+/// whether it has passed `u64::MAX` (reported once the component is known to be all
+/// digits: `184467440737095516160x` is not a number, rather than one too large).
+#[derive(Default)]
+struct Component {
+    value: u64,
+    digits: bool,
+    overflow: bool,
+}
+
+impl Component {
+    fn push(&mut self, digit: u8) {
+        // `value * 10 + digit <= u64::MAX`, tested without a widening multiply
+        // (a library call on wasm32, and a tenth of a guest's decide).
+        const MAX_TENTH: u64 = u64::MAX / 10;
+        const MAX_LAST_DIGIT: u64 = u64::MAX % 10;
+        let digit = u64::from(digit);
+        self.digits = true;
+        if self.value < MAX_TENTH || (self.value == MAX_TENTH && digit <= MAX_LAST_DIGIT) {
+            self.value = self.value * 10 + digit;
+        } else {
+            self.overflow = true;
+        }
     }
-    // Syntax before range: a component with a non-digit is not a number whatever its
-    // digits before it say (`184467440737095516160x` is a hash or a UUID, not a u64
-    // that overflowed).
-    if !text.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Malformed::NotDecimal(position));
+
+    /// The component's value; `position` is 1-based, for the error.
+    fn finish(&self, position: usize) -> Result<u64, Malformed> {
+        match (self.digits, self.overflow) {
+            (false, _) => Err(Malformed::EmptyComponent(position)),
+            (true, true) => Err(Malformed::Overflow(position)),
+            (true, false) => Ok(self.value),
+        }
     }
-    text.bytes()
-        .try_fold(0u64, |value, digit| value.checked_mul(10)?.checked_add(u64::from(digit - b'0')))
-        .ok_or(Malformed::Overflow(position))
 }
 
 impl PartialOrd for Token {
@@ -225,6 +282,26 @@ mod tests {
         assert_eq!(Token::parse("184467440737095516160x"), Err(Malformed::NotDecimal(1)));
         assert_eq!(Token::parse("7.1844674407370955161744073709\u{b}"), Err(Malformed::NotDecimal(2)));
         assert_eq!(Token::parse("18446744073709551616.x"), Err(Malformed::Overflow(1)));
+    }
+
+    #[test]
+    fn the_largest_components_parse_and_one_more_overflows() {
+        assert_eq!(Token::parse("18446744073709551615").unwrap().parts(), &[u64::MAX]);
+        assert_eq!(Token::parse("18446744073709551609").unwrap().parts(), &[u64::MAX - 6]);
+        assert_eq!(Token::parse("18446744073709551616"), Err(Malformed::Overflow(1)));
+        assert_eq!(Token::parse("18446744073709551620"), Err(Malformed::Overflow(1)));
+        assert_eq!(Token::parse("1.28446744073709551615"), Err(Malformed::Overflow(2)));
+        assert_eq!(Token::parse("99999999999999999999"), Err(Malformed::Overflow(1)));
+    }
+
+    #[test]
+    fn a_flat_array_keeps_only_its_arity() {
+        let t = Token::from_array([7, 1042, 9, 9], 2).unwrap();
+        assert_eq!(t, Token::parse("7.1042").unwrap());
+        assert_eq!(t.to_array(), [7, 1042, 0, 0]);
+        assert_eq!(Token::from_array([1; 4], 0), Err(Malformed::Empty));
+        assert_eq!(Token::from_array([1; 4], 5), Err(Malformed::TooManyComponents));
+        assert_eq!(Token::from_array([1; 4], 4).unwrap().parts(), &[1, 1, 1, 1]);
     }
 
     #[test]

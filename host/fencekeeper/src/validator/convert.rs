@@ -8,17 +8,15 @@ use fencekeeper_core::{Mode, Policy, Token};
 
 /// A token the guest returned, which must have 1 to 4 components.
 pub(super) fn token(t: &wit::Token, role: &str) -> Result<Token, DecideError> {
-    let c = [t.c0, t.c1, t.c2, t.c3];
-    c.get(..usize::from(t.arity)).and_then(|parts| Token::from_parts(parts).ok()).ok_or_else(|| {
+    Token::from_array([t.c0, t.c1, t.c2, t.c3], usize::from(t.arity)).map_err(|_| {
         DecideError::Contract(format!("the guest returned a {role} token of arity {}; tokens have 1 to 4", t.arity))
     })
 }
 
 /// A token as the WIT record.
 pub(super) fn to_wit(t: &Token) -> wit::Token {
-    let mut c = [0u64; 4];
-    c[..t.arity()].copy_from_slice(t.parts());
-    wit::Token { arity: t.arity() as u8, c0: c[0], c1: c[1], c2: c[2], c3: c[3] }
+    let [c0, c1, c2, c3] = t.to_array();
+    wit::Token { arity: t.arity() as u8, c0, c1, c2, c3 }
 }
 
 /// The policy as the WIT record.

@@ -76,22 +76,39 @@ impl Shared {
     }
 
     /// Run `f` on this thread's instance (or an idle or new one). An instance whose
-    /// call failed is dropped, so a faulted guest is never called again.
+    /// call failed is dropped, so a faulted guest is never called again. The
+    /// instance is used where it lies in the thread's slot: moving a store into and
+    /// out of the slot around every call was a measurable part of a call's cost.
     pub(crate) fn call<R>(
         self: &Arc<Self>,
         f: impl FnOnce(&mut Instance, &Limits) -> Result<R, DecideError>,
     ) -> Result<R, DecideError> {
-        let mut instance = match self.local(|l| l.instance.take()).flatten() {
-            Some(instance) => instance,
-            None => self.take()?,
-        };
+        // `local` runs its closure or, when the thread has no slot (teardown), not at
+        // all; `f` stays here until the closure takes it, so that case can still run it.
+        let mut f = Some(f);
+        let in_slot = self.local(|l| {
+            let f = f.take()?;
+            let instance = match l.instance.as_mut() {
+                Some(instance) => instance,
+                None => match self.take() {
+                    Ok(instance) => l.instance.insert(instance),
+                    Err(e) => return Some(Err(e)),
+                },
+            };
+            let result = f(instance, &self.limits);
+            if result.is_err() {
+                l.instance = None;
+            }
+            Some(result)
+        });
+        if let Some(Some(result)) = in_slot {
+            return result;
+        }
+        let f = f.ok_or_else(|| DecideError::GuestFault("the validator's call was lost".into()))?;
+        let mut instance = self.take()?;
         let result = f(&mut instance, &self.limits);
         if result.is_ok() {
-            let mut kept = Some(instance);
-            self.local(|l| l.instance = kept.take());
-            if let Some(instance) = kept {
-                self.park(instance);
-            }
+            self.park(instance);
         }
         result
     }
