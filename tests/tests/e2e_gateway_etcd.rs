@@ -151,3 +151,50 @@ fn concurrent_guards_on_one_resource_end_at_the_highest_admitted_token() {
     assert_eq!(highest, 160);
     assert_eq!(store.get("r").unwrap(), Some(t("160")));
 }
+
+/// The store's Txns go over etcd's gRPC API with the user's token in the call's
+/// metadata. When etcd has forgotten the token (`--auth-token-ttl`), the next Txn is
+/// refused for it (UNAUTHENTICATED); the store authenticates again and the admit
+/// still succeeds, on the mark etcd holds.
+#[test]
+fn a_store_whose_etcd_token_expired_authenticates_again_and_admits() {
+    use fencekeeper::store::{EtcdAuth, EtcdOptions};
+    use fencekeeper_harness::services::{http, poll_until, WorkDir};
+    const USER: &str = "fencekeeper";
+    const PASSWORD: &str = "pw-for-the-store";
+    let etcd = Etcd::start_with(WorkDir::temporary().unwrap(), &["--auth-token-ttl=1", "--bcrypt-cost=4"]).unwrap();
+    etcd.enable_auth(USER, PASSWORD, "/fencekeeper/marks/").unwrap();
+    let options = EtcdOptions {
+        auth: Some(EtcdAuth { user: USER.into(), password: PASSWORD.into() }),
+        ..EtcdOptions::default()
+    };
+    let guard = Guard::new(
+        Arc::new(NativeDecider(Policy::default())),
+        Arc::new(EtcdStore::connect_with(&etcd.url(), &options).unwrap()),
+    );
+    assert!(guard.admit("orders", Some("34")).admitted());
+
+    // Wait, by asking etcd, until it has forgotten the store's token: tokens issued
+    // after the store's last call expire no earlier than its token, and each probe is
+    // asked once (asking renews it).
+    let body = format!(r#"{{"name":"{USER}","password":"{PASSWORD}"}}"#);
+    let token = || {
+        let (_, answer) = http(etcd.client, "POST", "/v3/auth/authenticate", &[], body.as_bytes()).unwrap();
+        serde_json::from_slice::<serde_json::Value>(&answer).unwrap()["token"].as_str().unwrap().to_owned()
+    };
+    let mut probes = (0..40).map(|_| token()).collect::<Vec<_>>().into_iter();
+    // {"key": base64("/fencekeeper/marks/x")}
+    let read = br#"{"key":"L2ZlbmNla2VlcGVyL21hcmtzL3g="}"#;
+    poll_until("etcd forgets a token", Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(150));
+        probes.next().is_some_and(|probe| {
+            http(etcd.client, "POST", "/v3/kv/range", &[("Authorization", &probe)], read).unwrap().0 == 401
+        })
+    })
+    .unwrap();
+
+    // The holder writes again (a confirm Txn), then a newer holder advances.
+    assert!(guard.admit("orders", Some("34")).admitted(), "the store did not authenticate again");
+    assert!(guard.admit("orders", Some("35")).admitted());
+    assert_eq!(guard.admit("orders", Some("34")).class(), Class::Stale);
+}

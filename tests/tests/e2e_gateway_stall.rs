@@ -11,22 +11,25 @@
 //! The stall is real: etcd is frozen with SIGSTOP. A freeze sent from outside cannot
 //! be timed to hit the Txn (a freeze before the request stalls the mark read, and the
 //! Txn is never sent), so the gateway reaches etcd through a relay that freezes etcd
-//! the moment the Txn's request line comes through, then forwards it unchanged, and
-//! passes the gateway's close on before etcd is resumed, as a direct connection would.
+//! the moment the Txn comes through (the gateway speaks gRPC to etcd: the trap is the
+//! new mark's record, which only the Txn that writes it carries), then forwards it
+//! unchanged, and passes the gateway's close on before etcd is resumed, as a direct
+//! connection would (the gateway cancels the timed-out call and opens a new
+//! connection for the next).
 //!
-//! Whether etcd commits the timed-out Txn is not deterministic. On resume, etcd's HTTP
-//! gateway finds the request and the client's close together and answers 408 (context
-//! canceled) either way; the Txn commits only when its raft proposal went out before
-//! the cancel. Measured on this kind of machine (etcd 3.4, 2 cores): 39 commits in 157
-//! stalls through the gateway, about 1 in 4 (7 in 40 with the machine busy); 19 in 80
-//! with a plain HTTP client; 15 in 15 when the client's connection was still open as
-//! etcd resumed. So the test asserts what always holds, on every trial: the stalled
-//! write gets 503 and nothing reaches the store; a retry with the same token is either
-//! admitted (the Txn was lost) or refused as replayed with the mark equal to the token
-//! (it was committed, and the store still holds nothing), never anything else; once
-//! the mark is seen equal to the token, the retry is always refused. It repeats on
-//! fresh resources until one token burns, at most TRIALS times (at 1 in 6, sixty
-//! misses in a row have odds of about 1 in 100,000).
+//! Whether etcd commits the timed-out Txn is not deterministic. On resume, etcd finds
+//! the request and the client's cancel together; the Txn commits only when its raft
+//! proposal went out before the cancel. Measured on this kind of machine through
+//! etcd's JSON gateway (etcd 3.4, 2 cores): 39 commits in 157 stalls, about 1 in 4 (7
+//! in 40 with the machine busy); 19 in 80 with a plain HTTP client; 15 in 15 when the
+//! client's connection was still open as etcd resumed. So the test asserts what
+//! always holds, on every trial: the stalled write gets 503 and nothing reaches the
+//! store; a retry with the same token is either admitted (the Txn was lost) or
+//! refused as replayed with the mark equal to the token (it was committed, and the
+//! store still holds nothing), never anything else; once the mark is seen equal to
+//! the token, the retry is always refused. It repeats on fresh resources until one
+//! token burns, at most TRIALS times (at 1 in 6, sixty misses in a row have odds of
+//! about 1 in 100,000).
 
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
@@ -38,8 +41,9 @@ use std::time::{Duration, Instant};
 
 /// The most stalls to try for one burn.
 const TRIALS: usize = 60;
-/// The request line of the gateway's compare-and-swap.
-const TXN: &[u8] = b"POST /v3/kv/txn";
+/// What only the gateway's compare-and-swap carries: the record of mark 7 (the
+/// token every trial writes), `fk2 7 ` and its checksum.
+const TXN: &[u8] = b"fk2 7 ";
 /// The gateway's etcd call timeout (EtcdStore::connect's default).
 const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long to look for a commit after etcd answered the timed-out Txn. Commits were

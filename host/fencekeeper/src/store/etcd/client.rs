@@ -6,13 +6,15 @@
 //! revision any answer carried (revisions only grow, so a token at or below it was
 //! issued; the weak provenance check then needs no round trip).
 
+use super::channel::{Channel, Target};
 use super::resolve::Resolve;
 use super::DEFAULT_PREFIX;
 use crate::StoreError;
 use fencekeeper_etcd_wire as wire;
+use fencekeeper_etcd_wire::grpc;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use ureq::unversioned::transport::DefaultConnector;
 
@@ -63,10 +65,12 @@ impl std::fmt::Debug for EtcdAuth {
     }
 }
 
-/// A connection to etcd's JSON gateway: the endpoint, TLS, and the user's token.
+/// A connection to etcd: its JSON gateway, and its gRPC API for Txns; the endpoint,
+/// TLS, and the user's token.
 pub struct EtcdClient {
     endpoint: String,
     agent: ureq::Agent,
+    channel: Channel,
     auth: Option<EtcdAuth>,
     /// The token of `auth`, renewed when etcd refuses it.
     token: RwLock<Option<String>>,
@@ -87,18 +91,31 @@ impl EtcdClient {
             // The gateway calls from many blocking threads at once.
             .max_idle_connections(64)
             .max_idle_connections_per_host(64);
-        match (endpoint.split_once("://").map(|(scheme, _)| scheme), &options.tls) {
-            (Some("http"), None) => {}
-            (Some("http"), Some(_)) => {
+        let (scheme, authority) = endpoint.split_once("://").unwrap_or(("", ""));
+        let host = authority.rsplit_once(':').map_or(authority, |(host, _)| host);
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let mut target = Target { authority: authority.to_owned(), tls: None };
+        match (scheme, &options.tls) {
+            _ if authority.is_empty() || authority.contains('/') => {
+                return Err(bad("must look like http://HOST:PORT or https://HOST:PORT"))
+            }
+            ("http", None) => {}
+            ("http", Some(_)) => {
                 return Err(bad("TLS files are given but the endpoint is http://; write https:// (never plaintext)"))
             }
-            (Some("https"), Some(tls)) => config = config.tls_config(tls_config(tls)?),
-            (Some("https"), None) => return Err(bad("https:// needs the CA of etcd's certificate (--etcd-cacert)")),
+            ("https", Some(tls)) => {
+                config = config.tls_config(tls_config(tls)?);
+                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| bad(&format!("{host:?} is not a name TLS can check: {e}")))?;
+                target.tls = Some((rustls_config(tls)?, name));
+            }
+            ("https", None) => return Err(bad("https:// needs the CA of etcd's certificate (--etcd-cacert)")),
             _ => return Err(bad("must look like http://HOST:PORT or https://HOST:PORT")),
         }
         Ok(EtcdClient {
-            endpoint,
+            endpoint: endpoint.clone(),
             agent: ureq::Agent::with_parts(config.build(), DefaultConnector::default(), Resolve::default()),
+            channel: Channel::new(target, options.timeout).map_err(|e| bad(&e))?,
             auth: options.auth.clone(),
             token: RwLock::new(None),
             revision: AtomicU64::new(0),
@@ -143,6 +160,24 @@ impl EtcdClient {
             }
             (200, bytes) => Ok(bytes),
             (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
+        }
+    }
+
+    /// One Txn over gRPC (`message`: a `TxnRequest`): the `TxnResponse`. With a user,
+    /// the call carries its token; a token etcd no longer accepts is renewed once.
+    pub fn txn(&self, message: &[u8]) -> Result<Vec<u8>, StoreError> {
+        let token = match &self.auth {
+            Some(_) => Some(self.token(false)?),
+            None => None,
+        };
+        let call = |token: Option<&str>| {
+            self.channel.call(grpc::KV_SERVICE, grpc::TXN_METHOD, message, token).map_err(|e| self.unavailable(e))
+        };
+        match call(token.as_deref())? {
+            Err(status) if self.auth.is_some() && grpc::token_refused(&status) => {
+                call(Some(&self.token(true)?))?.map_err(|status| self.unavailable(status.error()))
+            }
+            answer => answer.map_err(|status| self.unavailable(status.error())),
         }
     }
 
@@ -217,8 +252,46 @@ fn tls_config(tls: &EtcdTls) -> Result<ureq::tls::TlsConfig, StoreError> {
     Ok(config.build())
 }
 
+/// The TLS configuration of `tls` for the gRPC channel: the same files as
+/// [`tls_config`], for rustls itself, with ALPN h2 (etcd serves gRPC on HTTP/2).
+fn rustls_config(tls: &EtcdTls) -> Result<Arc<rustls::ClientConfig>, StoreError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let pem_error =
+        |path: &PathBuf, what: &str| StoreError::Unavailable(format!("{} holds no PEM {what}", path.display()));
+    let certs = |path: &PathBuf| -> Result<Vec<CertificateDer<'static>>, StoreError> {
+        let bytes = std::fs::read(path).map_err(|error| StoreError::Io { path: path.clone(), error })?;
+        let certs: Vec<_> = CertificateDer::pem_slice_iter(&bytes).filter_map(Result::ok).collect();
+        if certs.is_empty() {
+            return Err(pem_error(path, "certificate"));
+        }
+        Ok(certs)
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in certs(&tls.ca)? {
+        roots.add(cert).map_err(|e| StoreError::Unavailable(format!("{}: {e}", tls.ca.display())))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StoreError::Unavailable(format!("TLS: {e}")))?
+        .with_root_certificates(roots);
+    let mut config = match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let bytes = std::fs::read(key).map_err(|error| StoreError::Io { path: key.clone(), error })?;
+            let private = PrivateKeyDer::from_pem_slice(&bytes).map_err(|_| pem_error(key, "private key"))?;
+            builder
+                .with_client_auth_cert(certs(cert)?, private)
+                .map_err(|e| StoreError::Unavailable(format!("the client certificate {}: {e}", cert.display())))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
 /// A transport error as one line (TLS errors come with their cause).
-fn error_line(e: &dyn std::error::Error) -> String {
+pub(super) fn error_line(e: &dyn std::error::Error) -> String {
     let mut line = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -30,6 +30,7 @@
 
 mod client;
 mod confirms;
+mod channel;
 mod resolve;
 mod seen;
 
@@ -40,7 +41,7 @@ use super::{MarkStore, Read, StoreError, Swap};
 use crate::provenance::{EtcdCheck, EtcdProvenance};
 use confirms::Confirms;
 use fencekeeper_core::Token;
-use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError};
+use fencekeeper_etcd_wire::{self as wire, grpc, Expect, KeyValue, MarkError, Op, Range};
 use seen::Seen;
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,7 +80,7 @@ impl EtcdStore {
             seen: Seen::new(),
             confirms: Confirms::default(),
         };
-        store.call(wire::RANGE_PATH, wire::range_prefix(store.prefix.as_bytes(), 1))?;
+        store.read_range(Range { key: store.prefix.as_bytes(), prefix: true, limit: 1, ..Range::default() })?;
         Ok(store)
     }
 
@@ -98,10 +99,6 @@ impl EtcdStore {
 
     fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
         self.client.unavailable(detail)
-    }
-
-    fn call(&self, path: &str, body: String) -> Result<Vec<u8>, StoreError> {
-        self.client.call(path, body)
     }
 
     /// The command that upgrades format-1 values under this store's prefix.
@@ -141,21 +138,20 @@ impl EtcdStore {
         }
     }
 
-    /// A range read; the revision it answered at is remembered.
-    fn read_range(&self, body: String) -> Result<Vec<KeyValue>, StoreError> {
-        let answer = self.call(wire::RANGE_PATH, body)?;
-        let answer = wire::parse_range_answer(&answer).map_err(|e| self.unavailable(e))?;
-        self.client.saw(answer.revision);
-        Ok(answer.kvs)
+    /// A linearizable range read (a Txn that only reads); the revision it answered
+    /// at is remembered.
+    fn read_range(&self, range: Range<'_>) -> Result<Vec<KeyValue>, StoreError> {
+        self.txn(grpc::txn(&[], &[Op::Range(range)], &[]))?.read(0).map_err(|e| self.unavailable(e))
     }
 
     fn range(&self, key: &str) -> Result<Vec<KeyValue>, StoreError> {
-        self.read_range(wire::range(key.as_bytes()))
+        self.read_range(Range { key: key.as_bytes(), ..Range::default() })
     }
 
-    fn txn(&self, body: String) -> Result<wire::TxnAnswer, StoreError> {
-        let answer = self.call(wire::TXN_PATH, body)?;
-        let answer = wire::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
+    /// A Txn (a `TxnRequest`), over gRPC; the revision it answered at is remembered.
+    fn txn(&self, message: Vec<u8>) -> Result<wire::TxnAnswer, StoreError> {
+        let answer = self.client.txn(&message)?;
+        let answer = grpc::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
         self.client.saw(answer.revision);
         Ok(answer)
     }
@@ -170,7 +166,7 @@ impl EtcdStore {
             let keys: Vec<String> = chunk.iter().map(|(resource, _)| self.key(resource)).collect();
             let items: Vec<(&str, &str, &Token)> =
                 keys.iter().zip(chunk).map(|(key, (resource, mark))| (key.as_str(), resource.as_str(), mark)).collect();
-            match self.txn(wire::confirm_txn(&items)) {
+            match self.txn(grpc::confirm_txn(&items)) {
                 Err(e) => outcomes.extend(chunk.iter().map(|_| Err(e.again()))),
                 Ok(answer) if answer.succeeded => {
                     for (resource, mark) in chunk {
@@ -195,7 +191,7 @@ impl EtcdStore {
 
     /// Every (resource, raw value) under the prefix, sorted by resource.
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut all = self.raw(self.read_range(wire::range_prefix(self.prefix.as_bytes(), 0))?)?;
+        let mut all = self.raw(self.read_range(Range { key: self.prefix.as_bytes(), prefix: true, ..Range::default() })?)?;
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
@@ -204,7 +200,9 @@ impl EtcdStore {
     /// key). True when it was put.
     fn swap_raw(&self, resource: &str, current: Option<&[u8]>, value: &[u8]) -> Result<bool, StoreError> {
         let expect = current.map_or(Expect::Absent, Expect::Value);
-        Ok(self.txn(wire::txn(self.key(resource).as_bytes(), expect, Some(value), None, false))?.succeeded)
+        let key = self.key(resource);
+        let put = Op::Put { key: key.as_bytes(), value, lease: None };
+        Ok(self.txn(grpc::txn(&[(key.as_bytes(), expect)], &[put], &[]))?.succeeded)
     }
 
     /// Rewrite every format-1 value (a bare token) under the prefix as a checked
@@ -253,7 +251,7 @@ impl MarkStore for EtcdStore {
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
-        let answer = self.txn(wire::mark_txn(&self.key(resource), resource, expected, new))?;
+        let answer = self.txn(grpc::mark_txn(&self.key(resource), resource, expected, new))?;
         if answer.succeeded {
             self.seen.set(resource, Some(*new));
             return Ok(Swap::Swapped);
@@ -323,8 +321,13 @@ impl Repair for EtcdStore {
                 return Ok(before);
             }
             let expect = current.as_deref().map_or(Expect::Absent, Expect::Value);
-            let body = wire::replace_txn(self.key(resource).as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()));
-            if self.txn(body)?.succeeded {
+            let key = self.key(resource);
+            let key = key.as_bytes();
+            let write = match &put {
+                Some(record) => Op::Put { key, value: record.as_bytes(), lease: None },
+                None => Op::Delete { key },
+            };
+            if self.txn(grpc::txn(&[(key, expect)], &[write], &[]))?.succeeded {
                 self.seen.forget(resource);
                 return Ok(before);
             }
