@@ -164,10 +164,8 @@ fn a_store_whose_etcd_token_expired_authenticates_again_and_admits() {
     const PASSWORD: &str = "pw-for-the-store";
     let etcd = Etcd::start_with(WorkDir::temporary().unwrap(), &["--auth-token-ttl=1", "--bcrypt-cost=4"]).unwrap();
     etcd.enable_auth(USER, PASSWORD, "/fencekeeper/marks/").unwrap();
-    let options = EtcdOptions {
-        auth: Some(EtcdAuth { user: USER.into(), password: PASSWORD.into() }),
-        ..EtcdOptions::default()
-    };
+    let options =
+        EtcdOptions { auth: Some(EtcdAuth { user: USER.into(), password: PASSWORD.into() }), ..EtcdOptions::default() };
     let guard = Guard::new(
         Arc::new(NativeDecider(Policy::default())),
         Arc::new(EtcdStore::connect_with(&etcd.url(), &options).unwrap()),

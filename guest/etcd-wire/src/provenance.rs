@@ -194,6 +194,17 @@ pub fn strong(token: &Token, holder: Option<&KeyValue>, lock: &str, revision: u6
     Ok(())
 }
 
+/// The keys under which lock `name`'s contenders live (`name/`), for [`holder_op`].
+pub fn holder_keys(name: &str) -> String {
+    format!("{name}/")
+}
+
+/// The strong check's read of a lock's holder as a Txn's operation: the first key
+/// under `keys` ([`holder_keys`]) by create revision, key only.
+pub fn holder_op(keys: &str) -> Op<'_> {
+    Op::Range(holder_read(keys))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

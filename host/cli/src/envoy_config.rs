@@ -46,7 +46,7 @@ pub struct Args {
     /// created), and point the configuration at it. What an installed binary needs.
     #[arg(long, value_name = "PATH")]
     write_filter: Option<PathBuf>,
-    /// etcd's client address, HOST:PORT (its v3 JSON gateway holds the marks). For an
+    /// etcd's client address, HOST:PORT (its v3 gRPC API holds the marks). For an
     /// etcd cluster, every member's, separated by commas: Envoy health-checks them and
     /// sends the filter's calls to members that answer.
     #[arg(long, default_value = "127.0.0.1:2379", value_name = "HOST:PORT[,HOST:PORT...]")]

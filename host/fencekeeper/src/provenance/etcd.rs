@@ -16,7 +16,7 @@ use super::{Origin, Provenance, ProvenanceError};
 use crate::store::{EtcdClient, EtcdOptions};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::provenance::{self as rules, Unissued};
-use fencekeeper_etcd_wire::{self as wire};
+use fencekeeper_etcd_wire::{self as wire, grpc, Op};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -62,15 +62,16 @@ impl EtcdProvenance {
         EtcdProvenance { http, check }
     }
 
-    /// The cluster's current revision, by a count-only read.
+    /// The cluster's current revision: a Txn without operations answers it.
     fn revision(&self) -> Result<u64, ProvenanceError> {
-        let body = self.http.call(wire::RANGE_PATH, rules::revision_read()).map_err(unavailable)?;
-        let answer = self.parse(&body)?;
-        Ok(answer.revision)
+        Ok(self.read(&[])?.revision)
     }
 
-    fn parse(&self, body: &[u8]) -> Result<wire::RangeAnswer, ProvenanceError> {
-        let answer = wire::parse_range_answer(body)
+    /// A read-only Txn of `reads` (over gRPC, as the mark store's); the revision it
+    /// answered at is remembered.
+    fn read(&self, reads: &[Op<'_>]) -> Result<wire::TxnAnswer, ProvenanceError> {
+        let answer = self.http.txn(&grpc::txn(&[], reads, &[])).map_err(unavailable)?;
+        let answer = grpc::parse_txn(&answer)
             .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.http.endpoint())))?;
         self.http.saw(answer.revision);
         Ok(answer)
@@ -102,9 +103,11 @@ impl Provenance for EtcdProvenance {
             },
             EtcdCheck::Strong { lock_prefix } => {
                 let lock = rules::lock_name(lock_prefix, resource);
-                let body = self.http.call(wire::RANGE_PATH, rules::holder_range(&lock)).map_err(unavailable)?;
-                let answer = self.parse(&body)?;
-                Ok(origin(rules::strong(token, answer.kvs.first(), &lock, answer.revision)))
+                let answer = self.read(&[rules::holder_op(&rules::holder_keys(&lock))])?;
+                let holder = answer
+                    .read(0)
+                    .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.http.endpoint())))?;
+                Ok(origin(rules::strong(token, holder.first(), &lock, answer.revision)))
             }
         }
     }

@@ -61,7 +61,8 @@ impl Channel {
         message: &[u8],
         token: Option<&str>,
     ) -> Result<Result<Vec<u8>, Status>, Failure> {
-        let (path, message, token) = (format!("/{service}/{method}"), Bytes::from(frame(message)), token.map(str::to_owned));
+        let (path, message, token) =
+            (format!("/{service}/{method}"), Bytes::from(frame(message)), token.map(str::to_owned));
         let (shared, timeout) = (self.shared.clone(), self.timeout);
         let (answered, answer) = std::sync::mpsc::sync_channel(1);
         let Some(runtime) = &self.runtime else {
@@ -144,8 +145,9 @@ async fn handshake<T>(io: T) -> Result<h2::client::SendRequest<Bytes>, Failure>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, connection) =
-        h2::client::handshake(io).await.map_err(|e| format!("HTTP/2 handshake: {e}; does this endpoint speak gRPC?"))?;
+    let (sender, connection) = h2::client::handshake(io)
+        .await
+        .map_err(|e| format!("HTTP/2 handshake: {e}; does this endpoint speak gRPC (HTTP/2)?"))?;
     // The connection is driven by the runtime's worker until it fails or is dropped.
     tokio::spawn(async move {
         let _ = connection.await;
@@ -160,7 +162,13 @@ async fn send(
     message: Bytes,
     token: Option<&str>,
 ) -> Result<Result<Vec<u8>, Status>, Failure> {
-    let h2 = |e: h2::Error| format!("HTTP/2: {e}");
+    let h2 = |e: h2::Error| match e.reason() {
+        // An HTTP/1.1 answer to HTTP/2's preface reads as a malformed frame.
+        Some(h2::Reason::PROTOCOL_ERROR | h2::Reason::FRAME_SIZE_ERROR) if !e.is_remote() => {
+            format!("HTTP/2: {e}; does this endpoint speak gRPC (HTTP/2)?")
+        }
+        _ => format!("HTTP/2: {e}"),
+    };
     let scheme = if target.tls.is_some() { "https" } else { "http" };
     let mut request = http::Request::post(format!("{scheme}://{}{path}", target.authority))
         .header("content-type", "application/grpc")

@@ -1,6 +1,7 @@
-//! The way to etcd: its v3 JSON gateway over HTTP or HTTPS, with a user when the
-//! cluster has authentication on. One client for everything the project sends etcd
-//! (the mark store, the provenance check, `fencekeeper lock`); what is sent is
+//! The way to etcd, over HTTP or HTTPS, with a user when the cluster has
+//! authentication on: its gRPC API for the mark store and the provenance check (their
+//! Txns, and the authentication), its v3 JSON gateway for `fencekeeper lock` (leases).
+//! One client for everything the project sends etcd; what is sent is
 //! `fencekeeper-etcd-wire`'s. The mark store and the provenance check share one when
 //! they talk to the same etcd: one connection pool, and one record of the highest
 //! revision any answer carried (revisions only grow, so a token at or below it was
@@ -11,7 +12,7 @@ use super::resolve::Resolve;
 use super::DEFAULT_PREFIX;
 use crate::StoreError;
 use fencekeeper_etcd_wire as wire;
-use fencekeeper_etcd_wire::grpc;
+use fencekeeper_etcd_wire::{grpc, AuthRefusal};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -65,8 +66,8 @@ impl std::fmt::Debug for EtcdAuth {
     }
 }
 
-/// A connection to etcd: its JSON gateway, and its gRPC API for Txns; the endpoint,
-/// TLS, and the user's token.
+/// A connection to etcd: its gRPC API (Txns, authentication) and its JSON gateway
+/// (`call`); the endpoint, TLS, and the user's token, which both accept.
 pub struct EtcdClient {
     endpoint: String,
     agent: ureq::Agent,
@@ -202,15 +203,14 @@ impl EtcdClient {
         let Some(auth) = &self.auth else {
             return Err(self.unavailable("no user to authenticate"));
         };
-        let (status, bytes) = self.post(wire::AUTH_PATH, &wire::authenticate(&auth.user, &auth.password), None)?;
-        if status != 200 {
-            return Err(self.unavailable(format!(
-                "authenticating as {:?}: {}",
-                auth.user,
-                wire::status_error(status, &bytes)
-            )));
-        }
-        let token = wire::parse_token(&bytes).map_err(|e| self.unavailable(e))?;
+        let mut request = grpc::authenticate(&auth.user, &auth.password);
+        let answer = self.channel.call(grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD, &request, None);
+        // The password was in it.
+        request.fill(0);
+        let token = grpc::parse_authentication(answer.map_err(|e| self.unavailable(e))?.as_deref()).map_err(|e| {
+            let (AuthRefusal::WrongCredentials(why) | AuthRefusal::Other(why)) = e;
+            self.unavailable(format!("authenticating as {:?}: {why}", auth.user))
+        })?;
         *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token.clone());
         Ok(token)
     }

@@ -1,7 +1,8 @@
 //! Marks in etcd, so that several gateways (and Envoys) in front of one resource agree.
 //!
-//! Talks to etcd's v3 JSON gateway (etcd 3.4: `POST /v3/kv/range`, `/v3/kv/txn`, keys
-//! and values base64) with a small blocking HTTP client. The key scheme is shared with
+//! Talks to etcd's v3 gRPC API (`etcdserverpb.KV/Txn`: every read and write is a Txn,
+//! a read one without compares) over one HTTP/2 connection (`channel.rs`), with the
+//! protobuf of `fencekeeper-etcd-wire`'s `grpc` module. The key scheme is shared with
 //! the Envoy filter's etcd mode, so gateways and proxies can share one etcd:
 //!
 //! * key: `/fencekeeper/marks/` + resource (the prefix is configurable);
@@ -28,9 +29,9 @@
 //! costs no extra round trip. etcd commits a Txn to its raft log before answering, so
 //! an admit is durable (on a quorum) when it is reported.
 
+mod channel;
 mod client;
 mod confirms;
-mod channel;
 mod resolve;
 mod seen;
 
@@ -49,7 +50,7 @@ use std::time::Duration;
 /// The default key prefix; the Envoy filter uses the same.
 pub const DEFAULT_PREFIX: &str = wire::DEFAULT_PREFIX;
 
-/// A [`MarkStore`] in etcd (v3 API through its JSON gateway).
+/// A [`MarkStore`] in etcd (its v3 gRPC API).
 pub struct EtcdStore {
     client: Arc<EtcdClient>,
     prefix: String,
@@ -191,7 +192,8 @@ impl EtcdStore {
 
     /// Every (resource, raw value) under the prefix, sorted by resource.
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut all = self.raw(self.read_range(Range { key: self.prefix.as_bytes(), prefix: true, ..Range::default() })?)?;
+        let mut all =
+            self.raw(self.read_range(Range { key: self.prefix.as_bytes(), prefix: true, ..Range::default() })?)?;
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
@@ -337,6 +339,7 @@ impl Repair for EtcdStore {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -348,5 +351,27 @@ mod tests {
             EtcdStore::connect(&format!("http://127.0.0.1:{port}")).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.starts_with("mark store unavailable: etcd at http://127.0.0.1:"), "{err}");
         assert!(!err.contains('\n'));
+    }
+
+    /// A server that answers HTTP/1.1 (a proxy that does not carry gRPC, or not etcd
+    /// at all) fails the connect in one line that says what is missing.
+    #[test]
+    fn an_endpoint_that_does_not_speak_http2_is_named_in_one_line() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            for stream in listener.incoming().take(1) {
+                let mut stream = stream.unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = stream.read(&mut buf);
+                let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            }
+        });
+        let err =
+            EtcdStore::connect(&format!("http://127.0.0.1:{port}")).err().map(|e| e.to_string()).unwrap_or_default();
+        server.join().unwrap();
+        assert!(err.contains("does this endpoint speak gRPC"), "{err}");
+        assert!(!err.contains('\n'), "{err}");
     }
 }
