@@ -6,6 +6,9 @@
 #   etcd-txn     wrk straight to etcd's JSON gateway (POST /v3/kv/txn): for the fixed
 #                token, the compare the gateway needs (value equal, read back on
 #                failure); for rising tokens, a Txn that puts a new value
+#   etcd-grpc    the same Txns over etcd's gRPC API, as the gateway sends them, from
+#                the store's own client (host/fencekeeper/benches/etcd_txn.rs: one
+#                HTTP/2 connection, one call at a time per connection's thread)
 #   gateway      wrk to `fencekeeper serve --etcd` in front of nginx answering 204
 #                (a store that costs nothing, so the fence's cost shows): PUTs with
 #                one fixed token (the holder writing again), rising tokens (every
@@ -13,7 +16,7 @@
 #                (spread: holders of different resources; etcd's row compares each
 #                key in turn)
 # With 1 and 8 connections. The gateway's target is one etcd round trip per admit:
-# the ratio is its throughput over etcd's own. Needs wrk, nginx, etcd
+# the ratios are its throughput over etcd's own, through each API. Needs wrk, nginx, etcd
 # (scripts/install-deps.sh); prints a table for BENCHMARKS.md; stops what it starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,12 +25,21 @@ rounds=${2:-3}
 . scripts/lib/bench.sh
 b64() { printf '%s' "$1" | base64 -w0; }
 
+peer=$(cargo bench --no-run -q -p fencekeeper --features etcd --bench etcd_txn --message-format=json |
+  python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "etcd_txn": print(m["executable"])')
 start_nginx_204
 start_services etcd
 etcd=${FK_ETCD#http://}
 gw=$(port); admin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$gw" --admin "127.0.0.1:$admin" \
     --etcd "$etcd" >"$work/gateway.log" 2>&1 & pids+=($!)
+gwpid=$!
+etcdpid=$(pgrep -f -- "--listen-client-urls=http://$etcd( |$)")
+# CPU a process has used, in clock ticks (user + system).
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_http "http://127.0.0.1:$admin/healthz"
 
 # The fixed token's mark, written once through the gateway; its record is what the raw
@@ -96,21 +108,35 @@ for round in $(seq "$rounds"); do
       # Spread differs from fixed only when several connections can share a Txn.
       [[ $tok == spread && $c == 1 ]] && continue
       echo "etcd-txn $tok $c $(run "http://$etcd/v3/kv/txn" "etcd-$tok" "$c")" >>"$work/results"
-      echo "gateway $tok $c $(run "http://127.0.0.1:$gw/$tok" "gw-$tok" "$c")" >>"$work/results"
+      echo "etcd-grpc $tok $c $("$peer" "http://$etcd" "$tok" "$c" "$duration")" >>"$work/results"
+      e0=$(ticks "$etcdpid"); g0=$(ticks "$gwpid")
+      row=$(run "http://127.0.0.1:$gw/$tok" "gw-$tok" "$c")
+      echo "gateway $tok $c $row $(($(ticks "$etcdpid") - e0)) $(($(ticks "$gwpid") - g0))" >>"$work/results"
     done
   done
 done
-python3 - "$work/results" <<'PY'
+python3 - "$work/results" "$duration" "$(getconf CLK_TCK)" <<'PY'
 import statistics, sys
-rows = {}
+rows, cpu = {}, {}
+duration, hz = float(sys.argv[2]), float(sys.argv[3])
 for line in open(sys.argv[1]):
-    who, tok, c, rps, bad = line.split()
+    who, tok, c, rps, bad, *ticks = line.split()
     rows.setdefault((tok, int(c)), {}).setdefault(who, []).append((float(rps), int(bad)))
-print("| tokens | conns | etcd Txn req/s (median) | gateway req/s (median) | gateway / etcd | non-2xx |")
-print("|---|---|---|---|---|---|")
+    if ticks:
+        # CPU per request, µs: the row's ticks over the requests it answered.
+        n = float(rps) * duration
+        cpu.setdefault((tok, int(c)), []).append(tuple(1e6 * int(t) / hz / n for t in ticks))
+print("| tokens | conns | etcd Txn, JSON req/s (median) | etcd Txn, gRPC req/s (median) | gateway req/s (median) | gateway / JSON Txn | gateway / gRPC Txn | non-2xx |")
+print("|---|---|---|---|---|---|---|---|")
 for (tok, c), by in sorted(rows.items()):
     e = statistics.median(r for r, _ in by["etcd-txn"])
+    p = statistics.median(r for r, _ in by["etcd-grpc"])
     g = statistics.median(r for r, _ in by["gateway"])
-    bad = sum(b for _, b in by["etcd-txn"] + by["gateway"])
-    print(f"| {tok} | {c} | {e:.0f} | {g:.0f} | {g / e:.2f}x | {bad} |")
+    bad = sum(b for _, b in by["etcd-txn"] + by["etcd-grpc"] + by["gateway"])
+    print(f"| {tok} | {c} | {e:.0f} | {p:.0f} | {g:.0f} | {g / e:.2f}x | {g / p:.2f}x | {bad} |")
+print()
+print("| tokens | conns | etcd CPU per gateway request, µs (median) | gateway CPU per request, µs (median) |")
+print("|---|---|---|---|")
+for (tok, c), v in sorted(cpu.items()):
+    print(f"| {tok} | {c} | {statistics.median(x[0] for x in v):.0f} | {statistics.median(x[1] for x in v):.0f} |")
 PY

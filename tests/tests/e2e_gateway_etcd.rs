@@ -196,3 +196,20 @@ fn a_store_whose_etcd_token_expired_authenticates_again_and_admits() {
     assert!(guard.admit("orders", Some("35")).admitted());
     assert_eq!(guard.admit("orders", Some("34")).class(), Class::Stale);
 }
+
+/// An answer larger than HTTP/2's initial flow-control window (64 KiB) arrives whole:
+/// 64 marks under 1000-byte keys, listed in one read of about 70 KB.
+#[test]
+fn an_answer_larger_than_the_http2_window_is_read_whole() {
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    let resources: Vec<String> = (0..64).map(|i| format!("{i:02}/{}", "k".repeat(997))).collect();
+    for (i, resource) in resources.iter().enumerate() {
+        assert_eq!(store.compare_and_swap(resource, None, &t(&format!("{}", i + 1))).unwrap(), Swap::Swapped);
+    }
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), 64);
+    for (i, (resource, mark)) in listed.iter().enumerate() {
+        assert_eq!((resource, *mark), (&resources[i], t(&format!("{}", i + 1))));
+    }
+}
