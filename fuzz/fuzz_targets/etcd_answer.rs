@@ -121,7 +121,7 @@ fn token_or_error(result: Result<String, wire::AuthRefusal>) {
 
 fuzz_target!(|data: &[u8]| {
     if data.first() == Some(&b'{') {
-        // The JSON gateway's answers, as the library reads them.
+        // The JSON gateway's answers (the wire crate still parses them).
         let _ = wire::parse_txn(data).map(|a| a.read(0));
         let _ = wire::token_refused(200, data);
         let token = wire::parse_authentication(Some(200), data);
@@ -153,7 +153,16 @@ fuzz_target!(|data: &[u8]| {
                 let _ = grpc::token_refused(&Status { code: *code, message: message.clone() });
             }
             token_or_error(grpc::parse_authentication(response.as_deref()));
-            // The same bytes as the JSON gateway's answers, as the library reads them.
+            // The same bytes as `fencekeeper lock`'s lease answers: a lease ID is
+            // positive, every error one bounded line.
+            match grpc::parse_lease_grant(body) {
+                Ok(id) => assert!(id > 0, "{id}"),
+                Err(e) => assert!(is_printable_line(&e.0) && e.0.len() <= MAX_ERROR_BYTES, "{:?}", e.0),
+            }
+            if let Err(e) = grpc::parse_keepalive(body) {
+                assert!(is_printable_line(&e.0) && e.0.len() <= MAX_ERROR_BYTES, "{:?}", e.0);
+            }
+            // The same bytes as the JSON gateway's answers.
             let status = Some((*code % 1000) as u16);
             token_or_error(wire::parse_authentication(status, body));
             (result, resource)

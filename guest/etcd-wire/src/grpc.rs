@@ -507,6 +507,72 @@ pub fn token_refused(status: &Status) -> bool {
         || (status.code == INVALID_ARGUMENT && status.message.contains("revision of auth store is old"))
 }
 
+/// etcd's lease service (`fencekeeper lock --etcd`).
+pub const LEASE_SERVICE: &str = "etcdserverpb.Lease";
+/// Its method that grants a lease with a TTL.
+pub const LEASE_GRANT_METHOD: &str = "LeaseGrant";
+/// Its method that revokes a lease (and deletes the keys put under it).
+pub const LEASE_REVOKE_METHOD: &str = "LeaseRevoke";
+/// Its keep-alive: a stream in etcd's API, used here one request and its one answer
+/// per call.
+pub const LEASE_KEEPALIVE_METHOD: &str = "LeaseKeepAlive";
+
+/// A `LeaseGrantRequest`: TTL 1 (seconds); ID 2 left out, so etcd chooses it.
+pub fn lease_grant(ttl_secs: u64) -> Vec<u8> {
+    let mut m = Message::default();
+    m.uint(1, ttl_secs);
+    m.0
+}
+
+/// A `LeaseRevokeRequest` or a `LeaseKeepAliveRequest` of lease `id` (ID 1 in both).
+pub fn lease(id: i64) -> Vec<u8> {
+    let mut m = Message::default();
+    m.int(1, id);
+    m.0
+}
+
+/// The lease a `LeaseGrantResponse` granted (ID 2; error 4 is etcd's refusal).
+pub fn parse_lease_grant(answer: &[u8]) -> Result<i64, WireError> {
+    let (mut id, mut error) = (0u64, None);
+    for f in fields(bounded(answer, "lease")?, "lease") {
+        match f? {
+            (2, Value::Varint(v)) => id = v,
+            (4, Value::Bytes(e)) => error = Some(String::from_utf8_lossy(e).into_owned()),
+            (n @ (2 | 4), _) => return Err(wrong_type("lease", n)),
+            _ => {}
+        }
+    }
+    match (i64::try_from(id), error) {
+        (_, Some(e)) if !e.is_empty() => Err(WireError(format!("etcd refused the lease: {}", excerpt(e.trim())))),
+        (Ok(id), _) if id > 0 => Ok(id),
+        _ => Err(WireError("etcd granted no lease ID".into())),
+    }
+}
+
+/// The TTL a `LeaseKeepAliveResponse` answered (TTL 3): 0 when the lease is gone.
+pub fn parse_keepalive(answer: &[u8]) -> Result<i64, WireError> {
+    let mut ttl = 0;
+    for f in fields(bounded(answer, "keep-alive")?, "keep-alive") {
+        match f? {
+            (3, Value::Varint(v)) => ttl = v as i64,
+            (3, _) => return Err(wrong_type("keep-alive", 3)),
+            _ => {}
+        }
+    }
+    Ok(ttl)
+}
+
+/// A `LeaseGrantResponse` (`id`, `ttl`, `error`) or, with `id` 0 and no error, a
+/// `LeaseKeepAliveResponse`'s fields: for tests and fuzzing.
+pub fn lease_answer(id: i64, ttl: i64, error: &str) -> Vec<u8> {
+    let mut m = Message::default();
+    m.message(1, Message::default());
+    m.int(2, id);
+    m.int(3, ttl);
+    m.bytes(4, error.as_bytes());
+    m.0
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -684,5 +750,17 @@ mod tests {
         let mut big = Message::default();
         big.set_bytes(1, &[7; 300]);
         assert_eq!(&big.0[..3], &[0x0a, 0xac, 0x02]);
+    }
+    #[test]
+    fn lease_messages_round_trip_and_a_refusal_is_an_error() {
+        assert_eq!(lease_grant(10), vec![0x08, 10]);
+        assert_eq!(lease(0x1234), vec![0x08, 0xb4, 0x24]);
+        assert_eq!(parse_lease_grant(&lease_answer(0x7fee, 10, "")).unwrap(), 0x7fee);
+        let refused = parse_lease_grant(&lease_answer(0, 0, "etcdserver: too many requests")).unwrap_err();
+        assert!(refused.0.contains(r#"refused the lease: "etcdserver: too many requests""#), "{refused}");
+        assert!(parse_lease_grant(&lease_answer(0, 10, "")).unwrap_err().0.contains("no lease ID"));
+        assert_eq!(parse_keepalive(&lease_answer(0x7fee, 7, "")).unwrap(), 7);
+        assert_eq!(parse_keepalive(&lease_answer(0x7fee, 0, "")).unwrap(), 0);
+        assert!(parse_keepalive(&[0x1a, 0x01]).is_err(), "TTL as bytes");
     }
 }

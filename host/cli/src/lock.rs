@@ -17,8 +17,9 @@
 //! # Layout
 //!
 //! One module per service, each a small client of its own protocol: [`etcd`] (the v3
-//! JSON gateway: the etcd wire over the library's `EtcdClient`), [`zookeeper`] (the recipe over the library's ZooKeeper session),
-//! [`redis`] (RESP over a TCP stream, Lua scripts for each step).
+//! gRPC API: the etcd wire over the library's `EtcdClient`), [`zookeeper`] (the
+//! recipe over the library's ZooKeeper session), [`redis`] (RESP over a TCP stream,
+//! Lua scripts for each step).
 
 mod etcd;
 mod redis;
@@ -43,7 +44,7 @@ pub const LOST: u8 = 75;
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("service").required(true).args(["etcd", "zookeeper", "redis"])))]
 pub struct Args {
-    /// Lock in etcd, through its v3 JSON gateway (the client port).
+    /// Lock in etcd, through its v3 gRPC API (the client port).
     #[arg(long, value_name = "HOST:PORT")]
     etcd: Option<String>,
     /// Lock in ZooKeeper (an ephemeral sequential znode, the standard lock recipe).

@@ -10,7 +10,7 @@
 
 use anyhow::{bail, Context, Result};
 use fencekeeper::store::{EtcdClient, EtcdOptions};
-use fencekeeper_etcd_wire::{self as wire, Expect, Op, Range};
+use fencekeeper_etcd_wire::{self as wire, grpc, Expect, Op, Range};
 use std::time::{Duration, Instant};
 
 /// How often a waiter looks again.
@@ -30,12 +30,12 @@ impl Etcd {
         Ok(Etcd { first: first % members.len().max(1), members })
     }
 
-    /// One call, on each member in turn until one answers.
-    pub fn call(&self, path: &str, body: String) -> Result<Vec<u8>> {
+    /// One gRPC call, on each member in turn until one answers.
+    pub fn call(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>> {
         let mut last = None;
         for k in 0..self.members.len() {
             let member = &self.members[(self.first + k) % self.members.len()];
-            match member.call(path, body.clone()) {
+            match member.unary(service, method, message) {
                 Ok(bytes) => return Ok(bytes),
                 Err(e) => last = Some(e),
             }
@@ -43,13 +43,22 @@ impl Etcd {
         Err(last.map_or_else(|| anyhow::anyhow!("no etcd member"), anyhow::Error::from))
     }
 
-    fn txn(&self, body: String) -> Result<wire::TxnAnswer> {
-        Ok(wire::parse_txn(&self.call(wire::TXN_PATH, body)?)?)
+    fn txn(&self, message: &[u8]) -> Result<wire::TxnAnswer> {
+        Ok(grpc::parse_txn(&self.call(grpc::KV_SERVICE, grpc::TXN_METHOD, message)?)?)
     }
 
-    /// Every key under `prefix` with its value (a linearizable read).
+    /// What one read answers (a linearizable read: a Txn without compares).
+    fn read(&self, range: Range<'_>) -> Result<Vec<wire::KeyValue>> {
+        Ok(self.txn(&grpc::txn(&[], &[Op::Range(range)], &[]))?.read(0)?)
+    }
+
+    /// Every key under `prefix` with its value.
     pub fn range_prefix(&self, prefix: &str) -> Result<Vec<wire::KeyValue>> {
-        Ok(wire::parse_range(&self.call(wire::RANGE_PATH, wire::range_prefix(prefix.as_bytes(), 0))?)?)
+        self.read(Range { key: prefix.as_bytes(), prefix: true, ..Range::default() })
+    }
+
+    fn lease(&self, method: &str, message: &[u8]) -> Result<Vec<u8>> {
+        self.call(grpc::LEASE_SERVICE, method, message)
     }
 }
 
@@ -66,7 +75,7 @@ pub struct Lock {
 /// Take lock `name` with a lease of `ttl` seconds, waiting at most `patience`.
 pub fn acquire(etcd: &Etcd, name: &str, ttl: u64, patience: Duration) -> Result<Lock> {
     let deadline = Instant::now() + patience;
-    let lease = wire::parse_lease_grant(&etcd.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl))?)?;
+    let lease = grpc::parse_lease_grant(&etcd.lease(grpc::LEASE_GRANT_METHOD, &grpc::lease_grant(ttl))?)?;
     let prefix = format!("{name}/");
     let key = format!("{prefix}{lease:x}");
     let mut lock = Lock { token: 0, lease, key, prefix, renewed: Instant::now() };
@@ -89,7 +98,7 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
     let put = Op::Put { key, value: b"", lease: Some(lock.lease) };
     let own = Op::Range(Range { key, ..Range::default() });
     let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
-    let queued = etcd.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
+    let queued = etcd.txn(&grpc::txn(&[(key, Expect::Absent)], &[put, first.clone()], &[own, first]))?;
     let created = |kvs: &[wire::KeyValue]| kvs.first().map(|kv| kv.create_revision as i64);
     let mine = if queued.succeeded {
         queued.revision as i64
@@ -101,7 +110,7 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
     }
     loop {
         let earlier = Op::Range(Range::lock_queue_head(prefix.as_bytes(), Some(mine - 1)));
-        let answer = etcd.txn(wire::txn_ops(key, Expect::CreatedAt(mine), &[earlier], &[]))?;
+        let answer = etcd.txn(&grpc::txn(&[(key, Expect::CreatedAt(mine))], &[earlier], &[]))?;
         if !answer.succeeded {
             bail!("the waiting key {:?} is gone", lock.key);
         }
@@ -121,8 +130,8 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
 impl Lock {
     /// Keep the lease alive; an error when it is gone (the lock is lost).
     pub fn renew(&mut self, etcd: &Etcd) -> Result<()> {
-        let kept = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(self.lease))?;
-        if wire::parse_keepalive(&kept)? <= 0 {
+        let kept = etcd.lease(grpc::LEASE_KEEPALIVE_METHOD, &grpc::lease(self.lease))?;
+        if grpc::parse_keepalive(&kept)? <= 0 {
             bail!("lease expired");
         }
         self.renewed = Instant::now();
@@ -136,18 +145,18 @@ impl Lock {
 
     /// True once the lock key is gone (its lease expired or was revoked).
     pub fn lost(&self, etcd: &Etcd) -> Result<bool> {
-        Ok(wire::parse_range(&etcd.call(wire::RANGE_PATH, wire::range(self.key.as_bytes()))?)?.is_empty())
+        Ok(etcd.read(Range { key: self.key.as_bytes(), ..Range::default() })?.is_empty())
     }
 
     /// True once another holder's key is first in the queue.
     pub fn superseded(&self, etcd: &Etcd) -> Result<bool> {
-        let first = etcd.call(wire::RANGE_PATH, Range::lock_queue_head(self.prefix.as_bytes(), None).body())?;
-        Ok(wire::parse_range(&first)?.first().is_some_and(|kv| kv.key != self.key.as_bytes()))
+        let first = etcd.read(Range::lock_queue_head(self.prefix.as_bytes(), None))?;
+        Ok(first.first().is_some_and(|kv| kv.key != self.key.as_bytes()))
     }
 
     /// Revoke the lease (deleting the key); an expired lease is already released.
     pub fn release(&self, etcd: &Etcd) -> Result<()> {
-        match etcd.call(wire::LEASE_REVOKE_PATH, wire::lease(self.lease)) {
+        match etcd.lease(grpc::LEASE_REVOKE_METHOD, &grpc::lease(self.lease)) {
             Ok(_) => Ok(()),
             Err(e) if format!("{e:#}").contains("lease not found") => Ok(()),
             Err(e) => Err(e),

@@ -10,13 +10,14 @@
 //!   `etcdctl lock` hands its command as `ETCD_LOCK_REV`, so tokens from both clients
 //!   for one lock are comparable (docs/tokens.md: why not the key's create revision).
 //!
-//! The bodies and answers are `fencekeeper-etcd-wire`'s, the connection (TLS, user)
-//! the library's `EtcdClient`: the lock speaks to etcd as the mark store does.
+//! The messages and answers are `fencekeeper-etcd-wire`'s (its gRPC module), the
+//! connection (TLS, user) the library's `EtcdClient`: the lock speaks to etcd as the
+//! mark store does.
 
 use super::{Held, Patience, Renewal};
 use anyhow::{bail, Context};
 use fencekeeper::store::{EtcdClient, EtcdOptions};
-use fencekeeper_etcd_wire::{self as wire, Expect, Op, Range};
+use fencekeeper_etcd_wire::{self as wire, grpc, Expect, Op, Range};
 use std::time::Duration;
 
 /// How often a waiting client looks again (etcdctl watches instead; a poll keeps the
@@ -45,8 +46,10 @@ pub fn acquire(
 ) -> anyhow::Result<EtcdLock> {
     let client = EtcdClient::new(address, &EtcdOptions { timeout: Duration::from_secs(3), ..options.clone() })?;
     let context = || format!("taking lock {name:?} in etcd at {}", client.endpoint());
-    let grant = client.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl.as_secs())).with_context(context)?;
-    let id = wire::parse_lease_grant(&grant).with_context(context)?;
+    let grant = client
+        .unary(grpc::LEASE_SERVICE, grpc::LEASE_GRANT_METHOD, &grpc::lease_grant(ttl.as_secs()))
+        .with_context(context)?;
+    let id = grpc::parse_lease_grant(&grant).with_context(context)?;
     let prefix = format!("{name}/");
     let key = format!("{prefix}{id:x}");
     let context = context();
@@ -69,8 +72,15 @@ fn create_revision(kvs: &[wire::KeyValue]) -> Option<i64> {
 }
 
 impl EtcdLock {
-    fn txn(&self, body: String) -> anyhow::Result<wire::TxnAnswer> {
-        Ok(wire::parse_txn(&self.client.call(wire::TXN_PATH, body)?)?)
+    /// A Txn on `key`: compare it with `expect`, then `success` or `failure`.
+    fn txn(
+        &self,
+        key: &[u8],
+        expect: Expect<'_>,
+        success: &[Op<'_>],
+        failure: &[Op<'_>],
+    ) -> anyhow::Result<wire::TxnAnswer> {
+        Ok(grpc::parse_txn(&self.client.txn(&grpc::txn(&[(key, expect)], success, failure))?)?)
     }
 
     /// Queue the key, then wait until no key under `prefix` was created before it;
@@ -81,7 +91,7 @@ impl EtcdLock {
         let put = Op::Put { key, value: b"", lease: Some(self.id) };
         let own = Op::Range(Range { key, ..Range::default() });
         let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
-        let queued = self.txn(wire::txn_ops(key, Expect::Absent, &[put, first.clone()], &[own, first]))?;
+        let queued = self.txn(key, Expect::Absent, &[put, first.clone()], &[own, first])?;
         let mine = if queued.succeeded {
             queued.revision as i64
         } else {
@@ -95,7 +105,7 @@ impl EtcdLock {
         loop {
             // Still queued (our key exists, created at `mine`), and no key created before it.
             let earlier = Op::Range(Range::lock_queue_head(prefix.as_bytes(), Some(mine - 1)));
-            let answer = self.txn(wire::txn_ops(key, Expect::CreatedAt(mine), &[earlier], &[]))?;
+            let answer = self.txn(key, Expect::CreatedAt(mine), &[earlier], &[])?;
             if !answer.succeeded {
                 bail!("the waiting key {:?} is gone (its lease expired while waiting?)", self.key);
             }
@@ -112,7 +122,7 @@ impl EtcdLock {
     }
 
     fn revoke(&self) -> anyhow::Result<()> {
-        match self.client.call(wire::LEASE_REVOKE_PATH, wire::lease(self.id)) {
+        match self.client.unary(grpc::LEASE_SERVICE, grpc::LEASE_REVOKE_METHOD, &grpc::lease(self.id)) {
             Ok(_) => Ok(()),
             // Expired already: the key went with it.
             Err(e) if e.to_string().contains("lease not found") => Ok(()),
@@ -132,13 +142,17 @@ impl Held for EtcdLock {
 
     fn renew(&mut self) -> Result<(), Renewal> {
         let unreachable = |e: &dyn std::fmt::Display| Renewal::Unreachable(e.to_string());
-        let kept = self.client.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(self.id)).map_err(|e| unreachable(&e))?;
-        // An expired lease is renewed with TTL 0, which the gateway leaves out.
-        if wire::parse_keepalive(&kept).map_err(|e| unreachable(&e))? <= 0 {
+        let kept = self
+            .client
+            .unary(grpc::LEASE_SERVICE, grpc::LEASE_KEEPALIVE_METHOD, &grpc::lease(self.id))
+            .map_err(|e| unreachable(&e))?;
+        // An expired lease is renewed with TTL 0.
+        if grpc::parse_keepalive(&kept).map_err(|e| unreachable(&e))? <= 0 {
             return Err(Renewal::Lost(format!("etcd lease {:x} expired", self.id)));
         }
-        let read = self.client.call(wire::RANGE_PATH, wire::range(self.key.as_bytes())).map_err(|e| unreachable(&e))?;
-        if wire::parse_range(&read).map_err(|e| unreachable(&e))?.is_empty() {
+        let own = Op::Range(Range { key: self.key.as_bytes(), ..Range::default() });
+        let read = self.client.txn(&grpc::txn(&[], &[own], &[])).map_err(|e| unreachable(&e))?;
+        if grpc::parse_txn(&read).and_then(|a| a.read(0)).map_err(|e| unreachable(&e))?.is_empty() {
             return Err(Renewal::Lost(format!("the lock key {:?} was deleted", self.key)));
         }
         Ok(())

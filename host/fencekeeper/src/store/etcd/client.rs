@@ -1,23 +1,19 @@
-//! The way to etcd, over HTTP or HTTPS, with a user when the cluster has
-//! authentication on: its gRPC API for the mark store and the provenance check (their
-//! Txns, and the authentication), its v3 JSON gateway for `fencekeeper lock` (leases).
-//! One client for everything the project sends etcd; what is sent is
+//! The way to etcd: its v3 gRPC API over HTTP/2, plaintext or TLS, with a user when
+//! the cluster has authentication on. One client for everything the project sends
+//! etcd (the mark store, the provenance check, `fencekeeper lock`); what is sent is
 //! `fencekeeper-etcd-wire`'s. The mark store and the provenance check share one when
-//! they talk to the same etcd: one connection pool, and one record of the highest
+//! they talk to the same etcd: one connection, and one record of the highest
 //! revision any answer carried (revisions only grow, so a token at or below it was
 //! issued; the weak provenance check then needs no round trip).
 
 use super::channel::{Channel, Target};
-use super::resolve::Resolve;
 use super::DEFAULT_PREFIX;
 use crate::StoreError;
-use fencekeeper_etcd_wire as wire;
 use fencekeeper_etcd_wire::{grpc, AuthRefusal};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
-use ureq::unversioned::transport::DefaultConnector;
 
 /// How to reach etcd: the key prefix, the per-call timeout, and for clusters that
 /// require them, TLS and a user.
@@ -66,11 +62,9 @@ impl std::fmt::Debug for EtcdAuth {
     }
 }
 
-/// A connection to etcd: its gRPC API (Txns, authentication) and its JSON gateway
-/// (`call`); the endpoint, TLS, and the user's token, which both accept.
+/// A connection to etcd's gRPC API: the endpoint, TLS, and the user's token.
 pub struct EtcdClient {
     endpoint: String,
-    agent: ureq::Agent,
     channel: Channel,
     auth: Option<EtcdAuth>,
     /// The token of `auth`, renewed when etcd refuses it.
@@ -86,18 +80,12 @@ impl EtcdClient {
     pub fn new(endpoint: &str, options: &EtcdOptions) -> Result<EtcdClient, StoreError> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
         let bad = |why: &str| StoreError::Unavailable(format!("etcd endpoint {endpoint:?}: {why}"));
-        let mut config = ureq::Agent::config_builder()
-            .timeout_global(Some(options.timeout))
-            .http_status_as_error(false)
-            // The gateway calls from many blocking threads at once.
-            .max_idle_connections(64)
-            .max_idle_connections_per_host(64);
         let (scheme, authority) = endpoint.split_once("://").unwrap_or(("", ""));
-        let host = authority.rsplit_once(':').map_or(authority, |(host, _)| host);
+        let (host, port) = authority.rsplit_once(':').unwrap_or(("", ""));
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let mut target = Target { authority: authority.to_owned(), tls: None };
         match (scheme, &options.tls) {
-            _ if authority.is_empty() || authority.contains('/') => {
+            _ if host.is_empty() || authority.contains('/') || port.parse::<u16>().is_err() => {
                 return Err(bad("must look like http://HOST:PORT or https://HOST:PORT"))
             }
             ("http", None) => {}
@@ -105,7 +93,6 @@ impl EtcdClient {
                 return Err(bad("TLS files are given but the endpoint is http://; write https:// (never plaintext)"))
             }
             ("https", Some(tls)) => {
-                config = config.tls_config(tls_config(tls)?);
                 let name = rustls::pki_types::ServerName::try_from(host.to_owned())
                     .map_err(|e| bad(&format!("{host:?} is not a name TLS can check: {e}")))?;
                 target.tls = Some((rustls_config(tls)?, name));
@@ -115,7 +102,6 @@ impl EtcdClient {
         }
         Ok(EtcdClient {
             endpoint: endpoint.clone(),
-            agent: ureq::Agent::with_parts(config.build(), DefaultConnector::default(), Resolve::default()),
             channel: Channel::new(target, options.timeout).map_err(|e| bad(&e))?,
             auth: options.auth.clone(),
             token: RwLock::new(None),
@@ -143,54 +129,28 @@ impl EtcdClient {
         StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
     }
 
-    /// One request to the JSON gateway (`path`, e.g. [`wire::TXN_PATH`]): the body of
-    /// its 200 answer. With a user, the request carries its token; a token etcd no
-    /// longer accepts is renewed once.
-    pub fn call(&self, path: &str, body: String) -> Result<Vec<u8>, StoreError> {
-        let token = match &self.auth {
-            Some(_) => Some(self.token(false)?),
-            None => None,
-        };
-        match self.post(path, &body, token.as_deref())? {
-            // An expired token (or one older than a change of users): renew it once.
-            (status, bytes) if self.auth.is_some() && wire::token_refused(status, &bytes) => {
-                match self.post(path, &body, Some(&self.token(true)?))? {
-                    (200, bytes) => Ok(bytes),
-                    (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
-                }
-            }
-            (200, bytes) => Ok(bytes),
-            (status, bytes) => Err(self.unavailable(wire::status_error(status, &bytes))),
-        }
+    /// One Txn (`message`: a `TxnRequest`): the `TxnResponse`.
+    pub fn txn(&self, message: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.unary(grpc::KV_SERVICE, grpc::TXN_METHOD, message)
     }
 
-    /// One Txn over gRPC (`message`: a `TxnRequest`): the `TxnResponse`. With a user,
-    /// the call carries its token; a token etcd no longer accepts is renewed once.
-    pub fn txn(&self, message: &[u8]) -> Result<Vec<u8>, StoreError> {
+    /// One call of etcd's gRPC API (`service`/`method`, e.g. [`grpc::LEASE_SERVICE`]/
+    /// [`grpc::LEASE_GRANT_METHOD`]) with one request message: etcd's one answer. With
+    /// a user, the call carries its token; a token etcd no longer accepts is renewed
+    /// once. A refusal (a gRPC status) is an error naming it.
+    pub fn unary(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>, StoreError> {
         let token = match &self.auth {
             Some(_) => Some(self.token(false)?),
             None => None,
         };
-        let call = |token: Option<&str>| {
-            self.channel.call(grpc::KV_SERVICE, grpc::TXN_METHOD, message, token).map_err(|e| self.unavailable(e))
-        };
+        let call =
+            |token: Option<&str>| self.channel.call(service, method, message, token).map_err(|e| self.unavailable(e));
         match call(token.as_deref())? {
             Err(status) if self.auth.is_some() && grpc::token_refused(&status) => {
                 call(Some(&self.token(true)?))?.map_err(|status| self.unavailable(status.error()))
             }
             answer => answer.map_err(|status| self.unavailable(status.error())),
         }
-    }
-
-    fn post(&self, path: &str, body: &str, token: Option<&str>) -> Result<(u16, Vec<u8>), StoreError> {
-        let mut request = self.agent.post(format!("{}{path}", self.endpoint)).content_type("application/json");
-        if let Some(token) = token {
-            request = request.header(wire::AUTH_HEADER, token);
-        }
-        let mut response = request.send(body).map_err(|e| self.unavailable(error_line(&e)))?;
-        let status = response.status().as_u16();
-        let bytes = response.body_mut().read_to_vec().map_err(|e| self.unavailable(error_line(&e)))?;
-        Ok((status, bytes))
     }
 
     /// The user's token: the one held, or a new one when `renew` or none is held.
@@ -217,43 +177,8 @@ impl EtcdClient {
 }
 
 /// The TLS configuration of `tls`: its CA as the only root, its client certificate
-/// if any. Each file that cannot be read or holds no PEM item of the right kind is
-/// one line naming it.
-fn tls_config(tls: &EtcdTls) -> Result<ureq::tls::TlsConfig, StoreError> {
-    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
-    let read = |path: &PathBuf| std::fs::read(path).map_err(|error| StoreError::Io { path: path.clone(), error });
-    let pem_error =
-        |path: &PathBuf, what: &str| StoreError::Unavailable(format!("{} holds no PEM {what}", path.display()));
-    let certs = |path: &PathBuf| -> Result<Vec<Certificate<'static>>, StoreError> {
-        let certs: Vec<_> = ureq::tls::parse_pem(&read(path)?)
-            .filter_map(|item| match item {
-                Ok(PemItem::Certificate(c)) => Some(c),
-                _ => None,
-            })
-            .collect();
-        if certs.is_empty() {
-            return Err(pem_error(path, "certificate"));
-        }
-        Ok(certs)
-    };
-    let mut config = TlsConfig::builder().root_certs(RootCerts::new_with_certs(&certs(&tls.ca)?));
-    match (&tls.cert, &tls.key) {
-        (Some(cert), Some(key)) => {
-            let key = PrivateKey::from_pem(&read(key)?).map_err(|_| pem_error(key, "private key"))?;
-            config = config.client_cert(Some(ClientCert::new_with_certs(&certs(cert)?, key)));
-        }
-        (None, None) => {}
-        _ => {
-            return Err(StoreError::Unavailable(
-                "a client certificate needs both its certificate and its key (--etcd-cert, --etcd-key)".into(),
-            ))
-        }
-    }
-    Ok(config.build())
-}
-
-/// The TLS configuration of `tls` for the gRPC channel: the same files as
-/// [`tls_config`], for rustls itself, with ALPN h2 (etcd serves gRPC on HTTP/2).
+/// if any, ALPN h2 (etcd serves gRPC on HTTP/2). Each file that cannot be read or
+/// holds no PEM item of the right kind is one line naming it.
 fn rustls_config(tls: &EtcdTls) -> Result<Arc<rustls::ClientConfig>, StoreError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -284,7 +209,12 @@ fn rustls_config(tls: &EtcdTls) -> Result<Arc<rustls::ClientConfig>, StoreError>
                 .with_client_auth_cert(certs(cert)?, private)
                 .map_err(|e| StoreError::Unavailable(format!("the client certificate {}: {e}", cert.display())))?
         }
-        _ => builder.with_no_client_auth(),
+        (None, None) => builder.with_no_client_auth(),
+        _ => {
+            return Err(StoreError::Unavailable(
+                "a client certificate needs both its certificate and its key (--etcd-cert, --etcd-key)".into(),
+            ))
+        }
     };
     config.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Arc::new(config))

@@ -32,7 +32,6 @@
 mod channel;
 mod client;
 mod confirms;
-mod resolve;
 mod seen;
 
 pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
