@@ -213,3 +213,18 @@ fn an_answer_larger_than_the_http2_window_is_read_whole() {
         assert_eq!((resource, *mark), (&resources[i], t(&format!("{}", i + 1))));
     }
 }
+
+/// Listing every mark reads in pages: 1,100 marks under 1000-byte keys (about 1.2 MB,
+/// more than one gRPC answer may hold) are all listed, in order.
+#[test]
+fn listing_more_marks_than_one_answer_holds_reads_them_in_pages() {
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    let resources: Vec<String> = (0..1100).map(|i| format!("{i:04}/{}", "k".repeat(995))).collect();
+    for resource in &resources {
+        assert_eq!(store.compare_and_swap(resource, None, &t("7")).unwrap(), Swap::Swapped);
+    }
+    let listed = store.list().unwrap();
+    assert_eq!(listed.len(), resources.len());
+    assert!(listed.iter().zip(&resources).all(|((r, m), want)| r == want && *m == t("7")));
+}

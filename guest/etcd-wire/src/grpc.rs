@@ -167,6 +167,8 @@ fn range(r: &Range<'_>) -> Message {
     m.bytes(1, r.key);
     if r.prefix {
         m.bytes(2, &prefix_end(r.key));
+    } else if let Some(end) = r.end {
+        m.bytes(2, end);
     }
     m.uint(3, r.limit);
     if let Some(ascending) = r.by_create_revision {

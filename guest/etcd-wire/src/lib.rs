@@ -102,6 +102,8 @@ pub struct Range<'a> {
     pub key: &'a [u8],
     /// Every key under `key` (a prefix range), not just `key`.
     pub prefix: bool,
+    /// Without `prefix`: every key from `key` up to this one (excluded).
+    pub end: Option<&'a [u8]>,
     /// At most this many keys (0: all).
     pub limit: u64,
     /// Sorted by create revision: ascending (`Some(true)`) or descending.
@@ -120,6 +122,7 @@ impl<'a> Range<'a> {
         Range {
             key: prefix,
             prefix: true,
+            end: None,
             limit: 1,
             by_create_revision: Some(max_create.is_none()),
             max_create_revision: max_create,
@@ -131,6 +134,8 @@ impl<'a> Range<'a> {
         let mut r = json!({ "key": B64.encode(self.key) });
         if self.prefix {
             r["range_end"] = json!(B64.encode(prefix_end(self.key)));
+        } else if let Some(end) = self.end {
+            r["range_end"] = json!(B64.encode(end));
         }
         if self.limit > 0 {
             r["limit"] = json!(self.limit);

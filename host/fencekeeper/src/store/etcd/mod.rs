@@ -189,10 +189,25 @@ impl EtcdStore {
         outcomes
     }
 
-    /// Every (resource, raw value) under the prefix, sorted by resource.
+    /// Every (resource, raw value) under the prefix, sorted by resource: read in
+    /// pages of [`PAGE_KEYS`] keys, each a linearizable read of its own (a listing of
+    /// many marks is not one snapshot; marks only rise, and each is judged alone).
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        let mut all =
-            self.raw(self.read_range(Range { key: self.prefix.as_bytes(), prefix: true, ..Range::default() })?)?;
+        let end = wire::prefix_end(self.prefix.as_bytes());
+        let mut from = self.prefix.as_bytes().to_vec();
+        let mut all = Vec::new();
+        loop {
+            let page = self.read_range(Range { key: &from, end: Some(&end), limit: PAGE_KEYS, ..Range::default() })?;
+            let more = page.len() as u64 == PAGE_KEYS;
+            if let Some(last) = page.last() {
+                // The next page starts just after the last key read.
+                from = last.key.iter().copied().chain([0]).collect();
+            }
+            all.extend(self.raw(page)?);
+            if !more {
+                break;
+            }
+        }
         all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
@@ -237,6 +252,10 @@ impl EtcdStore {
         }
     }
 }
+
+/// Keys per read when listing every mark: 512 of the longest keys (1 KiB) with their
+/// records stay well under the 1 MiB one gRPC answer may hold.
+const PAGE_KEYS: u64 = 512;
 
 /// How many times a raise or a forced set reads and swaps again after another writer
 /// changed the key.
