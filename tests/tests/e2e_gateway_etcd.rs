@@ -228,3 +228,18 @@ fn listing_more_marks_than_one_answer_holds_reads_them_in_pages() {
     assert_eq!(listed.len(), resources.len());
     assert!(listed.iter().zip(&resources).all(|((r, m), want)| r == want && *m == t("7")));
 }
+
+/// After etcd restarts, the store's HTTP/2 connection is closed; the next call finds
+/// it closed before sending anything and opens a new one, so the first admit after
+/// the restart succeeds rather than failing once.
+#[test]
+fn the_first_call_after_an_etcd_restart_succeeds_on_a_new_connection() {
+    let mut etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    assert_eq!(store.compare_and_swap("orders", None, &t("34")).unwrap(), Swap::Swapped);
+    etcd.restart().unwrap();
+    // The old connection's end is seen by the client's runtime as soon as etcd is
+    // gone; a restart takes far longer than that.
+    assert_eq!(store.get("orders").unwrap(), Some(t("34")));
+    assert_eq!(store.compare_and_swap("orders", Some(&t("34")), &t("35")).unwrap(), Swap::Swapped);
+}

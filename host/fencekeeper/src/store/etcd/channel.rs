@@ -103,7 +103,7 @@ impl Shared {
         message: Bytes,
         token: Option<&str>,
     ) -> Result<Result<Vec<u8>, Status>, Failure> {
-        let call = async { send(self.sender().await?, &self.target, path, message, token).await };
+        let call = async { send(self.ready().await?, &self.target, path, message, token).await };
         let answer = tokio::time::timeout(timeout, call)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
@@ -117,15 +117,20 @@ impl Shared {
         answer
     }
 
-    /// The open connection's sender, or a new connection's.
-    async fn sender(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {
+    /// A sender ready for a new stream: the open connection's or, when that one has
+    /// closed meanwhile (etcd restarted, a proxy dropped it), a new connection's.
+    /// Nothing was sent on the closed one, so opening another is safe for any call.
+    async fn ready(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {
         let mut held = self.sender.lock().await;
-        if let Some(sender) = held.as_ref() {
-            return Ok(sender.clone());
+        if let Some(sender) = held.clone() {
+            match sender.ready().await {
+                Ok(ready) => return Ok(ready),
+                Err(_) => *held = None,
+            }
         }
         let sender = self.connect().await?;
         *held = Some(sender.clone());
-        Ok(sender)
+        sender.ready().await.map_err(h2_error)
     }
 
     async fn connect(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {
@@ -158,20 +163,15 @@ where
     Ok(sender)
 }
 
+/// One call on a sender ready for a new stream ([`Shared::ready`]).
 async fn send(
-    sender: h2::client::SendRequest<Bytes>,
+    mut sender: h2::client::SendRequest<Bytes>,
     target: &Target,
     path: &str,
     message: Bytes,
     token: Option<&str>,
 ) -> Result<Result<Vec<u8>, Status>, Failure> {
-    let h2 = |e: h2::Error| match e.reason() {
-        // An HTTP/1.1 answer to HTTP/2's preface reads as a malformed frame.
-        Some(h2::Reason::PROTOCOL_ERROR | h2::Reason::FRAME_SIZE_ERROR) if !e.is_remote() => {
-            format!("HTTP/2: {e}; does this endpoint speak gRPC (HTTP/2)?")
-        }
-        _ => format!("HTTP/2: {e}"),
-    };
+    let h2 = h2_error;
     let scheme = if target.tls.is_some() { "https" } else { "http" };
     let mut request = http::Request::post(format!("{scheme}://{}{path}", target.authority))
         .header("content-type", "application/grpc")
@@ -180,7 +180,6 @@ async fn send(
         request = request.header(grpc::TOKEN_METADATA, token);
     }
     let request = request.body(()).map_err(|e| format!("the request: {e}"))?;
-    let mut sender = sender.ready().await.map_err(h2)?;
     let (response, mut body) = sender.send_request(request, false).map_err(h2)?;
     body.send_data(message, true).map_err(h2)?;
     let response = response.await.map_err(h2)?;
@@ -206,6 +205,17 @@ async fn send(
         Some(status) => Ok(Err(status)),
         None if trailers.contains_key("grpc-status") => unframe(bytes).map(Ok),
         None => Err("an answer without a gRPC status".to_owned()),
+    }
+}
+
+/// An HTTP/2 error as one line.
+fn h2_error(e: h2::Error) -> Failure {
+    match e.reason() {
+        // An HTTP/1.1 answer to HTTP/2's preface reads as a malformed frame.
+        Some(h2::Reason::PROTOCOL_ERROR | h2::Reason::FRAME_SIZE_ERROR) if !e.is_remote() => {
+            format!("HTTP/2: {e}; does this endpoint speak gRPC (HTTP/2)?")
+        }
+        _ => format!("HTTP/2: {e}"),
     }
 }
 
