@@ -509,6 +509,12 @@ pub fn token_refused(status: &Status) -> bool {
         || (status.code == INVALID_ARGUMENT && status.message.contains("revision of auth store is old"))
 }
 
+/// [`crate::replace_txn`] as a `TxnRequest`: put `new` (or delete the key) if the
+/// key is still as `expect`ed.
+pub fn replace_txn(key: &[u8], expect: Expect<'_>, new: Option<&[u8]>) -> Vec<u8> {
+    crate::replace_ops(key, expect, new, |compare, write| txn(&[compare], &[write], &[]))
+}
+
 /// etcd's lease service (`fencekeeper lock --etcd`).
 pub const LEASE_SERVICE: &str = "etcdserverpb.Lease";
 /// Its method that grants a lease with a TTL.
@@ -764,5 +770,12 @@ mod tests {
         assert_eq!(parse_keepalive(&lease_answer(0x7fee, 7, "")).unwrap(), 7);
         assert_eq!(parse_keepalive(&lease_answer(0x7fee, 0, "")).unwrap(), 0);
         assert!(parse_keepalive(&[0x1a, 0x01]).is_err(), "TTL as bytes");
+    }
+    #[test]
+    fn a_replace_puts_or_deletes_under_its_compare() {
+        let (key, expect) = (&b"/m/a"[..], Expect::Value(b"old"));
+        let put = Op::Put { key, value: b"new", lease: None };
+        assert_eq!(replace_txn(key, expect, Some(b"new")), txn(&[(key, expect)], &[put], &[]));
+        assert_eq!(replace_txn(key, expect, None), txn(&[(key, expect)], &[Op::Delete { key }], &[]));
     }
 }

@@ -287,11 +287,21 @@ pub(crate) fn mark_ops<T>(
 /// still `expect`: put `new`, or delete the key when `new` is `None`. What an operator's
 /// forced repair sends; it never reads back (a lost race is read again by the caller).
 pub fn replace_txn(key: &[u8], expect: Expect<'_>, new: Option<&[u8]>) -> String {
+    replace_ops(key, expect, new, |compare, write| txn_json(&[compare], &[write], &[]))
+}
+
+/// [`replace_txn`]'s compare and write, handed to `render` (JSON or [`grpc`]).
+pub(crate) fn replace_ops<'a, T>(
+    key: &'a [u8],
+    expect: Expect<'a>,
+    new: Option<&'a [u8]>,
+    render: impl FnOnce((&'a [u8], Expect<'a>), Op<'a>) -> T,
+) -> T {
     let write = match new {
         Some(value) => Op::Put { key, value, lease: None },
         None => Op::Delete { key },
     };
-    txn_ops(key, expect, &[write], &[])
+    render((key, expect), write)
 }
 
 /// A key and its value, decoded from base64.

@@ -69,8 +69,8 @@ fn main() {
                     } else {
                         client.txn(&messages[n as usize % messages.len()])
                     };
-                    match answer.map(|a| grpc::parse_txn(&a)) {
-                        Ok(Ok(t)) if t.succeeded => done.fetch_add(1, Ordering::Relaxed),
+                    match answer {
+                        Ok(t) if t.succeeded => done.fetch_add(1, Ordering::Relaxed),
                         _ => errors.fetch_add(1, Ordering::Relaxed),
                     };
                 }

@@ -80,7 +80,7 @@ impl EtcdLock {
         success: &[Op<'_>],
         failure: &[Op<'_>],
     ) -> anyhow::Result<wire::TxnAnswer> {
-        Ok(grpc::parse_txn(&self.client.txn(&grpc::txn(&[(key, expect)], success, failure))?)?)
+        Ok(self.client.txn(&grpc::txn(&[(key, expect)], success, failure))?)
     }
 
     /// Queue the key, then wait until no key under `prefix` was created before it;
@@ -152,7 +152,7 @@ impl Held for EtcdLock {
         }
         let own = Op::Range(Range { key: self.key.as_bytes(), ..Range::default() });
         let read = self.client.txn(&grpc::txn(&[], &[own], &[])).map_err(|e| unreachable(&e))?;
-        if grpc::parse_txn(&read).and_then(|a| a.read(0)).map_err(|e| unreachable(&e))?.is_empty() {
+        if read.read(0).map_err(|e| unreachable(&e))?.is_empty() {
             return Err(Renewal::Lost(format!("the lock key {:?} was deleted", self.key)));
         }
         Ok(())

@@ -67,14 +67,10 @@ impl EtcdProvenance {
         Ok(self.read(&[])?.revision)
     }
 
-    /// A read-only Txn of `reads` (over gRPC, as the mark store's); the revision it
-    /// answered at is remembered.
+    /// A read-only Txn of `reads` (over gRPC, as the mark store's; the client
+    /// remembers the revision it answered at).
     fn read(&self, reads: &[Op<'_>]) -> Result<wire::TxnAnswer, ProvenanceError> {
-        let answer = self.http.txn(&grpc::txn(&[], reads, &[])).map_err(unavailable)?;
-        let answer = grpc::parse_txn(&answer)
-            .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.http.endpoint())))?;
-        self.http.saw(answer.revision);
-        Ok(answer)
+        self.http.txn(&grpc::txn(&[], reads, &[])).map_err(unavailable)
     }
 }
 

@@ -9,7 +9,7 @@
 use super::channel::{Channel, Target};
 use super::DEFAULT_PREFIX;
 use crate::StoreError;
-use fencekeeper_etcd_wire::{grpc, AuthRefusal};
+use fencekeeper_etcd_wire::{grpc, AuthRefusal, TxnAnswer};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -129,9 +129,13 @@ impl EtcdClient {
         StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
     }
 
-    /// One Txn (`message`: a `TxnRequest`): the `TxnResponse`.
-    pub fn txn(&self, message: &[u8]) -> Result<Vec<u8>, StoreError> {
-        self.unary(grpc::KV_SERVICE, grpc::TXN_METHOD, message)
+    /// One Txn (`message`: a `TxnRequest`), its answer parsed; the revision it
+    /// answered at is remembered ([`EtcdClient::revision`]).
+    pub fn txn(&self, message: &[u8]) -> Result<TxnAnswer, StoreError> {
+        let answer = self.unary(grpc::KV_SERVICE, grpc::TXN_METHOD, message)?;
+        let answer = grpc::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
+        self.saw(answer.revision);
+        Ok(answer)
     }
 
     /// One call of etcd's gRPC API (`service`/`method`, e.g. [`grpc::LEASE_SERVICE`]/

@@ -148,12 +148,9 @@ impl EtcdStore {
         self.read_range(Range { key: key.as_bytes(), ..Range::default() })
     }
 
-    /// A Txn (a `TxnRequest`), over gRPC; the revision it answered at is remembered.
+    /// A Txn (a `TxnRequest`), over gRPC.
     fn txn(&self, message: Vec<u8>) -> Result<wire::TxnAnswer, StoreError> {
-        let answer = self.client.txn(&message)?;
-        let answer = grpc::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
-        self.client.saw(answer.revision);
-        Ok(answer)
+        self.client.txn(&message)
     }
 
     /// The mark etcd holds for each of `marks`' resources, confirmed with one read-only
@@ -216,9 +213,7 @@ impl EtcdStore {
     /// key). True when it was put.
     fn swap_raw(&self, resource: &str, current: Option<&[u8]>, value: &[u8]) -> Result<bool, StoreError> {
         let expect = current.map_or(Expect::Absent, Expect::Value);
-        let key = self.key(resource);
-        let put = Op::Put { key: key.as_bytes(), value, lease: None };
-        Ok(self.txn(grpc::txn(&[(key.as_bytes(), expect)], &[put], &[]))?.succeeded)
+        Ok(self.txn(grpc::replace_txn(self.key(resource).as_bytes(), expect, Some(value)))?.succeeded)
     }
 
     /// Rewrite every format-1 value (a bare token) under the prefix as a checked
@@ -341,13 +336,8 @@ impl Repair for EtcdStore {
                 return Ok(before);
             }
             let expect = current.as_deref().map_or(Expect::Absent, Expect::Value);
-            let key = self.key(resource);
-            let key = key.as_bytes();
-            let write = match &put {
-                Some(record) => Op::Put { key, value: record.as_bytes(), lease: None },
-                None => Op::Delete { key },
-            };
-            if self.txn(grpc::txn(&[(key, expect)], &[write], &[]))?.succeeded {
+            let body = grpc::replace_txn(self.key(resource).as_bytes(), expect, put.as_ref().map(|r| r.as_bytes()));
+            if self.txn(body)?.succeeded {
                 self.seen.forget(resource);
                 return Ok(before);
             }
