@@ -3,14 +3,20 @@
 #   scripts/bench-envoy.sh [SECONDS_PER_ROW [ROUNDS]]   (default 3 and 5)
 #
 # One nginx answering 204 to everything (a fast upstream, so the proxy's cost shows),
-# one etcd, and five Envoys (one worker each) built by `fencekeeper envoy-config`:
-#   none        the same config with the filter removed
-#   empty       an empty proxy-wasm filter built here (root and HTTP context, every
-#               callback the SDK's default, no host call): the floor any wasm filter
-#               pays on V8
-#   passthrough the filter with PUT not fenced (fenced_methods ["POST"])
-#   shared      the filter in efficiency mode on shared data alone (--no-etcd)
-#   etcd        the filter in correctness mode, marks in etcd
+# one etcd, and Envoys with one worker each, built by `fencekeeper envoy-config`:
+#   none           the same config with the filter removed
+#   empty          a filter built here with every callback the SDK's default and no
+#                  host call: the floor any wasm filter pays on V8
+#   headers        a filter built here that reads the request's headers (one host
+#                  call) and does nothing else
+#   fence-floor    a filter built here that makes the host calls no fencing filter on
+#                  shared data can do without (the headers, the mark's entry, the
+#                  admitted token set on the request) and nothing else
+#   passthrough    our filter with --fenced-methods POST: a PUT skips it on its route
+#   in-filter-pass our filter told to fence POST alone in its own configuration, so a
+#                  PUT enters the VM and is let through there
+#   shared         our filter in efficiency mode on shared data alone (--no-etcd)
+#   etcd           our filter in correctness mode, marks in etcd
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
 # that does not advance the mark: a shared-data read, or an etcd compare Txn), or
 # rising tokens from one connection (every request advances the mark: a shared-data
@@ -18,8 +24,8 @@
 # (`spread`: holders of different resources, whose confirms share Txns only across
 # resources). GET rows show what an unfenced read costs: the
 # generated route sends GET, HEAD and OPTIONS past the filter, so they should match
-# `none`; `passthrough` shows the filter's own cost for a method it lets through
-# (fenced_methods set by hand). Prints a table for BENCHMARKS.md.
+# `none`, as should `passthrough`; `in-filter-pass` shows the filter's own cost for a
+# method it lets through. Prints a table for BENCHMARKS.md.
 # Needs: nginx, etcd, envoy, wrk (scripts/install-deps.sh); etcd is started by the
 # test harness (fencekeeper-services).
 set -euo pipefail
@@ -52,9 +58,9 @@ for line in lines:
 open(p, "w").write("\n".join(out))
 PY
   fi
-  if [[ $name == passthrough ]]; then
-    # The filter in the chain, but PUT is not fenced: what the wasm callbacks of a
-    # request with a body cost before any fencing work.
+  if [[ $name == in-filter-pass ]]; then
+    # PUT not fenced in the filter's own configuration alone, so it still enters the
+    # VM: what the filter costs for a request it lets through.
     sed -i 's/"strict":false}/"strict":false,"fenced_methods":["POST"]}/' "$work/$name.yaml"
     grep -q '"fenced_methods":\["POST"\]' "$work/$name.yaml"
   fi
@@ -62,12 +68,15 @@ PY
   listen[$name]=$l
   wait_http "http://127.0.0.1:$a/ready"
 }
-# The empty filter, with the same proxy-wasm SDK as ours.
+# Synthetic filters with the same proxy-wasm SDK as ours, each doing only what its
+# comment says: floors our filter's rows are held against.
 sdk=$(awk '/^name = "proxy-wasm"$/ { getline; print $3 }' guest/proxy-wasm/Cargo.lock | tr -d '"')
-mkdir -p "$work/empty/src"
-cat >"$work/empty/Cargo.toml" <<TOML
+build_filter() { # NAME (the Rust source of `configure` and `impl HttpContext for Http` on stdin) -> the .wasm's path
+  local dir=$work/filter-$1
+  mkdir -p "$dir/src"
+  cat >"$dir/Cargo.toml" <<TOML
 [package]
-name = "empty-filter"
+name = "synthetic-filter"
 version = "0.0.0"
 edition = "2021"
 [lib]
@@ -80,27 +89,71 @@ lto = true
 panic = "abort"
 [workspace]
 TOML
-cat >"$work/empty/src/lib.rs" <<'RS'
+  {
+    cat <<'RS'
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::ContextType;
 proxy_wasm::main! {{ proxy_wasm::set_root_context(|_| -> Box<dyn RootContext> { Box::new(Root) }); }}
 struct Root;
 impl Context for Root {}
 impl RootContext for Root {
+    fn on_configure(&mut self, _: usize) -> bool { configure(self) }
     fn create_http_context(&self, _: u32) -> Option<Box<dyn HttpContext>> { Some(Box::new(Http)) }
     fn get_type(&self) -> Option<ContextType> { Some(ContextType::HttpContext) }
 }
 struct Http;
 impl Context for Http {}
+RS
+    cat
+  } >"$dir/src/lib.rs"
+  cargo build -q --release --target wasm32-unknown-unknown --manifest-path "$dir/Cargo.toml" --target-dir "$work/filters-target" >&2
+  cp "$work/filters-target/wasm32-unknown-unknown/release/synthetic_filter.wasm" "$work/$1.wasm"
+  echo "$work/$1.wasm"
+}
+# empty: every callback the SDK's default, no host call.
+empty_wasm=$(build_filter empty <<'RS'
+fn configure(_: &Root) -> bool { true }
 impl HttpContext for Http {}
 RS
-cargo build -q --release --target wasm32-unknown-unknown --manifest-path "$work/empty/Cargo.toml" --target-dir "$work/empty/target"
-empty_wasm=$work/empty/target/wasm32-unknown-unknown/release/empty_filter.wasm
+)
+# headers: one host call, the request's headers (what our filter's first step is).
+headers_wasm=$(build_filter headers <<'RS'
+fn configure(_: &Root) -> bool { true }
+use proxy_wasm::types::Action;
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+        std::hint::black_box(self.get_http_request_headers_bytes());
+        Action::Continue
+    }
+}
+RS
+)
+# fence-floor: the host calls no fencing filter on shared data can do without for
+# a holder writing again: the request's headers, the mark's shared-data entry (as
+# large as our filter's slot for one resource), the admitted token set on the
+# request. It compares nothing and counts nothing.
+floor_wasm=$(build_filter fence-floor <<'RS'
+fn configure(root: &Root) -> bool { root.set_shared_data("floor", Some(b"\x01\x06\x00/fixed\x011"), None).is_ok() }
+use proxy_wasm::types::Action;
+impl HttpContext for Http {
+    fn on_http_request_headers(&mut self, _: usize, _: bool) -> Action {
+        let headers = self.get_http_request_headers_bytes();
+        let token = headers.into_iter().find(|(n, _)| n == "fencing-token").map(|(_, v)| v).unwrap_or_default();
+        std::hint::black_box(self.get_shared_data("floor"));
+        self.set_http_request_header("fencing-admitted-token", Some(&String::from_utf8_lossy(&token)));
+        Action::Continue
+    }
+}
+RS
+)
 
 start_envoy none --no-etcd --mode efficiency
 start_envoy empty --no-etcd --mode efficiency --filter "$empty_wasm"
+start_envoy headers --no-etcd --mode efficiency --filter "$headers_wasm"
+start_envoy fence-floor --no-etcd --mode efficiency --filter "$floor_wasm"
 start_envoy shared --no-etcd --mode efficiency
-start_envoy passthrough --no-etcd --mode efficiency
+start_envoy passthrough --no-etcd --mode efficiency --fenced-methods POST
+start_envoy in-filter-pass --no-etcd --mode efficiency
 # The tokens are made up, not etcd revisions: measured without the provenance check.
 start_envoy etcd --etcd "127.0.0.1:$ec" --provenance off
 
@@ -140,16 +193,19 @@ run() {
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd writes).
-for n in none empty passthrough shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+for n in none empty headers fence-floor passthrough in-filter-pass shared etcd; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
 wrk -t1 -c1 -d1s -s "$work/spread.lua" "http://127.0.0.1:${listen[etcd]}/" >/dev/null
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the
 # machine is shared, interleaving spreads its drift over every row alike, and the
 # best round is the one least disturbed by other work.
+# FK_BENCH_ROWS="NAME:TOKENS:CONNS ..." runs those rows alone.
 rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared:fixed:1 etcd:fixed:1
-  none:fixed:16 empty:fixed:16 passthrough:fixed:16 shared:fixed:16 etcd:fixed:16
+  none:fixed:16 empty:fixed:16 headers:fixed:16 fence-floor:fixed:16 passthrough:fixed:16
+  in-filter-pass:fixed:16 shared:fixed:16 etcd:fixed:16
   shared:rising:1 etcd:rising:1 none:spread:16 etcd:spread:16
   none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
+if [[ -n ${FK_BENCH_ROWS:-} ]]; then read -r -a rows <<<"$FK_BENCH_ROWS"; fi
 for round in $(seq "$rounds"); do
   for row in "${rows[@]}"; do
     IFS=: read -r n script c <<<"$row"

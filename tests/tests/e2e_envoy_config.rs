@@ -45,6 +45,7 @@ fn envoy_validates_the_generated_configs() {
     ]);
     validate(&["--upstream", "127.0.0.1:8080", "--mode", "efficiency", "--no-etcd", "--resource-header", "x-object"]);
     validate(&["--upstream", "127.0.0.1:8080", "--etcd", "127.0.0.1:2379,127.0.0.2:2379,etcd-3.internal:2379"]);
+    validate(&["--upstream", "127.0.0.1:8080", "--fenced-methods", "PUT,delete,VERSION-CONTROL"]);
     validate_in_env(
         &["--upstream", "127.0.0.1:8080", "--etcd-user", "fencekeeper", "--etcd-password-env", "FK_ETCD_PASSWORD"],
         &[("FK_ETCD_PASSWORD", "secret")],

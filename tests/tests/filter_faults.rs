@@ -55,6 +55,55 @@ fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
     assert_eq!(put(&envoy, "/g", "6", "six").status, 204);
 }
 
+/// Which requests enter the filter's VM, seen from outside: the test build traps on
+/// any request that reaches it carrying the fault header (503). By default every
+/// method but GET, HEAD and OPTIONS enters; with `--fenced-methods PUT` only PUT
+/// does, in any case, and a DELETE skips the VM and reaches the store.
+#[test]
+fn only_fenced_methods_enter_the_filter() {
+    let nginx = NginxDav::start().unwrap();
+    let filter = guest_path("test-guests/filter_faults.wasm").display().to_string();
+    let upstream = nginx.addr.to_string();
+    let fault = ("x-fencekeeper-fault", "1");
+    let start = |extra: &[&str]| {
+        let mut args = vec![
+            "--upstream",
+            &upstream,
+            "--no-etcd",
+            "--mode",
+            "efficiency",
+            "--filter",
+            &filter,
+            "--test-fault-header",
+            "x-fencekeeper-fault",
+        ];
+        args.extend_from_slice(extra);
+        Envoy::start(1, &args).unwrap()
+    };
+    let (default, put_only) = std::thread::scope(|s| {
+        let d = s.spawn(|| start(&[]));
+        let p = s.spawn(|| start(&["--fenced-methods", "put"]));
+        (d.join().unwrap(), p.join().unwrap())
+    });
+    for (envoy, path) in [(&default, "/d"), (&put_only, "/p")] {
+        assert_eq!(put(envoy, path, "1", "one").status, 201);
+        let get = envoy.send("GET", path, &[fault], b"").unwrap();
+        assert_eq!((get.status, get.text().as_str()), (200, "one"), "a read never enters the VM");
+    }
+    // The default config sends a DELETE through the filter, which traps on it.
+    assert_eq!(default.send("DELETE", "/d", &[fault], b"").unwrap().status, 503);
+    assert!(nginx.read("/d").is_some());
+    // With PUT alone fenced, the DELETE skips the VM and deletes the file...
+    assert_eq!(put_only.send("DELETE", "/p", &[fault], b"").unwrap().status, 204);
+    assert!(nginx.read("/p").is_none());
+    // ...and a PUT still enters it. Spelled in lower case, Envoy's HTTP/1 codec
+    // refuses it (400); the route matches any case anyway, as the filter does.
+    assert_eq!(put_only.send("PUT", "/p", &[("fencing-token", "2"), fault], b"two").unwrap().status, 503);
+    let lower = put_only.send("put", "/p", &[("fencing-token", "2"), fault], b"two").unwrap().status;
+    assert!(lower == 503 || lower == 400, "a lower-case put got {lower}");
+    assert!(nginx.read("/p").is_none(), "the faulted PUT never reached the store");
+}
+
 #[test]
 fn the_shipped_filter_has_no_fault_path_and_refuses_to_be_given_one() {
     let (listen, admin) = (free_port().unwrap(), free_port().unwrap());

@@ -410,6 +410,16 @@ impl HttpContext for Request {
         // One host call for every header the filter reads (the byte variant: the
         // String one panics on non-UTF-8 values).
         let seen = Seen::from(self.get_http_request_headers_bytes(), &self.filter);
+        #[cfg(feature = "faults")]
+        if seen.fault {
+            // Testing only (docs/envoy.md): trap on any request that reaches the
+            // filter, so the failure policy, and which requests skip the filter, can
+            // be exercised.
+            #[allow(clippy::panic)]
+            {
+                panic!("fencekeeper: test fault requested by header");
+            }
+        }
         self.reply.admitted_sent = seen.admitted;
         if !self.filter.config.fences(&String::from_utf8_lossy(&seen.method)) {
             // Only the filter may tell the upstream what it admitted.
@@ -417,14 +427,6 @@ impl HttpContext for Request {
                 self.set_http_request_header(ADMITTED_HEADER, None);
             }
             return Action::Continue;
-        }
-        #[cfg(feature = "faults")]
-        if seen.fault {
-            // Testing only (docs/envoy.md): trap, so the failure policy is exercised.
-            #[allow(clippy::panic)]
-            {
-                panic!("fencekeeper: test fault requested by header");
-            }
         }
         self.start(seen)
     }

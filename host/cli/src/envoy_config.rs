@@ -12,6 +12,8 @@
 
 use crate::provenance::{etcd_check, ProvenanceArg};
 use anyhow::{bail, Context, Result};
+use fencekeeper_core::http::UNFENCED_BY_DEFAULT;
+use fencekeeper_gateway::config::methods;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -88,6 +90,11 @@ pub struct Args {
     /// With --provenance strong: a resource's lock is this prefix + the resource.
     #[arg(long)]
     lock_prefix: Option<String>,
+    /// The methods that are fenced (comma-separated): only these requests enter the
+    /// filter; every other one skips it on its own route. Default: every method but
+    /// GET, HEAD and OPTIONS.
+    #[arg(long, value_name = "METHOD[,METHOD...]")]
+    fenced_methods: Option<String>,
     /// Take the resource key from this request header instead of the path.
     #[arg(long)]
     resource_header: Option<String>,
@@ -146,9 +153,75 @@ fn write_filter(path: &Path) -> Result<PathBuf> {
     Ok(target)
 }
 
+/// `--fenced-methods`, upper-cased: the gateway's parser, so both hosts accept the
+/// same lists (an empty one is refused).
+fn fenced_methods(args: &Args) -> Result<Option<Vec<String>>> {
+    let Some(list) = &args.fenced_methods else { return Ok(None) };
+    let methods = methods(list).with_context(|| format!("--fenced-methods {list:?}"))?;
+    Ok(Some(methods.iter().map(|m| m.as_str().to_owned()).collect()))
+}
+
+/// The routes: requests the filter would let through unfenced skip it, so they
+/// never enter its VM (the cheapest host call is none), and a client's own
+/// `fencing-admitted-token` is removed from them here instead, as the filter would.
+/// With a list of fenced methods, only those enter the filter, matched without
+/// regard to case as the filter matches them: a method the route lets past must be
+/// one the filter would not fence, or a write would skip fencing.
+fn routes(fenced: Option<&[String]>) -> String {
+    const PASS: &str = "                route: { cluster: store, timeout: 60s }
+                request_headers_to_remove: [fencing-admitted-token]
+                typed_per_filter_config:
+                  fencekeeper:
+                    \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig
+                    disabled: true
+";
+    const FENCE: &str = "                route: { cluster: store, timeout: 60s }\n";
+    let matching = |regex: &str| {
+        format!(
+            "              - match:
+                  prefix: \"/\"
+                  headers: [{{ name: \":method\", string_match: {{ safe_regex: {{ regex: {} }} }} }}]
+",
+            yaml_single_quoted(regex)
+        )
+    };
+    const EVERY: &str = "              - match: { prefix: \"/\" }\n";
+    match fenced {
+        None => format!(
+            "              # Reads are not fenced (GET, HEAD, OPTIONS: the filter's default).\n{}{PASS}{EVERY}{FENCE}",
+            matching(&UNFENCED_BY_DEFAULT.join("|"))
+        ),
+        Some(list) => {
+            // Method names are HTTP tokens, whose punctuation RE2 reads literally
+            // when escaped.
+            let names: Vec<String> = list.iter().map(|m| regex_escape(m)).collect();
+            format!(
+                "              # Only the fenced methods (--fenced-methods) enter the filter.\n{}{FENCE}{EVERY}{PASS}",
+                matching(&format!("(?i)(?:{})", names.join("|")))
+            )
+        }
+    }
+}
+
+/// `s` with every character but letters and digits escaped for RE2.
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() * 2);
+    for c in s.chars() {
+        if !c.is_ascii_alphanumeric() {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// The filter's JSON configuration (keys sorted, so the output is stable).
-fn plugin_config(args: &Args) -> serde_json::Value {
+fn plugin_config(args: &Args, fenced: Option<&[String]>) -> serde_json::Value {
     let mut c = serde_json::Map::new();
+    // The filter checks the method too, in case the routes are edited.
+    if let Some(list) = fenced {
+        c.insert("fenced_methods".into(), list.into());
+    }
     c.insert("mode".into(), args.mode.clone().into());
     c.insert("strict".into(), args.strict.into());
     if args.no_etcd {
@@ -367,7 +440,9 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     if let Some(user) = args.etcd_user.as_deref().filter(|u| u.is_empty() || u.chars().any(char::is_control)) {
         bail!("--etcd-user {user:?} is not a user name");
     }
-    let config = serde_json::to_string(&plugin_config(args))?;
+    let fenced = fenced_methods(args)?;
+    let config = serde_json::to_string(&plugin_config(args, fenced.as_deref()))?;
+    let routes = routes(fenced.as_deref());
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);
@@ -409,22 +484,10 @@ static_resources:
             virtual_hosts:
             - name: store
               domains: ["*"]
+              # Requests the filter would not fence skip it and never enter its VM;
+              # a client's own fencing-admitted-token is removed here instead.
               routes:
-              # Reads are not fenced (GET, HEAD, OPTIONS: the filter's default), so
-              # they skip the filter and never enter its VM; a client's own
-              # fencing-admitted-token is removed here instead, as the filter would.
-              - match:
-                  prefix: "/"
-                  headers: [{{ name: ":method", string_match: {{ safe_regex: {{ regex: "GET|HEAD|OPTIONS" }} }} }}]
-                route: {{ cluster: store, timeout: 60s }}
-                request_headers_to_remove: [fencing-admitted-token]
-                typed_per_filter_config:
-                  fencekeeper:
-                    "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
-                    disabled: true
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: store, timeout: 60s }}
-          http_filters:
+{routes}          http_filters:
           - name: fencekeeper
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm

@@ -145,6 +145,25 @@ fn etcd_auth_names_the_user_and_the_password_variable_only() {
     }
 }
 
+/// Only the listed methods enter the filter, matched in any case; every other
+/// request skips it on a route that removes a client's `fencing-admitted-token`.
+/// The filter is told the same list.
+#[test]
+fn fenced_methods_route_only_those_through_the_filter() {
+    golden(
+        "envoy-config-fenced-methods.yaml",
+        &["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--fenced-methods", "put, delete,MKCOL"],
+    );
+    for (list, needle) in [("", "nothing would be fenced"), (" , ", "nothing would be fenced"), ("PUT,P(T", "\"P(T\"")]
+    {
+        let out = generate(&["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--fenced-methods", list]);
+        assert_eq!(out.status.code(), Some(2), "{list:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle) && err.contains("--fenced-methods"), "{list:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
 #[test]
 fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);

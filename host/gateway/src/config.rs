@@ -26,6 +26,9 @@ pub enum ConfigError {
     /// A method name is not valid.
     #[error("bad HTTP method {0:?}")]
     Method(String),
+    /// A list of fenced methods names none.
+    #[error("the list of fenced methods is empty: nothing would be fenced; name at least one (PUT,POST,...)")]
+    NoMethods,
 }
 
 /// Where a request's resource key comes from: the core's rule, shared with the Envoy
@@ -44,13 +47,19 @@ pub fn header_name(s: &str) -> Result<HeaderName, ConfigError> {
     HeaderName::from_bytes(s.trim().to_ascii_lowercase().as_bytes()).map_err(|_| ConfigError::Header(s.to_owned()))
 }
 
-/// Parse a comma-separated method list (`PUT,POST,DELETE`).
+/// Parse a comma-separated method list (`PUT,POST,DELETE`), upper-cased. A list
+/// that names no method is refused: it would fence nothing.
 pub fn methods(s: &str) -> Result<Vec<Method>, ConfigError> {
-    s.split(',')
+    let list = s
+        .split(',')
         .map(str::trim)
         .filter(|m| !m.is_empty())
         .map(|m| Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| ConfigError::Method(m.to_owned())))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    if list.is_empty() {
+        return Err(ConfigError::NoMethods);
+    }
+    Ok(list)
 }
 
 /// Parse the upstream address: `http://HOST:PORT` or `HOST:PORT` (as
@@ -189,5 +198,17 @@ mod tests {
         assert!(c.fences(&lock, b"/data/a"), "every method but GET, HEAD, OPTIONS by default");
         c.fenced_methods = methods("PUT").ok();
         assert!(!c.fences(&lock, b"/data/a"));
+    }
+
+    #[test]
+    fn a_method_list_that_names_none_is_refused() {
+        for empty in ["", " ", ",", " , "] {
+            assert!(matches!(methods(empty), Err(ConfigError::NoMethods)), "{empty:?}");
+        }
+        assert!(matches!(methods("PUT,(x)"), Err(ConfigError::Method(m)) if m == "(x)"));
+        assert_eq!(
+            methods(" put , MkCol ").ok(),
+            Some(vec![Method::PUT, Method::from_bytes(b"MKCOL").unwrap_or_default()])
+        );
     }
 }
