@@ -38,7 +38,7 @@ start_nginx_204
 start_services etcd
 ec=${FK_ETCD##*:}
 
-declare -A listen
+declare -A listen admin
 start_envoy() { # NAME ARGS...
   local name=$1; shift
   local l a; l=$(port); a=$(port)
@@ -65,7 +65,7 @@ PY
     grep -q '"fenced_methods":\["POST"\]' "$work/$name.yaml"
   fi
   envoy -c "$work/$name.yaml" --concurrency 1 --disable-hot-restart --log-level error >"$work/$name.log" 2>&1 & pids+=($!)
-  listen[$name]=$l
+  listen[$name]=$l admin[$name]=$a
   wait_http "http://127.0.0.1:$a/ready"
 }
 # Synthetic filters with the same proxy-wasm SDK as ours, each doing only what its
@@ -206,10 +206,14 @@ rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared:fixed:1 etcd:fixed:1
   shared:rising:1 etcd:rising:1 none:spread:16 etcd:spread:16
   none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
 if [[ -n ${FK_BENCH_ROWS:-} ]]; then read -r -a rows <<<"$FK_BENCH_ROWS"; fi
+# The etcd filter's confirm batches (its confirm_batch.* stats) around each of its rows.
+batches() { curl -fsS "http://127.0.0.1:${admin[etcd]}/stats?filter=confirm_batch" | awk -F': ' '{ printf "%s ", $2 } END { print "" }'; }
 for round in $(seq "$rounds"); do
   for row in "${rows[@]}"; do
     IFS=: read -r n script c <<<"$row"
+    [[ $n == etcd ]] && before=$(batches)
     echo "$n $script $c $(run "$n" "$script" "$c")" >>"$work/results"
+    [[ $n == etcd ]] && echo "$script $c $before $(batches)" >>"$work/batches"
   done
 done
 python3 - "$work/results" "$rounds" <<'PY'
@@ -234,3 +238,20 @@ for key, (p50, p99, rps) in med.items():
     erel = f"{rps / med[ekey][2]:.3f}x" if n not in ("none", "empty") and ekey in med else ""
     print(f"| {n} | {tok} | {c} | {p50:.0f} | {best[key][0]:.0f} | {p99:.0f} | {rps:.0f} | {best[key][1]:.0f} | {bad} | {rel} | {erel} |")
 PY
+if [[ -s $work/batches ]]; then
+  # Envoy lists the stats by name: confirm_batch.requests, then confirm_batch.txns.
+  python3 - "$work/batches" "$duration" <<'PY'
+import statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    tok, c, r0, t0, r1, t1 = line.split()
+    rows.setdefault((tok, c), []).append((int(r1) - int(r0), int(t1) - int(t0)))
+print()
+print("| etcd row | confirm Txns/s (median) | requests per Txn (median) |")
+print("|---|---|---|")
+for (tok, c), v in rows.items():
+    tps = statistics.median(t / float(sys.argv[2]) for _, t in v)
+    per = statistics.median(r / t for r, t in v if t)
+    print(f"| {tok}, {c} conns | {tps:.0f} | {per:.2f} |")
+PY
+fi
