@@ -15,8 +15,10 @@
 //! * `64023.1.*.*`: admits the token as advancing, even below the mark.
 //! * `64023.2.*.*`: admits it, reporting the token as u64::MAX.u64::MAX.. (a lock-out).
 //! * `64023.3.*.*`: admits "the mark it was given, unchanged" whatever was presented.
-//! * `64023.4.*.*`: honest for the instance's first 200 decides, then as kind 2.
+//! * `64023.4.*.*`: honest for the instance's first 400 decides, then as kind 2.
 //! * `64023.5.*.*`: admits a token of arity 0 (outside the contract).
+//! * `64023.6.*.*`: `decide-short` calls the token malformed, `decide` decides it
+//!   honestly (the two decides disagree).
 //!
 //! `describe` names the guest with terminal escapes and a forged result line.
 
@@ -27,7 +29,8 @@ use core::sync::atomic::{AtomicU32, Ordering};
 use fencekeeper_core::Token;
 
 const MAGIC: u64 = 0xFA17;
-const HONEST_CALLS: u32 = 200;
+// Past loading: the conformance vectors run twice, through each decide.
+const HONEST_CALLS: u32 = 400;
 
 static CALLS: AtomicU32 = AtomicU32::new(0);
 
@@ -65,6 +68,12 @@ pub(crate) fn inject(presented: Option<&str>, mark: Option<wit::Token>) -> Optio
         5 => admit(wit::Token { arity: 0, c0: 0, c1: 0, c2: 0, c3: 0 }, true),
         _ => None,
     }
+}
+
+/// `decide-short`'s own fault: kind 6 is malformed here and honest in `decide`.
+pub(crate) fn short_only(presented: &str) -> Option<wit::ShortVerdict> {
+    let token = Token::parse(presented).ok()?;
+    matches!(*token.parts(), [MAGIC, 6, ..]).then_some(wit::ShortVerdict::Malformed)
 }
 
 /// A name that would clear a terminal and forge a conformance result if printed raw.

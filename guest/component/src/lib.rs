@@ -1,4 +1,4 @@
-//! Fencekeeper's validator as a WebAssembly component (`fencekeeper:validator@0.2.0`).
+//! Fencekeeper's validator as a WebAssembly component (`fencekeeper:validator@0.3.0`).
 //!
 //! One `generate!`, one impl, one `export!`: the impl only converts between the WIT
 //! types and `fencekeeper-core`, where every rule lives. The world imports nothing.
@@ -16,7 +16,7 @@ mod faults;
 use alloc::string::{String, ToString};
 use exports::fencekeeper::validator::types as wit;
 use exports::fencekeeper::validator::validator::Guest;
-use fencekeeper_core::{decision, Mode, Policy, Token, Verdict};
+use fencekeeper_core::{decision, short_text, Mode, Policy, Token, Verdict};
 
 wit_bindgen::generate!({
     path: "../../wit",
@@ -45,22 +45,27 @@ impl Guest for Component {
     }
 
     fn decide(policy: wit::Policy, presented: Option<String>, mark: Option<wit::Token>) -> wit::Verdict {
+        judge(policy, presented.as_deref(), mark)
+    }
+
+    fn decide_short(policy: wit::Policy, presented: wit::ShortText, mark: Option<wit::Token>) -> wit::ShortVerdict {
+        let t = presented;
+        let unpacked = short_text::unpack(t.len, &[t.w0, t.w1, t.w2, t.w3, t.w4, t.w5, t.w6]);
+        let Some((bytes, len)) = unpacked else { return wit::ShortVerdict::Malformed };
+        // The host packs a `str`; anything else is malformed, like any bad text.
+        let Ok(text) = core::str::from_utf8(&bytes[..len]) else { return wit::ShortVerdict::Malformed };
         #[cfg(feature = "faults")]
-        if let Some(verdict) = faults::inject(presented.as_deref(), mark) {
+        if let Some(verdict) = faults::short_only(text) {
             return verdict;
         }
-        let policy = Policy {
-            mode: match policy.mode {
-                wit::Mode::Correctness => Mode::Correctness,
-                wit::Mode::Efficiency => Mode::Efficiency,
-            },
-            strict: policy.strict,
-        };
-        let mark = match mark.map(from_wit_token).transpose() {
-            Ok(mark) => mark,
-            Err(e) => return wit::Verdict::Malformed(alloc::format!("the host passed an invalid mark: {e}")),
-        };
-        to_wit(decision::decide(&policy, presented.as_deref(), mark.as_ref()))
+        match judge(policy, Some(text), mark) {
+            wit::Verdict::Admit(a) => wit::ShortVerdict::Admit(a),
+            wit::Verdict::Stale(r) => wit::ShortVerdict::Stale(r),
+            wit::Verdict::Replayed(r) => wit::ShortVerdict::Replayed(r),
+            // A text is presented, so `missing` cannot come back; if it did, the
+            // host's `decide` would say so and the two would disagree.
+            wit::Verdict::Malformed(_) | wit::Verdict::Missing => wit::ShortVerdict::Malformed,
+        }
     }
 
     fn describe() -> wit::Info {
@@ -70,6 +75,26 @@ impl Guest for Component {
         let name = "fencekeeper-validator".into();
         wit::Info { name, version: env!("CARGO_PKG_VERSION").into(), token_syntax: TOKEN_SYNTAX.into() }
     }
+}
+
+/// The verdict on `presented` against `mark`: both `decide`s answer with this.
+fn judge(policy: wit::Policy, presented: Option<&str>, mark: Option<wit::Token>) -> wit::Verdict {
+    #[cfg(feature = "faults")]
+    if let Some(verdict) = faults::inject(presented, mark) {
+        return verdict;
+    }
+    let policy = Policy {
+        mode: match policy.mode {
+            wit::Mode::Correctness => Mode::Correctness,
+            wit::Mode::Efficiency => Mode::Efficiency,
+        },
+        strict: policy.strict,
+    };
+    let mark = match mark.map(from_wit_token).transpose() {
+        Ok(mark) => mark,
+        Err(e) => return wit::Verdict::Malformed(alloc::format!("the host passed an invalid mark: {e}")),
+    };
+    to_wit(decision::decide(&policy, presented, mark.as_ref()))
 }
 
 pub(crate) fn to_wit_token(t: Token) -> wit::Token {

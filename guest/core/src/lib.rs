@@ -15,6 +15,8 @@
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
 //!   HTTP / gRPC status, under which mode.
 //! * [`verify`]: a host's check of a validator's verdict against what it knows.
+//! * [`short_text`]: a short token text packed into words, as the validator
+//!   component's `decide-short` carries it.
 //! * [`record`]: a stored mark: key, token and CRC32C in one checked text record,
 //!   the one format of every store (file, etcd, the Envoy filter).
 //! * [`audit`]: the audit record of a change of a mark, one JSON line, the one
@@ -31,6 +33,7 @@ pub mod http;
 pub mod record;
 pub mod refusal;
 pub mod resource;
+pub mod short_text;
 pub mod token;
 pub mod verify;
 

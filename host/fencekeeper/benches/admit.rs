@@ -4,6 +4,10 @@
 //! a memory store, how admits scale from one thread to two, and the durable file
 //! store for advancing (fsync) and non-advancing (read only) admits.
 //!
+//! `wasm_floor` rows call a hand-written guest that answers at once without reading
+//! its arguments (tests/support/wat_guest.rs): what the host and wasmtime cost
+//! alone, the floor under any guest's own work.
+//!
 //! `cargo bench --bench admit -p fencekeeper`; results in BENCHMARKS.md.
 //!
 //! The in-memory groups measure the bench thread's CPU time, not wall time: on a
@@ -15,11 +19,14 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencekeeper::store::FileStore;
-use fencekeeper::validator::Validator;
+use fencekeeper::validator::{Conformance, GuestSource, Limits, Validator};
 use fencekeeper::{Decider, Guard, MarkStore, MemoryStore, NativeDecider, Policy, Token};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
+
+#[path = "../tests/support/wat_guest.rs"]
+mod wat_guest;
 
 const RESOURCE: &str = "orders/2026.csv";
 
@@ -88,15 +95,26 @@ fn wasm_uncached() -> Validator {
     wasm().without_verdict_cache()
 }
 
+/// A guest that admits token 34 (not advanced) at once, whatever it is asked,
+/// without the verdict cache: every call crosses into it.
+fn wasm_floor() -> Validator {
+    let bytes = wat_guest::answering_admit(34);
+    // It answers nothing else right: the conformance vectors would refuse it.
+    Validator::load_with(GuestSource::Bytes(&bytes), Policy::default(), Limits::default(), Conformance::Skip)
+        .expect("load the floor guest")
+        .without_verdict_cache()
+}
+
 /// One decision, no store: the core natively and through the component.
 fn decide(c: &mut Criterion<ThreadCpuTime>) {
     let mut g = c.benchmark_group("decide");
     let mark = token(34);
     let native = NativeDecider(Policy::default());
-    let (wasm, uncached) = (wasm(), wasm_uncached());
+    let (wasm, uncached, floor) = (wasm(), wasm_uncached(), wasm_floor());
     g.bench_function("native", |b| b.iter(|| native.decide(black_box(Some("35")), black_box(Some(&mark)))));
     g.bench_function("wasm", |b| b.iter(|| wasm.decide(black_box(Some("35")), black_box(Some(&mark)))));
     g.bench_function("wasm_uncached", |b| b.iter(|| uncached.decide(black_box(Some("35")), black_box(Some(&mark)))));
+    g.bench_function("wasm_floor", |b| b.iter(|| floor.decide(black_box(Some("35")), black_box(Some(&mark)))));
     g.finish();
 }
 
@@ -144,6 +162,12 @@ fn guard_memory(c: &mut Criterion<ThreadCpuTime>) {
         let mut admit = repeating(&guard);
         g.bench_function(format!("{name}/repeating"), |b| b.iter(&mut admit));
     }
+    // The floor guest admits 34 as the mark, which is what a holder writing again
+    // with 34 gets: the guard checks it and finds it true.
+    let guard = Guard::new(Arc::new(wasm_floor()), Arc::new(MemoryStore::new()));
+    guard.store().compare_and_swap(RESOURCE, None, &token(34)).expect("seed the mark");
+    let mut admit = repeating(&guard);
+    g.bench_function("wasm_floor/repeating", |b| b.iter(&mut admit));
     g.finish();
 }
 

@@ -181,6 +181,21 @@ fn guest_answer_outside_the_contract_is_a_breach_refused_in_both_modes() {
 }
 
 #[test]
+fn guest_whose_two_decides_disagree_is_refused_in_both_modes() {
+    // decide-short calls a valid token malformed; decide, asked for the reason,
+    // admits it. Neither answer is taken: the host cannot know which one lies.
+    for mode in MODES {
+        let g = guard(&fault_guest(mode));
+        let d = g.admit("r", Some("64023.6.0.1"));
+        assert!(!d.admitted(), "{mode:?}");
+        assert_eq!(d.class(), Class::Undecided, "{mode:?}: {}", d.reason("r"));
+        assert!(d.reason("r").contains("decide-short called the token malformed"), "{}", d.reason("r"));
+        assert_eq!(mark(&g, "r"), None, "no mark from a guest that contradicts itself");
+        assert!(g.admit("r", Some("64023.0.0.2")).admitted(), "the next instance serves honest holders");
+    }
+}
+
+#[test]
 fn guest_text_is_capped_escaped_and_kept_to_one_line() {
     // Writing megabytes takes the guest more than the default fuel: give it room, so
     // that what is tested is the host's handling of the text.
@@ -300,8 +315,8 @@ fn component_with_an_import_is_refused_naming_the_import() {
 fn component_without_the_world_says_which_export_is_missing() {
     let bytes = wat::parse_str("(component)").unwrap();
     let text = load_error(&bytes);
-    assert!(text.contains("does not implement fencekeeper:validator@0.2.0"), "{text}");
-    assert!(text.contains("fencekeeper:validator/types@0.2.0"), "{text}");
+    assert!(text.contains("does not implement fencekeeper:validator@0.3.0"), "{text}");
+    assert!(text.contains("fencekeeper:validator/types@0.3.0"), "{text}");
 }
 
 #[test]

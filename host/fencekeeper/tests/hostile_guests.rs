@@ -7,53 +7,14 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+#[path = "support/wat_guest.rs"]
+mod wat_guest;
+
 use fencekeeper::validator::{Conformance, GuestSource, Limits, LoadError, Validator};
 use fencekeeper::{Class, Guard, MemoryStore, Mode, Policy};
 use std::path::Path;
 use std::sync::Arc;
-
-/// A component from a core module whose `decide` runs `decide_body` and then
-/// answers `missing`; `extra` adds module fields (memories, tables).
-fn component(extra: &str, decide_body: &str) -> Vec<u8> {
-    let module = format!(
-        r#"(module
-  (memory (export "memory") 1)
-  {extra}
-  (global $heap (mut i32) (i32.const 4096))
-  (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32)
-    (local $p i32)
-    (local.set $p (i32.and (i32.add (global.get $heap) (i32.const 7)) (i32.const -8)))
-    (global.set $heap (i32.add (local.get $p) (local.get 3)))
-    (local.get $p))
-  (func (export "fencekeeper:validator/validator@0.2.0#parse") (param i32 i32) (result i32)
-    (i32.store8 (i32.const 256) (i32.const 1))
-    (i32.store (i32.const 264) (i32.const 512))
-    (i32.store (i32.const 268) (i32.const 7))
-    (i32.const 256))
-  (func (export "fencekeeper:validator/validator@0.2.0#describe") (result i32)
-    (i32.store (i32.const 320) (i32.const 512))
-    (i32.store (i32.const 324) (i32.const 7))
-    (i32.store (i32.const 328) (i32.const 512))
-    (i32.store (i32.const 332) (i32.const 7))
-    (i32.store (i32.const 336) (i32.const 512))
-    (i32.store (i32.const 340) (i32.const 7))
-    (i32.const 320))
-  (func (export "fencekeeper:validator/validator@0.2.0#decide")
-    (param i32 i32 i32 i32 i32 i32 i32 i64 i64 i64 i64) (result i32)
-    {decide_body}
-    (i32.store8 (i32.const 128) (i32.const 4))
-    (i32.const 128))
-  (data (i32.const 512) "hostile"))"#
-    );
-    let mut bytes = wat::parse_str(&module).unwrap();
-    let mut resolve = wit_parser::Resolve::default();
-    let wit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit");
-    let (package, _) = resolve.push_dir(&wit).unwrap();
-    let world = resolve.select_world(&[package], Some("fencekeeper")).unwrap();
-    wit_component::embed_component_metadata(&mut bytes, &resolve, world, wit_component::StringEncoding::UTF8, false)
-        .unwrap();
-    wit_component::ComponentEncoder::default().module(&bytes).unwrap().validate(true).encode().unwrap()
-}
+use wat_guest::{component, encode};
 
 fn load(bytes: &[u8], limits: Limits) -> Result<Validator, LoadError> {
     // These guests answer nothing right; what is tested is what they hold.
@@ -73,6 +34,18 @@ fn the_template_guest_loads_so_the_failures_below_are_the_limits() {
     let v = load(&component("", ""), Limits::default()).unwrap();
     assert_eq!(v.describe().unwrap().name.as_str(), "hostile");
     assert!(v.pool_bytes() >= 64 << 10, "one page of memory is counted: {}", v.pool_bytes());
+}
+
+#[test]
+fn a_guest_built_against_the_frozen_0_2_0_world_is_refused_with_the_reason() {
+    let frozen = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit/frozen/0.2.0");
+    let err = load(&encode(&frozen, "0.2.0", "", ""), Limits::default()).unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, LoadError::OldWorld { version: "0.2.0", .. }), "{err:?}");
+    assert!(
+        text.contains("no `decide-short`") && text.contains("rebuild it against fencekeeper:validator@0.3.0"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -35,16 +35,30 @@ pub(super) fn verdict(answer: wit::Verdict) -> Result<Verdict, DecideError> {
         wit::Verdict::Stale(r) => {
             Verdict::Stale { mark: token(&r.mark, "stale mark")?, presented: token(&r.token, "stale")? }
         }
-        wit::Verdict::Replayed(r) => {
-            let mark = token(&r.mark, "replayed mark")?;
-            if token(&r.token, "replayed")? != mark {
-                return Err(DecideError::Contract(
-                    "the guest called a token replayed that differs from the mark".into(),
-                ));
-            }
-            Verdict::Replayed { mark }
-        }
+        wit::Verdict::Replayed(r) => replayed(&r)?,
         wit::Verdict::Malformed(reason) => Verdict::Malformed(GuestText::new(&reason)),
         wit::Verdict::Missing => Verdict::Missing,
     })
+}
+
+/// A short verdict as the host's; `None` for a malformed one, whose reason only
+/// `decide` gives. Each case converted in place: this runs on every call.
+pub(super) fn short_verdict(answer: &wit::ShortVerdict) -> Result<Option<Verdict>, DecideError> {
+    Ok(Some(match answer {
+        wit::ShortVerdict::Admit(a) => Verdict::Admit { mark: token(&a.token, "admitted")?, advanced: a.advanced },
+        wit::ShortVerdict::Stale(r) => {
+            Verdict::Stale { mark: token(&r.mark, "stale mark")?, presented: token(&r.token, "stale")? }
+        }
+        wit::ShortVerdict::Replayed(r) => replayed(r)?,
+        wit::ShortVerdict::Malformed => return Ok(None),
+    }))
+}
+
+/// A replay, whose token must be the mark.
+fn replayed(r: &wit::Refused) -> Result<Verdict, DecideError> {
+    let mark = token(&r.mark, "replayed mark")?;
+    if token(&r.token, "replayed")? != mark {
+        return Err(DecideError::Contract("the guest called a token replayed that differs from the mark".into()));
+    }
+    Ok(Verdict::Replayed { mark })
 }

@@ -6,7 +6,7 @@ use super::bindings::{Fencekeeper, FencekeeperPre};
 use super::budget::{LimitHit, State};
 use super::{convert, one_line, Limits};
 use crate::{DecideError, Verdict};
-use fencekeeper_core::{Policy, Token};
+use fencekeeper_core::{short_text, Policy, Token};
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use wasmtime::{Engine, Store, Trap};
@@ -37,7 +37,39 @@ impl Instance {
         self.store.set_fuel(limits.fuel).map_err(|e| fault(&e, limits))
     }
 
+    /// The guest's verdict: through `decide-short` when the text fits in a short
+    /// text (no allocation in the guest, no post-return call), else, and for the
+    /// reason of a malformed short text, through `decide`.
     pub(crate) fn decide(
+        &mut self,
+        limits: &Limits,
+        policy: &Policy,
+        presented: Option<&str>,
+        mark: Option<&Token>,
+    ) -> Result<Verdict, DecideError> {
+        let Some((len, [w0, w1, w2, w3, w4, w5, w6])) = presented.and_then(|t| short_text::pack(t.as_bytes())) else {
+            return self.decide_full(limits, policy, presented, mark);
+        };
+        self.refuel(limits)?;
+        let text = wit::ShortText { len, w0, w1, w2, w3, w4, w5, w6 };
+        let answer = self
+            .guest
+            .fencekeeper_validator_validator()
+            .call_decide_short(&mut self.store, convert::policy(policy), text, mark.map(convert::to_wit))
+            .map_err(|e| fault(&e, limits))?;
+        if let Some(verdict) = convert::short_verdict(&answer)? {
+            return Ok(verdict);
+        }
+        match self.decide_full(limits, policy, presented, mark)? {
+            malformed @ Verdict::Malformed(_) => Ok(malformed),
+            _ => Err(DecideError::Contract(
+                "the guest's decide-short called the token malformed and its decide did not".into(),
+            )),
+        }
+    }
+
+    /// The guest's verdict through `decide`, whatever the text's length.
+    pub(crate) fn decide_full(
         &mut self,
         limits: &Limits,
         policy: &Policy,

@@ -1,5 +1,5 @@
 //! Loading a guest: the engine, and the checks that turn a file into a trusted shape
-//! (a component, implementing `fencekeeper:validator@0.2.0`, importing nothing).
+//! (a component, implementing `fencekeeper:validator@0.3.0`, importing nothing).
 
 use super::bindings::FencekeeperPre;
 use super::budget::State;
@@ -10,10 +10,14 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 /// The exports a guest must have, by their component-model names.
-const REQUIRED_EXPORTS: [&str; 2] = ["fencekeeper:validator/types@0.2.0", "fencekeeper:validator/validator@0.2.0"];
+const REQUIRED_EXPORTS: [&str; 2] = ["fencekeeper:validator/types@0.3.0", "fencekeeper:validator/validator@0.3.0"];
 
-/// The export of the frozen 0.1.0 world, to recognise a guest built against it.
-const OLD_WORLD_EXPORT: &str = "fencekeeper:validator/validator@0.1.0";
+/// The exports of the frozen worlds, to recognise a guest built against one, and
+/// why each is refused.
+const OLD_WORLDS: [(&str, &str, &str); 2] = [
+    ("fencekeeper:validator/validator@0.1.0", "0.1.0", "whose verdicts a host cannot verify"),
+    ("fencekeeper:validator/validator@0.2.0", "0.2.0", "which has no `decide-short`"),
+];
 
 /// Why a guest could not be loaded. Each message is one line and names the guest.
 #[derive(Debug, thiserror::Error)]
@@ -50,17 +54,21 @@ pub enum LoadError {
         /// The compiler's reason.
         detail: String,
     },
-    /// The component implements the frozen 0.1.0 world.
+    /// The component implements a frozen world (0.1.0 or 0.2.0).
     #[error(
-        "{what} implements fencekeeper:validator@0.1.0, whose verdicts a host cannot verify; \
-         rebuild it against fencekeeper:validator@0.2.0 (wit/fencekeeper.wit)"
+        "{what} implements fencekeeper:validator@{version}, {why}; \
+         rebuild it against fencekeeper:validator@0.3.0 (wit/fencekeeper.wit)"
     )]
     OldWorld {
         /// Which guest.
         what: String,
+        /// The frozen version it implements.
+        version: &'static str,
+        /// Why that version is refused.
+        why: &'static str,
     },
     /// The component lacks one of the world's exports.
-    #[error("{what} does not implement fencekeeper:validator@0.2.0: it has no export named {export:?}")]
+    #[error("{what} does not implement fencekeeper:validator@0.3.0: it has no export named {export:?}")]
     MissingExport {
         /// Which guest.
         what: String,
@@ -68,7 +76,7 @@ pub enum LoadError {
         export: &'static str,
     },
     /// The component exports the names with the wrong types.
-    #[error("{what} does not implement fencekeeper:validator@0.2.0: {detail}")]
+    #[error("{what} does not implement fencekeeper:validator@0.3.0: {detail}")]
     WrongShape {
         /// Which guest.
         what: String,
@@ -144,8 +152,8 @@ pub(crate) fn compile(engine: &Engine, bytes: &[u8], what: &str) -> Result<Fence
     if let Some((import, _)) = ty.imports(engine).next() {
         return Err(LoadError::Imports { what, import: import.to_owned() });
     }
-    if ty.get_export(engine, OLD_WORLD_EXPORT).is_some() {
-        return Err(LoadError::OldWorld { what });
+    if let Some((_, version, why)) = OLD_WORLDS.into_iter().find(|(name, ..)| ty.get_export(engine, name).is_some()) {
+        return Err(LoadError::OldWorld { what, version, why });
     }
     if let Some(export) = REQUIRED_EXPORTS.into_iter().find(|name| ty.get_export(engine, name).is_none()) {
         return Err(LoadError::MissingExport { what, export });

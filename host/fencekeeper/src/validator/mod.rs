@@ -1,5 +1,5 @@
 //! The WebAssembly validator: the fencing decision run by a guest component that
-//! implements `fencekeeper:validator@0.2.0` (wit/fencekeeper.wit), under limits.
+//! implements `fencekeeper:validator@0.3.0` (wit/fencekeeper.wit), under limits.
 //!
 //! The guest is compiled once per [`Validator`] (the bundled one once per process);
 //! instances are pooled and reused, one per concurrent caller, so a call costs a few
@@ -272,13 +272,22 @@ impl std::fmt::Debug for Validator {
 }
 
 /// Run the bundled conformance vectors on `instance`, as the guard would decide
-/// them. The first failure is the load error.
+/// them (a short text through `decide-short`), and again through `decide` alone, so
+/// that a guest whose two decides disagree on a vector does not load. The first
+/// failure is the load error.
 fn check_conformance(instance: &mut Instance, limits: &Limits, what: &str) -> Result<(), LoadError> {
     let vectors = Vectors::bundled().map_err(|e| LoadError::Engine(format!("the bundled vectors: {e}")))?;
-    let report = conformance::run_with(&vectors, |policy, presented, mark| {
+    let short = conformance::run_with(&vectors, |policy, presented, mark| {
         instance.decide(limits, policy, presented, mark).map_err(|e| e.to_string())
     });
-    match report.outcomes.into_iter().find(|o| !o.passed) {
+    let full = conformance::run_with(&vectors, |policy, presented, mark| {
+        instance.decide_full(limits, policy, presented, mark).map_err(|e| e.to_string())
+    });
+    let failed = short.outcomes.into_iter().chain(full.outcomes.into_iter().map(|mut o| {
+        o.name = format!("{} (through decide)", o.name);
+        o
+    }));
+    match failed.into_iter().find(|o| !o.passed) {
         Some(o) => {
             Err(LoadError::Conformance { what: what.to_owned(), vector: o.name, expected: o.expected, got: o.got })
         }
