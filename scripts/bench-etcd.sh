@@ -15,6 +15,11 @@
 #                admit advances the mark), or one fixed token on 64 resources in turn
 #                (spread: holders of different resources; etcd's row compares each
 #                key in turn)
+#   hop          wrk to a second gateway told to fence POST alone (--fenced-methods
+#                POST), so a PUT is forwarded to nginx without a check: the hop any
+#                gateway makes. At one connection a request waits for its Txn and
+#                then its hop, so a gateway whose fence cost nothing would serve
+#                1 / (1/Txn + 1/hop) requests a second: the `floor` column.
 # With 1 and 8 connections. The gateway's target is one etcd round trip per admit:
 # the ratios are its throughput over etcd's own, through each API. Needs wrk, nginx, etcd
 # (scripts/install-deps.sh); prints a table for BENCHMARKS.md; stops what it starts.
@@ -37,10 +42,14 @@ gw=$(port); admin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$gw" --admin "127.0.0.1:$admin" \
     --etcd "$etcd" >"$work/gateway.log" 2>&1 & pids+=($!)
 gwpid=$!
+hop=$(port); hopadmin=$(port)
+"$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$hop" --admin "127.0.0.1:$hopadmin" \
+    --etcd "$etcd" --fenced-methods POST >"$work/hop.log" 2>&1 & pids+=($!)
 etcdpid=$(pgrep -f -- "--listen-client-urls=http://$etcd( |$)")
 # CPU a process has used, in clock ticks (user + system).
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_http "http://127.0.0.1:$admin/healthz"
+wait_http "http://127.0.0.1:$hopadmin/healthz"
 
 # The fixed token's mark, written once through the gateway; its record is what the raw
 # compare compares with.
@@ -112,6 +121,7 @@ for round in $(seq "$rounds"); do
       e0=$(ticks "$etcdpid"); g0=$(ticks "$gwpid")
       row=$(run "http://127.0.0.1:$gw/$tok" "gw-$tok" "$c")
       echo "gateway $tok $c $row $(($(ticks "$etcdpid") - e0)) $(($(ticks "$gwpid") - g0))" >>"$work/results"
+      [[ $tok == fixed ]] && echo "hop $tok $c $(run "http://127.0.0.1:$hop/fixed" gw-fixed "$c")" >>"$work/results"
     done
   done
 done
@@ -126,14 +136,22 @@ for line in open(sys.argv[1]):
         # CPU per request, µs: the row's ticks over the requests it answered.
         n = float(rps) * duration
         cpu.setdefault((tok, int(c)), []).append(tuple(1e6 * int(t) / hz / n for t in ticks))
-print("| tokens | conns | etcd Txn, JSON req/s (median) | etcd Txn, gRPC req/s (median) | gateway req/s (median) | gateway / JSON Txn | gateway / gRPC Txn | non-2xx |")
-print("|---|---|---|---|---|---|---|---|")
+print("| tokens | conns | etcd Txn, JSON req/s (median) | etcd Txn, gRPC req/s (median) | gateway req/s (median) | gateway / JSON Txn | gateway / gRPC Txn | hop req/s (median) | floor: gRPC Txn then hop, req/s | gateway / floor | non-2xx |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for (tok, c), by in sorted(rows.items()):
     e = statistics.median(r for r, _ in by["etcd-txn"])
     p = statistics.median(r for r, _ in by["etcd-grpc"])
     g = statistics.median(r for r, _ in by["gateway"])
     bad = sum(b for _, b in by["etcd-txn"] + by["etcd-grpc"] + by["gateway"])
-    print(f"| {tok} | {c} | {e:.0f} | {p:.0f} | {g:.0f} | {g / e:.2f}x | {g / p:.2f}x | {bad} |")
+    hop = floor = ratio = ""
+    if "hop" in by:
+        h = statistics.median(r for r, _ in by["hop"])
+        hop = f"{h:.0f}"
+        # One request at a time: its Txn's time and its hop's time add up.
+        if c == 1:
+            f = 1 / (1 / p + 1 / h)
+            floor, ratio = f"{f:.0f}", f"{g / f:.2f}x"
+    print(f"| {tok} | {c} | {e:.0f} | {p:.0f} | {g:.0f} | {g / e:.2f}x | {g / p:.2f}x | {hop} | {floor} | {ratio} | {bad} |")
 print()
 print("| tokens | conns | etcd CPU per gateway request, µs (median) | gateway CPU per request, µs (median) |")
 print("|---|---|---|---|")
