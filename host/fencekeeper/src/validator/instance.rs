@@ -2,6 +2,7 @@
 //! guest faults, then thrown away.
 
 use super::bindings::exports::fencekeeper::validator::types as wit;
+use super::bindings::exports::fencekeeper::validator::validator::Guest;
 use super::bindings::{Fencekeeper, FencekeeperPre};
 use super::budget::{LimitHit, State};
 use super::{convert, one_line, Limits};
@@ -32,9 +33,15 @@ impl Instance {
         Ok(Instance { store, guest })
     }
 
-    /// Refill the fuel tank before a call: each call gets the whole budget.
-    fn refuel(&mut self, limits: &Limits) -> Result<(), DecideError> {
-        self.store.set_fuel(limits.fuel).map_err(|e| fault(&e, limits))
+    /// One call into the guest with the whole fuel budget (each call gets all of
+    /// it); a trap or a limit hit is a one-line guest fault.
+    fn call<R>(
+        &mut self,
+        limits: &Limits,
+        f: impl FnOnce(&Guest, &mut Store<State>) -> wasmtime::Result<R>,
+    ) -> Result<R, DecideError> {
+        self.store.set_fuel(limits.fuel).map_err(|e| fault(&e, limits))?;
+        f(self.guest.fencekeeper_validator_validator(), &mut self.store).map_err(|e| fault(&e, limits))
     }
 
     /// The guest's verdict: through `decide-short` when the text fits in a short
@@ -50,13 +57,9 @@ impl Instance {
         let Some((len, [w0, w1, w2, w3, w4, w5, w6])) = presented.and_then(|t| short_text::pack(t.as_bytes())) else {
             return self.decide_full(limits, policy, presented, mark);
         };
-        self.refuel(limits)?;
         let text = wit::ShortText { len, w0, w1, w2, w3, w4, w5, w6 };
-        let answer = self
-            .guest
-            .fencekeeper_validator_validator()
-            .call_decide_short(&mut self.store, convert::policy(policy), text, mark.map(convert::to_wit))
-            .map_err(|e| fault(&e, limits))?;
+        let (policy_wit, mark_wit) = (convert::policy(policy), mark.map(convert::to_wit));
+        let answer = self.call(limits, |g, store| g.call_decide_short(store, policy_wit, text, mark_wit))?;
         if let Some(verdict) = convert::short_verdict(&answer)? {
             return Ok(verdict);
         }
@@ -76,23 +79,16 @@ impl Instance {
         presented: Option<&str>,
         mark: Option<&Token>,
     ) -> Result<Verdict, DecideError> {
-        self.refuel(limits)?;
-        let answer = self
-            .guest
-            .fencekeeper_validator_validator()
-            .call_decide(&mut self.store, convert::policy(policy), presented, mark.map(convert::to_wit))
-            .map_err(|e| fault(&e, limits))?;
-        convert::verdict(answer)
+        let (policy, mark) = (convert::policy(policy), mark.map(convert::to_wit));
+        convert::verdict(self.call(limits, |g, store| g.call_decide(store, policy, presented, mark))?)
     }
 
     pub(crate) fn parse(&mut self, limits: &Limits, raw: &str) -> Result<Result<wit::Token, String>, DecideError> {
-        self.refuel(limits)?;
-        self.guest.fencekeeper_validator_validator().call_parse(&mut self.store, raw).map_err(|e| fault(&e, limits))
+        self.call(limits, |g, store| g.call_parse(store, raw))
     }
 
     pub(crate) fn describe(&mut self, limits: &Limits) -> Result<wit::Info, DecideError> {
-        self.refuel(limits)?;
-        self.guest.fencekeeper_validator_validator().call_describe(&mut self.store).map_err(|e| fault(&e, limits))
+        self.call(limits, |g, store| g.call_describe(store))
     }
 
     /// Fuel the last call used (for measuring what a budget should be).
