@@ -106,7 +106,7 @@ pub struct Limits {
     /// Fuel per call (about one unit per wasm instruction). A typical decide of the
     /// bundled guest takes about 1,000; its worst accepted input (a token of
     /// [`MAX_TOKEN_BYTES`](fencekeeper_core::token::MAX_TOKEN_BYTES), four
-    /// components) about 16,000. The default, 200,000, is more than ten times that
+    /// components) about 8,000. The default, 200,000, is more than ten times that
     /// (`tests/guest_faults.rs` measures it), so an honest guest never runs out on
     /// anything a client can send.
     pub fuel: u64,
