@@ -58,6 +58,25 @@ pub fn unpack(len: u8, words: &Words) -> Option<([u8; SHORT_TEXT_BYTES], usize)>
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever words arrive, unpacking answers without a panic, and what it
+        /// accepts is exactly what packing its bytes gives back.
+        #[test]
+        fn unpack_accepts_only_what_pack_writes(len in 0u8..=64, words in any::<Words>()) {
+            if let Some((bytes, n)) = unpack(len, &words) {
+                prop_assert_eq!(pack(&bytes[..n]), Some((len, words)));
+            }
+        }
+
+        #[test]
+        fn pack_then_unpack_is_the_identity(text in proptest::collection::vec(any::<u8>(), 0..=SHORT_TEXT_BYTES)) {
+            let (len, words) = pack(&text).unwrap();
+            let (bytes, n) = unpack(len, &words).unwrap();
+            prop_assert_eq!(&bytes[..n], &text[..]);
+        }
+    }
 
     #[test]
     fn every_length_up_to_the_bound_round_trips() {
