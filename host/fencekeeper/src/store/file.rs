@@ -23,9 +23,11 @@
 //!   opening costs time in proportion to the store's size.
 //! * **Both commit slots agree.** redb keeps the previous commit as a fallback for
 //!   a damaged or torn latest one, and its header byte that picks between them has
-//!   no checksum. So every commit that changes marks is followed by an empty one:
-//!   the fallback then holds the same marks, and neither a damaged slot nor that
-//!   byte can bring back a lower mark. An advance costs two fsyncs.
+//!   no checksum. So every commit that changes marks is followed by another before
+//!   any of its changes is reported: the next group's commit when advances are
+//!   waiting, else an empty one (`group.rs`). The fallback then holds every reported
+//!   mark, and neither a damaged slot nor that byte can bring back a lower one. A
+//!   lone advance costs two fsyncs; under load, a group costs one.
 //! * **No panic escapes.** Every call into redb runs inside a panic boundary
 //!   (`contain`): damage that reaches redb after the open is the one-line store
 //!   error of this file.
@@ -44,7 +46,7 @@
 //! transaction.
 
 use super::contain::contained;
-use super::group::Group;
+use super::group::{Commits, Group, Written};
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
 use fencekeeper_core::{record, Token};
@@ -298,56 +300,34 @@ impl FileStore {
         &self,
         change: impl FnOnce(&WriteTransaction) -> Result<(T, bool), StoreError>,
     ) -> Result<T, StoreError> {
+        let (answer, changed) = self.write_unsealed(change)?;
+        if changed {
+            self.empty_commit()?;
+        }
+        Ok(answer)
+    }
+
+    /// Run `change` in a durable write transaction and commit it when it reports
+    /// that it changed something, without the empty commit after it: the group
+    /// commit seals it with the next one ([`Commits::seal`]).
+    fn write_unsealed<T>(
+        &self,
+        change: impl FnOnce(&WriteTransaction) -> Result<(T, bool), StoreError>,
+    ) -> Result<(T, bool), StoreError> {
         contained(&self.path, || {
             let txn = self.begin_write()?;
             let (answer, changed) = change(&txn)?;
             if changed {
                 txn.commit().map_err(|e| self.error(e))?;
-                self.begin_write()?.commit().map_err(|e| self.error(e))?;
             }
-            Ok(answer)
+            Ok((answer, changed))
         })
     }
 
-    /// Apply a group of compare-and-swaps in one durable write transaction, each
-    /// against the marks as the ones before it left them, and answer each. A damaged
-    /// record fails only the swap that read it; a failed commit fails them all.
-    fn commit_advances(&self, batch: &[Advance]) -> Vec<Result<Swap, StoreError>> {
-        let answers = self.write(|txn| {
-            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-            let mut answers = Vec::with_capacity(batch.len());
-            let mut changed = false;
-            for a in batch {
-                let current = match table.get(a.resource.as_bytes()).map_err(|e| self.error(e))? {
-                    Some(v) => self.decode(&a.resource, v.value()).map(Some),
-                    None => Ok(None),
-                };
-                let current = match current {
-                    Ok(c) => c,
-                    Err(e) => {
-                        answers.push(Err(e));
-                        continue;
-                    }
-                };
-                // The check happens inside the write transaction, so nothing can slip
-                // between it and the insert. A non-raising swap is refused as a
-                // conflict too: this store never lowers a mark, whatever its caller asks.
-                let raises = current.is_none_or(|c| a.new.partial_cmp(&c) == Some(std::cmp::Ordering::Greater));
-                if current != a.expected || !raises {
-                    answers.push(Ok(Swap::Conflict(current)));
-                    continue;
-                }
-                let value = record::encode(a.resource.as_bytes(), &a.new);
-                table.insert(a.resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
-                changed = true;
-                answers.push(Ok(Swap::Swapped));
-            }
-            Ok((answers, changed))
-        });
-        match answers {
-            Ok(answers) => answers,
-            Err(e) => batch.iter().map(|_| Err(e.again())).collect(),
-        }
+    /// A durable commit with nothing in it: afterwards redb's fallback commit holds
+    /// the marks of the latest.
+    fn empty_commit(&self) -> Result<(), StoreError> {
+        contained(&self.path, || self.begin_write()?.commit().map_err(|e| self.error(e)))
     }
 
     fn begin_write(&self) -> Result<WriteTransaction, StoreError> {
@@ -376,6 +356,64 @@ impl FileStore {
     }
 }
 
+/// The file store's group commit: a batch of compare-and-swaps in one durable write
+/// transaction, each against the marks as the ones before it left them. A damaged
+/// record fails only the swap that read it; a failed commit fails them all. Every
+/// batch that changed marks is sealed by the next durable commit (the next batch's,
+/// or an empty one) before it is answered, so that redb's fallback commit holds
+/// the same marks as the latest whenever an advance is reported.
+impl Commits<Advance, Result<Swap, StoreError>> for FileStore {
+    fn apply(&self, batch: Vec<Advance>) -> (Vec<Result<Swap, StoreError>>, Written) {
+        let written = self.write_unsealed(|txn| {
+            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let mut answers = Vec::with_capacity(batch.len());
+            let mut changed = false;
+            for a in &batch {
+                let current = match table.get(a.resource.as_bytes()).map_err(|e| self.error(e))? {
+                    Some(v) => self.decode(&a.resource, v.value()).map(Some),
+                    None => Ok(None),
+                };
+                let current = match current {
+                    Ok(c) => c,
+                    Err(e) => {
+                        answers.push(Err(e));
+                        continue;
+                    }
+                };
+                // The check happens inside the write transaction, so nothing can slip
+                // between it and the insert. A non-raising swap is refused as a
+                // conflict too: this store never lowers a mark, whatever its caller asks.
+                let raises = current.is_none_or(|c| a.new.partial_cmp(&c) == Some(std::cmp::Ordering::Greater));
+                if current != a.expected || !raises {
+                    answers.push(Ok(Swap::Conflict(current)));
+                    continue;
+                }
+                let value = record::encode(a.resource.as_bytes(), &a.new);
+                table.insert(a.resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
+                changed = true;
+                answers.push(Ok(Swap::Swapped));
+            }
+            Ok((answers, changed))
+        });
+        match written {
+            Ok((answers, true)) => (answers, Written::Changes),
+            Ok((answers, false)) => (answers, Written::Nothing),
+            Err(e) => (batch.iter().map(|_| Err(e.again())).collect(), Written::Failed(e.to_string())),
+        }
+    }
+
+    fn seal(&self) -> Result<(), String> {
+        self.empty_commit().map_err(|e| e.to_string())
+    }
+
+    fn unsealed(&self, why: &str) -> Result<Swap, StoreError> {
+        Err(StoreError::Unavailable(format!(
+            "mark store {}: the advance was written but not sealed by the commit after it ({why}); refused",
+            self.path.display()
+        )))
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Format {
     One,
@@ -394,7 +432,7 @@ impl MarkStore for FileStore {
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let advance = Advance { resource: resource.to_owned(), expected: expected.copied(), new: *new };
-        self.advances.submit(advance, |batch| self.commit_advances(&batch))
+        self.advances.submit(advance, self)
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
