@@ -3,7 +3,9 @@
 # on every commit) beside PostgreSQL's conditional UPDATE (fsync and synchronous
 # commit on, its defaults), with 1 and 8 concurrent writers, in interleaved rounds:
 #   scripts/bench-durable.sh [SECONDS_PER_ROW [ROUNDS]]   (default 5 and 3)
-# Both keep their files in one temporary directory, on the same disk. Each writer has
+# Beside them, at one writer, the floor of a lone durable advance in the file store
+# (two page writes each made durable with fdatasync: the commit and the commit that
+# seals it). Both keep their files in one temporary directory, on the same disk. Each writer has
 # its own resource (row) and presents a rising token, so every operation is a durable
 # write. Installs PostgreSQL from Debian when it is missing; stops it at the end.
 set -euo pipefail
@@ -46,11 +48,16 @@ postgres() {
         | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
 }
 
+# The floor of a lone durable advance in the file store: two page writes, each made
+# durable with fdatasync (its commit and the commit that seals it; file.rs).
+floor() { FENCEKEEPER_BENCH_DIR=$work cargo bench -q --bench durable -p fencekeeper -- floor "$duration" 2>/dev/null | tail -1 | cut -d' ' -f2; }
+
 for round in $(seq "$rounds"); do
     for writers in 1 8; do
         echo "fencekeeper $writers $(ours "$writers")" >>"$work/results"
         echo "postgresql $writers $(postgres "$writers")" >>"$work/results"
     done
+    echo "floor 1 $(floor)" >>"$work/results"
 done
 python3 - "$work/results" <<'PY'
 import statistics, sys
@@ -58,9 +65,11 @@ rows = {}
 for line in open(sys.argv[1]):
     who, writers, rate = line.split()
     rows.setdefault((who, int(writers)), []).append(float(rate))
-print("| writers | fencekeeper file store, admits/s (median) | PostgreSQL UPDATE, tx/s (median) | ratio |")
-print("|---|---|---|---|")
+print("| writers | fencekeeper file store, admits/s (median) | PostgreSQL UPDATE, tx/s (median) | ratio | floor: two fdatasyncs, ops/s (median) | fencekeeper / floor |")
+print("|---|---|---|---|---|---|")
 for w in sorted({k[1] for k in rows}):
     ours, pg = statistics.median(rows[("fencekeeper", w)]), statistics.median(rows[("postgresql", w)])
-    print(f"| {w} | {ours:.0f} | {pg:.0f} | {ours / pg:.2f}x |")
+    floor = rows.get(("floor", w))
+    f = f"{statistics.median(floor):.0f} | {ours / statistics.median(floor):.2f}x" if floor else " | "
+    print(f"| {w} | {ours:.0f} | {pg:.0f} | {ours / pg:.2f}x | {f} |")
 PY

@@ -6,6 +6,11 @@
 //!
 //! Each thread writes its own resource, so the only thing threads share is the store.
 //! Prints one line: `THREADS admits/s`.
+//!
+//! `-- floor SECONDS` measures instead what a lone durable advance cannot do
+//! without: two commits of a page each made durable with `fdatasync` (the store's
+//! commit, then the one that seals it) in a file beside where the store would be.
+//! Prints `floor ops/s`.
 
 use fencekeeper::{FileStore, Guard, NativeDecider, Policy};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +20,9 @@ use std::time::{Duration, Instant};
 fn main() {
     // `cargo bench` passes `--bench`; the numbers are the arguments that parse.
     let numbers: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    if std::env::args().any(|a| a == "floor") {
+        return floor(numbers.first().copied().unwrap_or(5).max(1));
+    }
     let (threads, seconds) = match numbers[..] {
         [t, s, ..] => (t.max(1), s.max(1)),
         [t] => (t.max(1), 5),
@@ -51,4 +59,27 @@ fn main() {
     drop(guard);
     let _ = std::fs::remove_file(&path);
     println!("{threads} {rate:.0}");
+}
+
+/// Two page writes, each followed by `fdatasync`, per operation, for `seconds`.
+fn floor(seconds: u64) {
+    use std::os::unix::fs::FileExt;
+    let dir = std::env::var_os("FENCEKEEPER_BENCH_DIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let path = dir.join(format!("fencekeeper-floor-{}.bin", std::process::id()));
+    let file = std::fs::File::create(&path).expect("create the floor file");
+    let page = [0x5au8; 4096];
+    // Allocated first, so the timed syncs flush data, not the file's growth.
+    file.write_all_at(&page, 0).and_then(|()| file.write_all_at(&page, 4096)).expect("write");
+    file.sync_all().expect("sync");
+    let (start, mut ops) = (Instant::now(), 0u64);
+    while start.elapsed() < Duration::from_secs(seconds) {
+        for offset in [0, 4096] {
+            file.write_all_at(&page, offset).expect("write");
+            file.sync_data().expect("fdatasync");
+        }
+        ops += 1;
+    }
+    let rate = ops as f64 / start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    println!("floor {rate:.0}");
 }
