@@ -108,12 +108,11 @@ impl<R, T> Group<R, T> {
                 let Some((ids, answers)) = unsealed.take() else { return self.lock() };
                 let sealed = commits.seal();
                 state = self.lock();
-                match sealed {
-                    Ok(()) => self.answer(&mut state, ids, answers),
-                    Err(why) => {
-                        self.answer(&mut state, ids.clone(), ids.iter().map(|_| commits.unsealed(&why)).collect())
-                    }
-                }
+                let answers = match sealed {
+                    Ok(()) => answers,
+                    Err(why) => ids.iter().map(|_| commits.unsealed(&why)).collect(),
+                };
+                self.answer(&mut state, ids, answers);
                 // Requests that queued during the seal are taken next.
                 continue;
             }

@@ -283,11 +283,11 @@ fn check_conformance(instance: &mut Instance, limits: &Limits, what: &str) -> Re
     let full = conformance::run_with(&vectors, |policy, presented, mark| {
         instance.decide_full(limits, policy, presented, mark).map_err(|e| e.to_string())
     });
-    let failed = short.outcomes.into_iter().chain(full.outcomes.into_iter().map(|mut o| {
+    let mut failed = short.outcomes.into_iter().chain(full.outcomes.into_iter().map(|mut o| {
         o.name = format!("{} (through decide)", o.name);
         o
     }));
-    match failed.into_iter().find(|o| !o.passed) {
+    match failed.find(|o| !o.passed) {
         Some(o) => {
             Err(LoadError::Conformance { what: what.to_owned(), vector: o.name, expected: o.expected, got: o.got })
         }
