@@ -137,6 +137,27 @@ impl Envoy {
             .with_context(|| format!("{method} {path} through envoy; its log ends:\n{}", self.process.log_tail()))
     }
 
+    /// A PUT of `body` to `path` carrying fencing token `token`.
+    pub fn put(&self, path: &str, token: &str, body: &[u8]) -> Result<Reply> {
+        self.send("PUT", path, &[("fencing-token", token)], body)
+    }
+
+    /// Wait (at most 10 s) until counter `name` reaches `n`: the filter's own account
+    /// of what it did is the readiness signal.
+    pub fn wait_stat(&self, name: &str, n: u64) -> Result<()> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let v = self.stat(name)?;
+            if v >= n {
+                return Ok(());
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("{name} stayed at {v}, below {n}; envoy's log ends:\n{}", self.process.log_tail());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// A counter from the admin `/stats` (e.g. `wasmcustom.fencekeeper.stale`); 0 when absent.
     pub fn stat(&self, name: &str) -> Result<u64> {
         let (_, body) = http(self.admin, "GET", &format!("/stats?filter=^{name}$"), &[], b"")?;

@@ -214,6 +214,9 @@ struct Shared {
     applied: Vec<Applied>,
     hold: HashSet<String>,
     held: HashSet<String>,
+    /// Tokens whose writes get their connection reset on arrival, and are applied
+    /// anyway once released: a store that drops the exchange but not the write.
+    reset: HashSet<String>,
 }
 
 /// A store that accepts any write and records the order it applied them in; writes
@@ -254,6 +257,16 @@ impl RecordingUpstream {
     /// Hold writes admitted with `token` until [`RecordingUpstream::release`].
     pub fn hold(&self, token: &str) {
         self.lock().hold.insert(token.to_owned());
+    }
+
+    /// Hold writes admitted with `token`, and reset their connection as they arrive
+    /// (the proxy sees the exchange fail): the store still applies them once
+    /// [`RecordingUpstream::release`]d, as a store does that received a write whose
+    /// answer it could not send.
+    pub fn hold_and_reset(&self, token: &str) {
+        let mut s = self.lock();
+        s.hold.insert(token.to_owned());
+        s.reset.insert(token.to_owned());
     }
 
     /// Apply and answer the held writes with `token`.
@@ -328,6 +341,11 @@ fn serve(stream: TcpStream, shared: &(Mutex<Shared>, Condvar), jitter: Duration,
             let (lock, changed) = shared;
             let mut s = lock.lock().unwrap_or_else(|p| p.into_inner());
             s.held.insert(token.clone());
+            if s.reset.contains(&token) {
+                // SO_LINGER 0 would be a true RST; a shutdown is what the proxy sees as
+                // the upstream resetting before its response started.
+                let _ = writer.shutdown(std::net::Shutdown::Both);
+            }
             changed.notify_all();
             while s.hold.contains(&token) {
                 s = changed.wait(s).unwrap_or_else(|p| p.into_inner());

@@ -10,6 +10,8 @@
 //! * [`token`]: parsing and comparing fencing tokens (`34`, `7.1042`).
 //! * [`resource`]: the rules for resource keys.
 //! * [`decision`]: the verdict for a presented token against a mark.
+//! * [`gate`]: when an admitted write may go to the store (the ordering gate's rule:
+//!   no lower-token write may still land after it).
 //! * [`http`]: the HTTP vocabulary of every HTTP host: what is fenced, the resource
 //!   key of a request, the rendering of a refusal.
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
@@ -29,6 +31,7 @@ extern crate std;
 
 pub mod audit;
 pub mod decision;
+pub mod gate;
 pub mod http;
 pub mod record;
 pub mod refusal;

@@ -29,6 +29,13 @@ pub struct Config {
     pub shared_slots: u32,
     /// Whether etcd must vouch for a token before it advances a mark.
     pub provenance: Provenance,
+    /// The ordering gate (`gate`); `None`: off (UNSAFE: a slow lower-token write can
+    /// land after a higher one).
+    pub gate: Option<GateConfig>,
+    /// For this long after the process's shared data was made (Envoy's start), fenced
+    /// writes are refused (503, `Retry-After`): writes a previous Envoy had in flight
+    /// when it died may still reach the store, and its gate died with it. 0: off.
+    pub start_grace_ms: u64,
     /// Testing only (the `faults` build, `test-guests/filter_faults.wasm`): a request
     /// carrying this header makes the filter trap. The shipped filter has no such
     /// field and refuses a configuration that sets it.
@@ -58,6 +65,28 @@ pub struct Etcd {
     /// etcd Txn (`confirms`). Off with etcd authentication (a batch's Txn is the
     /// VM's, not a request's, and carries no token).
     pub batch_confirms: bool,
+}
+
+/// The ordering gate's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateConfig {
+    /// The longest an admitted write is held back for lower-token writes (then 503
+    /// with `Retry-After`).
+    pub budget_ms: u64,
+    /// The store apply bound: how long after the filter gave up on a write (a timeout,
+    /// a reset, a client gone, a worker gone) the store may still apply it. Until
+    /// then the write holds its resource. Set it at or above the store's own request
+    /// timeout; `fencekeeper envoy-config` writes the route's timeout.
+    pub apply_bound_ms: u64,
+    /// How often each worker's root re-checks the writes it holds and stamps its
+    /// heartbeat.
+    pub tick_ms: u64,
+}
+
+impl Default for GateConfig {
+    fn default() -> GateConfig {
+        GateConfig { budget_ms: 5_000, apply_bound_ms: 60_000, tick_ms: 100 }
+    }
 }
 
 /// The etcd user the filter authenticates as. The password is not in the
@@ -128,6 +157,11 @@ struct Raw {
     provenance: RawProvenance,
     #[serde(default)]
     lock_prefix: Option<String>,
+    // Absent = the default gate; JSON null = no gate.
+    #[serde(default = "default_gate")]
+    gate: Option<RawGate>,
+    #[serde(default)]
+    start_grace_ms: u64,
     #[cfg(feature = "faults")]
     #[serde(default)]
     test_fault_header: Option<String>,
@@ -168,6 +202,33 @@ enum RawProvenance {
     Weak,
     Strong,
 }
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGate {
+    #[serde(default = "default_budget")]
+    budget_ms: u64,
+    #[serde(default = "default_apply_bound")]
+    apply_bound_ms: u64,
+    #[serde(default = "default_tick")]
+    tick_ms: u64,
+}
+
+fn default_gate() -> Option<RawGate> {
+    Some(RawGate { budget_ms: default_budget(), apply_bound_ms: default_apply_bound(), tick_ms: default_tick() })
+}
+fn default_budget() -> u64 {
+    GateConfig::default().budget_ms
+}
+fn default_apply_bound() -> u64 {
+    GateConfig::default().apply_bound_ms
+}
+fn default_tick() -> u64 {
+    GateConfig::default().tick_ms
+}
+
+/// The longest budget, apply bound or start grace accepted: a day. Longer is a typo.
+const MAX_GATE_MS: u64 = 86_400_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -334,6 +395,24 @@ impl Config {
             }
             (_, Some(_)) => return Err(ConfigError("lock_prefix goes with provenance \"strong\"".into())),
         };
+        let gate = match raw.gate {
+            None => None,
+            Some(g) if g.budget_ms == 0 || g.budget_ms > MAX_GATE_MS => {
+                return Err(ConfigError(format!("gate.budget_ms must be between 1 and {MAX_GATE_MS}")))
+            }
+            Some(g) if g.apply_bound_ms > MAX_GATE_MS => {
+                return Err(ConfigError(format!("gate.apply_bound_ms must be at most {MAX_GATE_MS}")))
+            }
+            Some(g) if !(10..=10_000).contains(&g.tick_ms) => {
+                return Err(ConfigError("gate.tick_ms must be between 10 and 10000".into()))
+            }
+            Some(g) => {
+                Some(GateConfig { budget_ms: g.budget_ms, apply_bound_ms: g.apply_bound_ms, tick_ms: g.tick_ms })
+            }
+        };
+        if raw.start_grace_ms > MAX_GATE_MS {
+            return Err(ConfigError(format!("start_grace_ms must be at most {MAX_GATE_MS}")));
+        }
         if !(1..=65536).contains(&raw.shared_slots) {
             return Err(ConfigError("shared_slots must be between 1 and 65536".into()));
         }
@@ -345,6 +424,8 @@ impl Config {
             etcd,
             shared_slots: raw.shared_slots,
             provenance,
+            gate,
+            start_grace_ms: raw.start_grace_ms,
             #[cfg(feature = "faults")]
             test_fault_header: raw.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
         })
@@ -371,7 +452,28 @@ mod tests {
         assert_eq!(c.etcd.as_ref().unwrap().key_prefix, "/fencekeeper/marks/");
         assert!(c.fences("PUT") && c.fences("DELETE") && c.fences("POST"));
         assert!(!c.fences("GET") && !c.fences("HEAD") && !c.fences("OPTIONS"));
+        assert_eq!(c.gate, Some(GateConfig::default()), "the ordering gate is on by default");
+        assert_eq!(c.start_grace_ms, 0);
         assert_eq!(Config::parse(b"{}").unwrap(), c);
+    }
+
+    #[test]
+    fn the_gate_takes_its_bounds_and_only_null_turns_it_off() {
+        let c = Config::parse(br#"{"gate":{"budget_ms":200,"apply_bound_ms":0},"start_grace_ms":1500}"#).unwrap();
+        assert_eq!(c.gate, Some(GateConfig { budget_ms: 200, apply_bound_ms: 0, tick_ms: 100 }));
+        assert_eq!(c.start_grace_ms, 1500);
+        assert_eq!(Config::parse(br#"{"gate":null}"#).unwrap().gate, None);
+        assert_eq!(Config::parse(br#"{"gate":{}}"#).unwrap().gate, Some(GateConfig::default()));
+        for (json, needle) in [
+            (r#"{"gate":{"budget_ms":0}}"#, "gate.budget_ms"),
+            (r#"{"gate":{"apply_bound_ms":86400001}}"#, "gate.apply_bound_ms"),
+            (r#"{"gate":{"tick_ms":1}}"#, "gate.tick_ms"),
+            (r#"{"gate":{"budget":5}}"#, "unknown field"),
+            (r#"{"start_grace_ms":86400001}"#, "start_grace_ms"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
     }
 
     #[test]

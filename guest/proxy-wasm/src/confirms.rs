@@ -33,14 +33,10 @@ use std::collections::HashMap;
 /// A request waiting for a batch's Txn.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Waiter {
-    /// The request's context.
-    pub context: u32,
     /// The token it presented (equal to the mark the worker knew when it arrived).
     pub token: Token,
-    /// It is gRPC: refusals are gRPC statuses.
-    pub grpc: bool,
-    /// The client sent a `fencing-admitted-token` of its own (removed on a forward).
-    pub admitted_sent: bool,
+    /// How it is answered (its context among it).
+    pub reply: Reply,
 }
 
 /// One resource's queue: the batch in flight and the one waiting for it.
@@ -91,9 +87,9 @@ impl Confirms {
     pub fn leave(&self, resource: &str, context: u32) {
         let mut queues = self.queues.borrow_mut();
         let Some(queue) = queues.get_mut(resource) else { return };
-        queue.waiting.retain(|w| w.context != context);
+        queue.waiting.retain(|w| w.reply.context != context);
         if let Some(flying) = queue.flying.as_mut() {
-            flying.waiters.retain(|w| w.context != context);
+            flying.waiters.retain(|w| w.reply.context != context);
         }
         if queue.flying.is_none() && queue.waiting.is_empty() {
             queues.remove(resource);
@@ -207,7 +203,7 @@ fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
     }
     let mut tally = Tally::default();
     for w in waiters {
-        if hostcalls::set_effective_context(w.context).is_err() {
+        if hostcalls::set_effective_context(w.reply.context).is_err() {
             // Its stream ended meanwhile: nobody to answer.
             continue;
         }
@@ -216,8 +212,7 @@ fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
             Err(e) => (Err(NoVerdict::StoreUnreachable), e.0.clone()),
             Ok(m) => judge(&f.config.policy, resource, w.token, *m),
         };
-        let reply = Reply { grpc: w.grpc, admitted_sent: w.admitted_sent };
-        if let Action::Continue = reply.answer(f, outcome, resource, &cause, &mut tally) {
+        if let Action::Continue = w.reply.answer(f, outcome, resource, &cause, &mut tally) {
             let _ = hostcalls::resume_http_request();
         }
     }
@@ -247,7 +242,8 @@ mod tests {
     use super::*;
 
     fn waiter(context: u32, token: u64) -> Waiter {
-        Waiter { context, token: Token::from_parts(&[token]).unwrap(), grpc: false, admitted_sent: false }
+        let reply = Reply { context, ..Reply::default() };
+        Waiter { token: Token::from_parts(&[token]).unwrap(), reply }
     }
 
     #[test]
@@ -262,11 +258,11 @@ mod tests {
         assert!(!c.join("r", waiter(3, 5)), "the root sends the next batch when the Txn lands");
         assert!(c.ready().is_empty(), "one Txn in flight per resource");
         assert_eq!(c.answered(100), Some(vec!["r".to_owned()]));
-        let answered: Vec<u32> = c.landed("r").waiters.iter().map(|w| w.context).collect();
+        let answered: Vec<u32> = c.landed("r").waiters.iter().map(|w| w.reply.context).collect();
         assert_eq!(answered, [1, 2]);
         let next = c.ready();
         assert_eq!(next.len(), 1);
-        assert_eq!(c.landed("r").waiters.iter().map(|w| w.context).collect::<Vec<_>>(), [3]);
+        assert_eq!(c.landed("r").waiters.iter().map(|w| w.reply.context).collect::<Vec<_>>(), [3]);
         assert!(c.queues.borrow().is_empty(), "an idle resource is forgotten");
     }
 
@@ -283,7 +279,7 @@ mod tests {
         // The Txn compared 6 although the request that carried it left.
         let flight = c.landed("r");
         assert_eq!(flight.compare, Some(Token::from_parts(&[6]).unwrap()));
-        assert_eq!(flight.waiters.iter().map(|w| w.context).collect::<Vec<_>>(), [1]);
+        assert_eq!(flight.waiters.iter().map(|w| w.reply.context).collect::<Vec<_>>(), [1]);
         c.leave("r", 1);
         assert!(c.queues.borrow().is_empty());
         assert!(c.answered(9).is_none(), "a call that is no batch's");

@@ -14,7 +14,10 @@
 //! * [`env`]: the password, from the VM's environment (never from the configuration).
 //! * [`vouch`]: the provenance step: etcd vouches for a token before it advances a mark.
 //! * [`confirms`]: concurrent checks of a token equal to the mark share one etcd Txn.
-//! * [`wake`]: how a request wakes the root context that sends those Txns.
+//! * [`wake`]: how a request wakes the root context that sends those Txns, and a
+//!   flight's end wakes the workers holding writes back for it.
+//! * [`gate`]: the ordering gate: no admitted write goes upstream while a lower-token
+//!   write on its resource may still reach the store.
 //! * [`reply`]: forward or refuse a request, as the core resolves it.
 //! * [`request`]: the per-request state machine (the HTTP context).
 
@@ -26,6 +29,7 @@ pub mod config;
 pub mod confirms;
 pub mod env;
 pub mod etcd;
+pub mod gate;
 pub mod headers;
 pub mod reply;
 pub mod request;
@@ -40,6 +44,7 @@ use proxy_wasm::traits::{Context, HttpContext, RootContext};
 use proxy_wasm::types::{ContextType, MetricType};
 use std::cell::Cell;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// The module's entry point (`_initialize`): registers the root context.
 #[cfg(target_arch = "wasm32")]
@@ -65,6 +70,10 @@ pub struct Metrics {
     failed_open: u32,
     batch_txns: u32,
     batch_requests: u32,
+    gate_waited: u32,
+    gate_timed_out: u32,
+    gate_given_up: u32,
+    start_grace: u32,
 }
 
 impl Metrics {
@@ -76,7 +85,37 @@ impl Metrics {
         let failed_open = hostcalls::define_metric(MetricType::Counter, &metric_name("failed_open"))?;
         let batch_txns = hostcalls::define_metric(MetricType::Counter, &metric_name("confirm_batch.txns"))?;
         let batch_requests = hostcalls::define_metric(MetricType::Counter, &metric_name("confirm_batch.requests"))?;
-        Ok(Metrics { by_class, failed_open, batch_txns, batch_requests })
+        let counter = |what: &str| hostcalls::define_metric(MetricType::Counter, &metric_name(what));
+        Ok(Metrics {
+            by_class,
+            failed_open,
+            batch_txns,
+            batch_requests,
+            gate_waited: counter("gate.waited")?,
+            gate_timed_out: counter("gate.timed_out")?,
+            gate_given_up: counter("gate.given_up")?,
+            start_grace: counter("start_grace")?,
+        })
+    }
+
+    /// An admitted write was held back at the gate for lower-token writes.
+    pub fn gate_waited(&self) {
+        let _ = hostcalls::increment_metric(self.gate_waited, 1);
+    }
+
+    /// A held write was refused past the gate's budget.
+    pub fn gate_timed_out(&self) {
+        let _ = hostcalls::increment_metric(self.gate_timed_out, 1);
+    }
+
+    /// A forwarded write was given up on; it holds its resource for the apply bound.
+    pub fn gate_given_up(&self) {
+        let _ = hostcalls::increment_metric(self.gate_given_up, 1);
+    }
+
+    /// A fenced write was refused in the start grace.
+    pub fn start_grace(&self) {
+        let _ = hostcalls::increment_metric(self.start_grace, 1);
     }
 
     /// One batch's Txn sent.
@@ -138,6 +177,32 @@ pub struct Filter {
     pub wake: Option<u32>,
     /// The root context, which sends the batches' Txns.
     pub root: u32,
+    /// The ordering gate; `None`: off.
+    pub gate: Option<gate::Gate>,
+    /// When the start grace ends (the proxy's clock, ms); 0: none.
+    pub grace_until: u64,
+}
+
+/// When the start grace of `grace_ms` ends, on the proxy's clock (0 when off). The
+/// grace counts from when the process's shared data got its start stamp: the first
+/// worker to start writes it, and a VM reloaded after a fault finds it (its grace is
+/// long over; the shared data kept the marks and the flights).
+fn grace_start(grace_ms: u64) -> Result<u64, proxy_wasm::types::Status> {
+    const STARTED: &str = "fencekeeper/started";
+    if grace_ms == 0 {
+        return Ok(0);
+    }
+    let started = match hostcalls::get_shared_data(STARTED)? {
+        (Some(bytes), _) if bytes.len() == 8 => u64::from_le_bytes(bytes.as_slice().try_into().unwrap_or_default()),
+        _ => {
+            // Workers starting together may each write a stamp; they differ by the
+            // milliseconds between their starts.
+            let now = gate::now_ms();
+            hostcalls::set_shared_data(STARTED, Some(&now.to_le_bytes()), None)?;
+            now
+        }
+    };
+    Ok(started.saturating_add(grace_ms))
 }
 
 impl Filter {
@@ -200,10 +265,28 @@ impl RootContext for Root {
         // Batching needs etcd without authentication (a batch's Txn is the VM's and
         // carries no request's token).
         let batching = config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none());
-        let wake = match batching.then(wake::register).transpose() {
+        let (vm, queue) = match wake::register() {
             Ok(w) => w,
             Err(e) => {
                 log::error!("fencekeeper: cannot start: {e}");
+                return false;
+            }
+        };
+        let wake = batching.then_some(queue);
+        let gate = config.gate.map(|g| gate::Gate::new(g, vm, Some(queue)));
+        if let Some(g) = &gate {
+            // Stamped before this worker serves: its flights are never taken for a
+            // gone worker's.
+            if let Err(s) = g.heartbeat() {
+                log::error!("fencekeeper: cannot stamp the gate's heartbeat ({s:?})");
+                return false;
+            }
+            self.set_tick_period(Duration::from_millis(g.config.tick_ms));
+        }
+        let grace_until = match grace_start(config.start_grace_ms) {
+            Ok(until) => until,
+            Err(s) => {
+                log::error!("fencekeeper: cannot read the start time from shared data ({s:?})");
                 return false;
             }
         };
@@ -218,6 +301,8 @@ impl RootContext for Root {
             confirms,
             wake,
             root: self.id,
+            gate,
+            grace_until,
         }));
         true
     }
@@ -225,7 +310,18 @@ impl RootContext for Root {
     fn on_queue_ready(&mut self, queue_id: u32) {
         wake::drain(queue_id);
         if let Some(f) = &self.filter {
+            if let Some(g) = &f.gate {
+                g.recheck(f);
+            }
             confirms::send_ready(f);
+        }
+    }
+
+    fn on_tick(&mut self) {
+        if let Some(f) = &self.filter {
+            if let Some(g) = &f.gate {
+                g.tick(f);
+            }
         }
     }
 

@@ -6,6 +6,7 @@
 //! not the SDK's context methods, which trap on one: a request whose stream ended
 //! meanwhile has nobody left to answer.
 
+use crate::gate::Entered;
 use crate::{Filter, Tally};
 use fencekeeper_core::http::{Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
@@ -16,6 +17,8 @@ use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 /// How to answer one request.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Reply {
+    /// The request's context (the ordering gate's name for its write).
+    pub context: u32,
     /// The request is gRPC (its refusals are gRPC statuses).
     pub grpc: bool,
     /// The client sent a `fencing-admitted-token` of its own (to be removed).
@@ -38,7 +41,9 @@ impl Reply {
         next
     }
 
-    /// [`Reply::finish`], counted in `tally` (the caller adds it to the stats).
+    /// [`Reply::finish`], counted in `tally` (the caller adds it to the stats). An
+    /// admitted write passes the ordering gate first (`gate`): it may be held there
+    /// (`Action::Pause`, not counted yet: the gate concludes it later) or refused.
     pub fn answer(
         &self,
         f: &Filter,
@@ -47,13 +52,38 @@ impl Reply {
         cause: &dyn std::fmt::Display,
         tally: &mut Tally,
     ) -> Action {
+        if let (Some(gate), Ok(verdict @ Verdict::Admit { mark: token, .. })) = (&f.gate, &outcome) {
+            match gate.enter(f, self, resource, *verdict, *token) {
+                Entered::Go => {}
+                Entered::Held => return Action::Pause,
+                Entered::Stale(higher) => {
+                    let stale = Verdict::Stale { mark: higher, presented: *token };
+                    return self.conclude(f, Ok(stale), resource, &"", tally, None);
+                }
+                Entered::Failed(why) => return self.conclude(f, Err(NoVerdict::Refused), resource, &why, tally, None),
+            }
+        }
+        self.conclude(f, outcome, resource, cause, tally, None)
+    }
+
+    /// Forward or refuse, past the gate: resolve, count in `tally`, log, answer. A
+    /// refusal carries `Retry-After: retry_after` seconds when given.
+    pub fn conclude(
+        &self,
+        f: &Filter,
+        outcome: Result<Verdict, NoVerdict>,
+        resource: &str,
+        cause: &dyn std::fmt::Display,
+        tally: &mut Tally,
+        retry_after: Option<u64>,
+    ) -> Action {
         let action = resolve(f.config.policy.mode, outcome.as_ref().map_err(|e| *e));
         tally.add(action.class, action.failed_open());
         if outcome == Err(NoVerdict::Unverified) {
             let reason = Unverified { resource, cause }.to_string();
             let client = client().unwrap_or_else(|| "an unknown client".to_owned());
             log::warn!("fencekeeper: refused a token from {client}: {reason}");
-            self.refuse(&action, &reason);
+            self.refuse(&action, &reason, None);
             return Action::Pause;
         }
         let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause };
@@ -73,16 +103,18 @@ impl Reply {
             let client = client().unwrap_or_else(|| "an unknown client".to_owned());
             log::warn!("fencekeeper: refused a write from {client}: {reason}");
         }
-        self.refuse(&action, &reason.to_string());
+        self.refuse(&action, &reason.to_string(), retry_after);
         Action::Pause
     }
 
-    /// Answer a refusal: a thin renderer of the core's `http::Refusal`.
-    fn refuse(&self, action: &fencekeeper_core::Action, text: &str) {
+    /// Answer a refusal: a thin renderer of the core's `http::Refusal`, with
+    /// `Retry-After: retry_after` seconds when given.
+    pub fn refuse(&self, action: &fencekeeper_core::Action, text: &str, retry_after: Option<u64>) {
         let Some(refusal) = Refusal::of(action) else {
             return;
         };
         let highest = refusal.highest.map(|t| t.to_string());
+        let retry = retry_after.map(|s| s.to_string());
         if self.grpc {
             let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
             // Envoy writes the text into grpc-message of its local reply.
@@ -91,6 +123,9 @@ impl Reply {
             let mut headers = vec![("content-type", "text/plain; charset=utf-8")];
             if let Some(h) = &highest {
                 headers.push((HIGHEST_HEADER, h.as_str()));
+            }
+            if let Some(r) = &retry {
+                headers.push(("retry-after", r.as_str()));
             }
             let body = format!("{text}\n");
             let _ = hostcalls::send_http_response(u32::from(refusal.http_status), headers, Some(body.as_bytes()));

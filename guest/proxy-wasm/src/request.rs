@@ -83,7 +83,7 @@ type Answered = Option<(Result<Verdict, NoVerdict>, String)>;
 impl Request {
     /// A request of `filter`.
     pub fn new(filter: Rc<Filter>, context: u32) -> Request {
-        Request { filter, context, pending: None, reply: Reply::default(), batched: None }
+        Request { filter, context, pending: None, reply: Reply { context, ..Reply::default() }, batched: None }
     }
 
     /// Decide with the shared-data copy, then finish or go to etcd.
@@ -105,6 +105,9 @@ impl Request {
             Ok(r) => r,
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
         };
+        if let Some(left) = grace_left(&f) {
+            return self.in_start_grace(&resource, left);
+        }
         if f.config.etcd.is_none() {
             return self.shared_only(&resource, presented.as_deref());
         }
@@ -135,12 +138,32 @@ impl Request {
         }
     }
 
+    /// Refuse a fenced write in the start grace (503, `Retry-After`), before any admit.
+    fn in_start_grace(&mut self, resource: &str, left_ms: u64) -> Action {
+        let f = Rc::clone(&self.filter);
+        f.metrics.start_grace();
+        let cause = format!(
+            "cannot decide on {resource:?} yet: this Envoy started less than {:.1}s ago and refuses fenced writes \
+             for its start grace (start_grace_ms), while writes a previous Envoy had in flight may still reach the \
+             store; nothing was admitted, retry with the same token after Retry-After",
+            f.config.start_grace_ms as f64 / 1000.0
+        );
+        let action = fencekeeper_core::refusal::resolve::<fencekeeper_core::Malformed>(
+            f.config.policy.mode,
+            Err(NoVerdict::Refused),
+        );
+        let mut tally = crate::Tally::default();
+        tally.add(action.class, false);
+        f.metrics.add(&tally);
+        self.reply.refuse(&action, &cause, Some(left_ms.div_ceil(1000).max(1)));
+        Action::Pause
+    }
+
     /// Wait for the next batch's Txn on `resource`, waking the root when the
     /// resource was idle (`confirms`).
     fn join(&mut self, resource: String, token: Token) -> Action {
         let f = Rc::clone(&self.filter);
-        let waiter =
-            Waiter { context: self.context, token, grpc: self.reply.grpc, admitted_sent: self.reply.admitted_sent };
+        let waiter = Waiter { token, reply: self.reply };
         if f.confirms.join(&resource, waiter) {
             if let Some(Err(s)) = f.wake.map(wake::wake) {
                 // Nobody will send the batch: this request, alone in it, is undecided.
@@ -346,6 +369,14 @@ impl Request {
     }
 }
 
+/// How much of the start grace is left (ms), if any.
+fn grace_left(f: &Filter) -> Option<u64> {
+    if f.grace_until == 0 {
+        return None; // off: no clock read on the write path
+    }
+    f.grace_until.checked_sub(crate::gate::now_ms()).filter(|&left| left > 0)
+}
+
 fn resource_mark(f: &Filter, resource: &str) -> Result<Option<Token>, String> {
     // An over-long or empty key is refused by the core; it has no slot to read.
     if fencekeeper_core::resource::check(resource).is_err() {
@@ -359,6 +390,10 @@ impl Drop for Request {
         if let Some(resource) = &self.batched {
             // Answered already, or its stream ended first: no batch answers it now.
             self.filter.confirms.leave(resource, self.context);
+        }
+        // `on_log` ends the flight; this is for a host that deletes a context without it.
+        if let Some(g) = &self.filter.gate {
+            g.end(&self.filter, self.context);
         }
     }
 }
@@ -429,5 +464,24 @@ impl HttpContext for Request {
             return Action::Continue;
         }
         self.start(seen)
+    }
+
+    fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        // The write's flight ends at once only if the store answered it: a local reply
+        // (the route's timeout, an upstream reset) says nothing of whether the store
+        // will still apply it.
+        if let Some(g) = self.filter.gate.as_ref().filter(|g| g.flying(self.context)) {
+            let details = self.get_property(vec!["response", "code_details"]);
+            if details.as_deref() == Some(b"via_upstream") {
+                g.answered(self.context);
+            }
+        }
+        Action::Continue
+    }
+
+    fn on_log(&mut self) {
+        if let Some(g) = &self.filter.gate {
+            g.end(&self.filter, self.context);
+        }
     }
 }

@@ -1,21 +1,31 @@
-//! Marks in the proxy's shared data, with a compare-and-swap that holds for new
-//! resources too.
+//! Marks, and the writes in flight on them, in the proxy's shared data, with a
+//! compare-and-swap that holds for new resources too.
 //!
 //! Envoy skips the CAS check when a shared-data key does not exist yet, so two
 //! workers creating the same key race and the lower token can win. The filter
 //! therefore never creates a key while serving: a fixed number of slot keys is
 //! created in `on_configure` (only those still absent, so a reloaded VM keeps the
-//! other workers' marks), and each slot holds a small map resource -> mark for the
+//! other workers' marks), and each slot holds a small map resource -> entry for the
 //! resources that hash into it. Every update of a slot is a real CAS.
 //!
-//! Slot value: one version byte, then entries of
-//! `u16 LE key length, key bytes, u8 token length, canonical token text`.
+//! An entry is the resource's mark and, for the ordering gate (`gate`), the writes
+//! this Envoy sent on it that the store may still apply (its *flights*) and the
+//! wake queues of the workers holding a write back for them. Flights and wakers are
+//! there only while writes are in flight, so a slot stays as small as its marks.
+//!
+//! Slot value, version 2: one version byte, then entries of
+//! `u16 LE key length, key bytes, token, u16 LE flight count, flights, u16 LE waker
+//! count, u32 LE queue tokens`, where a token is `u8 length, canonical text` (length
+//! 0: no mark) and a flight is `u64 LE owner VM, u32 LE context, u64 LE deadline (0:
+//! not answered yet), token`. Version 1 (entries of key and token only, written by
+//! earlier filters) is read as entries without flights.
 
 use fencekeeper_core::Token;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
+const VERSION_1: u8 = 1;
 const KEY_PREFIX: &str = "fencekeeper/slot/";
 
 /// Why a slot could not be read or written (the request is then undecided).
@@ -27,6 +37,8 @@ pub enum SlotError {
     Corrupt(u32),
     /// The host refused the call.
     Host(Status),
+    /// An entry would hold more flights or wakers than its format counts.
+    Full(u32),
 }
 
 impl std::fmt::Display for SlotError {
@@ -35,9 +47,13 @@ impl std::fmt::Display for SlotError {
             SlotError::Absent(i) => write!(f, "shared-data slot {i} is missing"),
             SlotError::Corrupt(i) => write!(f, "shared-data slot {i} does not decode"),
             SlotError::Host(s) => write!(f, "shared data call failed ({s:?})"),
+            SlotError::Full(i) => write!(f, "shared-data slot {i} holds {MAX_LIST} writes in flight on one resource"),
         }
     }
 }
+
+/// The most flights (or wakers) one entry holds.
+pub const MAX_LIST: usize = u16::MAX as usize;
 
 /// The slot keys of one filter configuration.
 #[derive(Clone, Copy, Debug)]
@@ -46,12 +62,40 @@ pub struct Slots {
     pub count: u32,
 }
 
-/// One read of a slot: the resource's mark and the CAS value to write back with.
+/// A write this Envoy sent on a resource that the store may still apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedFlight {
+    /// The VM (worker) that sent it: its random id.
+    pub owner: u64,
+    /// Its request's context id in that VM.
+    pub context: u32,
+    /// The token it was admitted with.
+    pub token: Token,
+    /// 0 while the store has not answered it; else when the VM gave up on it plus the
+    /// store apply bound (milliseconds, the proxy's clock): it holds the resource
+    /// until then.
+    pub deadline: u64,
+}
+
+/// One resource's entry in a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The resource key.
+    pub key: String,
+    /// Its mark (`None` until one is admitted).
+    pub mark: Option<Token>,
+    /// The writes in flight on it.
+    pub flights: Vec<SharedFlight>,
+    /// The wake queues of the workers that hold a write back for those flights.
+    pub wakers: Vec<u32>,
+}
+
+/// One read of a slot: its entries and the CAS value to write back with.
 pub struct Read {
     /// The slot index.
     pub slot: u32,
     /// The decoded map.
-    pub entries: Vec<(String, Token)>,
+    pub entries: Vec<Entry>,
     /// The CAS value of this read.
     pub cas: u32,
 }
@@ -59,7 +103,32 @@ pub struct Read {
 impl Read {
     /// The mark of `resource` in this slot.
     pub fn mark(&self, resource: &str) -> Option<Token> {
-        self.entries.iter().find(|(k, _)| k == resource).map(|(_, t)| *t)
+        self.entry(resource).and_then(|e| e.mark)
+    }
+
+    /// The entry of `resource`, if the slot has one.
+    pub fn entry(&self, resource: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.key == resource)
+    }
+
+    /// The entry of `resource`, made empty if the slot had none.
+    pub fn entry_mut(&mut self, resource: &str) -> &mut Entry {
+        let i = match self.entries.iter().position(|e| e.key == resource) {
+            Some(i) => i,
+            None => {
+                let key = resource.to_owned();
+                self.entries.push(Entry { key, mark: None, flights: Vec::new(), wakers: Vec::new() });
+                self.entries.len() - 1
+            }
+        };
+        &mut self.entries[i]
+    }
+}
+
+/// Raise `entry`'s mark to `token` (never lower it; another arity is left to etcd).
+pub fn raise(entry: &mut Entry, token: Token) {
+    if entry.mark.is_none_or(|m| m < token) {
+        entry.mark = Some(token);
     }
 }
 
@@ -99,11 +168,15 @@ impl Slots {
     /// Write `mark` for `resource` into the slot `read` came from, if nobody wrote
     /// the slot since. `Ok(false)`: the CAS lost, read again.
     pub fn write(&self, mut read: Read, resource: &str, mark: Token) -> Result<bool, SlotError> {
-        match read.entries.iter_mut().find(|(k, _)| k == resource) {
-            Some(entry) => entry.1 = mark,
-            None => read.entries.push((resource.to_owned(), mark)),
-        }
-        match hostcalls::set_shared_data(&key(read.slot), Some(&encode(&read.entries)), Some(read.cas)) {
+        read.entry_mut(resource).mark = Some(mark);
+        self.store(&read)
+    }
+
+    /// Write `read`'s entries back into its slot, if nobody wrote the slot since.
+    /// `Ok(false)`: the CAS lost, read again.
+    pub fn store(&self, read: &Read) -> Result<bool, SlotError> {
+        let bytes = encode(&read.entries).ok_or(SlotError::Full(read.slot))?;
+        match hostcalls::set_shared_data(&key(read.slot), Some(&bytes), Some(read.cas)) {
             Ok(()) => Ok(true),
             Err(Status::CasMismatch) => Ok(false),
             Err(s) => Err(SlotError::Host(s)),
@@ -135,35 +208,107 @@ fn key(slot: u32) -> String {
     format!("{KEY_PREFIX}{slot}")
 }
 
-fn encode(entries: &[(String, Token)]) -> Vec<u8> {
+/// The slot's bytes, or `None` when an entry lists more than [`MAX_LIST`] flights
+/// or wakers. Entries with no mark and nothing in flight are left out.
+fn encode(entries: &[Entry]) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(1 + entries.len() * 24);
     out.push(VERSION);
-    for (k, t) in entries {
-        let text = t.to_string();
+    for e in entries.iter().filter(|e| e.mark.is_some() || !e.flights.is_empty() || !e.wakers.is_empty()) {
         // Keys are at most 1024 bytes (the core refuses longer ones before any write),
         // canonical tokens at most 4 * 20 + 3 bytes.
-        out.extend_from_slice(&(k.len() as u16).to_le_bytes());
-        out.extend_from_slice(k.as_bytes());
-        out.push(text.len() as u8);
-        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(&(e.key.len() as u16).to_le_bytes());
+        out.extend_from_slice(e.key.as_bytes());
+        put_token(&mut out, e.mark.as_ref());
+        out.extend_from_slice(&u16::try_from(e.flights.len()).ok()?.to_le_bytes());
+        for f in &e.flights {
+            out.extend_from_slice(&f.owner.to_le_bytes());
+            out.extend_from_slice(&f.context.to_le_bytes());
+            out.extend_from_slice(&f.deadline.to_le_bytes());
+            put_token(&mut out, Some(&f.token));
+        }
+        out.extend_from_slice(&u16::try_from(e.wakers.len()).ok()?.to_le_bytes());
+        for w in &e.wakers {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
     }
-    out
+    Some(out)
 }
 
-fn decode(bytes: &[u8]) -> Option<Vec<(String, Token)>> {
-    let (&version, mut rest) = bytes.split_first()?;
-    if version != VERSION {
+fn put_token(out: &mut Vec<u8>, token: Option<&Token>) {
+    let text = token.map(Token::to_string).unwrap_or_default();
+    out.push(text.len() as u8);
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// A cursor over a slot's bytes: every read is bounds-checked, so bytes another VM
+/// (or a damaged slot) left are refused, never a panic.
+struct Bytes<'a>(&'a [u8]);
+
+impl<'a> Bytes<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        self.array().map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.array().map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.array().map(u64::from_le_bytes)
+    }
+
+    fn text(&mut self, n: usize) -> Option<&'a str> {
+        std::str::from_utf8(self.take(n)?).ok()
+    }
+
+    /// A token, `None` inside when its length is 0 (no mark).
+    fn token(&mut self) -> Option<Option<Token>> {
+        let n = usize::from(*self.take(1)?.first()?);
+        if n == 0 {
+            return Some(None);
+        }
+        Token::parse(self.text(n)?).ok().map(Some)
+    }
+}
+
+fn decode(bytes: &[u8]) -> Option<Vec<Entry>> {
+    let (&version, rest) = bytes.split_first()?;
+    if version != VERSION && version != VERSION_1 {
         return None;
     }
+    let mut b = Bytes(rest);
     let mut entries = Vec::new();
-    while !rest.is_empty() {
-        let klen = usize::from(u16::from_le_bytes([*rest.first()?, *rest.get(1)?]));
-        let k = std::str::from_utf8(rest.get(2..2 + klen)?).ok()?;
-        rest = &rest[2 + klen..];
-        let tlen = usize::from(*rest.first()?);
-        let t = Token::parse(std::str::from_utf8(rest.get(1..1 + tlen)?).ok()?).ok()?;
-        rest = &rest[1 + tlen..];
-        entries.push((k.to_owned(), t));
+    while !b.0.is_empty() {
+        let klen = usize::from(b.u16()?);
+        let key = b.text(klen)?.to_owned();
+        let mark = b.token()?;
+        let (mut flights, mut wakers) = (Vec::new(), Vec::new());
+        match version {
+            VERSION_1 => {
+                // Version 1 entries always carry a mark.
+                mark?;
+            }
+            _ => {
+                for _ in 0..b.u16()? {
+                    let (owner, context, deadline) = (b.u64()?, b.u32()?, b.u64()?);
+                    flights.push(SharedFlight { owner, context, deadline, token: b.token()?? });
+                }
+                for _ in 0..b.u16()? {
+                    wakers.push(b.u32()?);
+                }
+            }
+        }
+        entries.push(Entry { key, mark, flights, wakers });
     }
     Some(entries)
 }
@@ -173,19 +318,53 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Token)>> {
 mod tests {
     use super::*;
 
+    fn t(s: &str) -> Token {
+        Token::parse(s).unwrap()
+    }
+
+    fn entry(key: &str, mark: &str) -> Entry {
+        Entry { key: key.to_owned(), mark: Some(t(mark)), flights: vec![], wakers: vec![] }
+    }
+
     #[test]
     fn slot_encoding_round_trips_and_refuses_garbage() {
-        let entries = vec![
-            ("/a".to_owned(), Token::parse("34").unwrap()),
-            ("b\u{fc}cher".to_owned(), Token::parse("7.1042").unwrap()),
-            ("k".repeat(1024), Token::parse("18446744073709551615.1.2.3").unwrap()),
+        let mut busy = entry("k".repeat(1024).as_str(), "18446744073709551615.1.2.3");
+        busy.flights = vec![
+            SharedFlight { owner: u64::MAX, context: 7, token: t("18446744073709551615.1.2.2"), deadline: 0 },
+            SharedFlight { owner: 1, context: u32::MAX, token: t("1.1.1.1"), deadline: 123_456 },
         ];
-        assert_eq!(decode(&encode(&entries)), Some(entries));
+        busy.wakers = vec![1, u32::MAX];
+        let entries = vec![entry("/a", "34"), entry("b\u{fc}cher", "7.1042"), busy];
+        assert_eq!(decode(&encode(&entries).unwrap()), Some(entries));
         assert_eq!(decode(&[VERSION]), Some(vec![]));
         assert_eq!(decode(&[]), None);
         assert_eq!(decode(&[9]), None);
         assert_eq!(decode(&[VERSION, 5, 0, b'a']), None);
         assert_eq!(decode(&[VERSION, 1, 0, b'a', 2, b'x', b'y']), None);
+        // A flight count that runs past the end, a flight without a token.
+        assert_eq!(decode(&[VERSION, 1, 0, b'a', 0, 1, 0]), None);
+        assert_eq!(
+            decode(&[VERSION, 1, 0, b'a', 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_version_1_slot_reads_as_marks_without_flights() {
+        // What an earlier filter wrote: u16 key length, key, u8 token length, token.
+        let v1 = [VERSION_1, 2, 0, b'/', b'a', 2, b'3', b'4'];
+        assert_eq!(decode(&v1), Some(vec![entry("/a", "34")]));
+        // Version 1 entries never lack a mark.
+        assert_eq!(decode(&[VERSION_1, 2, 0, b'/', b'a', 0]), None);
+    }
+
+    #[test]
+    fn empty_entries_are_dropped_and_oversized_lists_refused() {
+        let idle = Entry { key: "/idle".into(), mark: None, flights: vec![], wakers: vec![] };
+        assert_eq!(decode(&encode(&[idle, entry("/a", "1")]).unwrap()), Some(vec![entry("/a", "1")]));
+        let mut crowded = entry("/a", "1");
+        crowded.wakers = vec![0; MAX_LIST + 1];
+        assert_eq!(encode(&[crowded]), None);
     }
 
     #[test]

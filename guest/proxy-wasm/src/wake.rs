@@ -7,6 +7,11 @@
 //! VM of the same id: a second registration of one name takes the queue's
 //! notifications over. So each VM names its queue with 64 random bits from the host
 //! (WASI `random_get`), which no other worker draws.
+//!
+//! The ordering gate uses the same queue across workers: a worker holding a write
+//! back lists its queue on the resource's shared entry, and the worker whose flight
+//! ends enqueues on it; Envoy runs the listing worker's `on_queue_ready` on that
+//! worker's thread.
 
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Status;
@@ -16,15 +21,24 @@ fn name(random: u64) -> String {
     format!("fencekeeper/wake/{random:016x}")
 }
 
-/// Register this VM's queue; its id, for [`wake`].
-pub fn register() -> Result<u32, String> {
+/// Register this VM's queue: the VM's 64 random bits (its id, also the ordering
+/// gate's) and the queue's id, for [`wake`].
+pub fn register() -> Result<(u64, u32), String> {
     let random = random_u64()?;
-    hostcalls::register_shared_queue(&name(random)).map_err(|s| format!("cannot register a shared queue ({s:?})"))
+    let queue = hostcalls::register_shared_queue(&name(random))
+        .map_err(|s| format!("cannot register a shared queue ({s:?})"))?;
+    Ok((random, queue))
 }
 
-/// Wake the root that registered `queue`.
+/// Wake the root that registered `queue` (this VM's own) to send batches.
 pub fn wake(queue: u32) -> Result<(), Status> {
     hostcalls::enqueue_shared_queue(queue, Some(b"w"))
+}
+
+/// Wake the root that registered `queue` (any worker's: queue ids are the process's)
+/// to re-check the writes it holds at the ordering gate.
+pub fn wake_gate(queue: u32) -> Result<(), Status> {
+    hostcalls::enqueue_shared_queue(queue, Some(b"g"))
 }
 
 /// Empty `queue` (the root reads it when woken; one wake may stand for many).

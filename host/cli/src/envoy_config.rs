@@ -17,6 +17,7 @@ use fencekeeper_gateway::config::methods;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Where the committed filter lives in the repository.
 const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
@@ -101,6 +102,31 @@ pub struct Args {
     /// Strip this prefix from the path to form the resource key.
     #[arg(long)]
     strip_prefix: Option<String>,
+    /// How long Envoy waits for the store's answer to a request (the routes'
+    /// `timeout`; ms, s or m).
+    #[arg(long, default_value = "60s", value_parser = crate::serve::parse_duration)]
+    route_timeout: Duration,
+    /// How long the store may still apply a write after Envoy gave up on it (the route
+    /// timed out, the store reset the stream, the client went away, a worker died):
+    /// the write keeps holding its resource at the ordering gate that long. The one
+    /// timing assumption of the gate: keep the store's own request timeout below it
+    /// (docs/operations.md). Default: --route-timeout.
+    #[arg(long, value_parser = crate::serve::parse_duration)]
+    store_apply_bound: Option<Duration>,
+    /// The longest an admitted write is held back for lower-token writes that the
+    /// store may still apply (then 503 with Retry-After).
+    #[arg(long, default_value = "5s", value_parser = crate::serve::parse_duration)]
+    gate_budget: Duration,
+    /// For this long after Envoy starts, refuse fenced writes (503 with Retry-After):
+    /// writes a previous Envoy had in flight when it died (SIGKILL, a crash) may still
+    /// be applied by the store, and the ordering gate died with it. Set it to the
+    /// store apply bound. 0: off.
+    #[arg(long, default_value = "0s", value_parser = crate::serve::parse_duration)]
+    start_grace: Duration,
+    /// UNSAFE: turn the ordering gate off. A slow lower-token write can then land after
+    /// a higher one. For measurements and demonstrations only.
+    #[arg(long)]
+    no_gate: bool,
     /// Testing only: requests with this header make the filter trap (exercises the
     /// failure policy). Never set it in production.
     #[arg(long, hide = true)]
@@ -167,15 +193,18 @@ fn fenced_methods(args: &Args) -> Result<Option<Vec<String>>> {
 /// With a list of fenced methods, only those enter the filter, matched without
 /// regard to case as the filter matches them: a method the route lets past must be
 /// one the filter would not fence, or a write would skip fencing.
-fn routes(fenced: Option<&[String]>) -> String {
-    const PASS: &str = "                route: { cluster: store, timeout: 60s }
+fn routes(fenced: Option<&[String]>, timeout: Duration) -> String {
+    let timeout = envoy_duration(timeout);
+    let pass = format!(
+        "                route: {{ cluster: store, timeout: {timeout} }}
                 request_headers_to_remove: [fencing-admitted-token]
                 typed_per_filter_config:
                   fencekeeper:
                     \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig
                     disabled: true
-";
-    const FENCE: &str = "                route: { cluster: store, timeout: 60s }\n";
+"
+    );
+    let fence = format!("                route: {{ cluster: store, timeout: {timeout} }}\n");
     let matching = |regex: &str| {
         format!(
             "              - match:
@@ -188,7 +217,7 @@ fn routes(fenced: Option<&[String]>) -> String {
     const EVERY: &str = "              - match: { prefix: \"/\" }\n";
     match fenced {
         None => format!(
-            "              # Reads are not fenced (GET, HEAD, OPTIONS: the filter's default).\n{}{PASS}{EVERY}{FENCE}",
+            "              # Reads are not fenced (GET, HEAD, OPTIONS: the filter's default).\n{}{pass}{EVERY}{fence}",
             matching(&UNFENCED_BY_DEFAULT.join("|"))
         ),
         Some(list) => {
@@ -196,10 +225,19 @@ fn routes(fenced: Option<&[String]>) -> String {
             // when escaped.
             let names: Vec<String> = list.iter().map(|m| regex_escape(m)).collect();
             format!(
-                "              # Only the fenced methods (--fenced-methods) enter the filter.\n{}{FENCE}{EVERY}{PASS}",
+                "              # Only the fenced methods (--fenced-methods) enter the filter.\n{}{fence}{EVERY}{pass}",
                 matching(&format!("(?i)(?:{})", names.join("|")))
             )
         }
+    }
+}
+
+/// A duration as Envoy's YAML takes one (`60s`, `0.5s`).
+fn envoy_duration(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}s", d.as_secs_f64())
     }
 }
 
@@ -252,6 +290,19 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> serde_json::Value {
         }
     }
     c.insert("resource".into(), resource.into());
+    if args.no_gate {
+        c.insert("gate".into(), serde_json::Value::Null);
+    } else {
+        let bound = args.store_apply_bound.unwrap_or(args.route_timeout);
+        let gate = serde_json::json!({
+            "apply_bound_ms": bound.as_millis() as u64,
+            "budget_ms": args.gate_budget.as_millis() as u64,
+        });
+        c.insert("gate".into(), gate);
+    }
+    if !args.start_grace.is_zero() {
+        c.insert("start_grace_ms".into(), (args.start_grace.as_millis() as u64).into());
+    }
     if let Some(h) = &args.test_fault_header {
         c.insert("test_fault_header".into(), h.clone().into());
     }
@@ -442,7 +493,13 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     }
     let fenced = fenced_methods(args)?;
     let config = serde_json::to_string(&plugin_config(args, fenced.as_deref()))?;
-    let routes = routes(fenced.as_deref());
+    if args.gate_budget.is_zero() {
+        bail!("--gate-budget must be above 0 (it is how long a write may wait at the ordering gate)");
+    }
+    if args.route_timeout.is_zero() {
+        bail!("--route-timeout must be above 0: Envoy must give up on a store that does not answer");
+    }
+    let routes = routes(fenced.as_deref(), args.route_timeout);
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);

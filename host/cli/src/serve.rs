@@ -92,6 +92,13 @@ pub struct Args {
     /// The longest an admitted write waits for lower-token writes in flight (then 503).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     gate_timeout: Duration,
+    /// How long the store may still apply a write after the gateway gave up on it (the
+    /// upstream timed out, reset or failed once it was sent): the write keeps holding its
+    /// resource that long, so no higher write is forwarded before it can no longer land.
+    /// The one timing assumption of the gate: keep the store's own request timeout
+    /// below it (docs/operations.md). Default: the --request-timeout value.
+    #[arg(long, value_parser = parse_duration)]
+    store_apply_bound: Option<Duration>,
     /// For this long after start, refuse fenced writes (503 with Retry-After): writes
     /// a previous run of the gateway had in flight when it died (SIGKILL, a crash) may
     /// still be applied by the store, and the ordering gate no longer knows them. Set
@@ -147,6 +154,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         provenance = %provenance.map_or("off".to_owned(), |p| p.describe()),
         audit = %args.audit.as_ref().map_or("off".to_owned(), |p| p.display().to_string()),
         gate = config.gate,
+        store_apply_bound = ?config.apply_bound,
         "fencekeeper gateway serving"
     );
     if !config.gate {
@@ -176,6 +184,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.max_body = args.max_body;
     c.request_timeout = args.request_timeout;
     c.gate_timeout = args.gate_timeout;
+    c.apply_bound = args.store_apply_bound.unwrap_or(args.request_timeout);
     c.start_grace = args.start_grace;
     c.gate = !args.no_gate;
     c.audit = args.audit.clone();
@@ -291,7 +300,7 @@ fn parse_size(text: &str) -> Result<usize, String> {
 }
 
 /// A duration: `250ms`, `5s`, `2m`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
     let bad = || format!("bad duration {text:?}; expected a number with ms, s or m, like 500ms or 5s");
     let (number, scale) = if let Some(n) = t.strip_suffix("ms") {

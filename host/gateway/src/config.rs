@@ -120,6 +120,12 @@ pub struct Config {
     pub request_timeout: Duration,
     /// The longest an admitted write waits at the ordering gate (then 503).
     pub gate_timeout: Duration,
+    /// How long the store may still apply a write after the gateway gave up on it
+    /// (the upstream timed out, reset or failed once the request was sent): for that
+    /// long the write keeps holding its resource at the ordering gate, so no higher
+    /// write is forwarded while the store may still apply it. Set it at or above the
+    /// store's own request timeout. Default: `request_timeout`.
+    pub apply_bound: Duration,
     /// For this long after start, fenced writes are refused (503, `Retry-After`):
     /// writes that a previous run of this gateway had in flight when it died may still
     /// be applied by the store, and the ordering gate, which lives in memory, no longer
@@ -150,6 +156,7 @@ impl Config {
             max_body: 16 << 20,
             request_timeout: Duration::from_secs(30),
             gate_timeout: Duration::from_secs(5),
+            apply_bound: Duration::from_secs(30),
             start_grace: Duration::ZERO,
             gate: true,
             audit: None,

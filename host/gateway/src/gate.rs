@@ -1,32 +1,38 @@
 //! The in-flight ordering gate: closes the proxy's check-then-forward window
-//! (docs/gateway.md, docs/architecture.md). A proxy checks a token before the upstream commits the write, so an
-//! admitted write with token 33 that is slow to reach the store could land after a
-//! write with token 34 admitted later. The gate tracks, per resource, the admitted
-//! writes forwarded but not yet answered by the upstream:
+//! (docs/gateway.md, docs/architecture.md). A proxy checks a token before the upstream
+//! commits the write, so an admitted write with token 33 that is slow to reach the
+//! store could land after a write with token 34 admitted later. The gate tracks, per
+//! resource, the admitted writes forwarded that the store may still apply (the
+//! *flights*), and lets a write go by the core's rule (`fencekeeper_core::gate`):
 //!
 //! * an admitted write is registered as in flight only if no higher token has been
 //!   registered on the resource (else it is stale, and refused) and no lower-token
-//!   write is in flight; this check-and-register step is atomic, so registration
-//!   order is token order;
-//! * a write whose token is higher than a write in flight waits (at most the gate
-//!   timeout) until every lower-token write on that resource has been answered;
-//! * after waiting it is checked again: against the store's mark (another gateway
-//!   sharing it may have admitted a higher token) and at registration, and refused
-//!   as stale if a higher token got there first.
+//!   write may still reach the store; this check-and-register step is atomic, so
+//!   registration order is token order;
+//! * a write whose token is higher than a flight waits (at most the gate timeout)
+//!   until every lower-token flight on that resource is over;
+//! * a flight is over when the upstream answered it, or, when the gateway gave up on
+//!   it (the upstream timed out or failed after the request was sent), once the store
+//!   apply bound has passed since: until then the store may still apply it;
+//! * after waiting a write is checked again: against the store's mark (another
+//!   gateway sharing it may have admitted a higher token) and at registration, and
+//!   refused as stale if a higher token got there first.
 //!
 //! Admits themselves (the store round trip) run concurrently; only the registration
 //! step takes a lock, for microseconds.
 //!
 //! Hence, on one resource, the upstream receives a write only when every write it
-//! received before has a token no higher, or has been answered. What remains: a write
-//! whose upstream exchange timed out is released from the gate, and a store that still
-//! applies it afterwards can apply it out of order (docs/gateway.md).
+//! received before has a token no higher, or has been answered, or was given up on
+//! longer ago than the store apply bound. That bound is the one timing assumption
+//! left (docs/operations.md).
 
-use fencekeeper::{Advance, Decision, Guard, StoreError, Verdict};
-use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason};
+use crate::ordered::{self, from_decision, Ordered};
+use fencekeeper::{Decision, Guard, StoreError, Verdict};
+use fencekeeper_core::gate::{self as rule, Flight, Passage, Until};
+use fencekeeper_core::refusal::{self, NoVerdict};
 #[cfg(test)]
 use fencekeeper_core::Class;
-use fencekeeper_core::{Mode, Token};
+use fencekeeper_core::Token;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,46 +40,33 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// A fenced write after the guard decided on it and the gate ordered it.
-pub struct Ordered {
-    /// Forward or refuse, with the class to count and the header token.
-    pub action: Action,
-    /// The one-line reason (for a refusal body or a log line).
-    pub reason: String,
-    /// The validator's verdict was proven wrong (what was wrong): count and log it.
-    pub breach: Option<String>,
-    /// Held while the write is in flight; drop it when the upstream has answered.
-    pub permit: Option<Permit>,
-    /// The write waited for lower-token writes in flight.
-    pub waited: bool,
-    /// The write waited longer than the gate timeout.
-    pub timed_out: bool,
-    /// The mark the admit raised, if it raised one: for the audit log. Set whatever
-    /// happened at the gate afterwards (a write refused there had still raised it).
-    pub advance: Option<Advance>,
-}
-
 /// The gate for every resource of one gateway.
 pub struct Gate {
     enabled: bool,
     timeout: Duration,
+    /// How long a write given up on keeps holding its resource.
+    apply_bound: Duration,
+    /// The gate's clock: flights' deadlines are milliseconds since this.
+    epoch: Instant,
     entries: Mutex<HashMap<String, Arc<Entry>>>,
     next_id: AtomicU64,
     waiting: AtomicUsize,
+    holding: AtomicUsize,
 }
 
-/// One resource's state; lives while a request for the resource is at the gate.
+/// One resource's state; lives while a request for the resource is at the gate, or
+/// a write given up on still holds it.
 struct Entry {
     state: Mutex<State>,
-    /// Signalled whenever a write in flight is answered.
-    answered: Notify,
-    /// Requests holding this entry; changed only under the `entries` lock.
+    /// Signalled whenever a flight ends.
+    ended: Notify,
+    /// Requests and flights holding this entry; changed only under the `entries` lock.
     users: AtomicUsize,
 }
 
 #[derive(Default)]
 struct State {
-    in_flight: Vec<(u64, Token)>,
+    flights: Vec<(u64, Flight)>,
     /// Admitted writes waiting for lower-token writes.
     waiting: usize,
     /// The highest token admitted through this gateway while the entry lived.
@@ -81,10 +74,6 @@ struct State {
 }
 
 impl State {
-    fn lower_in_flight(&self, token: &Token) -> bool {
-        self.in_flight.iter().any(|(_, t)| t < token)
-    }
-
     fn raise(&mut self, token: Token) {
         if self.highest.is_none_or(|h| token > h) {
             self.highest = Some(token);
@@ -92,17 +81,47 @@ impl State {
     }
 }
 
-/// A write registered as in flight on a resource. Dropping it wakes the writes waiting
-/// for it.
+/// A write registered as in flight on a resource. Dropping it ends the flight and
+/// wakes the writes waiting for it; [`Permit::given_up`] ends it only once the store
+/// apply bound has passed.
 pub struct Permit {
     id: u64,
     entry: EntryRef,
 }
 
+impl Permit {
+    /// The upstream answered the write (its response head arrived): the store will not
+    /// apply it later, and the writes waiting for it may go.
+    pub fn answered(self) {}
+
+    /// The gateway gave up on the write after sending it (the upstream timed out,
+    /// reset or failed): the store may still apply it, so it keeps holding its
+    /// resource for the store apply bound, then ends.
+    pub fn given_up(self) {
+        let gate = self.entry.gate.clone();
+        if gate.apply_bound.is_zero() {
+            return;
+        }
+        let until = gate.now_ms().saturating_add(gate.apply_bound.as_millis() as u64);
+        if let Some((_, f)) = lock(&self.entry.entry.state).flights.iter_mut().find(|(id, _)| *id == self.id) {
+            f.until = Until::Deadline(until);
+        }
+        gate.holding.fetch_add(1, Relaxed);
+        let bound = gate.apply_bound;
+        // The task owns the permit (and so the entry): the resource stays held, and its
+        // highest token known, until the bound has passed.
+        tokio::spawn(async move {
+            tokio::time::sleep(bound).await;
+            gate.holding.fetch_sub(1, Relaxed);
+            drop(self);
+        });
+    }
+}
+
 impl Drop for Permit {
     fn drop(&mut self) {
-        lock(&self.entry.entry.state).in_flight.retain(|(id, _)| *id != self.id);
-        self.entry.entry.answered.notify_waiters();
+        lock(&self.entry.entry.state).flights.retain(|(id, _)| *id != self.id);
+        self.entry.entry.ended.notify_waiters();
     }
 }
 
@@ -136,26 +155,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Gate {
-    /// A gate whose writes wait at most `timeout`; when `enabled` is false, writes are
-    /// admitted and forwarded without ordering (the window stays open).
-    pub fn new(enabled: bool, timeout: Duration) -> Arc<Gate> {
+    /// A gate whose writes wait at most `timeout`, and where a write given up on holds
+    /// its resource for `apply_bound`; when `enabled` is false, writes are admitted and
+    /// forwarded without ordering (the window stays open).
+    pub fn new(enabled: bool, timeout: Duration, apply_bound: Duration) -> Arc<Gate> {
         Arc::new(Gate {
             enabled,
             timeout,
+            apply_bound,
+            epoch: Instant::now(),
             entries: Mutex::default(),
             next_id: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
+            holding: AtomicUsize::new(0),
         })
     }
 
-    /// Writes currently in flight on `resource` (for tests and inspection).
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// Writes currently in flight on `resource`, given-up ones still holding it
+    /// included (for tests and inspection).
     pub fn in_flight(&self, resource: &str) -> usize {
-        lock(&self.entries).get(resource).map_or(0, |e| lock(&e.state).in_flight.len())
+        lock(&self.entries).get(resource).map_or(0, |e| lock(&e.state).flights.len())
     }
 
     /// Admitted writes currently waiting for lower-token writes, on every resource.
     pub fn waiting_total(&self) -> usize {
         self.waiting.load(Relaxed)
+    }
+
+    /// Writes given up on that still hold their resource (within the apply bound).
+    pub fn holding_total(&self) -> usize {
+        self.holding.load(Relaxed)
     }
 
     /// Admitted writes on `resource` currently waiting for lower-token writes.
@@ -168,7 +201,7 @@ impl Gate {
         let entry = entries
             .entry(resource.to_owned())
             .or_insert_with(|| {
-                Arc::new(Entry { state: Mutex::default(), answered: Notify::new(), users: AtomicUsize::new(0) })
+                Arc::new(Entry { state: Mutex::default(), ended: Notify::new(), users: AtomicUsize::new(0) })
             })
             .clone();
         entry.users.fetch_add(1, Relaxed);
@@ -209,20 +242,22 @@ impl Gate {
         };
         let mode = guard.decider().policy().mode;
         let id = self.next_id.fetch_add(1, Relaxed);
-        match register(&entry.entry, admitted, id) {
+        let until = match self.register(&entry.entry, admitted, id) {
             Registered::Yes => return from_decision(decision, resource, Some(Permit { id, entry })),
-            Registered::Stale(mark) => return stale(mode, mark, admitted, resource, false),
-            Registered::Wait => {}
-        }
+            Registered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, false),
+            Registered::Wait(until) => until,
+        };
         lock(&entry.entry.state).waiting += 1;
         self.waiting.fetch_add(1, Relaxed);
-        let ordered = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision).await;
+        let ordered = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision, until).await;
         lock(&entry.entry.state).waiting -= 1;
         self.waiting.fetch_sub(1, Relaxed);
         ordered
     }
 
-    /// The slow path: wait for the lower-token writes, then check the token again.
+    /// The slow path: wait for the lower-token flights to end, then check the token
+    /// again.
+    #[allow(clippy::too_many_arguments)]
     async fn wait_and_recheck(
         &self,
         guard: &Arc<Guard>,
@@ -231,29 +266,71 @@ impl Gate {
         admitted: Token,
         id: u64,
         decision: Decision,
+        mut held_until: Option<u64>,
     ) -> Ordered {
         let mode = guard.decider().policy().mode;
         let deadline = Instant::now() + self.timeout;
         loop {
-            if !wait_for_lower(&entry.entry, &admitted, deadline).await {
-                let mut ordered = gate_verdict(mode, Err(NoVerdict::Refused), resource, TIMED_OUT, true);
-                ordered.timed_out = true;
-                return ordered;
+            if !self.wait_for_lower(&entry.entry, &admitted, deadline).await {
+                let left = held_until.map(|at| Duration::from_millis(at.saturating_sub(self.now_ms())));
+                return ordered::timed_out(mode, resource, left);
             }
             // Another gateway sharing the store may have admitted a higher token.
             match mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)) {
-                Ok(Some(mark)) => return stale(mode, mark, admitted, resource, true),
-                Err(e) => return gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &e.to_string(), true),
+                Ok(Some(mark)) => return ordered::stale(mode, mark, admitted, resource, true),
+                Err(e) => {
+                    let cause = e.to_string();
+                    return ordered::gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &cause, true);
+                }
                 Ok(None) => {}
             }
-            match register(&entry.entry, admitted, id) {
+            match self.register(&entry.entry, admitted, id) {
                 Registered::Yes => {
                     let mut ordered = from_decision(decision, resource, Some(Permit { id, entry: entry.clone() }));
                     ordered.waited = true;
                     return ordered;
                 }
-                Registered::Stale(mark) => return stale(mode, mark, admitted, resource, true),
-                Registered::Wait => {}
+                Registered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, true),
+                Registered::Wait(until) => held_until = until,
+            }
+        }
+    }
+
+    /// The one step that orders writes, atomic under the resource's state lock: the
+    /// core's rule on the highest token registered and the flights. Registration order
+    /// is therefore token order.
+    fn register(&self, entry: &Entry, token: Token, id: u64) -> Registered {
+        let mut state = lock(&entry.state);
+        let flights = state.flights.iter().map(|(_, f)| *f);
+        match rule::pass(&token, state.highest.as_ref(), flights, self.now_ms()) {
+            Passage::Stale(highest) => Registered::Stale(highest),
+            Passage::Wait { until } => {
+                // A lower token arriving meanwhile is stale: this one was admitted.
+                state.raise(token);
+                Registered::Wait(until)
+            }
+            Passage::Go => {
+                state.raise(token);
+                state.flights.push((id, Flight { token, until: Until::Answered }));
+                Registered::Yes
+            }
+        }
+    }
+
+    /// Wait until no flight with a lower token holds the resource (true), or until
+    /// `deadline` (false).
+    async fn wait_for_lower(&self, entry: &Entry, token: &Token, deadline: Instant) -> bool {
+        loop {
+            let ended = entry.ended.notified();
+            tokio::pin!(ended);
+            // Register for the wake-up before looking, so an end in between is not missed.
+            ended.as_mut().enable();
+            let flights = lock(&entry.state).flights.iter().map(|(_, f)| *f).collect::<Vec<_>>();
+            if !matches!(rule::pass(token, None, flights, self.now_ms()), Passage::Wait { .. }) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return false;
             }
         }
     }
@@ -264,89 +341,9 @@ enum Registered {
     Yes,
     /// A higher token was registered meanwhile: the write is stale.
     Stale(Token),
-    /// A lower-token write is in flight: wait for it.
-    Wait,
-}
-
-/// The one step that orders writes, atomic under the resource's state lock: refuse a
-/// token below one already registered, and register a token only when no lower one is
-/// in flight. Registration order is therefore token order.
-fn register(entry: &Entry, token: Token, id: u64) -> Registered {
-    let mut state = lock(&entry.state);
-    if let Some(highest) = state.highest.filter(|h| *h > token) {
-        return Registered::Stale(highest);
-    }
-    state.raise(token);
-    if state.lower_in_flight(&token) {
-        return Registered::Wait;
-    }
-    state.in_flight.push((id, token));
-    Registered::Yes
-}
-
-const TIMED_OUT: &str = "timed out at the ordering gate waiting for lower-token writes in flight";
-
-/// Wait until no write with a lower token is in flight (true), or until `deadline` (false).
-async fn wait_for_lower(entry: &Entry, token: &Token, deadline: Instant) -> bool {
-    loop {
-        let answered = entry.answered.notified();
-        tokio::pin!(answered);
-        // Register for the wake-up before looking, so an answer in between is not missed.
-        answered.as_mut().enable();
-        if !lock(&entry.state).lower_in_flight(token) {
-            return true;
-        }
-        if tokio::time::timeout_at(deadline, answered).await.is_err() {
-            return false;
-        }
-    }
-}
-
-fn from_decision(decision: Decision, resource: &str, permit: Option<Permit>) -> Ordered {
-    let reason = decision.reason(resource);
-    let breach = decision.breach().map(|b| b.what.clone());
-    Ordered {
-        action: decision.action,
-        reason,
-        breach,
-        permit,
-        waited: false,
-        timed_out: false,
-        advance: decision.advance,
-    }
-}
-
-fn gate_verdict(mode: Mode, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &str, waited: bool) -> Ordered {
-    let action = refusal::resolve(mode, outcome.as_ref().map_err(|e| *e));
-    let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause: &cause }.to_string();
-    Ordered { action, reason, breach: None, permit: None, waited, timed_out: false, advance: None }
-}
-
-/// A write that arrived `since` after the gateway started, within its start `grace`:
-/// refused in both modes, before any admit (the mark is not touched).
-pub fn in_start_grace(mode: Mode, resource: &str, since: Duration, grace: Duration) -> Ordered {
-    let mut ordered = gate_verdict(mode, Err(NoVerdict::Refused), resource, "", false);
-    // Its own reason: the generic undecided one warns that the mark may have advanced,
-    // and here nothing was admitted, so the same token is good for the retry.
-    ordered.reason = format!(
-        "cannot decide on {resource:?} yet: the gateway started {:.1}s ago and refuses fenced writes for its \
-         start grace of {:.1}s (--start-grace), while writes a previous run had in flight may still reach the \
-         store; nothing was admitted, retry with the same token after Retry-After",
-        since.as_secs_f64(),
-        grace.as_secs_f64()
-    );
-    ordered
-}
-
-/// A request whose resource key could not be formed: malformed, not ordered.
-pub fn malformed(mode: Mode, error: fencekeeper_core::ResourceError) -> Ordered {
-    let reason = fencekeeper::GuestText::new(&fencekeeper_core::Malformed::Resource(error).to_string());
-    gate_verdict(mode, Ok(Verdict::Malformed(reason)), "", "", false)
-}
-
-/// The write's token fell below a higher one admitted meanwhile.
-fn stale(mode: Mode, mark: Token, presented: Token, resource: &str, waited: bool) -> Ordered {
-    gate_verdict(mode, Ok(Verdict::Stale { mark, presented }), resource, "", waited)
+    /// A lower-token write may still reach the store: wait for it (until when, if
+    /// every one holding the write was given up on).
+    Wait(Option<u64>),
 }
 
 /// The guard is synchronous (wasm and a blocking store): run it off the reactor.
@@ -392,7 +389,7 @@ mod tests {
 
     #[tokio::test]
     async fn higher_token_waits_for_lower_in_flight_then_passes() {
-        let (gate, guard) = (Gate::new(true, Duration::from_secs(5)), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30)), guard());
         let a = gate.order(&guard, "r", Some("33")).await;
         assert!(a.permit.is_some() && !a.waited);
         let (g2, gd2) = (gate.clone(), guard.clone());
@@ -409,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiter_overtaken_by_a_higher_token_is_refused_as_stale() {
-        let (gate, guard) = (Gate::new(true, Duration::from_secs(5)), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30)), guard());
         let a = gate.order(&guard, "r", Some("33")).await;
         let (g2, gd2) = (gate.clone(), guard.clone());
         let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
@@ -426,10 +423,50 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_past_the_gate_timeout_is_undecided() {
-        let (gate, guard) = (Gate::new(true, Duration::from_millis(50)), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_millis(50), Duration::from_secs(30)), guard());
         let _a = gate.order(&guard, "r", Some("33")).await;
         let b = gate.order(&guard, "r", Some("34")).await;
         assert!(b.timed_out && !b.action.forward);
         assert_eq!(b.action.class.http_status(), 503);
+        assert!(b.retry_after.is_some(), "a 503 from the gate says when to retry");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_given_up_on_holds_its_resource_for_the_apply_bound() {
+        let gate = Gate::new(true, Duration::from_secs(60), Duration::from_secs(10));
+        let guard = guard();
+        let a = gate.order(&guard, "r", Some("33")).await;
+        a.permit.expect("33 in flight").given_up();
+        assert_eq!(gate.holding_total(), 1);
+        let (g2, gd2) = (gate.clone(), guard.clone());
+        let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
+        until(|| gate.waiting("r") == 1).await;
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert!(!b.is_finished(), "34 went while the store could still apply 33");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let b = b.await.ok();
+        assert!(b.as_ref().is_some_and(|b| b.waited && b.action.forward), "34 goes once the bound has passed");
+        assert_eq!(gate.holding_total(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_held_by_a_given_up_one_past_the_budget_is_told_when_to_retry() {
+        let gate = Gate::new(true, Duration::from_secs(1), Duration::from_secs(10));
+        let guard = guard();
+        gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
+        let b = gate.order(&guard, "r", Some("34")).await;
+        assert!(b.timed_out && !b.action.forward);
+        let retry = b.retry_after.expect("Retry-After");
+        assert!(retry > Duration::from_secs(8) && retry <= Duration::from_secs(9), "{retry:?}");
+    }
+
+    #[tokio::test]
+    async fn with_no_apply_bound_a_write_given_up_on_ends_at_once() {
+        let gate = Gate::new(true, Duration::from_secs(5), Duration::ZERO);
+        let guard = guard();
+        gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
+        assert_eq!(gate.in_flight("r"), 0);
+        let b = gate.order(&guard, "r", Some("34")).await;
+        assert!(!b.waited && b.action.forward);
     }
 }

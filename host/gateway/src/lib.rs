@@ -9,6 +9,7 @@
 //! # Layout
 //! * [`config`]: what the gateway fences and how (the same vocabulary as the Envoy filter).
 //! * [`gate`]: the in-flight ordering gate, per resource.
+//! * [`ordered`]: what becomes of a fenced write once the guard and the gate decided.
 //! * [`proxy`]: one request: read, admit, wait at the gate, forward, answer.
 //! * [`refusal`]: refusal responses (HTTP status or gRPC status, one-line body).
 //! * [`admin`]: the admin listener: `/metrics`, mark lookup, health.
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod config;
 pub mod gate;
 pub mod metrics;
+pub mod ordered;
 pub mod proxy;
 pub mod refusal;
 pub mod server;

@@ -19,6 +19,7 @@ pub struct Metrics {
     passthrough: AtomicU64,
     gate_waits: AtomicU64,
     gate_timeouts: AtomicU64,
+    given_up: AtomicU64,
     start_grace: AtomicU64,
     upstream_errors: AtomicU64,
     too_large: AtomicU64,
@@ -39,6 +40,9 @@ pub enum Event {
     GateWait,
     /// An admitted write waited at the gate past the gate timeout.
     GateTimeout,
+    /// A forwarded write was given up on (upstream timeout, reset or failure after
+    /// it was sent): it held its resource for the store apply bound.
+    GivenUp,
     /// A fenced write arrived during the start grace and was refused (503).
     StartGrace,
     /// The upstream could not be reached, failed, or did not answer in time.
@@ -68,6 +72,7 @@ impl Metrics {
             Event::Passthrough => &self.passthrough,
             Event::GateWait => &self.gate_waits,
             Event::GateTimeout => &self.gate_timeouts,
+            Event::GivenUp => &self.given_up,
             Event::StartGrace => &self.start_grace,
             Event::UpstreamError => &self.upstream_errors,
             Event::TooLarge => &self.too_large,
@@ -130,6 +135,11 @@ impl Metrics {
                 "fencekeeper_gateway_gate_timeouts_total",
                 "Admitted writes that waited at the gate past --gate-timeout.",
                 &self.gate_timeouts,
+            ),
+            (
+                "fencekeeper_gateway_gate_given_up_total",
+                "Forwarded writes given up on after they may have been sent; each held its resource for --store-apply-bound.",
+                &self.given_up,
             ),
             (
                 "fencekeeper_gateway_start_grace_total",

@@ -11,6 +11,7 @@
 use crate::config::{decoded_path, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
+use crate::ordered;
 use crate::refusal::{self, full};
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
@@ -53,7 +54,7 @@ impl Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
-        let gate = Gate::new(config.gate, config.gate_timeout);
+        let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound);
         let started = Instant::now();
         Proxy { config, guard, gate, metrics: Arc::default(), client, audit: audit.map(Arc::new), started }
     }
@@ -67,8 +68,11 @@ impl Proxy {
     pub fn render_metrics(&self) -> String {
         let name = "fencekeeper_gateway_gate_waiting";
         let waiting = self.gate.waiting_total();
-        let gauge = format!("# HELP {name} Admitted writes waiting now for lower-token writes in flight.\n# TYPE {name} gauge\n{name} {waiting}\n");
-        self.metrics.render() + &gauge
+        let mut gauges = format!("# HELP {name} Admitted writes waiting now for lower-token writes in flight.\n# TYPE {name} gauge\n{name} {waiting}\n");
+        let name = "fencekeeper_gateway_gate_holding";
+        let holding = self.gate.holding_total();
+        gauges += &format!("# HELP {name} Writes given up on that still hold their resource (within the store apply bound).\n# TYPE {name} gauge\n{name} {holding}\n");
+        self.metrics.render() + &gauges
     }
 
     /// The guard (validator and mark store).
@@ -153,14 +157,14 @@ impl Proxy {
             Ok(resource) if grace.is_some() => {
                 self.metrics.event(Event::StartGrace);
                 let (mode, since) = (self.config.policy.mode, self.started.elapsed());
-                let ordered = crate::gate::in_start_grace(mode, &resource, since, self.config.start_grace);
+                let ordered = ordered::in_start_grace(mode, &resource, since, self.config.start_grace);
                 (resource, ordered)
             }
             Ok(resource) => {
                 let ordered = self.gate.order(&self.guard, &resource, token.as_deref()).await;
                 (resource, ordered)
             }
-            Err(e) => (String::new(), crate::gate::malformed(self.config.policy.mode, e)),
+            Err(e) => (String::new(), ordered::malformed(self.config.policy.mode, e)),
         };
         if let Some(advance) = ordered.advance {
             self.audit(&resource, advance, token.as_deref(), client).await;
@@ -186,10 +190,12 @@ impl Proxy {
                 class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
             let mut response = refusal::refuse(&action, &ordered.reason, grpc);
-            // Only the grace's own refusal: a malformed request in the grace is not retried.
-            if let Some(left) = grace.filter(|_| action.class == Class::Undecided) {
-                // Whole seconds, rounded up: a client that waits this long is past it.
-                let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
+            // Only the gate's own refusals (the start grace, a write held past the gate
+            // timeout) say when to retry.
+            if let Some(left) = ordered.retry_after {
+                // Whole seconds, rounded up (at least 1): a client that waits this long
+                // is past it.
+                let seconds = (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1);
                 response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
             }
             return response;
@@ -269,8 +275,19 @@ impl Proxy {
         }
         let timeout = self.config.request_timeout;
         let answer = tokio::time::timeout(timeout, self.client.request(request)).await;
-        // The upstream has answered (its response head is here) or been given up on.
-        drop(permit);
+        match (&answer, permit) {
+            (_, None) => {}
+            // Its response head is here: the store has applied it, or never will.
+            (Ok(Ok(_)), Some(p)) => p.answered(),
+            // No connection was made: nothing was sent, nothing can land.
+            (Ok(Err(e)), Some(p)) if e.is_connect() => p.answered(),
+            // Given up on after it may have been sent: the store may still apply it,
+            // so it keeps holding its resource for the store apply bound.
+            (_, Some(p)) => {
+                self.metrics.event(Event::GivenUp);
+                p.given_up();
+            }
+        }
         match answer {
             Ok(Ok(response)) => response.map(BodyExt::boxed),
             Ok(Err(e)) => {
