@@ -12,7 +12,10 @@
 //!
 //! [`provenance`]: the reads and the rules that decide whether etcd issued a token
 //! (the lock's holder, the cluster's revision).
+//!
+//! [`flights`]: the shared in-flight registry, the ordering gate across instances.
 
+pub mod flights;
 pub mod grpc;
 pub mod provenance;
 

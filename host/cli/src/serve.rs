@@ -8,9 +8,10 @@
 use crate::provenance::{etcd_check, zookeeper_lock_prefix, ProvenanceArg};
 use anyhow::Context;
 use fencekeeper::provenance::{EtcdProvenance, ZooKeeperProvenance};
-use fencekeeper::store::{EtcdOptions, EtcdStore};
+use fencekeeper::store::{EtcdClient, EtcdOptions, EtcdStore};
 use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
+use fencekeeper_gateway::registry::Registry;
 use fencekeeper_gateway::Server;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -105,6 +106,13 @@ pub struct Args {
     /// it to the store's own request timeout. 0: off.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     start_grace: Duration,
+    /// Order writes across every gateway and Envoy that writes the same store through
+    /// the same etcd (needs --etcd): each admitted write is registered in flight in
+    /// etcd, under a lease of this gateway's, and waits while another instance has a
+    /// lower-token write on the resource that the store may still apply. Without it
+    /// each instance orders only its own writes: route each resource to one instance.
+    #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
+    shared_gate: bool,
     /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
     /// land after a higher one. For measurements and demonstrations only.
     #[arg(long)]
@@ -144,7 +152,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &provenance {
         guard = guard.with_provenance(p.clone());
     }
-    let server = Server::bind(config.clone(), Arc::new(guard))?;
+    let registry = match (&args.etcd, args.shared_gate) {
+        (Some(url), true) => Some(join_registry(&args, url, &config)?),
+        _ => None,
+    };
+    let server = Server::bind(config.clone(), Arc::new(guard), registry)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     tracing::info!(
         listen = %server.local_addr()?,
@@ -153,7 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         marks = %config.store,
         provenance = %provenance.map_or("off".to_owned(), |p| p.describe()),
         audit = %args.audit.as_ref().map_or("off".to_owned(), |p| p.display().to_string()),
-        gate = config.gate,
+        gate = if !config.gate { "off" } else if args.shared_gate { "shared through etcd" } else { "this gateway's" },
         store_apply_bound = ?config.apply_bound,
         "fencekeeper gateway serving"
     );
@@ -241,6 +253,16 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
         None => None,
     };
     Ok((store, provenance))
+}
+
+/// This gateway's part of the in-flight registry in the etcd at `url` (its own
+/// connection, with the marks' TLS and user).
+fn join_registry(args: &Args, url: &str, config: &Config) -> anyhow::Result<Arc<Registry>> {
+    let options = EtcdOptions { timeout: Duration::from_secs(2), ..args.etcd_connection.options(&args.etcd_prefix)? };
+    let client = Arc::new(EtcdClient::new(&args.etcd_connection.endpoint(url), &options)?);
+    let prefix = fencekeeper_etcd_wire::flights::DEFAULT_FLIGHT_PREFIX;
+    Registry::join(client, prefix, &args.etcd_prefix, config.request_timeout, config.apply_bound)
+        .context("joining the in-flight registry in etcd (--shared-gate)")
 }
 
 /// The etcd mark store at `url`, each call bounded by `timeout`.

@@ -27,6 +27,7 @@
 //! left (docs/operations.md).
 
 use crate::ordered::{self, from_decision, Ordered};
+use crate::registry::{self, Refused, Registry};
 use fencekeeper::{Decision, Guard, StoreError, Verdict};
 use fencekeeper_core::gate::{self as rule, Flight, Passage, Until};
 use fencekeeper_core::refusal::{self, NoVerdict};
@@ -52,6 +53,8 @@ pub struct Gate {
     next_id: AtomicU64,
     waiting: AtomicUsize,
     holding: AtomicUsize,
+    /// The in-flight registry shared with other instances, when configured.
+    registry: Option<Arc<Registry>>,
 }
 
 /// One resource's state; lives while a request for the resource is at the gate, or
@@ -87,6 +90,8 @@ impl State {
 pub struct Permit {
     id: u64,
     entry: EntryRef,
+    /// Its flight in the shared registry, when there is one.
+    remote: Option<registry::Flight>,
 }
 
 impl Permit {
@@ -97,7 +102,10 @@ impl Permit {
     /// The gateway gave up on the write after sending it (the upstream timed out,
     /// reset or failed): the store may still apply it, so it keeps holding its
     /// resource for the store apply bound, then ends.
-    pub fn given_up(self) {
+    pub fn given_up(mut self) {
+        if let Some(remote) = self.remote.take() {
+            remote.given_up();
+        }
         let gate = self.entry.gate.clone();
         if gate.apply_bound.is_zero() {
             return;
@@ -156,9 +164,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Gate {
     /// A gate whose writes wait at most `timeout`, and where a write given up on holds
-    /// its resource for `apply_bound`; when `enabled` is false, writes are admitted and
-    /// forwarded without ordering (the window stays open).
-    pub fn new(enabled: bool, timeout: Duration, apply_bound: Duration) -> Arc<Gate> {
+    /// its resource for `apply_bound`; with a `registry`, writes are also ordered
+    /// across the instances that share it. When `enabled` is false, writes are
+    /// admitted and forwarded without ordering (the window stays open).
+    pub fn new(enabled: bool, timeout: Duration, apply_bound: Duration, registry: Option<Arc<Registry>>) -> Arc<Gate> {
         Arc::new(Gate {
             enabled,
             timeout,
@@ -168,6 +177,7 @@ impl Gate {
             next_id: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
             holding: AtomicUsize::new(0),
+            registry,
         })
     }
 
@@ -184,6 +194,11 @@ impl Gate {
     /// Admitted writes currently waiting for lower-token writes, on every resource.
     pub fn waiting_total(&self) -> usize {
         self.waiting.load(Relaxed)
+    }
+
+    /// Writes waiting now in the shared registry for other instances' writes.
+    pub fn shared_waiting(&self) -> Option<usize> {
+        self.registry.as_ref().map(|r| r.waiting())
     }
 
     /// Writes given up on that still hold their resource (within the apply bound).
@@ -242,17 +257,60 @@ impl Gate {
         };
         let mode = guard.decider().policy().mode;
         let id = self.next_id.fetch_add(1, Relaxed);
+        let deadline = Instant::now() + self.timeout;
         let until = match self.register(&entry.entry, admitted, id) {
-            Registered::Yes => return from_decision(decision, resource, Some(Permit { id, entry })),
+            Registered::Yes => {
+                let permit = Permit { id, entry, remote: None };
+                return self.across_instances(mode, decision, resource, admitted, permit, deadline, false).await;
+            }
             Registered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, false),
             Registered::Wait(until) => until,
         };
         lock(&entry.entry.state).waiting += 1;
         self.waiting.fetch_add(1, Relaxed);
-        let ordered = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision, until).await;
+        let ordered = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision, until, deadline).await;
         lock(&entry.entry.state).waiting -= 1;
         self.waiting.fetch_sub(1, Relaxed);
         ordered
+    }
+
+    /// A write this gateway's gate passed, ordered against the other instances' too
+    /// when there is a shared registry: forwarded with `permit`, or refused.
+    #[allow(clippy::too_many_arguments)]
+    async fn across_instances(
+        &self,
+        mode: fencekeeper_core::Mode,
+        decision: Decision,
+        resource: &str,
+        admitted: Token,
+        mut permit: Permit,
+        deadline: Instant,
+        waited: bool,
+    ) -> Ordered {
+        let Some(registry) = &self.registry else {
+            let mut ordered = from_decision(decision, resource, Some(permit));
+            ordered.waited = waited;
+            return ordered;
+        };
+        let refused = match registry.enter(resource, admitted, deadline.into_std()).await {
+            Ok(remote) => {
+                permit.remote = Some(remote);
+                let mut ordered = from_decision(decision, resource, Some(permit));
+                ordered.waited = waited;
+                return ordered;
+            }
+            Err(refused) => refused,
+        };
+        // Never forwarded: this gateway's flight ends at once.
+        permit.answered();
+        match refused {
+            Refused::Stale(higher) => ordered::stale(mode, higher, admitted, resource, waited),
+            Refused::TimedOut => ordered::timed_out(mode, resource, None),
+            Refused::Unreachable(cause) => {
+                ordered::gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &cause, waited)
+            }
+            Refused::Moved(cause) => ordered::gate_verdict(mode, Err(NoVerdict::Refused), resource, &cause, waited),
+        }
     }
 
     /// The slow path: wait for the lower-token flights to end, then check the token
@@ -267,9 +325,9 @@ impl Gate {
         id: u64,
         decision: Decision,
         mut held_until: Option<u64>,
+        deadline: Instant,
     ) -> Ordered {
         let mode = guard.decider().policy().mode;
-        let deadline = Instant::now() + self.timeout;
         loop {
             if !self.wait_for_lower(&entry.entry, &admitted, deadline).await {
                 let left = held_until.map(|at| Duration::from_millis(at.saturating_sub(self.now_ms())));
@@ -286,9 +344,8 @@ impl Gate {
             }
             match self.register(&entry.entry, admitted, id) {
                 Registered::Yes => {
-                    let mut ordered = from_decision(decision, resource, Some(Permit { id, entry: entry.clone() }));
-                    ordered.waited = true;
-                    return ordered;
+                    let permit = Permit { id, entry: entry.clone(), remote: None };
+                    return self.across_instances(mode, decision, resource, admitted, permit, deadline, true).await;
                 }
                 Registered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, true),
                 Registered::Wait(until) => held_until = until,
@@ -389,7 +446,7 @@ mod tests {
 
     #[tokio::test]
     async fn higher_token_waits_for_lower_in_flight_then_passes() {
-        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30)), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None), guard());
         let a = gate.order(&guard, "r", Some("33")).await;
         assert!(a.permit.is_some() && !a.waited);
         let (g2, gd2) = (gate.clone(), guard.clone());
@@ -406,7 +463,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiter_overtaken_by_a_higher_token_is_refused_as_stale() {
-        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30)), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None), guard());
         let a = gate.order(&guard, "r", Some("33")).await;
         let (g2, gd2) = (gate.clone(), guard.clone());
         let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
@@ -423,7 +480,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_past_the_gate_timeout_is_undecided() {
-        let (gate, guard) = (Gate::new(true, Duration::from_millis(50), Duration::from_secs(30)), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_millis(50), Duration::from_secs(30), None), guard());
         let _a = gate.order(&guard, "r", Some("33")).await;
         let b = gate.order(&guard, "r", Some("34")).await;
         assert!(b.timed_out && !b.action.forward);
@@ -433,7 +490,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_given_up_on_holds_its_resource_for_the_apply_bound() {
-        let gate = Gate::new(true, Duration::from_secs(60), Duration::from_secs(10));
+        let gate = Gate::new(true, Duration::from_secs(60), Duration::from_secs(10), None);
         let guard = guard();
         let a = gate.order(&guard, "r", Some("33")).await;
         a.permit.expect("33 in flight").given_up();
@@ -451,7 +508,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_held_by_a_given_up_one_past_the_budget_is_told_when_to_retry() {
-        let gate = Gate::new(true, Duration::from_secs(1), Duration::from_secs(10));
+        let gate = Gate::new(true, Duration::from_secs(1), Duration::from_secs(10), None);
         let guard = guard();
         gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
         let b = gate.order(&guard, "r", Some("34")).await;
@@ -462,7 +519,7 @@ mod tests {
 
     #[tokio::test]
     async fn with_no_apply_bound_a_write_given_up_on_ends_at_once() {
-        let gate = Gate::new(true, Duration::from_secs(5), Duration::ZERO);
+        let gate = Gate::new(true, Duration::from_secs(5), Duration::ZERO, None);
         let guard = guard();
         gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
         assert_eq!(gate.in_flight("r"), 0);

@@ -10,6 +10,7 @@
 //! * [`config`]: what the gateway fences and how (the same vocabulary as the Envoy filter).
 //! * [`gate`]: the in-flight ordering gate, per resource.
 //! * [`ordered`]: what becomes of a fenced write once the guard and the gate decided.
+//! * [`registry`]: the ordering gate across instances, in etcd.
 //! * [`proxy`]: one request: read, admit, wait at the gate, forward, answer.
 //! * [`refusal`]: refusal responses (HTTP status or gRPC status, one-line body).
 //! * [`admin`]: the admin listener: `/metrics`, mark lookup, health.
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod ordered;
 pub mod proxy;
 pub mod refusal;
+pub mod registry;
 pub mod server;
 
 pub use config::{Config, ConfigError, ResourceFrom};

@@ -13,6 +13,7 @@ use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::ordered;
 use crate::refusal::{self, full};
+use crate::registry::Registry;
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
 use fencekeeper::{Advance, Guard};
@@ -49,12 +50,12 @@ pub struct Proxy {
 
 impl Proxy {
     /// A handler fencing with `guard` under `config`, appending every mark it raises
-    /// to `audit`.
-    pub fn new(config: Config, guard: Arc<Guard>, audit: Option<AuditLog>) -> Proxy {
+    /// to `audit`, ordering writes across instances through `registry` when given.
+    pub fn new(config: Config, guard: Arc<Guard>, audit: Option<AuditLog>, registry: Option<Arc<Registry>>) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
-        let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound);
+        let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry);
         let started = Instant::now();
         Proxy { config, guard, gate, metrics: Arc::default(), client, audit: audit.map(Arc::new), started }
     }
@@ -72,6 +73,10 @@ impl Proxy {
         let name = "fencekeeper_gateway_gate_holding";
         let holding = self.gate.holding_total();
         gauges += &format!("# HELP {name} Writes given up on that still hold their resource (within the store apply bound).\n# TYPE {name} gauge\n{name} {holding}\n");
+        if let Some(waiting) = self.gate.shared_waiting() {
+            let name = "fencekeeper_gateway_shared_gate_waiting";
+            gauges += &format!("# HELP {name} Writes waiting now for other instances' lower-token writes (--shared-gate).\n# TYPE {name} gauge\n{name} {waiting}\n");
+        }
         self.metrics.render() + &gauges
     }
 

@@ -5,6 +5,7 @@
 use crate::admin;
 use crate::config::Config;
 use crate::proxy::Proxy;
+use crate::registry::Registry;
 use fencekeeper::audit::AuditLog;
 use fencekeeper::Guard;
 use hyper::body::Incoming;
@@ -58,12 +59,13 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 impl Server {
-    /// Bind the proxy and admin addresses of `config`, and open its audit log.
-    pub fn bind(config: Config, guard: Arc<Guard>) -> Result<Server, ServeError> {
+    /// Bind the proxy and admin addresses of `config`, and open its audit log. With a
+    /// `registry`, writes are ordered across every instance that shares it.
+    pub fn bind(config: Config, guard: Arc<Guard>, registry: Option<Arc<Registry>>) -> Result<Server, ServeError> {
         let audit = config.audit.as_ref().map(AuditLog::open).transpose().map_err(ServeError::Audit)?;
         let listener = bind(config.listen)?;
         let admin = config.admin.map(bind).transpose()?;
-        Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit)), listener, admin })
+        Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit, registry)), listener, admin })
     }
 
     /// Where clients connect (with the real port when the configuration said 0).

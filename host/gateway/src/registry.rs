@@ -1,0 +1,266 @@
+//! The ordering gate across instances: the in-flight registry in etcd
+//! (`fencekeeper_etcd_wire::flights`), for a store written through several gateways
+//! or Envoys. Each gateway's own gate (`gate`) sees only its own writes in flight;
+//! with the registry, a write that passed it is also registered in etcd, and goes
+//! to the store only when no instance has a lower-token write on the resource that
+//! the store may still apply.
+//!
+//! * One lease per gateway, kept alive every second by a thread of its own. Every
+//!   flight key is put under it, so the flights of a gateway that dies go when the
+//!   lease expires. The lease's TTL is the longest a flight may need to outlive its
+//!   write's forwarding: the request timeout (until the gateway gives up on it) plus
+//!   the store apply bound (until the store can no longer apply it), plus margin.
+//! * A write is forwarded only while the lease is known to last that long, counted
+//!   from the last keepalive etcd answered: a gateway that cannot reach etcd to keep
+//!   its lease refuses writes (503) before its flights could vanish under a write the
+//!   store may still apply.
+//! * A flight is deleted when the store answered its write, once the store apply
+//!   bound has passed when the gateway gave up on it, and with the lease otherwise.
+
+use fencekeeper::store::EtcdClient;
+use fencekeeper::StoreError;
+use fencekeeper_core::Token;
+use fencekeeper_etcd_wire::flights::{self, Registration};
+use fencekeeper_etcd_wire::{grpc, mark_key};
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How often the lease is kept alive.
+const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
+/// What the lease's TTL adds to what a flight needs: several keepalives may fail.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// How often a waiting write asks etcd again.
+const POLL_EVERY: Duration = Duration::from_millis(20);
+
+/// A gateway's part of the in-flight registry.
+pub struct Registry {
+    client: Arc<EtcdClient>,
+    /// The key prefix of flights.
+    prefix: String,
+    /// The key prefix of marks (the registering Txn compares the mark).
+    marks: String,
+    /// This gateway's random id, in its flights' keys.
+    instance: u64,
+    sequence: AtomicU64,
+    /// How long a flight may need to outlive its write's forwarding.
+    needed: Duration,
+    /// The store apply bound.
+    apply_bound: Duration,
+    lease: Mutex<Lease>,
+    ttl: Duration,
+    /// Writes waiting now for other instances' lower-token writes.
+    waiting: AtomicUsize,
+}
+
+#[derive(Clone, Copy)]
+struct Lease {
+    id: i64,
+    /// The lease lasts at least until then: the last keepalive's send plus the TTL.
+    until: Instant,
+}
+
+/// Why a write did not pass the registry.
+#[derive(Debug)]
+pub enum Refused {
+    /// A higher token was admitted (or is in flight): the write is stale.
+    Stale(Token),
+    /// A lower-token write elsewhere kept the resource past the deadline.
+    TimedOut,
+    /// The registry could not be asked (etcd, or the lease).
+    Unreachable(String),
+    /// The mark moved below the token (an operator): nothing can be decided.
+    Moved(String),
+}
+
+impl Registry {
+    /// Join the registry under `prefix` in the etcd `client` reaches (marks under
+    /// `marks`): grant this gateway's lease, and keep it alive from a thread of its
+    /// own for as long as the registry lives. Writes are given up on after
+    /// `request_timeout`; the store may apply one up to `apply_bound` after that.
+    pub fn join(
+        client: Arc<EtcdClient>,
+        prefix: &str,
+        marks: &str,
+        request_timeout: Duration,
+        apply_bound: Duration,
+    ) -> Result<Arc<Registry>, StoreError> {
+        let needed = request_timeout + apply_bound;
+        let ttl = Duration::from_secs((needed + LEASE_MARGIN).as_secs_f64().ceil() as u64);
+        let instance = std::collections::hash_map::RandomState::new().build_hasher().finish();
+        let sent = Instant::now();
+        let id = grant(&client, ttl)?;
+        let registry = Arc::new(Registry {
+            client,
+            prefix: prefix.to_owned(),
+            marks: marks.to_owned(),
+            instance,
+            sequence: AtomicU64::new(0),
+            needed,
+            apply_bound,
+            lease: Mutex::new(Lease { id, until: sent + ttl }),
+            ttl,
+            waiting: AtomicUsize::new(0),
+        });
+        let weak = Arc::downgrade(&registry);
+        std::thread::Builder::new()
+            .name("fencekeeper-registry-lease".into())
+            .spawn(move || keep_alive(&weak))
+            .map_err(|e| StoreError::Unavailable(format!("cannot start the registry's lease thread: {e}")))?;
+        Ok(registry)
+    }
+
+    /// Writes waiting now for other instances' lower-token writes.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed)
+    }
+
+    /// Register the write admitted with `token` on `resource`, and wait (until
+    /// `deadline`) until no instance has a lower-token write on it in flight.
+    pub async fn enter(self: &Arc<Self>, resource: &str, token: Token, deadline: Instant) -> Result<Flight, Refused> {
+        let key = flights::flight_key(&self.prefix, resource, self.instance, self.sequence.fetch_add(1, Relaxed));
+        let flight = Flight { registry: self.clone(), key: key.clone(), ended: false };
+        let mut waiting = None;
+        loop {
+            let lease = self.lease_for_a_write()?;
+            let message =
+                flights::register_txn(&self.prefix, &mark_key(&self.marks, resource), resource, &token, &key, lease);
+            let (client, resource_owned, key_owned) = (self.client.clone(), resource.to_owned(), key.clone());
+            let answer = tokio::task::spawn_blocking(move || {
+                let answer = client.txn(&message)?;
+                flights::registered(&answer, &resource_owned, &token, &key_owned).map_err(|e| client.unavailable(e))
+            })
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("the registry task failed: {e}"))));
+            match answer.map_err(|e| Refused::Unreachable(e.to_string()))? {
+                Registration::Go => return Ok(flight),
+                Registration::Stale(higher) => return Err(Refused::Stale(higher)),
+                Registration::Moved(mark) => {
+                    let mark = mark.map_or("none".to_owned(), |m| m.to_string());
+                    return Err(Refused::Moved(format!(
+                        "the mark of {resource:?} moved below the admitted token {token} (it is {mark}: lowered by an \
+                         operator?) while it was registered in flight; retry"
+                    )));
+                }
+                Registration::Wait if Instant::now() + POLL_EVERY >= deadline => return Err(Refused::TimedOut),
+                Registration::Wait => {
+                    waiting.get_or_insert_with(|| Waiting::new(&self.waiting));
+                    tokio::time::sleep(POLL_EVERY).await;
+                }
+            }
+        }
+    }
+
+    /// The lease, if it is known to outlive a write forwarded now.
+    fn lease_for_a_write(&self) -> Result<i64, Refused> {
+        let lease = *lock(&self.lease);
+        if lease.until < Instant::now() + self.needed {
+            return Err(Refused::Unreachable(format!(
+                "the in-flight registry's lease in etcd at {} could not be kept alive: a write forwarded now could \
+                 outlive it",
+                self.client.endpoint()
+            )));
+        }
+        Ok(lease.id)
+    }
+
+    fn end(&self, key: String) {
+        let client = self.client.clone();
+        // A delete that fails leaves the key to the lease: the resource waits longer,
+        // never less.
+        let delete = move || {
+            if let Err(e) = client.txn(&flights::end_txn(&key)) {
+                tracing::warn!(key, error = %e, "a flight could not be deleted from the in-flight registry");
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn_blocking(delete)),
+            Err(_) => delete(),
+        }
+    }
+}
+
+/// Counts a write as waiting while it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a AtomicUsize) -> Waiting<'a> {
+        count.fetch_add(1, Relaxed);
+        Waiting(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
+/// A write registered in flight in etcd. Ending it ([`Flight::answered`],
+/// [`Flight::given_up`], or dropping it) deletes its key.
+pub struct Flight {
+    registry: Arc<Registry>,
+    key: String,
+    ended: bool,
+}
+
+impl Flight {
+    /// The store answered the write: the flight ends now.
+    pub fn answered(self) {}
+
+    /// The gateway gave up on the write after sending it: the flight ends once the
+    /// store apply bound has passed (the lease covers a gateway that dies first).
+    pub fn given_up(mut self) {
+        self.ended = true;
+        let (registry, key, bound) = (self.registry.clone(), std::mem::take(&mut self.key), self.registry.apply_bound);
+        tokio::spawn(async move {
+            tokio::time::sleep(bound).await;
+            registry.end(key);
+        });
+    }
+}
+
+impl Drop for Flight {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.registry.end(std::mem::take(&mut self.key));
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn grant(client: &EtcdClient, ttl: Duration) -> Result<i64, StoreError> {
+    let answer = client.unary(grpc::LEASE_SERVICE, grpc::LEASE_GRANT_METHOD, &grpc::lease_grant(ttl.as_secs()))?;
+    grpc::parse_lease_grant(&answer).map_err(|e| client.unavailable(e))
+}
+
+/// Keep the registry's lease alive while the registry lives; a lease etcd no longer
+/// knows (it expired while etcd could not be reached) is replaced by a new one.
+fn keep_alive(registry: &Weak<Registry>) {
+    loop {
+        std::thread::sleep(KEEPALIVE_EVERY);
+        let Some(r) = registry.upgrade() else { return };
+        let id = lock(&r.lease).id;
+        let sent = Instant::now();
+        let renewed = r
+            .client
+            .unary(grpc::LEASE_SERVICE, grpc::LEASE_KEEPALIVE_METHOD, &grpc::lease(id))
+            .and_then(|answer| grpc::parse_keepalive(&answer).map_err(|e| r.client.unavailable(e)));
+        match renewed {
+            Ok(ttl) if ttl > 0 => lock(&r.lease).until = sent + Duration::from_secs(ttl as u64),
+            Ok(_) => {
+                tracing::warn!(lease = format!("{id:x}"), "the in-flight registry's lease expired; granting a new one");
+                let sent = Instant::now();
+                match grant(&r.client, r.ttl) {
+                    Ok(id) => *lock(&r.lease) = Lease { id, until: sent + r.ttl },
+                    Err(e) => tracing::warn!(error = %e, "cannot grant the in-flight registry a new lease"),
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot keep the in-flight registry's lease alive"),
+        }
+    }
+}

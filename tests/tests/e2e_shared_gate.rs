@@ -1,0 +1,94 @@
+//! End-to-end: the ordering gate across instances (`--shared-gate`), through real
+//! gateways sharing a real etcd in front of one store that holds chosen writes.
+//! Holder 33 writes through one instance and its write is slow at the store; holder
+//! 34 writes through another. With the shared gate the store applies 33 then 34; each
+//! test has a control without it that shows the window.
+
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream, Reply};
+use fencekeeper_harness::services::Etcd;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+fn gateway(upstream: &RecordingUpstream, etcd: &Etcd, extra: &[&str]) -> Gateway {
+    let url = etcd.url();
+    let mut args = vec!["--etcd", url.as_str()];
+    args.extend_from_slice(extra);
+    Gateway::start(&upstream.url(), &args).unwrap()
+}
+
+fn put_in_background(url: String, token: &str) -> JoinHandle<Reply> {
+    let token = token.to_owned();
+    std::thread::spawn(move || request(&url, "PUT", "/r", &[("fencing-token", &token)], token.as_bytes()).unwrap())
+}
+
+fn tokens(upstream: &RecordingUpstream) -> Vec<String> {
+    upstream.applied().into_iter().map(|a| a.token).collect()
+}
+
+/// Poll `done` (at most 20 s): the gauges and the store's record are the signals.
+fn poll(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not reached in 20 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// 33 through `a`, held at the store; 34 through `b`, which waits or (without the
+/// shared gate) is stored; then the store applies 33. The order it applied them in.
+fn slow_33_on_a_then_34_on_b(upstream: &RecordingUpstream, a: &Gateway, b: &Gateway) -> Vec<String> {
+    upstream.hold("33");
+    let first = put_in_background(a.url(), "33");
+    upstream.wait_held("33").unwrap();
+    let second = put_in_background(b.url(), "34");
+    poll("34 waits or is stored", || {
+        b.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1 || !upstream.applied().is_empty()
+    });
+    upstream.release("33");
+    assert_eq!(first.join().unwrap().status, 201);
+    assert_eq!(second.join().unwrap().status, 201);
+    tokens(upstream)
+}
+
+#[test]
+fn two_gateways_with_the_shared_gate_never_land_a_lower_write_after_a_higher_one() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (a, b) = (gateway(&upstream, &etcd, &["--shared-gate"]), gateway(&upstream, &etcd, &["--shared-gate"]));
+    assert_eq!(slow_33_on_a_then_34_on_b(&upstream, &a, &b), ["33", "34"]);
+}
+
+#[test]
+fn two_gateways_without_the_shared_gate_land_the_lower_write_last() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (a, b) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    // The window across instances: each gateway sees only its own writes in flight.
+    assert_eq!(slow_33_on_a_then_34_on_b(&upstream, &a, &b), ["34", "33"]);
+}
+
+#[test]
+fn a_gateway_killed_with_a_write_in_flight_holds_the_resource_through_its_lease() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let short = ["--shared-gate", "--request-timeout", "1s", "--store-apply-bound", "2s"];
+    let mut a = gateway(&upstream, &etcd, &short);
+    let b = gateway(&upstream, &etcd, &["--shared-gate", "--gate-timeout", "20s"]);
+    upstream.hold("33");
+    let first = put_in_background(a.url(), "33");
+    upstream.wait_held("33").unwrap();
+    a.kill();
+    let _ = first.join();
+    let killed = Instant::now();
+    let second = put_in_background(b.url(), "34");
+    poll("34 waits for the dead gateway's flight", || {
+        b.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1
+    });
+    // The store applies the dead gateway's write late, within the bound.
+    upstream.release("33");
+    let second = second.join().unwrap();
+    assert_eq!(second.status, 201, "{}", second.body);
+    assert_eq!(tokens(&upstream), ["33", "34"]);
+    // It waited for the lease (1 s + 2 s + margin), not for the 20 s gate timeout.
+    let waited = killed.elapsed();
+    assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(15), "{waited:?}");
+}
