@@ -280,6 +280,20 @@ impl RecordingUpstream {
         self.wait(|s| s.held.contains(token)).with_context(|| format!("no write with token {token} arrived"))
     }
 
+    /// Whether a write with `token` arrives and is held within `within`.
+    pub fn wait_held_for(&self, token: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let mut shared = self.lock();
+        while !shared.held.contains(token) {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else { return false };
+            shared = match self.shared.1.wait_timeout(shared, left) {
+                Ok((s, _)) => s,
+                Err(_) => return false,
+            };
+        }
+        true
+    }
+
     /// Every write applied so far, in order.
     pub fn applied(&self) -> Vec<Applied> {
         self.lock().applied.clone()

@@ -57,6 +57,8 @@ pub struct Etcd {
     pub service: String,
     /// Prefix of mark keys; the resource key follows it.
     pub key_prefix: String,
+    /// Prefix of the shared in-flight registry's keys (`gate.shared`).
+    pub flight_prefix: String,
     /// How long one etcd call may take before the request is undecided.
     pub timeout_ms: u64,
     /// etcd's user/password authentication; `None`: no authentication.
@@ -81,11 +83,18 @@ pub struct GateConfig {
     /// How often each worker's root re-checks the writes it holds and stamps its
     /// heartbeat.
     pub tick_ms: u64,
+    /// Order writes across instances too, through the in-flight registry in etcd
+    /// (`shared`): for a store written through several Envoys and gateways.
+    pub shared: bool,
+    /// With `shared`: the longest Envoy takes to give up on a write it sent (the
+    /// route timeout). A worker's lease in etcd outlives each of its flights by this
+    /// plus the apply bound.
+    pub flight_ms: u64,
 }
 
 impl Default for GateConfig {
     fn default() -> GateConfig {
-        GateConfig { budget_ms: 5_000, apply_bound_ms: 60_000, tick_ms: 100 }
+        GateConfig { budget_ms: 5_000, apply_bound_ms: 60_000, tick_ms: 100, shared: false, flight_ms: 60_000 }
     }
 }
 
@@ -212,10 +221,24 @@ struct RawGate {
     apply_bound_ms: u64,
     #[serde(default = "default_tick")]
     tick_ms: u64,
+    #[serde(default)]
+    shared: bool,
+    #[serde(default = "default_flight")]
+    flight_ms: u64,
 }
 
 fn default_gate() -> Option<RawGate> {
-    Some(RawGate { budget_ms: default_budget(), apply_bound_ms: default_apply_bound(), tick_ms: default_tick() })
+    let d = GateConfig::default();
+    Some(RawGate {
+        budget_ms: d.budget_ms,
+        apply_bound_ms: d.apply_bound_ms,
+        tick_ms: d.tick_ms,
+        shared: d.shared,
+        flight_ms: d.flight_ms,
+    })
+}
+fn default_flight() -> u64 {
+    GateConfig::default().flight_ms
 }
 fn default_budget() -> u64 {
     GateConfig::default().budget_ms
@@ -239,6 +262,8 @@ struct RawEtcd {
     authority: String,
     #[serde(default = "default_prefix")]
     key_prefix: String,
+    #[serde(default = "default_flight_prefix")]
+    flight_prefix: String,
     #[serde(default = "default_timeout")]
     timeout_ms: u64,
     #[serde(default)]
@@ -261,6 +286,9 @@ fn default_authority() -> String {
 fn default_prefix() -> String {
     DEFAULT_KEY_PREFIX.to_owned()
 }
+fn default_flight_prefix() -> String {
+    fencekeeper_etcd_wire::flights::DEFAULT_FLIGHT_PREFIX.to_owned()
+}
 fn default_timeout() -> u64 {
     1000
 }
@@ -275,6 +303,7 @@ fn default_etcd() -> Option<RawEtcd> {
         cluster: default_cluster(),
         authority: default_authority(),
         key_prefix: default_prefix(),
+        flight_prefix: default_flight_prefix(),
         timeout_ms: default_timeout(),
         user: None,
         password_env: None,
@@ -372,6 +401,7 @@ impl Config {
                 cluster: e.cluster,
                 authority: e.authority,
                 key_prefix: e.key_prefix,
+                flight_prefix: e.flight_prefix,
                 timeout_ms: e.timeout_ms,
             }),
             None if mode == Mode::Correctness => {
@@ -406,9 +436,19 @@ impl Config {
             Some(g) if !(10..=10_000).contains(&g.tick_ms) => {
                 return Err(ConfigError("gate.tick_ms must be between 10 and 10000".into()))
             }
-            Some(g) => {
-                Some(GateConfig { budget_ms: g.budget_ms, apply_bound_ms: g.apply_bound_ms, tick_ms: g.tick_ms })
+            Some(g) if g.flight_ms > MAX_GATE_MS => {
+                return Err(ConfigError(format!("gate.flight_ms must be at most {MAX_GATE_MS}")))
             }
+            Some(g) if g.shared && etcd.is_none() => {
+                return Err(ConfigError("gate.shared needs etcd: the in-flight registry lives there".into()))
+            }
+            Some(g) => Some(GateConfig {
+                budget_ms: g.budget_ms,
+                apply_bound_ms: g.apply_bound_ms,
+                tick_ms: g.tick_ms,
+                shared: g.shared,
+                flight_ms: g.flight_ms,
+            }),
         };
         if raw.start_grace_ms > MAX_GATE_MS {
             return Err(ConfigError(format!("start_grace_ms must be at most {MAX_GATE_MS}")));
@@ -460,7 +500,7 @@ mod tests {
     #[test]
     fn the_gate_takes_its_bounds_and_only_null_turns_it_off() {
         let c = Config::parse(br#"{"gate":{"budget_ms":200,"apply_bound_ms":0},"start_grace_ms":1500}"#).unwrap();
-        assert_eq!(c.gate, Some(GateConfig { budget_ms: 200, apply_bound_ms: 0, tick_ms: 100 }));
+        assert_eq!(c.gate, Some(GateConfig { budget_ms: 200, apply_bound_ms: 0, ..GateConfig::default() }));
         assert_eq!(c.start_grace_ms, 1500);
         assert_eq!(Config::parse(br#"{"gate":null}"#).unwrap().gate, None);
         assert_eq!(Config::parse(br#"{"gate":{}}"#).unwrap().gate, Some(GateConfig::default()));
@@ -470,6 +510,7 @@ mod tests {
             (r#"{"gate":{"tick_ms":1}}"#, "gate.tick_ms"),
             (r#"{"gate":{"budget":5}}"#, "unknown field"),
             (r#"{"start_grace_ms":86400001}"#, "start_grace_ms"),
+            (r#"{"mode":"efficiency","etcd":null,"gate":{"shared":true}}"#, "gate.shared needs etcd"),
         ] {
             let e = Config::parse(json.as_bytes()).unwrap_err();
             assert!(e.0.contains(needle), "{json}: {e}");

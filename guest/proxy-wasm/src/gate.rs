@@ -31,6 +31,7 @@
 
 use crate::config::GateConfig;
 use crate::reply::Reply;
+use crate::shared::Shared;
 use crate::slots::{self, Entry, SharedFlight, MAX_CAS_ATTEMPTS};
 use crate::{wake, Filter};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
@@ -59,6 +60,8 @@ pub struct Gate {
     /// Flights whose end could not be written yet (the slot kept changing): retried on
     /// every tick, so a resource is never left held by a flight that ended.
     unfinished: RefCell<Vec<(String, Mine, u32)>>,
+    /// The in-flight registry shared with other instances (`gate.shared`).
+    pub shared: Option<Shared>,
 }
 
 /// A write held back, waiting for lower flights.
@@ -77,6 +80,8 @@ struct Held {
 #[derive(Clone)]
 struct Mine {
     resource: String,
+    /// It went upstream (else it waits in the shared registry, and its end is at once).
+    forwarded: bool,
     /// Its response came from the upstream: the store will not apply it later.
     answered: bool,
 }
@@ -120,9 +125,10 @@ fn stamp(vm: u64) -> Option<u64> {
 }
 
 impl Gate {
-    /// A VM's gate.
-    pub fn new(config: GateConfig, vm: u64, queue: Option<u32>) -> Gate {
-        Gate { config, vm, queue, held: RefCell::default(), mine: RefCell::default(), unfinished: RefCell::default() }
+    /// A VM's gate, ordering across instances too with `shared`.
+    pub fn new(config: GateConfig, vm: u64, queue: Option<u32>, shared: Option<Shared>) -> Gate {
+        let (held, mine, unfinished) = (RefCell::default(), RefCell::default(), RefCell::default());
+        Gate { config, vm, queue, held, mine, unfinished, shared }
     }
 
     /// Stamp this VM's heartbeat (it alone writes its key, so creating it races no one).
@@ -209,7 +215,8 @@ impl Gate {
             match f.slots.store(&read) {
                 Ok(true) => {
                     if let Step::Go = step {
-                        let mine = Mine { resource: resource.to_owned(), answered: false };
+                        let forwarded = self.shared.is_none();
+                        let mine = Mine { resource: resource.to_owned(), forwarded, answered: false };
                         self.mine.borrow_mut().insert(context, mine);
                     }
                     return step;
@@ -234,17 +241,31 @@ impl Gate {
         self.mine.borrow().contains_key(&context)
     }
 
+    /// The shared registry let `context`'s write go upstream.
+    pub fn forwarded(&self, context: u32) {
+        if let Some(m) = self.mine.borrow_mut().get_mut(&context) {
+            m.forwarded = true;
+        }
+    }
+
     /// The request `context`'s stream ended: end its flight (at once if answered,
     /// after the store apply bound if given up on), or forget it if it was held.
     pub fn end(&self, f: &Filter, context: u32) {
         self.held.borrow_mut().retain(|h| h.context != context);
-        let Some(mine) = self.mine.borrow_mut().remove(&context) else { return };
-        let given_up = !mine.answered;
-        if given_up {
+        let Some(mut mine) = self.mine.borrow_mut().remove(&context) else { return };
+        // Never sent upstream: nothing of it can land.
+        mine.answered |= !mine.forwarded;
+        if !mine.answered {
             f.metrics.gate_given_up();
         }
+        let answered = mine.answered;
         if !self.land(f, &mine, context) {
             self.unfinished.borrow_mut().push((mine.resource.clone(), mine, context));
+        }
+        if let Some(shared) = &self.shared {
+            // Its key is deleted from the root: the effective context is the root's
+            // afterwards, so this comes last of what the request's callback does.
+            shared.end(f, context, answered);
         }
     }
 
@@ -295,6 +316,9 @@ impl Gate {
             }
         }
         self.recheck(f);
+        if let Some(shared) = &self.shared {
+            shared.tick(f);
+        }
     }
 
     /// Re-check every write held back (woken by a flight's end, or on the tick): pass
@@ -308,6 +332,7 @@ impl Gate {
                 continue; // its stream ended meanwhile
             }
             match self.step(f, h.context, &h.resource, h.token) {
+                Step::Go if self.shared.is_some() => self.across(f, &h.reply, &h.resource, h.verdict, h.token),
                 Step::Go => {
                     let next = h.reply.conclude(f, Ok(h.verdict), &h.resource, &"", &mut tally, None);
                     if matches!(next, proxy_wasm::types::Action::Continue) {
@@ -339,6 +364,10 @@ impl Gate {
     /// go, be held, or be refused.
     pub fn enter(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) -> Entered {
         match self.step(f, reply.context, resource, token) {
+            Step::Go if self.shared.is_some() => {
+                self.across(f, reply, resource, verdict, token);
+                Entered::Held
+            }
             Step::Go => Entered::Go,
             Step::Stale(higher) => Entered::Stale(higher),
             Step::Failed(cause) => Entered::Failed(cause),
@@ -356,6 +385,14 @@ impl Gate {
                 self.held.borrow_mut().push(h);
                 Entered::Held
             }
+        }
+    }
+
+    /// A write this Envoy's gate passed goes on to the shared registry, held until it
+    /// lets it go (the budget counts from now).
+    fn across(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) {
+        if let Some(shared) = &self.shared {
+            shared.enter(f, reply, resource, verdict, token, now_ms().saturating_add(self.config.budget_ms));
         }
     }
 
@@ -378,7 +415,7 @@ mod tests {
     }
 
     fn gate() -> Gate {
-        Gate::new(GateConfig::default(), 1, Some(9))
+        Gate::new(GateConfig::default(), 1, Some(9), None)
     }
 
     fn flight(owner: u64, context: u32, token: &str, deadline: u64) -> SharedFlight {

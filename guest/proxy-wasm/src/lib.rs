@@ -18,6 +18,7 @@
 //!   flight's end wakes the workers holding writes back for it.
 //! * [`gate`]: the ordering gate: no admitted write goes upstream while a lower-token
 //!   write on its resource may still reach the store.
+//! * [`shared`]: the ordering gate across instances: the in-flight registry in etcd.
 //! * [`reply`]: forward or refuse a request, as the core resolves it.
 //! * [`request`]: the per-request state machine (the HTTP context).
 
@@ -33,6 +34,7 @@ pub mod gate;
 pub mod headers;
 pub mod reply;
 pub mod request;
+pub mod shared;
 pub mod slots;
 pub mod vouch;
 pub mod wake;
@@ -73,6 +75,7 @@ pub struct Metrics {
     gate_waited: u32,
     gate_timed_out: u32,
     gate_given_up: u32,
+    shared_waited: u32,
     start_grace: u32,
 }
 
@@ -94,6 +97,7 @@ impl Metrics {
             gate_waited: counter("gate.waited")?,
             gate_timed_out: counter("gate.timed_out")?,
             gate_given_up: counter("gate.given_up")?,
+            shared_waited: counter("gate.shared_waited")?,
             start_grace: counter("start_grace")?,
         })
     }
@@ -111,6 +115,11 @@ impl Metrics {
     /// A forwarded write was given up on; it holds its resource for the apply bound.
     pub fn gate_given_up(&self) {
         let _ = hostcalls::increment_metric(self.gate_given_up, 1);
+    }
+
+    /// An admitted write was held back for another instance's lower-token write.
+    pub fn shared_waited(&self) {
+        let _ = hostcalls::increment_metric(self.shared_waited, 1);
     }
 
     /// A fenced write was refused in the start grace.
@@ -222,7 +231,16 @@ impl Context for Root {
     /// The answer to a batch's Txn (the root sends them all).
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, size: usize) {
         let Some(f) = &self.filter else { return };
-        confirms::on_answer(f, token, &etcd::response(status_code, size));
+        let response = etcd::response(status_code, size);
+        if confirms::on_answer(f, token, &response) {
+            return;
+        }
+        // The shared registry's calls sent from the root (a request's registering call
+        // sent again on a tick, or from a batch's answer; the lease); the answers to
+        // its deletes need nothing.
+        if let Some(shared) = f.gate.as_ref().and_then(|g| g.shared.as_ref()) {
+            shared.on_root_answer(f, token, &response);
+        }
     }
 }
 
@@ -273,7 +291,12 @@ impl RootContext for Root {
             }
         };
         let wake = batching.then_some(queue);
-        let gate = config.gate.map(|g| gate::Gate::new(g, vm, Some(queue)));
+        let shared = config
+            .gate
+            .filter(|g| g.shared)
+            .zip(config.etcd.as_ref())
+            .map(|(g, e)| shared::Shared::new(e.flight_prefix.clone(), g.flight_ms, g.apply_bound_ms, vm));
+        let gate = config.gate.map(|g| gate::Gate::new(g, vm, Some(queue), shared));
         if let Some(g) = &gate {
             // Stamped before this worker serves: its flights are never taken for a
             // gone worker's.

@@ -123,6 +123,13 @@ pub struct Args {
     /// store apply bound. 0: off.
     #[arg(long, default_value = "0s", value_parser = crate::serve::parse_duration)]
     start_grace: Duration,
+    /// Order writes across every Envoy and gateway that writes the same store through
+    /// the same etcd: each admitted write is registered in flight in etcd, under a
+    /// lease of each worker's, and waits while another instance has a lower-token write
+    /// on the resource that the store may still apply. Without it each Envoy orders
+    /// only its own writes: route each resource to one instance.
+    #[arg(long, conflicts_with_all = ["no_gate", "no_etcd"])]
+    shared_gate: bool,
     /// UNSAFE: turn the ordering gate off. A slow lower-token write can then land after
     /// a higher one. For measurements and demonstrations only.
     #[arg(long)]
@@ -294,10 +301,16 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> serde_json::Value {
         c.insert("gate".into(), serde_json::Value::Null);
     } else {
         let bound = args.store_apply_bound.unwrap_or(args.route_timeout);
-        let gate = serde_json::json!({
+        let mut gate = serde_json::json!({
             "apply_bound_ms": bound.as_millis() as u64,
             "budget_ms": args.gate_budget.as_millis() as u64,
         });
+        if args.shared_gate {
+            gate["shared"] = true.into();
+            // A worker's lease outlives each flight by the route timeout (Envoy gives
+            // up by then) plus the bound.
+            gate["flight_ms"] = (args.route_timeout.as_millis() as u64).into();
+        }
         c.insert("gate".into(), gate);
     }
     if !args.start_grace.is_zero() {
