@@ -23,7 +23,11 @@
 #   in-filter-pass our filter told to fence POST alone in its own configuration, so a
 #                  PUT enters the VM and is let through there
 #   shared         our filter in efficiency mode on shared data alone (--no-etcd)
+#   shared-nogate  the same without its ordering gate (--no-gate): what the gate costs
 #   etcd           our filter in correctness mode, marks in etcd
+#   etcd-nogate    the same without its ordering gate (--no-gate)
+#   etcd-sharedgate the same with the gate shared through etcd (--shared-gate): one
+#                  more etcd Txn per write (its registration) and a delete after it
 #   etcd-single    the same with batched confirms off: one Txn per request (not in
 #                  the default rows; FK_BENCH_ROWS=etcd-single:fixed:16 runs it)
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
@@ -293,11 +297,14 @@ start_envoy headers --no-etcd --mode efficiency --filter "$headers_wasm"
 start_envoy fence-floor --no-etcd --mode efficiency --filter "$floor_wasm"
 start_envoy pause-floor --no-etcd --mode efficiency --filter "$pause_wasm"
 start_envoy shared --no-etcd --mode efficiency
+start_envoy shared-nogate --no-etcd --mode efficiency --no-gate
 start_envoy passthrough --no-etcd --mode efficiency --fenced-methods POST
 start_envoy in-filter-pass --no-etcd --mode efficiency
 # The tokens are made up, not etcd revisions: measured without the provenance check.
 start_envoy etcd --etcd "127.0.0.1:$ec" --provenance off
 start_envoy etcd-single --etcd "127.0.0.1:$ec" --provenance off
+start_envoy etcd-nogate --etcd "127.0.0.1:$ec" --provenance off --no-gate
+start_envoy etcd-sharedgate --etcd "127.0.0.1:$ec" --provenance off --shared-gate
 start_envoy confirm-floor --etcd "127.0.0.1:$ec" --provenance off --filter "$confirm_wasm"
 
 cat >"$work/fixed.lua" <<'LUA'
@@ -340,17 +347,19 @@ run() {
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd writes).
-for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared etcd etcd-single confirm-floor; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-single etcd-nogate etcd-sharedgate confirm-floor; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
 wrk -t1 -c1 -d1s -s "$work/spread.lua" "http://127.0.0.1:${listen[etcd]}/" >/dev/null
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the
 # machine is shared, interleaving spreads its drift over every row alike, and the
 # best round is the one least disturbed by other work.
 # FK_BENCH_ROWS="NAME:TOKENS:CONNS ..." runs those rows alone.
-rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared:fixed:1 etcd:fixed:1
+rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared-nogate:fixed:1 shared:fixed:1 etcd-nogate:fixed:1
+  etcd:fixed:1 etcd-sharedgate:fixed:1
   none:fixed:16 empty:fixed:16 headers:fixed:16 fence-floor:fixed:16 passthrough:fixed:16
-  in-filter-pass:fixed:16 shared:fixed:16 pause-floor:fixed:16 confirm-floor:fixed:16 etcd:fixed:16
-  shared:rising:1 etcd:rising:1 none:spread:16 etcd:spread:16
+  in-filter-pass:fixed:16 shared-nogate:fixed:16 shared:fixed:16 pause-floor:fixed:16 confirm-floor:fixed:16
+  etcd-nogate:fixed:16 etcd:fixed:16 etcd-sharedgate:fixed:16
+  shared:rising:1 etcd-nogate:rising:1 etcd:rising:1 etcd-sharedgate:rising:1 none:spread:16 etcd:spread:16
   none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
 if [[ -n ${FK_BENCH_ROWS:-} ]]; then read -r -a rows <<<"$FK_BENCH_ROWS"; fi
 # The etcd filter's confirm batches (its confirm_batch.* stats) around each of its rows.

@@ -15,6 +15,9 @@
 #                admit advances the mark), or one fixed token on 64 resources in turn
 #                (spread: holders of different resources; etcd's row compares each
 #                key in turn)
+#   shared-gate  the same gateway with --shared-gate: each write also registered in
+#                the in-flight registry in etcd (one more Txn) and deleted after its
+#                answer (one more); the cost of ordering writes across instances
 #   hop          wrk to a second gateway told to fence POST alone (--fenced-methods
 #                POST), so a PUT is forwarded to nginx without a check: the hop any
 #                gateway makes. At one connection a request waits for its Txn and
@@ -42,6 +45,9 @@ gw=$(port); admin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$gw" --admin "127.0.0.1:$admin" \
     --etcd "$etcd" >"$work/gateway.log" 2>&1 & pids+=($!)
 gwpid=$!
+sg=$(port); sgadmin=$(port)
+"$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$sg" --admin "127.0.0.1:$sgadmin" \
+    --etcd "$etcd" --shared-gate >"$work/shared-gate.log" 2>&1 & pids+=($!)
 hop=$(port); hopadmin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$hop" --admin "127.0.0.1:$hopadmin" \
     --etcd "$etcd" --fenced-methods POST >"$work/hop.log" 2>&1 & pids+=($!)
@@ -50,6 +56,7 @@ etcdpid=$(pgrep -f -- "--listen-client-urls=http://$etcd( |$)")
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 wait_http "http://127.0.0.1:$admin/healthz"
 wait_http "http://127.0.0.1:$hopadmin/healthz"
+wait_http "http://127.0.0.1:$sgadmin/healthz"
 
 # The fixed token's mark, written once through the gateway; its record is what the raw
 # compare compares with.
@@ -122,6 +129,7 @@ for round in $(seq "$rounds"); do
       row=$(run "http://127.0.0.1:$gw/$tok" "gw-$tok" "$c")
       echo "gateway $tok $c $row $(($(ticks "$etcdpid") - e0)) $(($(ticks "$gwpid") - g0))" >>"$work/results"
       [[ $tok == fixed ]] && echo "hop $tok $c $(run "http://127.0.0.1:$hop/fixed" gw-fixed "$c")" >>"$work/results"
+      [[ $tok == spread ]] || echo "shared-gate $tok $c $(run "http://127.0.0.1:$sg/$tok" "gw-$tok" "$c")" >>"$work/results"
     done
   done
 done
@@ -152,6 +160,16 @@ for (tok, c), by in sorted(rows.items()):
             f = 1 / (1 / p + 1 / h)
             floor, ratio = f"{f:.0f}", f"{g / f:.2f}x"
     print(f"| {tok} | {c} | {e:.0f} | {p:.0f} | {g:.0f} | {g / e:.2f}x | {g / p:.2f}x | {hop} | {floor} | {ratio} | {bad} |")
+print()
+print("| tokens | conns | gateway req/s (median) | gateway --shared-gate req/s (median) | shared / local gate | non-2xx (shared) |")
+print("|---|---|---|---|---|---|")
+for (tok, c), by in sorted(rows.items()):
+    if "shared-gate" not in by:
+        continue
+    g = statistics.median(r for r, _ in by["gateway"])
+    s = statistics.median(r for r, _ in by["shared-gate"])
+    bad = sum(b for _, b in by["shared-gate"])
+    print(f"| {tok} | {c} | {g:.0f} | {s:.0f} | {s / g:.2f}x | {bad} |")
 print()
 print("| tokens | conns | etcd CPU per gateway request, µs (median) | gateway CPU per request, µs (median) |")
 print("|---|---|---|---|")

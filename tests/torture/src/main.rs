@@ -130,11 +130,13 @@ fn groups(targets: &BTreeMap<String, client::Target>) -> Vec<Group> {
             out.push(Group { name: name.to_owned(), targets, claims_order: claims, resources });
         }
     };
+    // Every group claims store order: one host's gate, or the gates of several
+    // sharing the in-flight registry in etcd.
     group("pin-gw1", &["gw1"], true, 6);
     group("pin-gw2", &["gw2"], true, 6);
-    group("gw-both", &["gw1", "gw2"], false, 4);
-    group("envoy", &["envoy1", "envoy2"], false, 6);
-    group("mixed", &["gw1", "gw2", "envoy1", "envoy2"], false, 4);
+    group("gw-both", &["gw1", "gw2"], true, 4);
+    group("envoy", &["envoy1", "envoy2"], true, 6);
+    group("mixed", &["gw1", "gw2", "envoy1", "envoy2"], true, 4);
     group("file", &["gwfile"], true, 6);
     group("proc-gw1", &["gw1"], true, 1);
     // Fresh resources the nemesis writes while gwfile's disk is full (each a new key).
@@ -144,7 +146,7 @@ fn groups(targets: &BTreeMap<String, client::Target>) -> Vec<Group> {
         out.push(Group {
             name,
             targets: vec![t.name.clone()],
-            claims_order: !t.envoy,
+            claims_order: true,
             resources: vec![nemesis::probe_resource(&t.name)],
         });
     }
@@ -279,6 +281,7 @@ fn run(args: RunArgs) -> Result<bool> {
         targets: targets.keys().map(|t| (t.clone(), t != "gwfile")).collect(),
         liveness_bound_ms: nemesis::LIVENESS_BOUND.as_millis() as u64,
         start_grace_ms: system::START_GRACE.as_millis() as u64,
+        apply_bound_ms: system::APPLY_BOUND.as_millis() as u64,
         start: load_start,
         end: load_end,
     };

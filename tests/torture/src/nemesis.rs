@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// Every fault kind, in table order (tests/README.md has one row for each).
-pub const KINDS: [&str; 25] = [
+pub const KINDS: [&str; 26] = [
     "etcd-kill-leader",
     "etcd-kill-follower",
     "etcd-stop-leader",
@@ -34,6 +34,7 @@ pub const KINDS: [&str; 25] = [
     "envoy-kill",
     "envoy-stop",
     "upstream-slow",
+    "upstream-past-bound",
     "upstream-5xx",
     "upstream-restart",
     "disk-full",
@@ -46,8 +47,23 @@ pub const KINDS: [&str; 25] = [
     "replay-old-token",
 ];
 
-/// After a fault heals, a fresh holder's write is stored within this bound.
-pub const LIVENESS_BOUND: Duration = Duration::from_secs(15);
+/// After a fault heals, a fresh holder's write is stored within this bound: an instance
+/// that died may hold the resources it had in flight until its lease in the shared
+/// registry expires ([`crate::system::LINGER`]).
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(25);
+
+/// Faults that take an instance of the shared gate away (killed, frozen, trapped,
+/// stopped): its flights keep the resources they are on held until its lease
+/// expires, so every target's writes on them may wait, and be refused at the gate.
+const TAKES_AN_INSTANCE: [&str; 7] = [
+    "gateway-kill",
+    "gateway-stop",
+    "gateway-term",
+    "gateway-kill-slow-upstream",
+    "envoy-kill",
+    "envoy-stop",
+    "filter-trap",
+];
 
 /// The nemesis and what it acts on.
 pub struct Nemesis<'a> {
@@ -123,14 +139,23 @@ impl Nemesis<'_> {
         let start = clock::now();
         let done = self.inject(kind, n).with_context(|| format!("fault {n} ({kind})"))?;
         let healed = clock::now();
+        // Writes given up on meanwhile hold their resources for the store apply bound,
+        // an instance taken away holds its flights until its lease expires; writes that
+        // wait for them past the gate timeout are refused.
+        let (lingers, targets) = if TAKES_AN_INSTANCE.contains(&kind) && done.injected {
+            (crate::system::LINGER, self.all_targets())
+        } else {
+            (crate::system::APPLY_BOUND + Duration::from_secs(5), done.targets.clone())
+        };
         let fault = Fault {
             n,
             kind: kind.to_owned(),
-            targets: done.targets.clone(),
+            targets: targets.clone(),
             start,
             healed,
             injected: done.injected,
             detail: done.detail,
+            lingers_ms: lingers.as_millis() as u64,
         };
         eprintln!(
             "torture: fault {n} {kind}{} ({:.1} s): {}",
@@ -142,10 +167,10 @@ impl Nemesis<'_> {
         if done.snapshot {
             self.snapshots(Some(n))?;
         }
-        let probed = if done.targets.is_empty() {
+        let probed = if targets.is_empty() {
             vec![self.rng.pick(&self.shared.targets.keys().cloned().collect::<Vec<_>>()).clone()]
         } else {
-            done.targets
+            targets
         };
         for target in probed {
             self.probe(&target, n);
@@ -217,7 +242,7 @@ impl Nemesis<'_> {
                     return Ok(not_injected("no etcd gateway in this run"));
                 }
                 let name = self.rng.pick(&names).clone();
-                let knobs = "delay_pct=50&delay_min_ms=2000&delay_max_ms=8000";
+                let knobs = "delay_pct=50&delay_min_ms=1000&delay_max_ms=4000";
                 self.system.upstream.knobs(knobs)?;
                 std::thread::sleep(Duration::from_millis(1500));
                 let hold = Duration::from_millis(self.rng.between(200, 1000));
@@ -227,7 +252,7 @@ impl Nemesis<'_> {
                 gateway.restart()?;
                 std::thread::sleep(Duration::from_millis(1500));
                 self.system.upstream.knobs("")?;
-                std::thread::sleep(Duration::from_millis(8000));
+                std::thread::sleep(Duration::from_millis(4000));
                 Ok(done(self.all_targets(), format!("{name} killed under {knobs}, down {hold:?}"), true))
             }
             "gateway-kill" | "gateway-stop" | "gateway-term" | "file-gateway-kill" => {
@@ -295,6 +320,21 @@ impl Nemesis<'_> {
                 // Writes delayed until now are still in flight: the fault lasts until
                 // the longest delay has passed.
                 std::thread::sleep(Duration::from_millis(if kind == "upstream-slow" { 4000 } else { 0 }));
+                Ok(done(self.all_targets(), format!("{knobs}, {hold:?}"), false))
+            }
+            "upstream-past-bound" => {
+                // The store breaks its promise: a share of writes waits longer than the
+                // hosts' request timeout plus the store apply bound before it applies
+                // them. A host cannot tell such a write from one that will never land;
+                // one that lands after a newer write is the bound's limit, counted apart.
+                let over = crate::system::REQUEST_TIMEOUT + crate::system::APPLY_BOUND;
+                let (min, max) = (over.as_millis() as u64 + 1000, over.as_millis() as u64 + 4000);
+                let knobs = format!("delay_pct=25&delay_min_ms={min}&delay_max_ms={max}");
+                let hold = self.hold();
+                self.system.upstream.knobs(&knobs)?;
+                std::thread::sleep(hold);
+                self.system.upstream.knobs("")?;
+                std::thread::sleep(Duration::from_millis(max));
                 Ok(done(self.all_targets(), format!("{knobs}, {hold:?}"), false))
             }
             "upstream-restart" => {

@@ -90,6 +90,10 @@ pub struct Landed {
     pub seq: u64,
     /// When it was applied.
     pub at: u64,
+    /// When the store received it (its body had arrived): `at - received` is how long
+    /// the store took to apply it, judged against the store apply bound.
+    #[serde(default)]
+    pub received: u64,
     /// The request path.
     pub resource: String,
     /// The token the fence admitted (`fencing-admitted-token`), empty if none.
@@ -117,6 +121,12 @@ pub struct Fault {
     pub injected: bool,
     /// What exactly was done.
     pub detail: String,
+    /// How long after the heal its consequences may still refuse writes (ms): writes
+    /// given up on hold their resources for the store apply bound, and an instance that
+    /// was killed or frozen holds its flights in the shared registry until its lease
+    /// expires; writes waiting for those get 503 at the gate.
+    #[serde(default)]
+    pub lingers_ms: u64,
 }
 
 /// Marks read back (after a restart, and at the end).
@@ -175,6 +185,12 @@ pub struct RunInfo {
     /// newer one a violation; without it (0), such a landing is a counted crash hit.
     #[serde(default)]
     pub start_grace_ms: u64,
+    /// The store apply bound the hosts were given, in ms: the store applies a write
+    /// within this long of receiving it, except under the `upstream-past-bound` fault.
+    /// A write that landed out of order after taking longer is counted apart (*bound
+    /// exceeded*), not as a violation: it is the one timing assumption's limit. 0: none.
+    #[serde(default)]
+    pub apply_bound_ms: u64,
     /// Stamp when the load began.
     pub start: u64,
     /// Stamp when it ended.

@@ -48,16 +48,24 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         }
         by_kind
     };
-    let (violations, hits_by_kind, crashes) =
-        (attribute(&report.violations), attribute(&report.window_hits), attribute(&report.crash_hits));
-    println!("| fault kind | injected | not injected | violations | window hits (unclaimed) | crash hits (claimed) |");
+    let (violations, hits_by_kind, crashes, exceeded) = (
+        attribute(&report.violations),
+        attribute(&report.window_hits),
+        attribute(&report.crash_hits),
+        attribute(&report.bound_exceeded),
+    );
+    println!(
+        "| fault kind | injected | not injected | violations | window hits (unclaimed) | crash hits (claimed) | bound exceeded |"
+    );
     let count = |m: &BTreeMap<String, u64>, k: &str| m.get(k).copied().unwrap_or(0);
     for (kind, (yes, no)) in &report.faults {
-        let (v, h, c) = (count(&violations, kind), count(&hits_by_kind, kind), count(&crashes, kind));
-        println!("| {kind} | {yes} | {no} | {v} | {h} | {c} |");
+        let (v, h, c, x) =
+            (count(&violations, kind), count(&hits_by_kind, kind), count(&crashes, kind), count(&exceeded, kind));
+        println!("| {kind} | {yes} | {no} | {v} | {h} | {c} | {x} |");
     }
-    let (v, h, c) = (count(&violations, NONE), count(&hits_by_kind, NONE), count(&crashes, NONE));
-    println!("| {NONE} | | | {v} | {h} | {c} |");
+    let (v, h, c, x) =
+        (count(&violations, NONE), count(&hits_by_kind, NONE), count(&crashes, NONE), count(&exceeded, NONE));
+    println!("| {NONE} | | | {v} | {h} | {c} | {x} |");
     let mut hits: BTreeMap<String, u64> = BTreeMap::new();
     for h in &report.window_hits {
         let group = h.resource.as_deref().and_then(|r| input.group_of(r)).map_or("?".into(), |g| g.name.clone());
@@ -76,16 +84,26 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         );
     }
     let findings = dir.join("findings");
-    if !report.violations.is_empty() || !report.window_hits.is_empty() || !report.crash_hits.is_empty() {
+    let found = [&report.violations, &report.window_hits, &report.crash_hits, &report.bound_exceeded];
+    if found.iter().any(|list| !list.is_empty()) {
         std::fs::create_dir_all(&findings)?;
     }
     println!(
         "gateway crashes     {} claimed-group writes landed out of order after their gateway was killed with them in flight",
         report.crash_hits.len()
     );
-    for (prefix, list) in
-        [("violation", &report.violations), ("crash-hit", &report.crash_hits), ("window-hit", &report.window_hits)]
-    {
+    println!(
+        "bound exceeded      {} writes landed out of order after the store took longer than the store apply bound \
+         ({} ms) to apply them",
+        report.bound_exceeded.len(),
+        input.info.apply_bound_ms
+    );
+    for (prefix, list) in [
+        ("violation", &report.violations),
+        ("crash-hit", &report.crash_hits),
+        ("window-hit", &report.window_hits),
+        ("bound-exceeded", &report.bound_exceeded),
+    ] {
         for (i, f) in list.iter().enumerate() {
             if i < 20 || prefix == "violation" && i < 200 {
                 println!("{prefix} (rule {}): {}", f.rule, f.message);
@@ -112,11 +130,12 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         .map(|g| hits.get(&g.name).copied().unwrap_or(0))
         .sum();
     println!(
-        "torture: {} writes checked ({:.0}/s), {injected} faults of {kinds} kinds, {} violations, {} window hits where not claimed (Envoy: {envoy_hits} of {envoy_landed} applied){}",
+        "torture: {} writes checked ({:.0}/s), {injected} faults of {kinds} kinds, {} violations, {} window hits where not claimed (Envoy: {envoy_hits} of {envoy_landed} applied), {} landings past the store apply bound{}",
         report.writes,
         report.writes as f64 / seconds.max(1.0),
         report.violations.len(),
         report.window_hits.len(),
+        report.bound_exceeded.len(),
         if report.violations.is_empty() && report.window_hits.is_empty() { String::new() } else { format!("; see {}", findings.display()) }
     );
     Ok(())

@@ -124,10 +124,26 @@ pub struct System {
     pub no_disk: Option<String>,
 }
 
-/// Every gateway's `--start-grace`: longer than the store takes to apply any write it
-/// was sent (the nemesis delays writes by at most 8 s), so a restarted gateway forwards
-/// nothing while writes its killed predecessor sent may still land.
+/// The file-store gateway's `--start-grace`: longer than the store takes to apply any
+/// write it was sent (the store apply bound), so a restarted gateway forwards nothing
+/// while writes its killed predecessor sent may still land. The etcd gateways need
+/// none: their predecessor's flights stay in the shared registry until its lease
+/// expires.
 pub const START_GRACE: Duration = Duration::from_secs(9);
+
+/// The store apply bound every host is given: the store applies a write within this
+/// long of receiving it (the nemesis delays writes by at most 4 s), except under the
+/// `upstream-past-bound` fault, which shows what happens past it.
+pub const APPLY_BOUND: Duration = Duration::from_secs(5);
+
+/// The hosts' request timeout (the gateways' `--request-timeout`, the Envoys' route
+/// timeout): longer than the store's slowest honest write.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// How long after it died an instance's flights may hold resources in the shared
+/// registry: its lease's TTL (request timeout + bound + the hosts' 5 s margin), plus
+/// the gate timeout of the writes waiting for them.
+pub const LINGER: Duration = Duration::from_secs(6 + 5 + 5 + 5);
 
 impl System {
     /// Start what `choice` asks for, logs and data under `dir`.
@@ -144,13 +160,25 @@ impl System {
         let upstream_url = format!("http://{}", upstream.addr);
         let guest = guest_path("test-guests/guest_faults.wasm").display().to_string();
         let grace = format!("{}ms", START_GRACE.as_millis());
+        let (timeout, bound) = (format!("{}ms", REQUEST_TIMEOUT.as_millis()), format!("{}ms", APPLY_BOUND.as_millis()));
         let mut gateways = Vec::new();
         if choice.gateways {
             for (name, member) in [("gw1", 0), ("gw2", 1)] {
                 let gdir = WorkDir::kept(&dir.join(name))?;
                 let store = gdir.path().join("unused.redb");
                 let url = etcd.members[member].url();
-                let args = ["--etcd", url.as_str(), "--guest", guest.as_str(), "--start-grace", grace.as_str()];
+                // Written by both gateways and both Envoys: one gate for all, in etcd.
+                let args = [
+                    "--etcd",
+                    url.as_str(),
+                    "--guest",
+                    guest.as_str(),
+                    "--shared-gate",
+                    "--request-timeout",
+                    &timeout,
+                    "--store-apply-bound",
+                    &bound,
+                ];
                 gateways.push((name.to_owned(), Gateway::start_in(gdir, store, &upstream_url, &args)?));
             }
         }
@@ -166,7 +194,16 @@ impl System {
                 }
             }
             let gdir = WorkDir::kept(&dir.join("gwfile"))?;
-            let args = ["--guest", guest.as_str(), "--start-grace", grace.as_str()];
+            let args = [
+                "--guest",
+                guest.as_str(),
+                "--start-grace",
+                grace.as_str(),
+                "--request-timeout",
+                &timeout,
+                "--store-apply-bound",
+                &bound,
+            ];
             gateways
                 .push(("gwfile".to_owned(), Gateway::start_in(gdir, mount.join("marks.redb"), &upstream_url, &args)?));
         }
@@ -186,6 +223,11 @@ impl System {
                     &filter,
                     "--test-fault-header",
                     crate::client::FILTER_FAULT_HEADER,
+                    "--shared-gate",
+                    "--route-timeout",
+                    &timeout,
+                    "--store-apply-bound",
+                    &bound,
                 ];
                 let yaml = envoy::generate(listen, admin, &args)?;
                 envoys.push((name.to_owned(), Envoy::start_with(2, listen, admin, &yaml)?));

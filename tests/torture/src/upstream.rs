@@ -151,6 +151,7 @@ async fn write(store: &Arc<Store>, req: Request<Incoming>) -> Response<bytes_bod
         return answer(StatusCode::BAD_REQUEST, &[], "body");
     };
     let id = String::from_utf8_lossy(&body.to_bytes()).into_owned();
+    let received = clock::now();
     // Applied in a task of its own: a write whose body arrived is applied even if the
     // proxy hangs up meanwhile (it timed out, or crashed), as a blind store does.
     let store = store.clone();
@@ -165,7 +166,7 @@ async fn write(store: &Arc<Store>, req: Request<Incoming>) -> Response<bytes_bod
         }
         let mut seq = store.seq.lock().unwrap_or_else(|p| p.into_inner());
         *seq += 1;
-        let landed = Landed { seq: *seq, at: clock::now(), resource, token, target, id };
+        let landed = Landed { seq: *seq, at: clock::now(), received, resource, token, target, id };
         store.log.write(&landed).map_err(|_| StatusCode::INSUFFICIENT_STORAGE)?;
         Ok(*seq)
     });

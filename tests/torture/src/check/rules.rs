@@ -2,10 +2,12 @@
 //!
 //! 1. **Store order.** On each resource, once the store applied a write carrying token
 //!    t', it never afterwards applies one carrying a lower token. A breach is a
-//!    violation where the resource's group claims it (one gateway's ordering gate),
-//!    and a counted *window hit* elsewhere (two gateways, Envoy). Also: the store
-//!    applies only writes that were sent, with the token sent, and never one whose
-//!    client was refused.
+//!    violation where the resource's group claims it (every group does: one host's
+//!    ordering gate, or several sharing the in-flight registry), and a counted *window
+//!    hit* elsewhere. A late write that the store itself took longer than the store
+//!    apply bound to apply is counted apart (*bound exceeded*): the gate's one timing
+//!    assumption did not hold for it. Also: the store applies only writes that were
+//!    sent, with the token sent, and never one whose client was refused.
 //! 2. **Linearizable admits** against a max-register, per resource, across every host
 //!    sharing the marks (`fencekeeper_harness::max_register`).
 //! 3. **No acknowledged mark lost**: every read-back of the marks (after each restart,
@@ -50,6 +52,9 @@ pub struct Report {
     pub violations: Vec<Finding>,
     /// Rule 1 breaches where no claim is made, per group.
     pub window_hits: Vec<Finding>,
+    /// Rule 1 breaches whose late write the store took longer than the store apply
+    /// bound to apply (the timing assumption broken, not the gate).
+    pub bound_exceeded: Vec<Finding>,
     /// Rule 1 breaches on a claimed group whose late write was in flight through a
     /// gateway that was killed meanwhile: its ordering gate died with it
     /// (docs/gateway.md, "What remains").
@@ -136,7 +141,14 @@ fn windows(input: &Input, report: &mut Report) -> Vec<Window> {
                 }),
             }
         }
-        out.push(Window { targets: f.targets.clone(), start: f.start, end, fallback_end: f.healed + bound });
+        // Its consequences may outlast the probes: writes given up on, or an instance's
+        // flights, hold resources for a while after the heal.
+        let lingers = f.healed + f.lingers_ms * 1_000_000;
+        for e in end.values_mut() {
+            *e = (*e).max(lingers);
+        }
+        let fallback_end = (f.healed + bound).max(lingers);
+        out.push(Window { targets: f.targets.clone(), start: f.start, end, fallback_end });
     }
     out
 }
@@ -194,7 +206,13 @@ fn store_order(input: &Input, classes: &[Class], report: &mut Report) {
                 let late = by_id.get(l.id.as_str()).map(|&i| &input.writes[i]);
                 let claimed = group.is_some_and(|g| g.claims_order);
                 let graced = input.info.start_grace_ms > 0;
-                if claimed && !graced && late.is_some_and(|w| killed_in_flight(input, w)) {
+                let bound = input.info.apply_bound_ms * 1_000_000;
+                let took = l.at.saturating_sub(l.received);
+                if bound > 0 && l.received > 0 && took > bound {
+                    let mut finding = finding;
+                    finding.message += &format!(" (the store took {} ms to apply it)", ms(took));
+                    report.bound_exceeded.push(finding);
+                } else if claimed && !graced && late.is_some_and(|w| killed_in_flight(input, w)) {
                     report.crash_hits.push(finding);
                 } else if claimed {
                     report.violations.push(finding);
@@ -231,8 +249,14 @@ fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
         if classes[i] == Class::Stale && w.target.starts_with("envoy") {
             // The filter refuses a token below its local copy of the mark without asking
             // etcd (docs/envoy.md): the refusal is right, but the mark it reports may be
-            // behind etcd's. Checked on its own below, not as a register read.
+            // behind etcd's. Checked on its own below, not as a register read. Its
+            // ordering gate may also have refused it after etcd admitted it (overtaken
+            // while it was held): its token may have been written.
             envoy_refusals.push(i);
+            per_resource
+                .entry(&w.resource)
+                .or_default()
+                .push((i, Op { token: t, answer: Answer::Unknown, start: w.start, end: w.end }));
             continue;
         }
         let answer = match classes[i] {
@@ -281,7 +305,9 @@ fn envoy_copy_refusals(input: &Input, classes: &[Class], refusals: &[usize], rep
     let mut acked: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
     for (i, w) in input.writes.iter().enumerate() {
         let Some(t) = token(w).filter(|_| w.kind.admits()) else { continue };
-        if classes[i].admitted() || matches!(classes[i], Class::Undecided | Class::Unknown) {
+        // A write refused as stale may have written its token first: both hosts' gates
+        // refuse an admitted write that a higher one overtook while it was held.
+        if classes[i].admitted() || matches!(classes[i], Class::Undecided | Class::Unknown | Class::Stale) {
             let first = writers.entry((&w.resource, t)).or_insert(w.start);
             *first = (*first).min(w.start);
         }
