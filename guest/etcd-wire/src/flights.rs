@@ -1,40 +1,43 @@
-//! The shared in-flight registry: the writes every host sharing one etcd has sent
-//! to the store, so that a higher-token write through one instance waits for a
+//! The shared in-flight registry: the writes every host sharing one etcd has sent to
+//! the store, so that a higher-token write through one instance waits for a
 //! lower-token write still in flight through another (the ordering gate across
 //! instances; `fencekeeper_core::gate` is the rule).
 //!
-//! Keys and values, written by the gateway and the Envoy filter alike:
+//! An instance (a gateway, an Envoy worker) registers each token it has writes in
+//! flight with on a resource, once, however many such writes there are:
 //!
 //! ```text
-//! key    = prefix ‖ len(resource) as 4 hex digits ‖ resource ‖ instance (16 hex) ‖ sequence (16 hex)
-//! value  = the core's record of the write's token, checked against the key
-//! lease  = the instance's lease: a host that dies loses its flights when it expires
+//! key    = prefix ‖ len(resource) as 4 hex digits ‖ resource ‖ instance (16 hex) ‖ token
+//! value  = the core's record of the token, checked against the key
+//! lease  = the instance's lease: an instance that dies loses its flights when it expires
 //! ```
 //!
 //! The length makes one resource's keys a prefix of no other resource's. The record
-//! (`fencekeeper_core::record`, with the flight's key in the CRC) makes a damaged or
-//! moved value an error, never a lower token.
+//! (`fencekeeper_core::record`, with the key in the CRC) makes a damaged or moved value
+//! an error, never a lower token.
 //!
-//! One Txn registers a write and reads the others, under the same compare that
-//! proves the write is not stale:
+//! One Txn passes a write, under the compare that proves it is not stale:
 //!
 //! ```text
 //! compare: value(mark key) == record(resource, token)   the mark is still the write's token
-//! success: put(flight key, record, lease), range(the resource's flights)
+//! success: [put(flight key, record, lease)], range(the resource's flights)
 //! failure: range(mark key)                               a higher token was admitted: stale
 //! ```
 //!
-//! A write that finds a lower flight waits and sends the same Txn again (the put is
-//! idempotent): it stays registered while it waits, so a still higher write waits
-//! for it too, and the compare refuses it as soon as a higher token is admitted.
-//! When the store has answered a write, its host deletes its key; when the host gave
-//! up on it, the host deletes it once the store apply bound has passed; when the host
-//! died, its lease expires.
+//! The put is there only for the first write of a token (the [`Ledger`] knows): a
+//! holder writing again with its token costs etcd a read-only Txn. A write that finds
+//! another instance's lower flight waits and asks again; the compare refuses it as
+//! soon as a higher token is admitted. When the last write of a token is over (the
+//! store answered it, or the store apply bound passed after the instance gave up on
+//! it), the instance deletes the key a little later, if no new write of that token
+//! came meanwhile, and only if nobody put it since ([`end_txn`] compares its
+//! revision); an instance that died loses its keys with its lease.
 
 use crate::{grpc, mark_of, Expect, KeyValue, MarkError, Op, Range, TxnAnswer, WireError};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
 use fencekeeper_core::record;
 use fencekeeper_core::Token;
+use std::collections::HashMap;
 
 /// The default key prefix of flights.
 pub const DEFAULT_FLIGHT_PREFIX: &str = "/fencekeeper/flights/";
@@ -44,67 +47,97 @@ pub fn resource_prefix(prefix: &str, resource: &str) -> String {
     format!("{prefix}{:04x}{resource}", resource.len())
 }
 
-/// The key of one flight: instance `instance`'s write number `sequence` on `resource`.
-pub fn flight_key(prefix: &str, resource: &str, instance: u64, sequence: u64) -> String {
-    format!("{}{instance:016x}{sequence:016x}", resource_prefix(prefix, resource))
+/// The key prefix of `instance`'s flights on `resource`.
+pub fn instance_prefix(prefix: &str, resource: &str, instance: u64) -> String {
+    format!("{}{instance:016x}", resource_prefix(prefix, resource))
 }
 
-/// The registering Txn (a `TxnRequest`) of a write admitted with `token` on
-/// `resource` (its mark at `mark_key`), as flight `key` under `lease`.
-pub fn register_txn(prefix: &str, mark_key: &str, resource: &str, token: &Token, key: &str, lease: i64) -> Vec<u8> {
+/// The key of `instance`'s writes with `token` on `resource`.
+pub fn flight_key(prefix: &str, resource: &str, instance: u64, token: &Token) -> String {
+    format!("{}{token}", instance_prefix(prefix, resource, instance))
+}
+
+/// The Txn (a `TxnRequest`) that passes a write admitted with `token` on `resource`
+/// (its mark at `mark_key`) for `instance`, putting its flight under `lease` when
+/// `put` (its first write of that token).
+pub fn pass_txn(
+    prefix: &str,
+    mark_key: &str,
+    resource: &str,
+    token: &Token,
+    instance: u64,
+    put: Option<i64>,
+) -> Vec<u8> {
     let mark = record::encode(resource.as_bytes(), token);
+    let key = flight_key(prefix, resource, instance, token);
     let value = record::encode(key.as_bytes(), token);
     let flights = resource_prefix(prefix, resource);
-    let put = Op::Put { key: key.as_bytes(), value: value.as_bytes(), lease: Some(lease) };
     let read = Op::Range(Range { key: flights.as_bytes(), prefix: true, ..Range::default() });
+    let put = put.map(|lease| Op::Put { key: key.as_bytes(), value: value.as_bytes(), lease: Some(lease) });
+    let success: Vec<Op<'_>> = put.into_iter().chain([read]).collect();
     let read_mark = Op::Range(Range { key: mark_key.as_bytes(), ..Range::default() });
-    grpc::txn(&[(mark_key.as_bytes(), Expect::Value(mark.as_bytes()))], &[put, read], &[read_mark])
+    grpc::txn(&[(mark_key.as_bytes(), Expect::Value(mark.as_bytes()))], &success, &[read_mark])
 }
 
-/// The Txn that deletes flight `key` (the write is over).
-pub fn end_txn(key: &str) -> Vec<u8> {
-    grpc::txn(&[], &[Op::Delete { key: key.as_bytes() }], &[])
+/// The Txn that deletes `instance`'s flight of `token` on `resource`, if it is still
+/// the one put at `revision` (a later put of the same token keeps it).
+pub fn end_txn(prefix: &str, resource: &str, instance: u64, token: &Token, revision: u64) -> Vec<u8> {
+    let key = flight_key(prefix, resource, instance, token);
+    let compare = [(key.as_bytes(), Expect::ModifiedAt(revision as i64))];
+    grpc::txn(&compare, &[Op::Delete { key: key.as_bytes() }], &[])
 }
 
-/// What registering a write found.
+/// What passing a write found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Registration {
-    /// Registered, and no lower-token write may still reach the store: send it.
+    /// No other instance has a lower-token write on the resource in flight: send it.
     Go,
-    /// Registered, and a lower-token write is still in flight: ask again later.
+    /// Another instance's lower-token write is still in flight: ask again later.
     Wait,
-    /// The mark is above the write's token (or a higher write is in flight): stale,
-    /// and this is the higher token. The write was not registered, or is to be ended.
+    /// The mark is above the write's token (or another instance has a higher write in
+    /// flight): stale, and this is the higher token.
     Stale(Token),
     /// The mark is no longer the write's token but not above it (an operator lowered
     /// or cleared it): nothing can be said, the write is refused for a retry.
     Moved(Option<Token>),
 }
 
-/// Read the answer to [`register_txn`] for the write `token` on `resource`
-/// registered as `key`. A flight or mark whose record does not check is an error.
-pub fn registered(answer: &TxnAnswer, resource: &str, token: &Token, key: &str) -> Result<Registration, WireError> {
+/// Read the answer to [`pass_txn`] for `instance`'s write `token` on `resource`
+/// (`put`: the Txn put its flight). With it, the revision the flight was put at,
+/// when it was. A flight or mark whose record does not check is an error.
+pub fn passed(
+    answer: &TxnAnswer,
+    prefix: &str,
+    resource: &str,
+    token: &Token,
+    instance: u64,
+    put: bool,
+) -> Result<(Registration, Option<u64>), WireError> {
     if !answer.succeeded {
         let mark = match answer.read(0)?.first() {
             None => None,
             Some(kv) => Some(mark_of(resource, &kv.value).map_err(|e| bad_mark(resource, e))?),
         };
-        return Ok(match mark {
+        let registration = match mark {
             Some(m) if m > *token => Registration::Stale(m),
             other => Registration::Moved(other),
-        });
+        };
+        return Ok((registration, None));
     }
-    let flights = answer.read(1)?;
+    let flights = answer.read(usize::from(put))?;
+    // This instance's own writes are ordered by its own gate.
+    let own = instance_prefix(prefix, resource, instance);
     let mut others = Vec::with_capacity(flights.len());
-    for kv in flights.iter().filter(|kv| kv.key != key.as_bytes()) {
+    for kv in flights.iter().filter(|kv| !kv.key.starts_with(own.as_bytes())) {
         others.push(Flight { token: flight_token(kv)?, until: Until::Answered });
     }
     // Other instances' clocks are not ours: a flight holds until its key is gone.
-    Ok(match pass(token, None, others, 0) {
+    let registration = match pass(token, None, others, 0) {
         Passage::Go => Registration::Go,
         Passage::Wait { .. } => Registration::Wait,
         Passage::Stale(higher) => Registration::Stale(higher),
-    })
+    };
+    Ok((registration, put.then_some(answer.revision)))
 }
 
 fn flight_token(kv: &KeyValue) -> Result<Token, WireError> {
@@ -121,25 +154,102 @@ fn bad_mark(resource: &str, e: MarkError) -> WireError {
     WireError(format!("the mark of {:?} read back from etcd does not check: {e:?}", crate::excerpt(resource)))
 }
 
+/// One instance's account of its flights: which tokens it has writes in flight with
+/// on which resource, whether etcd holds their keys, and when an idle key is deleted.
+/// No I/O: the host sends what it says.
+#[derive(Default)]
+pub struct Ledger {
+    entries: HashMap<(String, Token), Entry>,
+}
+
+#[derive(Default)]
+struct Entry {
+    /// Writes of this token in flight (being passed, sent, or given up on and within
+    /// the bound).
+    writes: usize,
+    /// The revision etcd put the key at, once a put is known to have landed.
+    put: Option<u64>,
+    /// When the key goes, once no write of it is left (milliseconds, the host's clock).
+    idle_since: Option<u64>,
+}
+
+impl Ledger {
+    /// A write of `token` on `resource` begins: true when its Txn must put the flight
+    /// (no put of it is known to have landed).
+    pub fn begin(&mut self, resource: &str, token: Token) -> bool {
+        let e = self.entries.entry((resource.to_owned(), token)).or_default();
+        e.writes += 1;
+        e.idle_since = None;
+        e.put.is_none()
+    }
+
+    /// A put of the flight landed at `revision`.
+    pub fn put(&mut self, resource: &str, token: Token, revision: u64) {
+        if let Some(e) = self.entries.get_mut(&(resource.to_owned(), token)) {
+            e.put = Some(e.put.map_or(revision, |r| r.max(revision)));
+        }
+    }
+
+    /// A write of `token` on `resource` is over (answered, refused before it was sent,
+    /// or its bound passed) at `now`.
+    pub fn end(&mut self, resource: &str, token: Token, now: u64) {
+        let key = (resource.to_owned(), token);
+        let Some(e) = self.entries.get_mut(&key) else { return };
+        e.writes = e.writes.saturating_sub(1);
+        if e.writes == 0 {
+            if e.put.is_some() {
+                e.idle_since = Some(now);
+            } else {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
+    /// The flights idle since `delay` before `now`, forgotten: each one's resource,
+    /// token and the revision to delete it at ([`end_txn`]). A write of the same
+    /// token that begins afterwards puts its flight again.
+    pub fn idle(&mut self, now: u64, delay: u64) -> Vec<(String, Token, u64)> {
+        let due: Vec<(String, Token)> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| e.idle_since.is_some_and(|at| now.saturating_sub(at) >= delay))
+            .map(|(k, _)| k.clone())
+            .collect();
+        due.into_iter()
+            .filter_map(|k| {
+                let e = self.entries.remove(&k)?;
+                Some((k.0, k.1, e.put?))
+            })
+            .collect()
+    }
+
+    /// Whether nothing is in flight or waiting to be deleted.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    const P: &str = DEFAULT_FLIGHT_PREFIX;
 
     fn t(s: &str) -> Token {
         s.parse().unwrap()
     }
 
     fn flight(resource: &str, instance: u64, token: &str) -> KeyValue {
-        let key = flight_key(DEFAULT_FLIGHT_PREFIX, resource, instance, 1);
+        let key = flight_key(P, resource, instance, &t(token));
         let value = record::encode(key.as_bytes(), &t(token)).as_bytes().to_vec();
         KeyValue { key: key.into_bytes(), value, create_revision: 1 }
     }
 
-    fn answer(succeeded: bool, reads: &[&[KeyValue]]) -> TxnAnswer {
+    fn answer(succeeded: bool, put: bool, reads: &[&[KeyValue]]) -> TxnAnswer {
         let mut ops: Vec<Option<&[KeyValue]>> = Vec::new();
-        if succeeded {
-            ops.push(None); // the put
+        if succeeded && put {
+            ops.push(None);
         }
         ops.extend(reads.iter().map(|r| Some(*r)));
         grpc::parse_txn(&grpc::txn_answer(succeeded, 9, &ops)).unwrap()
@@ -147,22 +257,22 @@ mod tests {
 
     #[test]
     fn one_resource_s_keys_prefix_no_other_resource_s() {
-        let a = resource_prefix(DEFAULT_FLIGHT_PREFIX, "ab");
+        let a = resource_prefix(P, "ab");
         for other in ["a", "abc", "ab\u{0}", "b"] {
-            let k = flight_key(DEFAULT_FLIGHT_PREFIX, other, 7, 1);
+            let k = flight_key(P, other, 7, &t("1"));
             assert!(!k.starts_with(&a), "{other:?}: {k}");
         }
-        assert!(flight_key(DEFAULT_FLIGHT_PREFIX, "ab", 7, 1).starts_with(&a));
+        assert!(flight_key(P, "ab", 7, &t("1")).starts_with(&a));
+        assert!(!flight_key(P, "ab", 70, &t("1")).starts_with(&instance_prefix(P, "ab", 7)));
     }
 
     #[test]
-    fn a_lower_flight_elsewhere_makes_the_write_wait_and_its_own_key_is_not_counted() {
-        let own = flight("/r", 1, "34");
-        let key = String::from_utf8(own.key.clone()).unwrap();
-        let waits = answer(true, &[&[flight("/r", 2, "33"), own.clone()]]);
-        assert_eq!(registered(&waits, "/r", &t("34"), &key).unwrap(), Registration::Wait);
-        let goes = answer(true, &[&[own.clone(), flight("/r", 3, "34")]]);
-        assert_eq!(registered(&goes, "/r", &t("34"), &key).unwrap(), Registration::Go);
+    fn another_instance_s_lower_flight_makes_the_write_wait_and_its_own_never_do() {
+        let r = |a: &TxnAnswer, put| passed(a, P, "/r", &t("34"), 1, put).unwrap();
+        let waits = answer(true, true, &[&[flight("/r", 2, "33"), flight("/r", 1, "34")]]);
+        assert_eq!(r(&waits, true), (Registration::Wait, Some(9)));
+        let own_lower = answer(true, false, &[&[flight("/r", 1, "33"), flight("/r", 3, "34")]]);
+        assert_eq!(r(&own_lower, false), (Registration::Go, None));
     }
 
     #[test]
@@ -172,22 +282,54 @@ mod tests {
             value: record::encode(b"/r", &t(token)).as_bytes().to_vec(),
             create_revision: 1,
         };
-        let r = |a: &TxnAnswer| registered(a, "/r", &t("34"), "k").unwrap();
-        assert_eq!(r(&answer(false, &[&[mark("35")]])), Registration::Stale(t("35")));
-        assert_eq!(r(&answer(false, &[&[mark("30")]])), Registration::Moved(Some(t("30"))));
-        assert_eq!(r(&answer(false, &[&[]])), Registration::Moved(None));
+        let r = |a: &TxnAnswer| passed(a, P, "/r", &t("34"), 1, true).unwrap().0;
+        assert_eq!(r(&answer(false, true, &[&[mark("35")]])), Registration::Stale(t("35")));
+        assert_eq!(r(&answer(false, true, &[&[mark("30")]])), Registration::Moved(Some(t("30"))));
+        assert_eq!(r(&answer(false, true, &[&[]])), Registration::Moved(None));
     }
 
     #[test]
     fn a_damaged_flight_or_mark_is_an_error_never_a_pass() {
         let mut bad = flight("/r", 2, "33");
         bad.value[4] = b'9';
-        let e = registered(&answer(true, &[&[bad]]), "/r", &t("34"), "k").unwrap_err();
+        let e = passed(&answer(true, false, &[&[bad]]), P, "/r", &t("34"), 1, false).unwrap_err();
         assert!(e.0.contains("does not check"), "{e}");
         let mut moved = flight("/r", 2, "33");
-        moved.key = flight_key(DEFAULT_FLIGHT_PREFIX, "/r", 3, 1).into_bytes();
-        assert!(registered(&answer(true, &[&[moved]]), "/r", &t("34"), "k").is_err(), "a value moved to another key");
+        moved.key = flight_key(P, "/r", 3, &t("33")).into_bytes();
+        assert!(passed(&answer(true, false, &[&[moved]]), P, "/r", &t("34"), 1, false).is_err(), "a value moved");
         let damaged = KeyValue { key: b"m".to_vec(), value: b"fk2 99 00000000".to_vec(), create_revision: 1 };
-        assert!(registered(&answer(false, &[&[damaged]]), "/r", &t("34"), "k").is_err());
+        assert!(passed(&answer(false, true, &[&[damaged]]), P, "/r", &t("34"), 1, true).is_err());
+    }
+
+    #[test]
+    fn a_token_is_put_once_while_its_writes_overlap_and_deleted_once_idle() {
+        let mut l = Ledger::default();
+        assert!(l.begin("/r", t("5")), "the first write puts");
+        l.put("/r", t("5"), 40);
+        assert!(!l.begin("/r", t("5")), "a second one rides on the put");
+        l.end("/r", t("5"), 100);
+        l.end("/r", t("5"), 110);
+        assert!(l.idle(150, 100).is_empty(), "not idle long enough");
+        // A write of the token within the delay keeps the key: no delete, no put.
+        assert!(!l.begin("/r", t("5")));
+        l.end("/r", t("5"), 200);
+        assert_eq!(l.idle(300, 100), vec![("/r".to_owned(), t("5"), 40)]);
+        assert!(l.is_empty());
+        assert!(l.begin("/r", t("5")), "after the delete, a write puts again");
+    }
+
+    #[test]
+    fn a_write_that_ends_before_any_put_landed_leaves_nothing_to_delete() {
+        let mut l = Ledger::default();
+        assert!(l.begin("/r", t("5")));
+        l.end("/r", t("5"), 0);
+        assert!(l.is_empty());
+        // A put that lands late, after its write ended, is still deleted with the lease.
+        assert!(l.begin("/r", t("6")) && l.begin("/r", t("6")));
+        l.put("/r", t("6"), 7);
+        l.put("/r", t("6"), 9);
+        l.end("/r", t("6"), 0);
+        l.end("/r", t("6"), 0);
+        assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), t("6"), 9)], "the latest put's revision");
     }
 }

@@ -131,6 +131,7 @@ impl Message {
 
 // Enum values of etcd's rpc.proto.
 const TARGET_CREATE: u64 = 1;
+const TARGET_MOD: u64 = 2;
 const TARGET_VALUE: u64 = 3;
 const SORT_ASCEND: u64 = 1;
 const SORT_DESCEND: u64 = 2;
@@ -138,7 +139,7 @@ const SORT_BY_CREATE: u64 = 2;
 
 fn compare(key: &[u8], expect: Expect<'_>) -> Message {
     // `Compare`: result 1 (EQUAL is 0, left out), target 2, key 3, and one of
-    // create_revision 5 or value 7.
+    // create_revision 5, mod_revision 6 or value 7.
     let mut c = Message::default();
     match expect {
         Expect::Absent => {
@@ -150,6 +151,11 @@ fn compare(key: &[u8], expect: Expect<'_>) -> Message {
             c.uint(2, TARGET_CREATE);
             c.bytes(3, key);
             c.set_uint(5, rev as u64);
+        }
+        Expect::ModifiedAt(rev) => {
+            c.uint(2, TARGET_MOD);
+            c.bytes(3, key);
+            c.set_uint(6, rev as u64);
         }
         Expect::Value(v) => {
             c.uint(2, TARGET_VALUE);

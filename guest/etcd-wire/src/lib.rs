@@ -96,6 +96,8 @@ pub enum Expect<'a> {
     Value(&'a [u8]),
     /// The key was created at this revision.
     CreatedAt(i64),
+    /// The key was last modified at this revision.
+    ModifiedAt(i64),
 }
 
 /// A range read inside a transaction (or as the body of a range request).
@@ -213,6 +215,9 @@ fn txn_json(compares: &[(&[u8], Expect<'_>)], success: &[Op<'_>], failure: &[Op<
             Expect::Value(v) => json!({ "key": k, "target": "VALUE", "result": "EQUAL", "value": B64.encode(v) }),
             Expect::CreatedAt(rev) => {
                 json!({ "key": k, "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() })
+            }
+            Expect::ModifiedAt(rev) => {
+                json!({ "key": k, "target": "MOD", "result": "EQUAL", "mod_revision": rev.to_string() })
             }
         }
     };

@@ -265,7 +265,7 @@ impl Gate {
         if let Some(shared) = &self.shared {
             // Its key is deleted from the root: the effective context is the root's
             // afterwards, so this comes last of what the request's callback does.
-            shared.end(f, context, answered);
+            shared.end(context, answered);
         }
     }
 
@@ -317,7 +317,7 @@ impl Gate {
         }
         self.recheck(f);
         if let Some(shared) = &self.shared {
-            shared.tick(f);
+            shared.tick(f, self.config.tick_ms);
         }
     }
 
@@ -332,7 +332,7 @@ impl Gate {
                 continue; // its stream ended meanwhile
             }
             match self.step(f, h.context, &h.resource, h.token) {
-                Step::Go if self.shared.is_some() => self.across(f, &h.reply, &h.resource, h.verdict, h.token),
+                Step::Go if self.shared.is_some() => self.across(&h.reply, &h.resource, h.verdict, h.token),
                 Step::Go => {
                     let next = h.reply.conclude(f, Ok(h.verdict), &h.resource, &"", &mut tally, None);
                     if matches!(next, proxy_wasm::types::Action::Continue) {
@@ -365,7 +365,7 @@ impl Gate {
     pub fn enter(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) -> Entered {
         match self.step(f, reply.context, resource, token) {
             Step::Go if self.shared.is_some() => {
-                self.across(f, reply, resource, verdict, token);
+                self.across(reply, resource, verdict, token);
                 Entered::Held
             }
             Step::Go => Entered::Go,
@@ -390,9 +390,9 @@ impl Gate {
 
     /// A write this Envoy's gate passed goes on to the shared registry, held until it
     /// lets it go (the budget counts from now).
-    fn across(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) {
+    fn across(&self, reply: &Reply, resource: &str, verdict: Verdict, token: Token) {
         if let Some(shared) = &self.shared {
-            shared.enter(f, reply, resource, verdict, token, now_ms().saturating_add(self.config.budget_ms));
+            shared.enter(reply, resource, verdict, token, now_ms().saturating_add(self.config.budget_ms));
         }
     }
 

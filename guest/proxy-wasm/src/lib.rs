@@ -235,9 +235,8 @@ impl Context for Root {
         if confirms::on_answer(f, token, &response) {
             return;
         }
-        // The shared registry's calls sent from the root (a request's registering call
-        // sent again on a tick, or from a batch's answer; the lease); the answers to
-        // its deletes need nothing.
+        // The shared registry's calls (every one is the root's: a request's Txn, the
+        // lease); the answers to its deletes need nothing.
         if let Some(shared) = f.gate.as_ref().and_then(|g| g.shared.as_ref()) {
             shared.on_root_answer(f, token, &response);
         }
@@ -295,7 +294,7 @@ impl RootContext for Root {
             .gate
             .filter(|g| g.shared)
             .zip(config.etcd.as_ref())
-            .map(|(g, e)| shared::Shared::new(e.flight_prefix.clone(), g.flight_ms, g.apply_bound_ms, vm));
+            .map(|(g, e)| shared::Shared::new(e.flight_prefix.clone(), g.flight_ms, g.apply_bound_ms, vm, queue));
         let gate = config.gate.map(|g| gate::Gate::new(g, vm, Some(queue), shared));
         if let Some(g) = &gate {
             // Stamped before this worker serves: its flights are never taken for a
@@ -335,6 +334,9 @@ impl RootContext for Root {
         if let Some(f) = &self.filter {
             if let Some(g) = &f.gate {
                 g.recheck(f);
+                if let Some(shared) = &g.shared {
+                    shared.send(f);
+                }
             }
             confirms::send_ready(f);
         }

@@ -399,19 +399,8 @@ impl Drop for Request {
 }
 
 impl Context for Request {
-    fn on_grpc_call_response(&mut self, token: u32, status_code: u32, size: usize) {
+    fn on_grpc_call_response(&mut self, _token: u32, status_code: u32, size: usize) {
         let response = etcd::response(status_code, size);
-        // The shared registry's answer, for a write this Envoy's gate passed.
-        if let Some(shared) = self.filter.gate.as_ref().and_then(|g| g.shared.as_ref()) {
-            match shared.answer(&self.filter, self.context, token, &response) {
-                crate::shared::Next::NotMine => {}
-                crate::shared::Next::Held => return,
-                crate::shared::Next::Continue => {
-                    self.resume_http_request();
-                    return;
-                }
-            }
-        }
         let Some(p) = self.pending.as_ref() else { return };
         let (resource, stage) = (p.resource.clone(), p.stage);
         // With a user: an authentication's answer, or a call refused for its token.

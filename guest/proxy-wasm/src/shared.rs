@@ -2,24 +2,29 @@
 //! etcd (`fencekeeper_etcd_wire::flights`), shared with other Envoys and gateways
 //! writing the same store through the same etcd (`gate.shared`).
 //!
-//! A write that passed this Envoy's gate (`gate`) is registered in etcd before it
-//! goes upstream: one Txn, from the request's context, that proves the mark is still
-//! its token, puts its flight under this worker's lease and reads the resource's
-//! other flights. A write that finds a lower one stays held and asks again on each
-//! tick of the worker's root. The root also keeps the worker's lease alive (one
-//! keepalive a second; a write goes only while the lease is known to outlive it by
-//! the flight's longest life and the store apply bound) and deletes flights: at once
-//! when the store answered, after the bound when the write was given up on. Deletes
-//! and lease calls are the root's, whose context lives as long as the VM; a worker
-//! that dies loses its flights when its lease expires.
+//! A write that passed this Envoy's gate (`gate`) is passed by the registry before it
+//! goes upstream: one Txn that proves the mark is still its token and reads the
+//! resource's flights, putting this worker's flight of that token first when no
+//! write of it is registered yet (the ledger, `flights::Ledger`): a holder writing
+//! again costs etcd a read-only Txn. A write that finds another instance's lower
+//! flight stays held and asks again on each tick.
+//!
+//! Every call of the registry belongs to the worker's root context, whose context
+//! lives as long as the VM (a request's call would be cancelled with its stream, and
+//! a put's answer lost): a request hands its write to the root through the worker's
+//! wake queue. The root also keeps the worker's lease alive (one keepalive a second;
+//! a write goes only while the lease is known to outlive it by the flight's longest
+//! life and the store apply bound) and deletes a token's flight a little after its
+//! last write is over (the store answered it, or the bound passed after Envoy gave up
+//! on it). A worker that dies loses its flights when its lease expires.
 
 use crate::etcd::{self, Method, Response};
 use crate::gate::now_ms;
 use crate::reply::Reply;
-use crate::{Filter, Tally};
+use crate::{wake, Filter, Tally};
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::{Token, Verdict};
-use fencekeeper_etcd_wire::flights::{self, Registration};
+use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
 use fencekeeper_etcd_wire::grpc;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Action;
@@ -42,18 +47,21 @@ pub struct Shared {
     apply_bound_ms: u64,
     /// This worker's VM id, in its flights' keys.
     instance: u64,
-    sequence: Cell<u64>,
+    /// This worker's wake queue: a request hands its write to the root through it.
+    queue: u32,
     lease: Cell<Option<Lease>>,
     /// The lease call in flight from the root (a grant or a keepalive), and when it
     /// was sent.
     lease_call: Cell<Option<(u32, u64)>>,
     last_keepalive: Cell<u64>,
-    /// Writes being registered, by request context.
+    /// Which tokens this worker has flights of.
+    ledger: RefCell<Ledger>,
+    /// Writes being passed, by request context.
     pending: RefCell<HashMap<u32, Pending>>,
-    /// Flights given up on: deleted when their time comes (ms).
-    later: RefCell<Vec<(u64, String)>>,
-    /// Keys of writes that went upstream, by request context.
-    sent: RefCell<HashMap<u32, String>>,
+    /// Writes that went upstream, by request context.
+    sent: RefCell<HashMap<u32, (String, Token)>>,
+    /// Writes given up on: out of the ledger when their bound has passed (ms).
+    later: RefCell<Vec<(u64, String, Token)>>,
 }
 
 #[derive(Clone, Copy)]
@@ -63,45 +71,40 @@ struct Lease {
     until: u64,
 }
 
-/// A write being registered.
+/// A write being passed.
 struct Pending {
     resource: String,
     token: Token,
     verdict: Verdict,
     reply: Reply,
-    key: String,
     deadline: u64,
-    /// The registering call in flight, if any (else it is sent on the next tick).
+    /// Its Txn puts the flight (the ledger said so).
+    put: bool,
+    /// Its call in flight, if any (else the root sends it on the next wake or tick).
     call: Option<u32>,
     /// Another instance's lower write held it at least once (counted once).
     waited: bool,
-}
-
-/// What a registering answer leads to.
-pub enum Next {
-    /// Not a registering call of this request.
-    NotMine,
-    /// Still held: asked again on the next tick, or answered already.
-    Held,
-    /// Passed the registry: forward it.
-    Continue,
+    /// Its stream ended while its call was in flight: the answer only settles the
+    /// ledger.
+    gone: bool,
 }
 
 impl Shared {
-    /// A worker's part of the registry under `prefix`.
-    pub fn new(prefix: String, flight_ms: u64, apply_bound_ms: u64, instance: u64) -> Shared {
+    /// A worker's part of the registry under `prefix`, woken through `queue`.
+    pub fn new(prefix: String, flight_ms: u64, apply_bound_ms: u64, instance: u64, queue: u32) -> Shared {
         Shared {
             prefix,
             needed_ms: flight_ms.saturating_add(apply_bound_ms),
             apply_bound_ms,
             instance,
-            sequence: Cell::new(0),
+            queue,
             lease: Cell::new(None),
             lease_call: Cell::new(None),
             last_keepalive: Cell::new(0),
+            ledger: RefCell::default(),
             pending: RefCell::default(),
-            later: RefCell::default(),
             sent: RefCell::default(),
+            later: RefCell::default(),
         }
     }
 
@@ -109,56 +112,82 @@ impl Shared {
         (self.needed_ms + LEASE_MARGIN_MS).div_ceil(1000)
     }
 
-    /// Register a write this Envoy's gate passed (`reply`'s request, `verdict`
-    /// admitting `token` on `resource`); it is held until the registry lets it go.
-    pub fn enter(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token, deadline: u64) {
-        let n = self.sequence.get();
-        self.sequence.set(n + 1);
-        let key = flights::flight_key(&self.prefix, resource, self.instance, n);
+    /// Pass a write this Envoy's gate passed (`reply`'s request, `verdict` admitting
+    /// `token` on `resource`): it is held until the registry lets it go.
+    pub fn enter(&self, reply: &Reply, resource: &str, verdict: Verdict, token: Token, deadline: u64) {
+        let put = self.ledger.borrow_mut().begin(resource, token);
         let pending = Pending {
             resource: resource.to_owned(),
             token,
             verdict,
             reply: *reply,
-            key,
             deadline,
+            put,
             call: None,
             waited: false,
+            gone: false,
         };
         self.pending.borrow_mut().insert(reply.context, pending);
-        // From the request's own context: the answer comes back to it.
-        self.send(f, reply.context);
+        // The root sends it: a wake of this worker's own queue runs the root next.
+        if wake::wake_gate(self.queue).is_err() {
+            log::warn!("fencekeeper: cannot wake the root to pass a write through the in-flight registry");
+        }
     }
 
-    /// Send `context`'s registering Txn, if the lease allows a write now; else it
-    /// waits for the next tick.
-    fn send(&self, f: &Filter, context: u32) {
+    /// Send every pending write's Txn that is not in flight (from the root), if the
+    /// lease allows a write now; else they wait for the next tick.
+    pub fn send(&self, f: &Filter) {
         let Some(e) = &f.config.etcd else { return };
         let Some(lease) = self.lease.get().filter(|l| l.until >= now_ms().saturating_add(self.needed_ms)) else {
             return;
         };
-        let mut pending = self.pending.borrow_mut();
-        let Some(p) = pending.get_mut(&context) else { return };
-        let mark_key = format!("{}{}", e.key_prefix, p.resource);
-        let message = flights::register_txn(&self.prefix, &mark_key, &p.resource, &p.token, &p.key, lease.id);
+        if hostcalls::set_effective_context(f.root).is_err() {
+            return;
+        }
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
-        p.call = etcd::call(e, Method::Txn, token.as_deref(), &message).ok();
+        for p in self.pending.borrow_mut().values_mut().filter(|p| p.call.is_none() && !p.gone) {
+            let mark_key = format!("{}{}", e.key_prefix, p.resource);
+            let put = p.put.then_some(lease.id);
+            let message = flights::pass_txn(&self.prefix, &mark_key, &p.resource, &p.token, self.instance, put);
+            p.call = etcd::call(e, Method::Txn, token.as_deref(), &message).ok();
+        }
     }
 
-    /// The answer to call `token` on request `context`, if it is a registering one.
-    pub fn answer(&self, f: &Filter, context: u32, token: u32, response: &Response) -> Next {
+    /// The answer to root call `token`, if it is the registry's: true when it was.
+    pub fn on_root_answer(&self, f: &Filter, token: u32, response: &Response) -> bool {
+        let context = self.pending.borrow().iter().find(|(_, p)| p.call == Some(token)).map(|(c, _)| *c);
+        match context {
+            Some(context) => self.answer(f, context, response),
+            None => self.lease_answer(token, response),
+        }
+    }
+
+    /// The answer to `context`'s Txn: settle the ledger, then forward, hold or refuse.
+    fn answer(&self, f: &Filter, context: u32, response: &Response) -> bool {
         let mut pending = self.pending.borrow_mut();
-        let Some(p) = pending.get_mut(&context).filter(|p| p.call == Some(token)) else { return Next::NotMine };
+        let Some(p) = pending.get_mut(&context) else { return true };
         p.call = None;
-        let registration = match response {
+        let passed = match response {
             Ok(bytes) => grpc::parse_txn(bytes)
-                .and_then(|a| flights::registered(&a, &p.resource, &p.token, &p.key))
+                .and_then(|a| flights::passed(&a, &self.prefix, &p.resource, &p.token, self.instance, p.put))
                 .map_err(|e| e.0),
             Err(status) => Err(status.error().0),
         };
-        let refusal: (Result<Verdict, NoVerdict>, String) = match registration {
+        if let Ok((_, Some(revision))) = &passed {
+            self.ledger.borrow_mut().put(&p.resource, p.token, *revision);
+            p.put = false;
+        }
+        if p.gone || hostcalls::set_effective_context(context).is_err() {
+            // Its stream ended: nothing went upstream.
+            let (resource, token) = (p.resource.clone(), p.token);
+            pending.remove(&context);
+            drop(pending);
+            self.ledger.borrow_mut().end(&resource, token, now_ms());
+            return true;
+        }
+        let refusal: (Result<Verdict, NoVerdict>, String) = match passed.map(|(r, _)| r) {
             Ok(Registration::Go) => {
-                let Some(p) = pending.remove(&context) else { return Next::Held };
+                let Some(p) = pending.remove(&context) else { return true };
                 drop(pending);
                 let mut tally = Tally::default();
                 let next = p.reply.conclude(f, Ok(p.verdict), &p.resource, &"", &mut tally, None);
@@ -166,16 +195,22 @@ impl Shared {
                 if let Some(g) = &f.gate {
                     g.forwarded(context);
                 }
-                self.sent.borrow_mut().insert(context, p.key);
-                return if matches!(next, Action::Continue) { Next::Continue } else { Next::Held };
+                self.sent.borrow_mut().insert(context, (p.resource, p.token));
+                if matches!(next, Action::Continue) {
+                    let _ = hostcalls::resume_http_request();
+                }
+                return true;
             }
             Ok(Registration::Wait) if now_ms() < p.deadline => {
                 if !std::mem::replace(&mut p.waited, true) {
                     f.metrics.shared_waited();
                 }
-                return Next::Held;
+                return true;
             }
-            Ok(Registration::Wait) => (Err(NoVerdict::Refused), TIMED_OUT.to_owned()),
+            Ok(Registration::Wait) => {
+                f.metrics.gate_timed_out();
+                (Err(NoVerdict::Refused), TIMED_OUT.to_owned())
+            }
             Ok(Registration::Stale(higher)) => (Ok(Verdict::Stale { mark: higher, presented: p.token }), String::new()),
             Ok(Registration::Moved(mark)) => (
                 Err(NoVerdict::Refused),
@@ -188,88 +223,99 @@ impl Shared {
             ),
             Err(cause) => (Err(NoVerdict::StoreUnreachable), format!("the in-flight registry: {cause}")),
         };
-        let Some(p) = pending.remove(&context) else { return Next::Held };
+        let Some(p) = pending.remove(&context) else { return true };
         drop(pending);
         self.refuse(f, p, refusal.0, &refusal.1);
-        Next::Held
+        true
     }
 
-    /// Refuse a write being registered (the request's context is the effective
-    /// one): its local flight ends, then its key is deleted (from the root).
+    /// Refuse a write being passed (its request's context is the effective one): its
+    /// local flight ends, and it leaves the ledger.
     fn refuse(&self, f: &Filter, p: Pending, outcome: Result<Verdict, NoVerdict>, cause: &str) {
         if let Some(g) = &f.gate {
             g.end(f, p.reply.context);
         }
+        self.ledger.borrow_mut().end(&p.resource, p.token, now_ms());
         let mut tally = Tally::default();
         let retry = matches!(outcome, Err(NoVerdict::Refused)).then_some(1);
         p.reply.conclude(f, outcome, &p.resource, &cause, &mut tally, retry);
         f.metrics.add(&tally);
-        self.delete(f, p.key);
     }
 
-    /// Request `context`'s stream ended: a write it sent keeps its flight for the
-    /// store apply bound unless the store `answered` it; one still being registered
-    /// never went upstream.
-    pub fn end(&self, f: &Filter, context: u32, answered: bool) {
-        if let Some(p) = self.pending.borrow_mut().remove(&context) {
-            self.delete(f, p.key);
+    /// Request `context`'s stream ended: a write it sent stays in the ledger for the
+    /// store apply bound unless the store `answered` it; one still being passed never
+    /// went upstream.
+    pub fn end(&self, context: u32, answered: bool) {
+        let now = now_ms();
+        let mut pending = self.pending.borrow_mut();
+        if let Some(p) = pending.get_mut(&context) {
+            if p.call.is_some() {
+                p.gone = true; // its answer settles the ledger
+            } else if let Some(p) = pending.remove(&context) {
+                self.ledger.borrow_mut().end(&p.resource, p.token, now);
+            }
         }
-        let Some(key) = self.sent.borrow_mut().remove(&context) else { return };
+        drop(pending);
+        let Some((resource, token)) = self.sent.borrow_mut().remove(&context) else { return };
         if answered || self.apply_bound_ms == 0 {
-            self.delete(f, key);
+            self.ledger.borrow_mut().end(&resource, token, now);
         } else {
-            self.later.borrow_mut().push((now_ms().saturating_add(self.apply_bound_ms), key));
+            self.later.borrow_mut().push((now.saturating_add(self.apply_bound_ms), resource, token));
         }
     }
 
-    /// Delete flight `key`, from the root (whose context outlives any request; it is
-    /// the effective context afterwards). A delete that fails leaves the key to the
-    /// lease: the resource waits longer, never less.
-    fn delete(&self, f: &Filter, key: String) {
-        let Some(e) = &f.config.etcd else { return };
-        if hostcalls::set_effective_context(f.root).is_ok() {
-            let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
-            let _ = etcd::call(e, Method::Txn, token.as_deref(), &flights::end_txn(&key));
-        }
-    }
-
-    /// The root's tick: keep the lease, delete flights whose time came, ask again for
-    /// the writes still held, refuse those past their deadline.
-    pub fn tick(&self, f: &Filter) {
+    /// The root's tick: keep the lease, end the writes whose bound passed, delete the
+    /// flights idle for a tick, refuse the writes past their deadline, send the rest.
+    pub fn tick(&self, f: &Filter, tick_ms: u64) {
         let now = now_ms();
         self.keep_lease(f, now);
-        let due: Vec<String> = {
+        let due: Vec<(String, Token)> = {
             let mut later = self.later.borrow_mut();
-            let (due, keep): (Vec<_>, Vec<_>) = later.drain(..).partition(|(at, _)| *at <= now);
+            let (due, keep): (Vec<_>, Vec<_>) = later.drain(..).partition(|(at, _, _)| *at <= now);
             *later = keep;
-            due.into_iter().map(|(_, k)| k).collect()
+            due.into_iter().map(|(_, r, t)| (r, t)).collect()
         };
-        for key in due {
-            self.delete(f, key);
+        for (resource, token) in due {
+            self.ledger.borrow_mut().end(&resource, token, now);
         }
-        let contexts: Vec<(u32, bool)> = self
+        self.delete_idle(f, now, tick_ms);
+        let late: Vec<u32> = self
             .pending
             .borrow()
             .iter()
-            .filter(|(_, p)| p.call.is_none())
-            .map(|(c, p)| (*c, now >= p.deadline))
+            .filter(|(_, p)| p.call.is_none() && !p.gone && now >= p.deadline)
+            .map(|(c, _)| *c)
             .collect();
-        for (context, late) in contexts {
+        for context in late {
+            let Some(p) = self.pending.borrow_mut().remove(&context) else { continue };
             if hostcalls::set_effective_context(context).is_err() {
-                // Its stream ended: nothing went upstream.
-                if let Some(p) = self.pending.borrow_mut().remove(&context) {
-                    self.delete(f, p.key);
-                }
+                self.ledger.borrow_mut().end(&p.resource, p.token, now);
                 continue;
             }
-            if late {
-                if let Some(p) = self.pending.borrow_mut().remove(&context) {
-                    f.metrics.gate_timed_out();
-                    self.refuse(f, p, Err(NoVerdict::Refused), TIMED_OUT);
-                }
-                continue;
-            }
-            self.send(f, context);
+            f.metrics.gate_timed_out();
+            self.refuse(f, p, Err(NoVerdict::Refused), TIMED_OUT);
+        }
+        self.send(f);
+    }
+
+    /// Delete the flights no write has used for `delay` (each only if still the one
+    /// put at its revision), from the root.
+    fn delete_idle(&self, f: &Filter, now: u64, delay: u64) {
+        let idle = self.ledger.borrow_mut().idle(now, delay);
+        let Some(e) = f.config.etcd.as_ref().filter(|_| !idle.is_empty()) else { return };
+        if hostcalls::set_effective_context(f.root).is_err() {
+            return;
+        }
+        let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
+        // A delete that fails leaves the key to the lease: the resource waits longer,
+        // never less.
+        for (resource, t, revision) in idle {
+            let _ = etcd::call(
+                e,
+                Method::Txn,
+                token.as_deref(),
+                &flights::end_txn(&self.prefix, &resource, self.instance, &t, revision),
+            );
         }
     }
 
@@ -290,26 +336,6 @@ impl Shared {
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
         self.lease_call.set(etcd::call(e, method, token.as_deref(), &message).ok().map(|c| (c, now)));
         self.last_keepalive.set(now);
-    }
-
-    /// The answer to call `token` that reached the root: a registering call the root
-    /// sent for a request (the SDK hands an answer to the context whose callback made
-    /// the call, whatever the effective one was), or a lease call. True when it was
-    /// one of those.
-    pub fn on_root_answer(&self, f: &Filter, token: u32, response: &Response) -> bool {
-        let context = self.pending.borrow().iter().find(|(_, p)| p.call == Some(token)).map(|(c, _)| *c);
-        if let Some(context) = context {
-            if hostcalls::set_effective_context(context).is_err() {
-                // Its stream ended: nothing went upstream.
-                if let Some(p) = self.pending.borrow_mut().remove(&context) {
-                    self.delete(f, p.key);
-                }
-            } else if let Next::Continue = self.answer(f, context, token, response) {
-                let _ = hostcalls::resume_http_request();
-            }
-            return true;
-        }
-        self.lease_answer(token, response)
     }
 
     fn lease_answer(&self, token: u32, response: &Response) -> bool {

@@ -14,16 +14,19 @@
 //!   from the last keepalive etcd answered: a gateway that cannot reach etcd to keep
 //!   its lease refuses writes (503) before its flights could vanish under a write the
 //!   store may still apply.
-//! * A flight is deleted when the store answered its write, once the store apply
-//!   bound has passed when the gateway gave up on it, and with the lease otherwise.
+//! * A token's flight is put once, by the first of its writes on the resource (the
+//!   ledger, `flights::Ledger`); a holder writing again costs etcd a read-only Txn. It
+//!   is deleted a little after the last of them is over (the store answered it, or the
+//!   store apply bound passed after the gateway gave up on it), unless a new one came,
+//!   and with the lease otherwise.
 
 use fencekeeper::store::EtcdClient;
 use fencekeeper::StoreError;
 use fencekeeper_core::Token;
-use fencekeeper_etcd_wire::flights::{self, Registration};
+use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
 use fencekeeper_etcd_wire::{grpc, mark_key};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -33,6 +36,9 @@ const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// How often a waiting write asks etcd again.
 const POLL_EVERY: Duration = Duration::from_millis(20);
+/// How long a token's flight stays after its last write is over, for the next write
+/// of the same holder to find it (then it needs no put).
+const IDLE_DELETE: Duration = Duration::from_millis(100);
 
 /// A gateway's part of the in-flight registry.
 pub struct Registry {
@@ -43,7 +49,10 @@ pub struct Registry {
     marks: String,
     /// This gateway's random id, in its flights' keys.
     instance: u64,
-    sequence: AtomicU64,
+    /// Which tokens this gateway has flights of, and since when idle ones are idle.
+    ledger: Mutex<Ledger>,
+    /// The registry's clock: the ledger's times are milliseconds since this.
+    epoch: Instant,
     /// How long a flight may need to outlive its write's forwarding.
     needed: Duration,
     /// The store apply bound.
@@ -96,7 +105,8 @@ impl Registry {
             prefix: prefix.to_owned(),
             marks: marks.to_owned(),
             instance,
-            sequence: AtomicU64::new(0),
+            ledger: Mutex::default(),
+            epoch: Instant::now(),
             needed,
             apply_bound,
             lease: Mutex::new(Lease { id, until: sent + ttl }),
@@ -117,23 +127,31 @@ impl Registry {
     }
 
     /// Register the write admitted with `token` on `resource`, and wait (until
-    /// `deadline`) until no instance has a lower-token write on it in flight.
+    /// `deadline`) until no other instance has a lower-token write on it in flight.
     pub async fn enter(self: &Arc<Self>, resource: &str, token: Token, deadline: Instant) -> Result<Flight, Refused> {
-        let key = flights::flight_key(&self.prefix, resource, self.instance, self.sequence.fetch_add(1, Relaxed));
-        let flight = Flight { registry: self.clone(), key: key.clone(), ended: false };
+        let mut put = lock(&self.ledger).begin(resource, token);
+        // From here the write is in the ledger: dropping `flight` takes it out.
+        let flight = Flight { registry: self.clone(), resource: resource.to_owned(), token, ended: false };
         let mut waiting = None;
         loop {
             let lease = self.lease_for_a_write()?;
+            let marks = mark_key(&self.marks, resource);
             let message =
-                flights::register_txn(&self.prefix, &mark_key(&self.marks, resource), resource, &token, &key, lease);
-            let (client, resource_owned, key_owned) = (self.client.clone(), resource.to_owned(), key.clone());
+                flights::pass_txn(&self.prefix, &marks, resource, &token, self.instance, put.then_some(lease));
+            let (client, prefix, owned, instance) =
+                (self.client.clone(), self.prefix.clone(), resource.to_owned(), self.instance);
             let answer = tokio::task::spawn_blocking(move || {
                 let answer = client.txn(&message)?;
-                flights::registered(&answer, &resource_owned, &token, &key_owned).map_err(|e| client.unavailable(e))
+                flights::passed(&answer, &prefix, &owned, &token, instance, put).map_err(|e| client.unavailable(e))
             })
             .await
             .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("the registry task failed: {e}"))));
-            match answer.map_err(|e| Refused::Unreachable(e.to_string()))? {
+            let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;
+            if let Some(revision) = revision {
+                lock(&self.ledger).put(resource, token, revision);
+                put = false;
+            }
+            match registration {
                 Registration::Go => return Ok(flight),
                 Registration::Stale(higher) => return Err(Refused::Stale(higher)),
                 Registration::Moved(mark) => {
@@ -152,6 +170,10 @@ impl Registry {
         }
     }
 
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
     /// The lease, if it is known to outlive a write forwarded now.
     fn lease_for_a_write(&self) -> Result<i64, Refused> {
         let lease = *lock(&self.lease);
@@ -165,18 +187,33 @@ impl Registry {
         Ok(lease.id)
     }
 
-    fn end(&self, key: String) {
-        let client = self.client.clone();
-        // A delete that fails leaves the key to the lease: the resource waits longer,
-        // never less.
-        let delete = move || {
-            if let Err(e) = client.txn(&flights::end_txn(&key)) {
-                tracing::warn!(key, error = %e, "a flight could not be deleted from the in-flight registry");
+    /// A write is over: out of the ledger, and the flights idle long enough deleted
+    /// (each only if still the one put at its revision).
+    fn end(self: &Arc<Self>, resource: &str, token: Token) {
+        let now = self.now_ms();
+        lock(&self.ledger).end(resource, token, now);
+        let registry = self.clone();
+        let sweep = async move {
+            tokio::time::sleep(IDLE_DELETE).await;
+            let idle = lock(&registry.ledger).idle(registry.now_ms(), IDLE_DELETE.as_millis() as u64);
+            if idle.is_empty() {
+                return;
             }
+            let client = registry.client.clone();
+            let (prefix, instance) = (registry.prefix.clone(), registry.instance);
+            // A delete that fails leaves the key to the lease: the resource waits
+            // longer, never less.
+            let _ = tokio::task::spawn_blocking(move || {
+                for (resource, token, revision) in idle {
+                    if let Err(e) = client.txn(&flights::end_txn(&prefix, &resource, instance, &token, revision)) {
+                        tracing::warn!(resource, error = %e, "a flight could not be deleted from the in-flight registry");
+                    }
+                }
+            })
+            .await;
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => drop(handle.spawn_blocking(delete)),
-            Err(_) => delete(),
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(sweep);
         }
     }
 }
@@ -198,10 +235,11 @@ impl Drop for Waiting<'_> {
 }
 
 /// A write registered in flight in etcd. Ending it ([`Flight::answered`],
-/// [`Flight::given_up`], or dropping it) deletes its key.
+/// [`Flight::given_up`], or dropping it) takes it out of the ledger.
 pub struct Flight {
     registry: Arc<Registry>,
-    key: String,
+    resource: String,
+    token: Token,
     ended: bool,
 }
 
@@ -213,10 +251,11 @@ impl Flight {
     /// store apply bound has passed (the lease covers a gateway that dies first).
     pub fn given_up(mut self) {
         self.ended = true;
-        let (registry, key, bound) = (self.registry.clone(), std::mem::take(&mut self.key), self.registry.apply_bound);
+        let (registry, resource, token) = (self.registry.clone(), std::mem::take(&mut self.resource), self.token);
+        let bound = registry.apply_bound;
         tokio::spawn(async move {
             tokio::time::sleep(bound).await;
-            registry.end(key);
+            registry.end(&resource, token);
         });
     }
 }
@@ -224,7 +263,7 @@ impl Flight {
 impl Drop for Flight {
     fn drop(&mut self) {
         if !self.ended {
-            self.registry.end(std::mem::take(&mut self.key));
+            self.registry.end(&self.resource, self.token);
         }
     }
 }
