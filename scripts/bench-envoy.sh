@@ -329,20 +329,24 @@ end
 LUA
 cat >"$work/rising.lua" <<'LUA'
 -- Start above every token an earlier run sent (runs are seconds apart, and one
--- run sends far fewer than 100000 requests a second).
+-- run sends far fewer than 100000 requests a second). The path is the URL's: each
+-- run writes its own resource, because the writes wrk abandons when it stops are
+-- given up on, and hold their resource for the store apply bound.
 local n = os.time() * 100000
 request = function()
   n = n + 1
-  return wrk.format("PUT", "/rising", { ["fencing-token"] = string.format("%.0f", n) }, "x")
+  return wrk.format("PUT", wrk.path, { ["fencing-token"] = string.format("%.0f", n) }, "x")
 end
 LUA
 
-# One row: NAME SCRIPT CONNECTIONS -> "p50_us p99_us rps non2xx envoy_ticks etcd_ticks"
-# (the CPU that row's Envoy and etcd used while it ran).
+# One row: NAME SCRIPT CONNECTIONS PATH -> "p50_us p99_us rps non2xx envoy_ticks etcd_ticks"
+# (the CPU that row's Envoy and etcd used while it ran). Each run writes a resource of
+# its own: the writes wrk abandons when it stops are given up on, and hold their
+# resource at the ordering gate for the store apply bound.
 run() {
   local e0 d0 numbers
   e0=$(ticks "${envoypid[$1]}") d0=$(ticks "$etcdpid")
-  numbers=$(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/fixed" | wrk_numbers)
+  numbers=$(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/$4" | wrk_numbers)
   echo "$numbers $(($(ticks "${envoypid[$1]}") - e0)) $(($(ticks "$etcdpid") - d0))"
 }
 
@@ -364,11 +368,13 @@ rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared-nogate:fixed:1 share
 if [[ -n ${FK_BENCH_ROWS:-} ]]; then read -r -a rows <<<"$FK_BENCH_ROWS"; fi
 # The etcd filter's confirm batches (its confirm_batch.* stats) around each of its rows.
 batches() { curl -fsS "http://127.0.0.1:${admin[etcd]}/stats?filter=confirm_batch" | awk -F': ' '{ printf "%s ", $2 } END { print "" }'; }
+runs=0
 for round in $(seq "$rounds"); do
   for row in "${rows[@]}"; do
     IFS=: read -r n script c <<<"$row"
     [[ $n == etcd ]] && before=$(batches)
-    echo "$n $script $c $(run "$n" "$script" "$c")" >>"$work/results"
+    runs=$((runs + 1))
+    echo "$n $script $c $(run "$n" "$script" "$c" "fixed-$runs")" >>"$work/results"
     [[ $n == etcd ]] && echo "$script $c $before $(batches)" >>"$work/batches"
   done
 done

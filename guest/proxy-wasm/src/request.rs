@@ -115,7 +115,12 @@ impl Request {
             Ok(m) => m,
             Err(cause) => return self.finish(Err(NoVerdict::StoreUnreachable), &resource, &cause),
         };
+        let shared = f.gate.as_ref().is_some_and(|g| g.shared.is_some());
         match decide(&f.config.policy, presented.as_deref(), cached.as_ref()) {
+            // The holder writing again, with the gate shared through etcd: the shared
+            // registry's Txn compares the mark with the token too, so it is the confirm,
+            // sent after the request arrived; no batch's Txn first.
+            v @ Verdict::Admit { advanced: false, .. } if shared => self.finish(Ok(v), &resource, &""),
             // The holder writing again: its check joins the worker's next batch.
             Verdict::Admit { mark: token, advanced: false } if f.wake.is_some() => self.join(resource, token),
             Verdict::Admit { mark: token, .. } => {
