@@ -46,6 +46,15 @@ trap 'rm -f "$log"' EXIT
 (cd guest/proxy-wasm && cargo test --release --locked) 2>&1 | tee -a "$log"
 cargo test --release --workspace --locked 2>&1 | tee -a "$log"
 
+echo "== callers of the C ABI outside Rust (the C programs ran above, in host/capi/tests)" >&2
+# Over target/release/libfencekeeper_capi.so, which the tests above built.
+(cd host/capi/python && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
+(cd host/capi/go && go test -count=1 -v ./...) 2>&1 | grep -v '^=== RUN' | tee -a "$log"
+
+echo "== the committed validator component in other hosts: wasmtime-py, Node (jco, bare core module)" >&2
+(cd host/component-py && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
+(cd host/component-js && npm test --silent) 2>&1 | tee -a "$log" | grep -E '^(not ok|# (pass|fail))'
+
 echo "== torture: lock holders, a nemesis and a checker (tests/README.md, Torture)" >&2
 # At least 200,000 checked writes under faults, about five minutes on 2 cores; a
 # violation fails the run and leaves its history window and SVG in the printed directory.
@@ -74,5 +83,9 @@ echo "== fuzz: every target for 10 s (scripts/fuzz.sh)" >&2
 scripts/fuzz.sh 10
 
 # cargo ends on the summary of its last test binary; print the whole suite's.
+# (and pytest's, go test -v's and node --test's own lines).
 awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
+     /^[0-9]+ (passed|failed)/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) passed += $i; if ($(i+1) ~ /^failed/) failed += $i; if ($(i+1) ~ /^skipped/) ignored += $i } }
+     /^--- PASS: / { passed++ } /^--- FAIL: / { failed++ }
+     /^# pass / { passed += $3 } /^# fail / { failed += $3 }
      END { printf "fencekeeper: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"
