@@ -56,3 +56,10 @@ for (const [host, load] of Object.entries(hosts)) {
     assert.equal(admit(guest, false, new Uint8Array(), bytes('1'), null).kind, 'malformed');
   });
 }
+
+test('the bare core module is the committed component\'s own, byte for byte', () => {
+  const component = readFileSync(new URL('../../guest/artifacts/fencekeeper_validator.wasm', import.meta.url));
+  const module = readFileSync(coreOf('fencekeeper_validator'));
+  assert.ok(module.length > 10000);
+  assert.ok(component.includes(module), 'jco wrote out a module the component does not hold');
+});
