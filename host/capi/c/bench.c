@@ -2,6 +2,7 @@
  * the Rust library call and the Python caller (BENCHMARKS.md, "Admit through the C
  * ABI"). Prints `c SCENARIO MEDIAN_NS`: the median over rounds of the thread's CPU
  * time per admit, repeating (the mark's token again) and advancing (rising tokens). */
+#define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -62,6 +62,16 @@ fn set_last_error(message: &str) {
     LAST_ERROR.with(|e| *e.borrow_mut() = text);
 }
 
+/// Clear the last error, without allocating when it is clear already (every call
+/// does this, most of them successful).
+fn clear_last_error() {
+    LAST_ERROR.with(|e| {
+        if !e.borrow().is_empty() {
+            *e.borrow_mut() = CString::default();
+        }
+    });
+}
+
 /// The last error's text on this thread. Valid until the next call into the
 /// library on this thread.
 pub(crate) fn last_error() -> *const c_char {
@@ -71,7 +81,7 @@ pub(crate) fn last_error() -> *const c_char {
 /// Run `body` at the boundary: its failure becomes a status and the last error, a
 /// panic becomes `FENCEKEEPER_ERR_PANIC`. Every call clears the last error first.
 pub(crate) fn call(body: impl FnOnce() -> Result<(), Failure>) -> fencekeeper_status {
-    set_last_error("");
+    clear_last_error();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => FENCEKEEPER_OK,
         Ok(Err(failure)) => {

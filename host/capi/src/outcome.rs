@@ -5,7 +5,36 @@
 use crate::raw;
 use fencekeeper::{Class, Decision};
 use std::ffi::c_char;
+use std::fmt::Write;
 use std::ptr::addr_of_mut;
+
+/// Text written into a fixed buffer (what does not fit is dropped).
+struct Text<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Default for Text<N> {
+    fn default() -> Self {
+        Text { bytes: [0; N], len: 0 }
+    }
+}
+
+impl<const N: usize> Text<N> {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
+}
+
+impl<const N: usize> Write for Text<N> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        let room = self.bytes.get_mut(self.len..end).ok_or(std::fmt::Error)?;
+        room.copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
 
 /// The class of an outcome: one of the `FENCEKEEPER_CLASS_*` values.
 #[allow(non_camel_case_types)]
@@ -77,6 +106,48 @@ pub struct fencekeeper_outcome {
     pub reason: [c_char; FENCEKEEPER_REASON_CAP],
 }
 
+/// Text written straight into a caller's buffer, NUL-terminated, cut at a character
+/// boundary when it does not fit (the reason: formatted once, never allocated).
+struct Cut {
+    buffer: *mut c_char,
+    /// Room for text: the buffer less its NUL.
+    room: usize,
+    len: usize,
+    cut: bool,
+}
+
+impl Cut {
+    /// # Safety
+    /// `buffer` points at `cap` writable bytes, `cap` >= 1, for the writer's life.
+    unsafe fn new(buffer: *mut c_char, cap: usize) -> Cut {
+        Cut { buffer, room: cap - 1, len: 0, cut: false }
+    }
+
+    /// Terminate the text: its length, and whether it was cut.
+    fn finish(self) -> (usize, bool) {
+        // SAFETY: `len <= room < cap` (see `write_str`), within the buffer `new` was given.
+        unsafe { self.buffer.add(self.len).write(0) };
+        (self.len, self.cut)
+    }
+}
+
+impl Write for Cut {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.cut {
+            return Ok(());
+        }
+        let mut n = s.len().min(self.room - self.len);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        // SAFETY: `len + n <= room`, within the buffer `new` was given; `s` is not in it.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr().cast::<c_char>(), self.buffer.add(self.len), n) };
+        self.len += n;
+        self.cut = n < s.len();
+        Ok(())
+    }
+}
+
 /// The class's value in the ABI.
 pub(crate) fn class_value(class: Class) -> fencekeeper_class {
     match class {
@@ -96,8 +167,12 @@ pub(crate) fn class_value(class: Class) -> fencekeeper_class {
 /// `fencekeeper_outcome` (checked by `raw::out`, promised by the caller).
 pub(crate) unsafe fn write(out: *mut fencekeeper_outcome, decision: &Decision, resource: &str) {
     let class = decision.class();
-    let mark = decision.action.token.map(|t| t.to_string()).unwrap_or_default();
-    let reason = decision.reason(resource);
+    // A token's text fits on the stack: no allocation for it.
+    let mut mark = Text::<FENCEKEEPER_TOKEN_CAP>::default();
+    if let Some(token) = decision.action.token {
+        let _ = write!(mark, "{token}");
+    }
+
     // SAFETY: `out` points at a writable outcome (the contract); every field is
     // written through a raw pointer, so an uninitialised struct is never read or
     // referenced, and only the bytes of the two texts are written into the buffers.
@@ -109,10 +184,34 @@ pub(crate) unsafe fn write(out: *mut fencekeeper_outcome, decision: &Decision, r
         addr_of_mut!((*out).advanced).write(decision.advance.is_some());
         addr_of_mut!((*out).failed_open).write(decision.action.failed_open());
         addr_of_mut!((*out).breach).write(decision.breach().is_some());
-        let (mark_len, _) = raw::fill(addr_of_mut!((*out).mark).cast(), FENCEKEEPER_TOKEN_CAP, &mark);
+        let (mark_len, _) = raw::fill(addr_of_mut!((*out).mark).cast(), FENCEKEEPER_TOKEN_CAP, mark.as_str());
         addr_of_mut!((*out).mark_len).write(mark_len);
-        let (reason_len, cut) = raw::fill(addr_of_mut!((*out).reason).cast(), FENCEKEEPER_REASON_CAP, &reason);
+        let mut reason = Cut::new(addr_of_mut!((*out).reason).cast(), FENCEKEEPER_REASON_CAP);
+        let _ = decision.write_reason(&mut reason, resource);
+        let (reason_len, cut) = reason.finish();
         addr_of_mut!((*out).reason_len).write(reason_len);
         addr_of_mut!((*out).reason_truncated).write(cut);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_that_does_not_fit_is_cut_at_a_character_boundary_and_terminated() {
+        let mut buffer = [1 as c_char; 7];
+        // SAFETY: the buffer is as long as the capacity given.
+        let mut cut = unsafe { Cut::new(buffer.as_mut_ptr(), buffer.len()) };
+        for piece in ["ab", "ü€", "more"] {
+            cut.write_str(piece).ok();
+        }
+        assert_eq!(cut.finish(), (4, true), "'abü' fits in the 6 bytes of room, '€' does not, nor what follows");
+        assert_eq!(buffer[4], 0);
+        let mut buffer = [1 as c_char; 8];
+        // SAFETY: as above.
+        let mut whole = unsafe { Cut::new(buffer.as_mut_ptr(), buffer.len()) };
+        whole.write_str("1234567").ok();
+        assert_eq!(whole.finish(), (7, false));
     }
 }

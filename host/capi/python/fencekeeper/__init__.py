@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Protocol, Union
@@ -106,6 +107,7 @@ class _Outcome(ctypes.Structure):
     ]
 
 
+_MARK, _REASON = _Outcome.mark.offset, _Outcome.reason.offset
 _u8p = ctypes.POINTER(ctypes.c_uint8)
 _GET = ctypes.CFUNCTYPE(
     ctypes.c_int32, ctypes.c_void_p, _u8p, ctypes.c_size_t, _u8p, ctypes.POINTER(ctypes.c_size_t),
@@ -161,6 +163,7 @@ def _load() -> ctypes.CDLL:
 
 
 _lib = _load()
+_outcomes = threading.local()
 
 
 def _last_error() -> str:
@@ -197,8 +200,8 @@ class Outcome:
             breach=raw.breach,
             http_status=raw.http_status,
             grpc_status=raw.grpc_status,
-            mark=raw.mark.decode() if raw.mark_len else None,
-            reason=raw.reason.decode("utf-8", "replace"),
+            mark=ctypes.string_at(ctypes.addressof(raw) + _MARK, raw.mark_len).decode() if raw.mark_len else None,
+            reason=ctypes.string_at(ctypes.addressof(raw) + _REASON, raw.reason_len).decode("utf-8", "replace"),
         )
 
 
@@ -342,7 +345,7 @@ class Guard:
     def admit(self, resource: Union[str, bytes], token: Union[None, str, bytes]) -> Outcome:
         """Decide on a write of `resource` carrying `token` (None: it carried none) and
         advance the mark in the guard's store when admitted above it."""
-        return self._admit(lambda *request: _lib.fencekeeper_admit(self._open(), *request), resource, token)
+        return self._admit(_lib.fencekeeper_admit, (self._open(),), resource, token)
 
     def admit_in(self, store: MarkStore, resource: Union[str, bytes], token: Union[None, str, bytes],
                  name: str = "the engine's store") -> Outcome:
@@ -350,10 +353,7 @@ class Guard:
         has one), inside whatever transaction it has open. An exception in a callback
         is a store failure (undecided), raised nowhere."""
         table = _Table(store, name)
-        return self._admit(
-            lambda *request: _lib.fencekeeper_admit_in(self._open(), ctypes.byref(table.table), *request),
-            resource, token,
-        )
+        return self._admit(_lib.fencekeeper_admit_in, (self._open(), ctypes.byref(table.table)), resource, token)
 
     def mark(self, resource: Union[str, bytes]) -> Optional[str]:
         """The resource's mark in the guard's store (None: it has none)."""
@@ -389,11 +389,14 @@ class Guard:
             raise Error(ERR_ARGUMENT, "the guard is closed")
         return self._handle
 
-    def _admit(self, call: Callable[..., int], resource, token) -> Outcome:
-        key = _bytes(resource)
-        presented = None if token is None else _bytes(token)
-        raw = _Outcome()
-        status = call(key, len(key), presented, 0 if presented is None else len(presented), ctypes.byref(raw))
+    def _admit(self, call: Callable[..., int], head: tuple, resource, token) -> Outcome:
+        key = resource if type(resource) is bytes else _bytes(resource)
+        presented = token if token is None or type(token) is bytes else _bytes(token)
+        # One outcome buffer per thread, reused: the struct is 4 KiB.
+        raw = getattr(_outcomes, "raw", None)
+        if raw is None:
+            raw = _outcomes.raw = _Outcome()
+        status = call(*head, key, len(key), presented, 0 if presented is None else len(presented), ctypes.byref(raw))
         if status == ERR_AUDIT:
             raise AuditError(_last_error(), Outcome._of(raw))
         _check(status)
