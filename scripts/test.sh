@@ -13,7 +13,7 @@ export PATH
 
 echo "== format" >&2
 if cargo fmt --version >/dev/null 2>&1; then
-    for ws in . guest/component guest/proxy-wasm fuzz; do
+    for ws in . guest/component guest/proxy-wasm fuzz host/capi/fuzz; do
         (cd "$ws" && cargo fmt --all --check >/dev/null) \
             || { echo "$ws is not formatted: run cargo fmt --all there" >&2; exit 1; }
     done
@@ -37,6 +37,9 @@ cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fence
 
 echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked
+# libfencekeeper_capi.{so,a} in target/release, for the Python and Go callers below
+# (`cargo test` leaves them in target/release/deps).
+cargo build --release --locked -p fencekeeper-capi --lib
 
 echo "== tests" >&2
 log=$(mktemp)

@@ -11,10 +11,11 @@ fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// target/release (or debug): where cargo put libfencekeeper_capi.{so,a} for this build.
+/// target/release/deps (or debug/deps): where `cargo test` puts libfencekeeper_capi.{so,a}
+/// beside this test (only `cargo build` copies them up to target/release).
 fn library_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let dir = exe.parent().unwrap().to_path_buf();
     assert!(dir.join("libfencekeeper_capi.so").exists(), "no libfencekeeper_capi.so in {}", dir.display());
     dir
 }

@@ -338,7 +338,8 @@ fuzz_target!(|script: Script| {
                 let mut found = false;
                 // SAFETY: as above; a buffer of FENCEKEEPER_TOKEN_CAP bytes.
                 let status = unsafe { fencekeeper_mark(g, k.as_ptr(), kl, buffer.as_mut_ptr(), &mut found) };
-                let valid = kl == k.len() && std::str::from_utf8(&k).is_ok_and(|s| fencekeeper_core::resource::check(s).is_ok());
+                let valid = kl == k.len()
+                    && std::str::from_utf8(&k).is_ok_and(|s| fencekeeper_core::resource::check(s).is_ok());
                 if !valid {
                     assert_eq!(status, FENCEKEEPER_ERR_ARGUMENT);
                     continue;
@@ -350,7 +351,8 @@ fuzz_target!(|script: Script| {
             }
             Call::NullOutcome => {
                 // SAFETY: NULL outcome is refused before anything is written.
-                let status = unsafe { fencekeeper_admit(g, b"k".as_ptr(), 1, std::ptr::null(), 0, std::ptr::null_mut()) };
+                let status =
+                    unsafe { fencekeeper_admit(g, b"k".as_ptr(), 1, std::ptr::null(), 0, std::ptr::null_mut()) };
                 assert_eq!(status, FENCEKEEPER_ERR_ARGUMENT);
             }
             Call::NullWithLength(len, on_token) => {
