@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Run every fuzz target in fuzz/ (tests/README.md, "Fuzzing") for SECONDS each, one
-# after the other; CI runs them for a short, fixed time through scripts/test.sh.
+# Run every fuzz target in fuzz/ and host/capi/fuzz/ (tests/README.md, "Fuzzing") for
+# SECONDS each, one after the other; CI runs them for a short, fixed time through
+# scripts/test.sh. host/capi/fuzz is its own cargo-fuzz directory because its target
+# (the C ABI) links the host library and wasmtime, which fuzz/'s pure targets must not
+# build.
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]     default: 60 seconds, every target
 #
 # Exit 0 when no target crashed, 1 when one did (its input is printed and kept
-# under fuzz/artifacts/TARGET/), 2 on a usage or setup error.
+# under DIR/artifacts/TARGET/), 2 on a usage or setup error.
 #
-# Each target starts from its committed seeds in fuzz/corpus/TARGET; what libFuzzer
+# Each target starts from its committed seeds in DIR/corpus/TARGET; what libFuzzer
 # finds on the way goes to a temporary directory, so the committed corpus does not
 # change. To keep a finding as a seed, copy it there by hand.
 #
@@ -39,34 +42,53 @@ if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $cargo_fuzz_version
     say "installing cargo-fuzz $cargo_fuzz_version (cargo install, about a minute)"
     cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked --quiet
 fi
-# cargo-fuzz has no --locked: check that fuzz/Cargo.lock needs no change first.
-cargo fetch --locked --manifest-path fuzz/Cargo.toml --quiet
+fuzz_dirs=(fuzz host/capi/fuzz)
+# cargo-fuzz has no --locked: check that each Cargo.lock needs no change first.
+for dir in "${fuzz_dirs[@]}"; do
+    cargo fetch --locked --manifest-path "$dir/Cargo.toml" --quiet
+done
 
-flags=(-s "$sanitizer" --debug-assertions --fuzz-dir fuzz)
+flags=(-s "$sanitizer" --debug-assertions)
+declare -A dir_of
+for dir in "${fuzz_dirs[@]}"; do
+    while read -r t; do dir_of[$t]=$dir; done < <(cd "$dir" && cargo fuzz list)
+done
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
-    mapfile -t targets < <(cd fuzz && cargo fuzz list)
+    for dir in "${fuzz_dirs[@]}"; do
+        mapfile -t -O "${#targets[@]}" targets < <(cd "$dir" && cargo fuzz list)
+    done
 fi
+for target in "${targets[@]}"; do
+    [[ -n ${dir_of[$target]:-} ]] || { say "no fuzz target $target in ${fuzz_dirs[*]}"; exit 2; }
+done
 say "$(rustc -V), cargo-fuzz $cargo_fuzz_version, sanitizer $sanitizer, ${seconds}s per target"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# One build per directory with a target to run: cargo links its targets in parallel.
+for dir in "${fuzz_dirs[@]}"; do
+    wanted=0
+    for target in "${targets[@]}"; do [[ ${dir_of[$target]} == "$dir" ]] && wanted=1; done
+    [[ $wanted == 1 ]] || continue
+    started=$SECONDS
+    if ! cargo fuzz build "${flags[@]}" --fuzz-dir "$dir" >"$work/build.log" 2>&1; then
+        cat "$work/build.log" >&2
+        say "the fuzz targets in $dir do not build"
+        exit 2
+    fi
+    say "built $dir in $((SECONDS - started))s"
+done
 started=$SECONDS
-# One build for every target: cargo links them in parallel.
-if ! cargo fuzz build "${flags[@]}" >"$work/build.log" 2>&1; then
-    cat "$work/build.log" >&2
-    say "the fuzz targets do not build"
-    exit 2
-fi
-say "built in $((SECONDS - started))s"
 
 failed=()
 for target in "${targets[@]}"; do
+    dir=${dir_of[$target]}
     log=$work/$target.log
     mkdir -p "$work/$target"
     args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
-    [[ -f fuzz/dict/$target.dict ]] && args+=(-dict="fuzz/dict/$target.dict")
-    if cargo fuzz run "${flags[@]}" "$target" "$work/$target" "fuzz/corpus/$target" -- "${args[@]}" >"$log" 2>&1; then
+    [[ -f $dir/dict/$target.dict ]] && args+=(-dict="$dir/dict/$target.dict")
+    if cargo fuzz run "${flags[@]}" --fuzz-dir "$dir" "$target" "$work/$target" "$dir/corpus/$target" -- "${args[@]}" >"$log" 2>&1; then
         stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
         say "$target: ok, $(stat number_of_executed_units) runs, $(stat average_exec_per_sec) exec/s," \
             "$(stat new_units_added) new inputs"
@@ -75,7 +97,7 @@ for target in "${targets[@]}"; do
         grep -m1 -A6 -e 'panicked at' -e '^==[0-9]*== ERROR: libFuzzer' "$log" >&2 || tail -n 40 "$log" >&2
         artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -1)
         say "$target: CRASHED; input: ${artifact:-(none written; see the log above)}"
-        say "  reproduce: cargo fuzz run ${flags[*]} $target ${artifact:-}"
+        say "  reproduce: cargo fuzz run ${flags[*]} --fuzz-dir $dir $target ${artifact:-}"
         failed+=("$target")
     fi
 done

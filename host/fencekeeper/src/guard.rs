@@ -111,12 +111,20 @@ impl Decision {
 
     /// The one-line reason, for a response body or a log line.
     pub fn reason(&self, resource: &str) -> String {
+        let mut line = String::new();
+        let _ = self.write_reason(&mut line, resource);
+        line
+    }
+
+    /// [`Decision::reason`] written into `out`, for a host that has a buffer of its
+    /// own (the C ABI writes it into the caller's outcome without allocating).
+    pub fn write_reason(&self, out: &mut dyn std::fmt::Write, resource: &str) -> std::fmt::Result {
         let cause: &dyn std::fmt::Display = match &self.undecided {
-            Some(Undecided::Unverified(why)) => return Unverified { resource, cause: why }.to_string(),
+            Some(Undecided::Unverified(why)) => return write!(out, "{}", Unverified { resource, cause: why }),
             Some(e) => e,
             None => &"",
         };
-        Reason { verdict: self.verdict.as_ref(), resource, cause }.to_string()
+        write!(out, "{}", Reason { verdict: self.verdict.as_ref(), resource, cause })
     }
 }
 

@@ -1,0 +1,3 @@
+module fencekeeper
+
+go 1.19
