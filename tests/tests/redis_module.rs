@@ -158,6 +158,39 @@ fn fence_call_runs_as_the_client_and_fence_set_by_its_own_permission() {
 }
 
 #[test]
+fn an_acl_selector_keeps_marks_out_of_reach_of_every_command_but_the_fence() {
+    let (redis, mut admin) = module();
+    // The root selector: data keys only. A second selector: the fence's commands,
+    // over data and marks together (a fenced write names both).
+    let user = [
+        "ACL",
+        "SETUSER",
+        "app",
+        "on",
+        ">pw",
+        "~data:*",
+        "+@read",
+        "+@write",
+        "(~data:* ~fence:* +fence.set +fence.call +fence.mark)",
+    ];
+    assert_eq!(admin.cmd(&user).unwrap(), ok());
+    let mut app = redis.client().unwrap();
+    assert_eq!(app.cmd(&["AUTH", "app", "pw"]).unwrap(), ok());
+    assert_eq!(app.cmd(&["FENCE.SET", "data:k", "fence:r", "1", "v"]).unwrap(), ok());
+    assert_eq!(app.cmd(&["FENCE.CALL", "fence:r", "2", "DEL", "data:k"]).unwrap(), Reply::Integer(1));
+    for forget in [
+        &["DEL", "fence:r"][..],
+        &["SET", "fence:r", "x"],
+        &["RENAME", "fence:r", "data:m"],
+        &["EXPIRE", "fence:r", "1"],
+    ] {
+        let e = error(app.cmd(forget).unwrap());
+        assert!(e.starts_with("NOPERM"), "{forget:?}: {e}");
+    }
+    assert_eq!(app.cmd(&["FENCE.MARK", "fence:r"]).unwrap(), bulk("2"));
+}
+
+#[test]
 fn multi_exec_runs_fenced_writes_in_order_and_a_stale_one_fails_alone() {
     let (_redis, mut c) = module();
     assert_eq!(c.cmd(&["MULTI"]).unwrap(), ok());
@@ -219,4 +252,21 @@ fn missing_replayed_and_raise_from_a_client_are_refused() {
     assert!(raise.starts_with("ERR FENCE.RAISE is how replication and the AOF apply an advance"), "{raise}");
     assert_eq!(c.cmd(&["FENCE.MARK", "fence:r"]).unwrap(), bulk("34"));
     assert_eq!(c.cmd(&["GET", "k"]).unwrap(), bulk("v"));
+}
+
+#[test]
+fn an_advance_is_a_keyspace_event_of_the_module() {
+    let (redis, mut c) = module();
+    assert_eq!(c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Kd"]).unwrap(), ok());
+    let mut listener = redis.client().unwrap();
+    let subscribed = listener.cmd(&["SUBSCRIBE", "__keyspace@0__:fence:r"]).unwrap();
+    assert!(matches!(subscribed, Reply::Array(Some(_))), "{subscribed:?}");
+    assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:r", "1", "v"]).unwrap(), ok());
+    assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:r", "1", "again: no advance"]).unwrap(), ok());
+    assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:r", "2", "v"]).unwrap(), ok());
+    for _ in 0..2 {
+        let event = listener.receive().unwrap();
+        let expected = ["message", "__keyspace@0__:fence:r", "fence.advance"].map(bulk).to_vec();
+        assert_eq!(event, Reply::Array(Some(expected)));
+    }
 }

@@ -137,6 +137,11 @@ fn an_eviction_policy_that_could_forget_a_mark_refuses_every_fenced_write() {
         assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", policy]).unwrap(), ok());
         assert_eq!(c.cmd(&["FENCE.SET", "k2", "fence:r", "50", "x"]).unwrap(), ok(), "{policy}");
     }
+    // Out of memory: the commands are deny-oom, Redis refuses them before they run.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", "1"]).unwrap(), ok());
+    let e = error(c.cmd(&["FENCE.SET", "k2", "fence:r", "51", "x"]).unwrap());
+    assert!(e.starts_with("OOM "), "{e}");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", "0"]).unwrap(), ok());
     unharmed(&redis);
 }
 
