@@ -43,6 +43,9 @@ fn a_stale_write_is_refused_with_the_mark_and_the_newer_value_is_kept() {
     );
     assert_eq!(c.cmd(&["GET", "orders"]).unwrap(), bulk("B's import"));
     assert_eq!(c.cmd(&["FENCE.MARK", "fence:orders"]).unwrap(), bulk("34"));
+    // Redis counts errors by their first word: refusals per class, for free.
+    let errors = c.cmd(&["INFO", "errorstats"]).unwrap().text().unwrap();
+    assert!(errors.contains("errorstat_STALE:count=1"), "{errors}");
     assert_eq!(c.cmd(&["TYPE", "fence:orders"]).unwrap(), Reply::Status("fencemark".into()));
     // The holder writing again is admitted, options go to SET, SET answers.
     assert_eq!(
