@@ -219,6 +219,9 @@ fn a_lua_script_sees_the_refusal_and_writes_nothing_after_it() {
     assert_eq!(c.cmd(&["EXISTS", "k2"]).unwrap(), Reply::Integer(0));
     assert_eq!(c.cmd(&["EVAL", script, "3", "k", "fence:r", "k2", "71"]).unwrap(), ok());
     assert_eq!(c.cmd(&["GET", "k"]).unwrap(), bulk("x"));
+    // FENCE.CALL runs inside a script too (here its first call: it looks HSET up).
+    let call = "return redis.call('FENCE.CALL', KEYS[2], ARGV[1], 'HSET', KEYS[1], 'f', 'v')";
+    assert_eq!(c.cmd(&["EVAL", call, "2", "h", "fence:r", "71"]).unwrap(), Reply::Integer(1));
     // redis.pcall hands the script the error, prefix and mark included.
     let pcall = "local r = redis.pcall('FENCE.SET', KEYS[1], KEYS[2], ARGV[1], 'y'); return r['err']";
     let answered = c.cmd(&["EVAL", pcall, "2", "k", "fence:r", "3"]).unwrap().text().unwrap();
