@@ -24,22 +24,8 @@ done
 
 cargo build --release -q -p fencekeeper-redis
 module=$PWD/target/release/libfencekeeper_redis.so
-work=$(mktemp -d)
-redis_pid=""
-cleanup() {
-    if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" \
-    --loadmodule "$module" >"$work/redis.log" 2>&1 &
-redis_pid=$!
-for _ in $(seq 1 100); do
-    redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break
-    sleep 0.1
-done
-redis-cli -p "$port" ping | grep -q PONG || { echo "Redis did not start: $(tail -3 "$work/redis.log")" >&2; exit 2; }
+. scripts/lib/redis.sh
+start_redis --loadmodule "$module"
 
 # The hand-written peer: KEYS[1] the data, KEYS[2] the mark (a plain string), ARGV[1]
 # the token, ARGV[2] the value. Refuses a lower token with the mark, raises the mark

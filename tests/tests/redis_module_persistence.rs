@@ -143,12 +143,7 @@ fn a_record_damaged_in_the_aof_reads_as_an_error_never_as_the_lower_mark() {
     redis.kill();
     // The advance to 60 is `FENCE.RAISE fence:r "fk2 60 <crc>"` in the AOF: make its
     // digit a 4, as a flipped bit would. Believed, the mark would read 40, below 50.
-    let dir = redis.dir().join("appendonlydir");
-    let incr = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .unwrap();
+    let incr = incremental_aof(&redis);
     let mut aof = std::fs::read(&incr).unwrap();
     let at = aof.windows(7).position(|w| w == b"fk2 60 ").unwrap();
     aof[at + 4] = b'4';
@@ -161,6 +156,38 @@ fn a_record_damaged_in_the_aof_reads_as_an_error_never_as_the_lower_mark() {
     assert!(write.error().is_some_and(|e| e.starts_with("UNDECIDED ")), "{write:?}");
     assert_eq!(c.cmd(&["GET", "k"]).unwrap().text().as_deref(), Some("sixty"));
     assert!(redis.log().contains("FENCE.RAISE stored a damaged mark record"), "{}", redis.log());
+}
+
+#[test]
+fn a_lower_record_in_the_aof_does_not_lower_the_mark() {
+    let mut redis = durable();
+    let mut c = redis.client().unwrap();
+    assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:r", "60", "sixty"]).unwrap(), ok());
+    redis.kill();
+    // A sound record of 40, appended as a later command (a tool, a mixed-up file).
+    let record = fencekeeper_core::record::encode(b"fence:r", &fencekeeper_core::Token::parse("40").unwrap());
+    let incr = incremental_aof(&redis);
+    let mut aof = std::fs::read(&incr).unwrap();
+    let command = [&b"FENCE.RAISE"[..], b"fence:r", record.as_bytes()];
+    aof.extend(format!("*{}\r\n", command.len()).as_bytes());
+    for word in command {
+        aof.extend(format!("${}\r\n", word.len()).as_bytes());
+        aof.extend(word);
+        aof.extend(b"\r\n");
+    }
+    std::fs::write(&incr, &aof).unwrap();
+    redis.restart().unwrap();
+    let mut c = redis.client().unwrap();
+    assert_eq!(c.cmd(&["FENCE.MARK", "fence:r"]).unwrap().text().as_deref(), Some("60"), "FENCE.RAISE only raises");
+}
+
+/// The AOF's incremental file (Redis 7's multi-part AOF: appendonlydir/*.incr.aof).
+fn incremental_aof(redis: &Redis) -> std::path::PathBuf {
+    std::fs::read_dir(redis.dir().join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .unwrap()
 }
 
 #[test]

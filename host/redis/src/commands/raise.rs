@@ -31,7 +31,7 @@ pub fn run(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         let opened = ctx.open_key_writable(key);
         if let (Ok(new), Ok(Some(current))) = (&new, opened.get_value::<StoredMark>(&MARK_TYPE)) {
             if let Ok(mark) = current.decode(name) {
-                if mark.partial_cmp(new) != Some(Ordering::Less) && mark != *new {
+                if !matches!(mark.partial_cmp(new), Some(Ordering::Less | Ordering::Equal)) {
                     return Err(RedisError::String(format!(
                         "ERR FENCE.RAISE would lower the mark {mark} to {new}; refused, the mark is kept"
                     )));
