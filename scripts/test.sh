@@ -2,7 +2,8 @@
 # Fencekeeper's whole test suite, from a clean clone: installs what the tests need,
 # checks the committed guest artifacts against a rebuild from source, builds, and
 # runs every test tier (tests/README.md). The tests start their own etcd, ZooKeeper,
-# Redis, nginx and Envoy on loopback. Everything runs in release: wasmtime is built once for all.
+# Redis (with the Fencekeeper module), nginx and Envoy on loopback. Everything runs in
+# release: wasmtime is built once for all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,10 +37,10 @@ echo "== the library crates package on their own" >&2
 cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper-etcd-wire -p fencekeeper
 
 echo "== build" >&2
-cargo build --release --workspace --bins --examples --locked
-# libfencekeeper_capi.{so,a} in target/release, for the Python and Go callers below
-# (`cargo test` leaves them in target/release/deps).
-cargo build --release --locked -p fencekeeper-capi --lib
+# --lib builds the Redis module (a cdylib, libfencekeeper_redis.so), which the Redis
+# tests load into redis-server, and libfencekeeper_capi.{so,a} in target/release, for
+# the Python and Go callers below (`cargo test` leaves them in target/release/deps).
+cargo build --release --workspace --lib --bins --examples --locked
 
 echo "== tests" >&2
 log=$(mktemp)

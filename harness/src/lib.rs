@@ -12,7 +12,10 @@
 //!
 //! * [`services`]: a child process that dies with its handle (and can be frozen), free
 //!   ports, readiness polling, a minimal HTTP client; etcd, nginx WebDAV,
-//!   and the other lock services, ZooKeeper and Redis.
+//!   and the other lock service, ZooKeeper.
+//! * [`redis`]: redis-server, as a lock service and as the host of the Fencekeeper
+//!   module (`--loadmodule`, AOF, replicas, restarts in place); [`resp`]: a small
+//!   client for it.
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
@@ -37,7 +40,9 @@ pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
 pub mod max_register;
+pub mod redis;
 pub mod relay;
+pub mod resp;
 pub mod secure_etcd;
 pub mod services;
 

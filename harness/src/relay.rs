@@ -1,4 +1,5 @@
-//! A TCP relay in front of a service that can spring a trap on one request.
+//! A TCP relay in front of a service that can spring a trap on one request, or cut
+//! every connection at once.
 //!
 //! The relay passes bytes both ways unchanged, and passes a close on (a client's FIN
 //! reaches the service as a FIN). Armed with [`Relay::trap`], it runs a hook the
@@ -6,11 +7,14 @@
 //! to reach the service, before forwarding it. A fault test uses it to freeze etcd
 //! (SIGSTOP) exactly when a gateway's Txn arrives, which a signal sent from outside
 //! cannot time: the gateway reads the mark first, and a freeze before that read stalls
-//! the read instead.
+//! the read instead. [`Relay::sever`] stands for a network partition: from that
+//! moment nothing more passes either way (a replication test lets a replica miss the
+//! writes its primary acknowledged after it).
 
 use anyhow::{Context, Result};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +40,20 @@ pub struct Relay {
     /// Where clients connect instead of the service.
     pub addr: SocketAddr,
     armed: Arc<Mutex<Option<Armed>>>,
+    cut: Arc<Cut>,
+}
+
+/// Whether the relay was severed, and the connections to close when it is.
+#[derive(Default)]
+struct Cut {
+    severed: AtomicBool,
+    open: Mutex<Vec<TcpStream>>,
+}
+
+impl Cut {
+    fn severed(&self) -> bool {
+        self.severed.load(Ordering::SeqCst)
+    }
 }
 
 /// A trap set by [`Relay::trap`]; each wait is bounded.
@@ -70,14 +88,27 @@ impl Relay {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let armed: Arc<Mutex<Option<Armed>>> = Arc::default();
-        let trap = armed.clone();
+        let cut: Arc<Cut> = Arc::default();
+        let (trap, cuts) = (armed.clone(), cut.clone());
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
-                let trap = trap.clone();
-                std::thread::spawn(move || relay(client, target, &trap));
+                if cuts.severed() {
+                    continue; // dropped: closed at once
+                }
+                let (trap, cuts) = (trap.clone(), cuts.clone());
+                std::thread::spawn(move || relay(client, target, &trap, &cuts));
             }
         });
-        Ok(Relay { addr, armed })
+        Ok(Relay { addr, armed, cut })
+    }
+
+    /// Cut every connection now and refuse new ones: no byte read from either side
+    /// after this call is passed on.
+    pub fn sever(&self) {
+        self.cut.severed.store(true, Ordering::SeqCst);
+        for stream in self.cut.open.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
     }
 
     /// `http://127.0.0.1:PORT`.
@@ -102,14 +133,21 @@ impl Relay {
 /// One connection: the service's bytes are copied back on a thread of their own (and
 /// kept, for a trap's report); the client's bytes are checked for the trap's pattern,
 /// then forwarded.
-fn relay(client: TcpStream, target: SocketAddr, trap: &Mutex<Option<Armed>>) {
+fn relay(client: TcpStream, target: SocketAddr, trap: &Mutex<Option<Armed>>, cut: &Arc<Cut>) {
     let Ok(service) = TcpStream::connect(target) else { return };
     let (Ok(mut from_service), Ok(mut to_client)) = (service.try_clone(), client.try_clone()) else { return };
+    if let (Ok(a), Ok(b)) = (client.try_clone(), service.try_clone()) {
+        cut.open.lock().unwrap_or_else(|p| p.into_inner()).extend([a, b]);
+    }
+    let severed = cut.clone();
     let sent_back: Arc<Mutex<Vec<u8>>> = Arc::default();
     let copy = sent_back.clone();
     let back = std::thread::spawn(move || {
         let mut chunk = [0u8; 16 * 1024];
         while let Ok(n @ 1..) = from_service.read(&mut chunk) {
+            if severed.severed() {
+                break;
+            }
             copy.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(&chunk[..n]);
             let _ = to_client.write_all(&chunk[..n]);
         }
@@ -129,7 +167,7 @@ fn relay(client: TcpStream, target: SocketAddr, trap: &Mutex<Option<Armed>>) {
                 .map(|reports| (reports, sent_back.lock().unwrap_or_else(|p| p.into_inner()).len()));
             tail.drain(..tail.len().saturating_sub(256));
         }
-        if to_service.write_all(&chunk[..n]).is_err() {
+        if cut.severed() || to_service.write_all(&chunk[..n]).is_err() {
             break;
         }
     }

@@ -501,42 +501,4 @@ pub fn four_letters(addr: SocketAddr, command: &str) -> Result<String> {
     Ok(answer)
 }
 
-/// A redis-server on loopback, with no persistence (a test's counter need not survive
-/// it); its directory and log (`redis.log`) in a temporary directory.
-pub struct Redis {
-    /// The process.
-    pub process: Process,
-    /// The client address.
-    pub addr: SocketAddr,
-    _dir: WorkDir,
-}
-
-impl Redis {
-    /// Start redis-server and wait until it answers `PING`.
-    pub fn start() -> Result<Redis> {
-        let dir = WorkDir::temporary()?;
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--bind", "127.0.0.1", "--port", &addr.port().to_string(), "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path());
-        let mut process = Process::spawn("redis-server", cmd, &dir.path().join("redis.log"))?;
-        wait_until(&mut process, Duration::from_secs(20), || {
-            let ping = || -> Result<bool> {
-                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-                s.set_read_timeout(Some(Duration::from_secs(1)))?;
-                s.write_all(b"PING\r\n")?;
-                let mut answer = [0; 7];
-                s.read_exact(&mut answer)?;
-                Ok(&answer == b"+PONG\r\n")
-            };
-            ping().unwrap_or(false)
-        })?;
-        Ok(Redis { process, addr, _dir: dir })
-    }
-
-    /// `127.0.0.1:PORT`.
-    pub fn address(&self) -> String {
-        self.addr.to_string()
-    }
-}
+pub use crate::redis::Redis;

@@ -9,6 +9,13 @@
 //! may pause it (and its lock client) past the lease. One stdout line per event:
 //! `holding TOKEN pid PID`, `wrote STATUS`, `wrote STATUS`.
 //!
+//! With a `redis://HOST:PORT` target it writes to a Redis with the Fencekeeper module
+//! instead: `FENCE.SET RESOURCE fence:RESOURCE TOKEN BODY` (the data at the
+//! resource's path, its mark beside it), and reports the refusal contract's HTTP
+//! status for the answer: 204 for OK, 409 for STALE or REPLAYED, 428 MISSING, 400
+//! MALFORMED, 403 UNVERIFIED, 503 UNDECIDED, 500 for any other error. With
+//! `--plain` it writes a plain `SET RESOURCE BODY` instead: the control, unfenced.
+//!
 //! Exit codes: 0 after both writes (whatever they were answered), 2 on an error.
 
 use anyhow::{Context, Result};
@@ -22,7 +29,7 @@ use std::time::{Duration, Instant};
 #[derive(Parser)]
 #[command(name = "fencekeeper-lock-worker")]
 struct Args {
-    /// The gateway, `http://HOST:PORT`.
+    /// The gateway, `http://HOST:PORT`, or a Redis with the module, `redis://HOST:PORT`.
     #[arg(long)]
     target: String,
     /// The resource path; by default FENCING_RESOURCE.
@@ -31,6 +38,9 @@ struct Args {
     /// The variable that holds the token.
     #[arg(long, default_value = "FENCING_TOKEN")]
     token_from: String,
+    /// With a `redis://` target: write with a plain SET, without fencing (the control).
+    #[arg(long)]
+    plain: bool,
     /// The worker's name, written into what it stores.
     name: String,
 }
@@ -47,12 +57,15 @@ fn main() -> ExitCode {
 
 fn run(args: Args) -> Result<()> {
     let token = std::env::var(&args.token_from).with_context(|| format!("no token in {}", args.token_from))?;
-    let resource = match args.resource {
+    let resource = match args.resource.clone() {
         Some(resource) => resource,
         None => std::env::var("FENCING_RESOURCE").context("no --resource and no FENCING_RESOURCE")?,
     };
     let go = PathBuf::from(std::env::var_os("FK_WORKER_GO").context("no FK_WORKER_GO")?);
     say(&format!("holding {token} pid {}", std::process::id()))?;
+    if let Some(redis) = args.target.strip_prefix("redis://") {
+        return write_to_redis(redis, &resource, &token, &args, &go);
+    }
     let agent = ureq::Agent::new_with_config(
         ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(10))).build(),
     );
@@ -64,6 +77,36 @@ fn run(args: Args) -> Result<()> {
         let body = format!("{} wrote its {write} write with token {token}\n", args.name);
         let status = agent.put(&url).header("fencing-token", &token).send(body).map(|r| r.status().as_u16());
         say(&format!("wrote {}", status.unwrap_or(0)))?;
+    }
+    Ok(())
+}
+
+/// The two writes, to Redis through `FENCE.SET`.
+fn write_to_redis(address: &str, resource: &str, token: &str, args: &Args, go: &std::path::Path) -> Result<()> {
+    let mut redis = fencekeeper_harness::resp::Client::connect(address.parse()?)?;
+    let mark = format!("fence:{resource}");
+    for (write, wait) in [("first", false), ("second", true)] {
+        if wait {
+            await_file(go)?;
+        }
+        let body = format!("{} wrote its {write} write with token {token}\n", args.name);
+        let command = match args.plain {
+            true => vec!["SET", resource, &body],
+            false => vec!["FENCE.SET", resource, &mark, token, &body],
+        };
+        let status = match redis.cmd(&command) {
+            Ok(fencekeeper_harness::resp::Reply::Status(_)) => 204,
+            Ok(reply) => match reply.error().and_then(|e| e.split(' ').next()) {
+                Some("STALE" | "REPLAYED") => 409,
+                Some("MISSING") => 428,
+                Some("MALFORMED") => 400,
+                Some("UNVERIFIED") => 403,
+                Some("UNDECIDED") => 503,
+                _ => 500,
+            },
+            Err(_) => 0,
+        };
+        say(&format!("wrote {status}"))?;
     }
     Ok(())
 }

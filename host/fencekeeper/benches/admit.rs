@@ -8,7 +8,10 @@
 //! its arguments (tests/support/wat_guest.rs): what the host and wasmtime cost
 //! alone, the floor under any guest's own work.
 //!
-//! `cargo bench --bench admit -p fencekeeper`; results in BENCHMARKS.md.
+//! `cargo bench --bench admit -p fencekeeper`; results in BENCHMARKS.md. With
+//! `FK_BENCH_SIGNAL_HANDLERS=0` the process's engine is set up without wasmtime's
+//! signal handlers, as the Redis module runs it (explicit bounds checks in the
+//! compiled guest): the same rows, to compare with a run without it.
 //!
 //! The in-memory groups measure the bench thread's CPU time, not wall time: on a
 //! shared machine wall time also counts the time spent waiting for a core, which
@@ -19,7 +22,7 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencekeeper::store::FileStore;
-use fencekeeper::validator::{Conformance, GuestSource, Limits, Validator};
+use fencekeeper::validator::{configure_engine, Conformance, EngineOptions, GuestSource, Limits, Validator};
 use fencekeeper::{Decider, Guard, MarkStore, MemoryStore, NativeDecider, Policy, Token};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -88,6 +91,9 @@ fn token(n: u64) -> Token {
 }
 
 fn wasm() -> Validator {
+    if std::env::var("FK_BENCH_SIGNAL_HANDLERS").as_deref() == Ok("0") {
+        configure_engine(EngineOptions { signal_handlers: false }).expect("set up the engine before any validator");
+    }
     Validator::bundled(Policy::default()).expect("load the bundled validator")
 }
 

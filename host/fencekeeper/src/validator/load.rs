@@ -119,12 +119,53 @@ pub enum LoadError {
     Engine(String),
 }
 
+/// How the process's one WebAssembly engine is set up. Every validator in a process
+/// shares one engine, so these are chosen once, before the first validator loads
+/// ([`configure_engine`]); the defaults suit a process of its own (the gateway, the
+/// command line, an engine linking the library).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Let wasmtime install its signal handlers (SIGSEGV, SIGBUS, SIGILL, SIGFPE) and
+    /// turn a guest's out-of-bounds access or `unreachable` into a trap through them;
+    /// the compiled guest then elides bounds checks. On by default. A host loaded into
+    /// a server that owns those signals turns it off: Redis, for one, installs its
+    /// crash handler again (or the default action) whenever `crash-log-enabled` is
+    /// set, after which a guest trap would reach Redis's handler and end the server.
+    /// Off, wasmtime installs no handler and the compiled guest checks its bounds and
+    /// divisors in code (BENCHMARKS.md measures what that costs per call).
+    pub signal_handlers: bool,
+}
+
+impl Default for EngineOptions {
+    fn default() -> EngineOptions {
+        EngineOptions { signal_handlers: true }
+    }
+}
+
+/// The options the engine was (or will be) built with: set by [`configure_engine`],
+/// else the defaults when the first validator loads.
+static OPTIONS: OnceLock<EngineOptions> = OnceLock::new();
+
+/// Choose how the process's engine is set up, before any validator loads. Setting the
+/// options it already has succeeds; other options, once the engine was set up (or
+/// configured) differently, are an error, since a process has one engine.
+pub fn configure_engine(options: EngineOptions) -> Result<(), LoadError> {
+    let chosen = *OPTIONS.get_or_init(|| options);
+    if chosen == options {
+        return Ok(());
+    }
+    Err(LoadError::Engine(format!(
+        "the engine is already set up with {chosen:?}; configure it before the first validator loads"
+    )))
+}
+
 /// The process's one engine. Every validator shares it: an engine is the compiler
 /// configuration and the code memory, and is meant to live as long as the process.
 pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
+            let options = *OPTIONS.get_or_init(EngineOptions::default);
             let mut config = Config::new();
             // Fuel bounds every call deterministically (a loop stops after the same
             // work on every machine), without a timer thread as epochs would need.
@@ -132,6 +173,11 @@ pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
             // A trap ends in a one-line GuestFault; collecting wasm frames for a
             // backtrace would only slow the failure path down.
             config.wasm_backtrace_max_frames(None);
+            // See EngineOptions::signal_handlers. Off, wasmtime also turns off its
+            // Spectre mitigations of heap and table accesses (they rely on a fault),
+            // so a hostile guest could read the host's memory speculatively: such a
+            // host loads only guests its administrator chose.
+            config.signals_based_traps(options.signal_handlers);
             Engine::new(&config).map_err(|e| one_line(&e))
         })
         .as_ref()
