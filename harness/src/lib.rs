@@ -20,7 +20,9 @@
 //!   its token; the paused-holder story told with two of them (the token tests).
 //! * [`etcdctl_lock`]: a lock held by the real `etcdctl lock`, and its token.
 //! * [`max_register`]: the linearizability checker of admits against a max-register,
-//!   shared by the concurrency test and the torture harness.
+//!   shared by the concurrency tests and the torture harness.
+//! * [`postgres`]: PostgreSQL 15 (initdb in a temporary directory, a free port), for
+//!   the extension's tests; [`pg_wire`]: the small client they talk to it with.
 //! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
@@ -37,6 +39,8 @@ pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
 pub mod max_register;
+pub mod pg_wire;
+pub mod postgres;
 pub mod relay;
 pub mod secure_etcd;
 pub mod services;

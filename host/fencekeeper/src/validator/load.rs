@@ -119,12 +119,49 @@ pub enum LoadError {
     Engine(String),
 }
 
+/// How the process that hosts the validators lets wasmtime run their guests. Chosen
+/// once per process, before the first validator loads ([`configure_engine`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineSettings {
+    /// Let wasmtime catch a guest's traps with signal handlers of its own (SIGSEGV on
+    /// guard pages for out-of-bounds accesses, SIGILL, SIGFPE, SIGBUS), installed for
+    /// the whole process when the engine is made. On by default: the compiled code
+    /// then needs no explicit bounds checks. Turn it off in a process whose signals
+    /// belong to someone else, such as a database server's backend: wasmtime then
+    /// installs no handler at all and the compiled code checks bounds and divisors
+    /// itself (somewhat slower guest code, the same verdicts).
+    pub signals_based_traps: bool,
+}
+
+impl Default for EngineSettings {
+    fn default() -> EngineSettings {
+        EngineSettings { signals_based_traps: true }
+    }
+}
+
+static SETTINGS: OnceLock<EngineSettings> = OnceLock::new();
+
+/// Choose the settings of the process's engine. Call it before any validator loads;
+/// once the engine exists (or settings were chosen), asking for other settings is an
+/// error and asking for the same ones is not.
+pub fn configure_engine(settings: EngineSettings) -> Result<(), LoadError> {
+    let chosen = *SETTINGS.get_or_init(|| settings);
+    if chosen == settings {
+        Ok(())
+    } else {
+        Err(LoadError::Engine(format!(
+            "the engine was already made with {chosen:?}; choose the settings before the first validator loads"
+        )))
+    }
+}
+
 /// The process's one engine. Every validator shares it: an engine is the compiler
 /// configuration and the code memory, and is meant to live as long as the process.
 pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
+            let settings = *SETTINGS.get_or_init(EngineSettings::default);
             let mut config = Config::new();
             // Fuel bounds every call deterministically (a loop stops after the same
             // work on every machine), without a timer thread as epochs would need.
@@ -132,6 +169,14 @@ pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
             // A trap ends in a one-line GuestFault; collecting wasm frames for a
             // backtrace would only slow the failure path down.
             config.wasm_backtrace_max_frames(None);
+            if !settings.signals_based_traps {
+                config.signals_based_traps(false);
+                // Guard pages only serve traps caught by signal handlers; without
+                // them every access is checked in code, and a memory reserves no
+                // address space beyond what it holds (its budget is 16 MiB by default).
+                config.memory_guard_size(0);
+                config.memory_reservation(0);
+            }
             Engine::new(&config).map_err(|e| one_line(&e))
         })
         .as_ref()
