@@ -22,7 +22,8 @@
 //! * [`max_register`]: the linearizability checker of admits against a max-register,
 //!   shared by the concurrency tests and the torture harness.
 //! * [`postgres`]: PostgreSQL 15 (initdb in a temporary directory, a free port), for
-//!   the extension's tests; [`pg_wire`]: the small client they talk to it with.
+//!   the extension's tests; [`pg_wire`]: the small client they talk to it with;
+//!   [`commit_order`]: the check that no row committed below its resource's mark.
 //! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
@@ -33,6 +34,7 @@
 //! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
+pub mod commit_order;
 pub mod envoy;
 pub mod etcd_cluster;
 pub mod etcdctl_lock;

@@ -58,6 +58,23 @@ impl Postgres {
         Ok(pg)
     }
 
+    /// [`check_extension_installed`], [`Postgres::start`], and `CREATE EXTENSION
+    /// fencekeeper` in the database `postgres`.
+    pub fn with_extension(settings: &[&str]) -> Result<Postgres> {
+        check_extension_installed()?;
+        let pg = Postgres::start(settings)?;
+        pg.connect("postgres")?.query("CREATE EXTENSION fencekeeper")?;
+        Ok(pg)
+    }
+
+    /// Write `bytes` to `name` in the server's directory, readable by the server
+    /// (a guest for `fencekeeper.guest`), and return its path.
+    pub fn place(&self, name: &str, bytes: &[u8]) -> Result<PathBuf> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, bytes)?;
+        Ok(path)
+    }
+
     fn spawn(dir: &WorkDir, addr: SocketAddr, settings: &[String]) -> Result<Process> {
         let (uid, gid) = server_user()?;
         let mut cmd = as_server(Command::new(bin("postgres")?), uid, gid);

@@ -37,40 +37,41 @@ fn encoding() -> Encoding {
 
 /// Server text (the database's encoding) as UTF-8.
 pub fn to_utf8(bytes: &[u8]) -> Result<String, NotUtf8> {
-    match encoding() {
-        Encoding::Bytes => String::from_utf8(bytes.to_vec()).map_err(|e| NotUtf8 { at: e.utf8_error().valid_up_to() }),
-        Encoding::Converted => Ok(convert(bytes, pg_sys::pg_enc::PG_UTF8 as i32, true)),
-    }
+    let utf8 = match encoding() {
+        Encoding::Bytes => Cow::Borrowed(bytes),
+        Encoding::Converted => convert(bytes, true),
+    };
+    String::from_utf8(utf8.into_owned()).map_err(|e| NotUtf8 { at: e.utf8_error().valid_up_to() })
 }
 
 /// UTF-8 text as the server's text, for a statement's parameter.
 pub fn to_server(text: &str) -> Cow<'_, [u8]> {
     match encoding() {
         Encoding::Bytes => Cow::Borrowed(text.as_bytes()),
-        Encoding::Converted => Cow::Owned(convert(text.as_bytes(), pg_sys::pg_enc::PG_UTF8 as i32, false).into_bytes()),
+        Encoding::Converted => convert(text.as_bytes(), false),
     }
 }
 
-/// Convert between the server's encoding and `other` (`from_server`: which way).
-/// Every character of a valid text has a UTF-8 form, so this cannot lose one; text
-/// the server cannot convert is an error the server raises itself.
-fn convert(bytes: &[u8], other: i32, from_server: bool) -> String {
+/// Convert between the server's encoding and UTF-8 (`from_server`: which way). Every
+/// character of a valid text has a UTF-8 form, so this cannot lose one; text the
+/// server cannot convert is an error the server raises itself.
+fn convert(bytes: &[u8], from_server: bool) -> Cow<'_, [u8]> {
     let len = i32::try_from(bytes.len()).unwrap_or(i32::MAX);
+    let utf8 = pg_sys::pg_enc::PG_UTF8 as i32;
     // SAFETY: both functions read `len` bytes at the pointer and return either that
-    // same pointer (no conversion needed) or a NUL-terminated string they palloc'd;
-    // either way the result is read before this function returns, and the bytes
-    // hold no NUL (server text cannot).
+    // same pointer (no conversion needed) or a NUL-terminated string they palloc'd,
+    // read here before this function returns; server text holds no NUL.
     unsafe {
         let src = bytes.as_ptr().cast::<std::ffi::c_char>();
         let out = if from_server {
-            pg_sys::pg_server_to_any(src, len, other)
+            pg_sys::pg_server_to_any(src, len, utf8)
         } else {
-            pg_sys::pg_any_to_server(src, len, other)
+            pg_sys::pg_any_to_server(src, len, utf8)
         };
         if out.cast_const() == src {
-            return String::from_utf8_lossy(bytes).into_owned();
+            return Cow::Borrowed(bytes);
         }
-        std::ffi::CStr::from_ptr(out).to_string_lossy().into_owned()
+        Cow::Owned(std::ffi::CStr::from_ptr(out).to_bytes().to_vec())
     }
 }
 
