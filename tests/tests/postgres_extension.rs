@@ -169,6 +169,10 @@ fn the_trigger_fences_inserts_updates_and_deletes() {
     c.query("DROP TRIGGER wrong ON t").unwrap();
     c.query("CREATE TRIGGER one BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('r')").unwrap();
     assert_eq!(refused(&mut c, "INSERT INTO t VALUES ('r', '1')").0, "39P01");
+    c.query("DROP TRIGGER one ON t").unwrap();
+    c.query("CREATE TRIGGER no_column BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('r', 'tok')")
+        .unwrap();
+    assert_eq!(refused(&mut c, "INSERT INTO t VALUES ('r', '1')").0, "42703");
 }
 
 #[test]
