@@ -65,15 +65,20 @@ BEGIN
 END $$;
 CREATE TRIGGER fence BEFORE INSERT ON peer FOR EACH ROW EXECUTE FUNCTION peer_fence();
 SQL
+# Each pattern its own resources: the holder's token is above the sequence's.
 for table in plain fenced peer; do
-    printf "INSERT INTO %s VALUES ('b' || :client_id, :client_id, 1000000000, 'row');\n" "$table" >"$work/holder-$table.sql"
-    printf "INSERT INTO %s VALUES ('b' || :client_id, :client_id, nextval('tokens'), 'row');\n" "$table" >"$work/advance-$table.sql"
+    printf "INSERT INTO %s VALUES ('holder/' || :client_id, :client_id, 1000000000000, 'row');\n" "$table" >"$work/holder-$table.sql"
+    printf "INSERT INTO %s VALUES ('advance/' || :client_id, :client_id, nextval('tokens'), 'row');\n" "$table" >"$work/advance-$table.sql"
 done
 chmod 644 "$work"/*.sql
 
 pgbench() { # clients script
-    as_pg "$pgbin/pgbench" -n -h 127.0.0.1 -p "$port" -U bench -c "$1" -j "$1" -T "$duration" -f "$2" postgres 2>/dev/null \
-        | sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+    as_pg "$pgbin/pgbench" -n -h 127.0.0.1 -p "$port" -U bench -c "$1" -j "$1" -T "$duration" -f "$2" postgres \
+        >"$work/pgbench.out" 2>&1 || true
+    local tps
+    tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' "$work/pgbench.out")
+    [ -n "$tps" ] || { echo "pgbench -c $1 -f $2 failed:" >&2; tail -5 "$work/pgbench.out" >&2; exit 1; }
+    echo "$tps"
 }
 
 for commit in on off; do
@@ -82,7 +87,8 @@ for commit in on off; do
         for pattern in holder advance; do
             for clients in 1 8; do
                 for table in plain fenced peer; do
-                    echo "$commit $pattern $clients $table $(pgbench "$clients" "$work/$pattern-$table.sql")" >>"$work/results"
+                    tps=$(pgbench "$clients" "$work/$pattern-$table.sql")
+                    echo "$commit $pattern $clients $table $tps" >>"$work/results"
                 done
             done
         done

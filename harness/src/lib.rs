@@ -25,6 +25,8 @@
 //!   the extension's tests; [`pg_wire`]: the small client they talk to it with;
 //!   [`commit_order`]: the check that no row committed below its resource's mark.
 //! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
+//! * [`rng`]: a small deterministic generator (one seed replays a schedule), for the
+//!   torture harness and the tests' random schedules.
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
@@ -44,6 +46,7 @@ pub mod max_register;
 pub mod pg_wire;
 pub mod postgres;
 pub mod relay;
+pub mod rng;
 pub mod secure_etcd;
 pub mod services;
 

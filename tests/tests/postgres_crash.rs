@@ -17,6 +17,7 @@
 use fencekeeper_harness::commit_order;
 use fencekeeper_harness::pg_wire::Client;
 use fencekeeper_harness::postgres::{kill, Postgres};
+use fencekeeper_harness::rng::Rng;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -35,18 +36,12 @@ struct Acknowledged {
 /// Write until the connection fails (the crash): each transaction two rows of one
 /// resource with the last token seen there or a fresh one.
 fn writer(mut client: Client, thread: u64, counter: &AtomicU64, acked: &Mutex<Acknowledged>, started: &AtomicBool) {
-    let mut state = 0x9e37_79b9_7f4a_7c15u64 ^ (thread + 1);
-    let mut coin = move |below: u64| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state % below
-    };
+    let mut rng = Rng::new(3, thread);
     let mut seen: HashMap<u64, u64> = HashMap::new();
     loop {
-        let resource = coin(RESOURCES);
+        let resource = rng.below(RESOURCES);
         let token = match seen.get(&resource) {
-            Some(t) if coin(2) == 0 => *t,
+            Some(t) if rng.chance(1, 2) => *t,
             _ => counter.fetch_add(1, Ordering::Relaxed),
         };
         let sql =

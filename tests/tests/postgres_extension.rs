@@ -60,7 +60,7 @@ fn create_update_and_drop_the_extension_keeping_marks_across_the_update() {
     );
     assert_eq!(value(&mut c, "SELECT fencekeeper.mark('orders/7')").as_deref(), Some("34"), "the mark survived");
     assert_eq!(refused(&mut c, "SELECT fencekeeper.admit('orders/7', '33')").0, "FK001");
-    assert_eq!(objects(&mut c), objects(&mut fresh), "0.1.0 plus its upgrade is the current version");
+    assert_eq!(objects(&mut c), objects(&mut fresh), "an update ends where a fresh install does");
 
     c.query("CREATE TABLE rows (r text, t text)").unwrap();
     c.query("CREATE TRIGGER fenced BEFORE INSERT ON rows FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('r', 't')")
