@@ -59,9 +59,10 @@ fn make_sqlstate(code: &[u8; 5]) -> c_int {
     code.iter().enumerate().map(|(i, c)| (c_int::from(*c - b'0') & 0x3f) << (6 * i)).sum()
 }
 
-/// Text for the server: a NUL in it would end it early, so it is replaced.
+/// Text for the server, in its encoding ([`crate::text::message`]); a NUL would end
+/// it early, so it is replaced.
 fn c_text(text: &str) -> CString {
-    CString::new(text.replace('\0', "\u{fffd}")).unwrap_or_default()
+    CString::new(crate::text::message(text).replace('\0', "\u{fffd}")).unwrap_or_default()
 }
 
 // The server's error functions; pgrx does not export them (it raises only its own

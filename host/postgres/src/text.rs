@@ -52,6 +52,21 @@ pub fn to_server(text: &str) -> Cow<'_, [u8]> {
     }
 }
 
+/// A message for the server's log and its client, which expect the database's
+/// encoding: UTF-8 as it is in a UTF8 database; elsewhere every character outside
+/// ASCII written as `\u{..}`, so that no conversion (which could itself fail) is
+/// needed on the way out of a refusal.
+pub fn message(text: &str) -> Cow<'_, str> {
+    // SAFETY: reads the database encoding the backend fixed when it connected.
+    let utf8 = unsafe { pg_sys::GetDatabaseEncoding() } == pg_sys::pg_enc::PG_UTF8 as i32;
+    if utf8 || text.is_ascii() {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars().map(|c| if c.is_ascii() { c.to_string() } else { c.escape_unicode().to_string() }).collect(),
+    )
+}
+
 /// Convert between the server's encoding and UTF-8 (`from_server`: which way). Every
 /// character of a valid text has a UTF-8 form, so this cannot lose one; text the
 /// server cannot convert is an error the server raises itself.
