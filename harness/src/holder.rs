@@ -279,3 +279,22 @@ pub fn fencekeeper_lock(lock_args: &[&str], command: &[String]) -> Result<Comman
     cmd.arg("lock").args(lock_args).arg("--").args(command);
     Ok(cmd)
 }
+
+/// A worker's report to its [`Holder`]: one line on stdout, flushed at once.
+pub fn report(line: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    Ok(out.flush()?)
+}
+
+/// In a worker: wait until the file named by `FK_WORKER_GO` exists ([`Holder::go`]
+/// creates it), at most 2 minutes.
+pub fn await_go(go: &std::path::Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !go.exists() {
+        ensure!(Instant::now() < deadline, "{} did not appear", go.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}

@@ -23,8 +23,13 @@
 //!   its token; the paused-holder story told with two of them (the token tests).
 //! * [`etcdctl_lock`]: a lock held by the real `etcdctl lock`, and its token.
 //! * [`max_register`]: the linearizability checker of admits against a max-register,
-//!   shared by the concurrency test and the torture harness.
+//!   shared by the concurrency tests and the torture harness.
+//! * [`postgres`]: PostgreSQL 15 (initdb in a temporary directory, a free port), for
+//!   the extension's tests; [`pg_wire`]: the small client they talk to it with;
+//!   [`commit_order`]: the check that no row committed below its resource's mark.
 //! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
+//! * [`rng`]: a small deterministic generator (one seed replays a schedule), for the
+//!   torture harness and the tests' random schedules.
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
 //!   reaches it (freeze etcd exactly when a Txn arrives).
 //! * `src/bin/fencekeeper-services.rs`: etcd and nginx WebDAV for shell scripts, kept
@@ -34,15 +39,19 @@
 //! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
 //!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
 
+pub mod commit_order;
 pub mod envoy;
 pub mod etcd_cluster;
 pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
 pub mod max_register;
+pub mod pg_wire;
+pub mod postgres;
 pub mod redis;
 pub mod relay;
 pub mod resp;
+pub mod rng;
 pub mod secure_etcd;
 pub mod services;
 

@@ -20,10 +20,10 @@
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use std::io::Write;
+use fencekeeper_harness::holder::{await_go, report};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Write to one resource through the gateway with the lock's token, twice.
 #[derive(Parser)]
@@ -62,7 +62,7 @@ fn run(args: Args) -> Result<()> {
         None => std::env::var("FENCING_RESOURCE").context("no --resource and no FENCING_RESOURCE")?,
     };
     let go = PathBuf::from(std::env::var_os("FK_WORKER_GO").context("no FK_WORKER_GO")?);
-    say(&format!("holding {token} pid {}", std::process::id()))?;
+    report(&format!("holding {token} pid {}", std::process::id()))?;
     if let Some(redis) = args.target.strip_prefix("redis://") {
         return write_to_redis(redis, &resource, &token, &args, &go);
     }
@@ -72,11 +72,11 @@ fn run(args: Args) -> Result<()> {
     let url = format!("{}{resource}", args.target);
     for (write, wait) in [("first", false), ("second", true)] {
         if wait {
-            await_file(&go)?;
+            await_go(&go)?;
         }
         let body = format!("{} wrote its {write} write with token {token}\n", args.name);
         let status = agent.put(&url).header("fencing-token", &token).send(body).map(|r| r.status().as_u16());
-        say(&format!("wrote {}", status.unwrap_or(0)))?;
+        report(&format!("wrote {}", status.unwrap_or(0)))?;
     }
     Ok(())
 }
@@ -87,7 +87,7 @@ fn write_to_redis(address: &str, resource: &str, token: &str, args: &Args, go: &
     let mark = format!("fence:{resource}");
     for (write, wait) in [("first", false), ("second", true)] {
         if wait {
-            await_file(go)?;
+            await_go(go)?;
         }
         let body = format!("{} wrote its {write} write with token {token}\n", args.name);
         let command = match args.plain {
@@ -106,23 +106,7 @@ fn write_to_redis(address: &str, resource: &str, token: &str, args: &Args, go: &
             },
             Err(_) => 0,
         };
-        say(&format!("wrote {status}"))?;
-    }
-    Ok(())
-}
-
-fn say(line: &str) -> Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{line}")?;
-    Ok(out.flush()?)
-}
-
-/// Poll for `go` (the test creates it when the second write may go), at most 2 minutes.
-fn await_file(go: &std::path::Path) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !go.exists() {
-        anyhow::ensure!(Instant::now() < deadline, "{} did not appear", go.display());
-        std::thread::sleep(Duration::from_millis(10));
+        report(&format!("wrote {status}"))?;
     }
     Ok(())
 }

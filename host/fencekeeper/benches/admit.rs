@@ -22,7 +22,7 @@
 use criterion::measurement::{Measurement, ValueFormatter};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fencekeeper::store::FileStore;
-use fencekeeper::validator::{configure_engine, Conformance, EngineOptions, GuestSource, Limits, Validator};
+use fencekeeper::validator::{configure_engine, Conformance, EngineSettings, GuestSource, Limits, Validator};
 use fencekeeper::{Decider, Guard, MarkStore, MemoryStore, NativeDecider, Policy, Token};
 use std::hint::black_box;
 use std::sync::Arc;
@@ -92,7 +92,7 @@ fn token(n: u64) -> Token {
 
 fn wasm() -> Validator {
     if std::env::var("FK_BENCH_SIGNAL_HANDLERS").as_deref() == Ok("0") {
-        configure_engine(EngineOptions { signal_handlers: false }).expect("set up the engine before any validator");
+        configure_engine(EngineSettings { signals_based_traps: false }).expect("set up the engine before any validator");
     }
     Validator::bundled(Policy::default()).expect("load the bundled validator")
 }

@@ -255,7 +255,9 @@ impl Guard {
                         lost => lost,
                     }
                 }
-                Verdict::Admit { mark: same, advanced: false } if !exact => store.confirm(resource, &same)?,
+                Verdict::Admit { mark: same, advanced: false } if !exact || store.confirm_equal_admits() => {
+                    store.confirm(resource, &same)?
+                }
                 Verdict::Missing => return Ok((verdict, None)),
                 _ if !exact => Swap::Conflict(store.get(resource)?),
                 _ => return Ok((verdict, None)),
@@ -412,6 +414,46 @@ mod tests {
         assert_eq!((lock.asked.load(Relaxed), store.1.load(Relaxed) - reads), (0, 0));
         assert!(g.admit("f", Some("60")).advance.is_some(), "above what it knows: asked");
         assert_eq!(lock.asked.load(Relaxed), 1);
+    }
+
+    /// A store inside the writer's transaction: reads are its own (exact), yet an
+    /// equal admit must end with a confirm (the lock that holds the mark until the
+    /// write commits). `overtaken` is what a confirm finds: another writer's advance.
+    struct Holding {
+        marks: MemoryStore,
+        confirms: AtomicUsize,
+        overtaken: Option<Token>,
+    }
+
+    impl MarkStore for Holding {
+        fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+            self.marks.get(resource)
+        }
+        fn compare_and_swap(&self, r: &str, e: Option<&Token>, n: &Token) -> Result<Swap, StoreError> {
+            self.marks.compare_and_swap(r, e, n)
+        }
+        fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+            self.confirms.fetch_add(1, Relaxed);
+            if let Some(higher) = self.overtaken {
+                self.marks.compare_and_swap(resource, Some(mark), &higher)?;
+            }
+            self.marks.confirm(resource, mark)
+        }
+        fn confirm_equal_admits(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_store_that_asks_for_it_confirms_every_equal_admit_and_a_lost_confirm_decides_again() {
+        let seven = Token::parse("7").unwrap();
+        for (overtaken, class) in [(None, Class::Admitted), (Token::parse("8").ok(), Class::Stale)] {
+            let store = Arc::new(Holding { marks: MemoryStore::new(), confirms: AtomicUsize::new(0), overtaken });
+            store.marks.compare_and_swap("f", None, &seven).unwrap();
+            let g = Guard::new(Arc::new(NativeDecider(Policy::default())), store.clone());
+            let d = g.admit("f", Some("7"));
+            assert_eq!((d.class(), store.confirms.load(Relaxed)), (class, 1), "{}", d.reason("f"));
+        }
     }
 
     #[test]

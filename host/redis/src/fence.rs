@@ -3,7 +3,7 @@
 //! vectors, under limits sized for Redis's one command thread.
 
 use crate::load_args::{self, LoadArgs};
-use fencekeeper::validator::{configure_engine, EngineOptions, Limits};
+use fencekeeper::validator::{configure_engine, EngineSettings, Limits};
 use fencekeeper::{Conformance, Guard, GuestSource, MemoryStore, Validator};
 use redis_module::{Context, RedisString, Status};
 use std::sync::{Arc, OnceLock};
@@ -36,7 +36,7 @@ fn load(args: &LoadArgs) -> Result<String, String> {
     // its handler again whenever `crash-log-enabled` is set: wasmtime's handlers
     // would not survive that, and a guest trap would end the server. Without them
     // wasmtime checks bounds in the compiled guest and installs nothing.
-    configure_engine(EngineOptions { signal_handlers: false }).map_err(|e| e.to_string())?;
+    configure_engine(EngineSettings { signals_based_traps: false }).map_err(|e| e.to_string())?;
     let source = match &args.guest {
         Some(path) => GuestSource::Path(path),
         None => GuestSource::Bundled,

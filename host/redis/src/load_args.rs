@@ -7,7 +7,7 @@
 //! * `guest PATH`: a validator component to run instead of the bundled one. For
 //!   administrators and tests (the fault-injection guest): the guest must pass the
 //!   conformance vectors to load, and it runs without Spectre mitigations
-//!   (`fencekeeper::validator::EngineOptions`), so load only a guest you trust.
+//!   (`fencekeeper::validator::EngineSettings`), so load only a guest you trust.
 //!
 //! Anything else is a load error naming the argument: Redis then refuses to start
 //! (or `MODULE LOAD` fails) rather than run with a policy nobody asked for.

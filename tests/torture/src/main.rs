@@ -24,7 +24,7 @@ mod lock;
 mod nemesis;
 mod record;
 mod report;
-mod rng;
+use fencekeeper_harness::rng;
 mod svg;
 mod system;
 mod upstream;

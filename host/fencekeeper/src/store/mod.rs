@@ -144,6 +144,16 @@ pub trait MarkStore {
             other => Swap::Conflict(other),
         })
     }
+
+    /// True when the guard must end every admit of a token equal to the mark with
+    /// [`MarkStore::confirm`], even when it read the mark from the store itself. For a
+    /// store inside the writer's transaction whose `confirm` holds the mark in place
+    /// until the transaction ends (a database's share lock on the mark's row): then no
+    /// advance commits between a write admitted at the mark and that write's commit.
+    /// By default false: a read from the store itself is the store's word.
+    fn confirm_equal_admits(&self) -> bool {
+        false
+    }
 }
 
 /// The answer of [`MarkStore::read`].
@@ -170,5 +180,8 @@ impl<S: MarkStore + ?Sized> MarkStore for std::sync::Arc<S> {
     }
     fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
         (**self).confirm(resource, mark)
+    }
+    fn confirm_equal_admits(&self) -> bool {
+        (**self).confirm_equal_admits()
     }
 }

@@ -119,44 +119,46 @@ pub enum LoadError {
     Engine(String),
 }
 
-/// How the process's one WebAssembly engine is set up. Every validator in a process
-/// shares one engine, so these are chosen once, before the first validator loads
-/// ([`configure_engine`]); the defaults suit a process of its own (the gateway, the
-/// command line, an engine linking the library).
+/// How the process that hosts the validators lets wasmtime run their guests. Every
+/// validator in a process shares one engine, so these are chosen once, before the
+/// first validator loads ([`configure_engine`]); the defaults suit a process of its own
+/// (the gateway, the command line, an engine linking the library).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct EngineOptions {
-    /// Let wasmtime install its signal handlers (SIGSEGV, SIGBUS, SIGILL, SIGFPE) and
-    /// turn a guest's out-of-bounds access or `unreachable` into a trap through them;
-    /// the compiled guest then elides bounds checks. On by default. A host loaded into
-    /// a server that owns those signals turns it off: Redis, for one, installs its
-    /// crash handler again (or the default action) whenever `crash-log-enabled` is
-    /// set, after which a guest trap would reach Redis's handler and end the server.
-    /// Off, wasmtime installs no handler and the compiled guest checks its bounds and
-    /// divisors in code (BENCHMARKS.md measures what that costs per call).
-    pub signal_handlers: bool,
+pub struct EngineSettings {
+    /// Let wasmtime catch a guest's traps with signal handlers of its own (SIGSEGV on
+    /// guard pages for out-of-bounds accesses, SIGILL, SIGFPE, SIGBUS), installed for
+    /// the whole process when the engine is made. On by default: the compiled code
+    /// then needs no explicit bounds checks. Turn it off in a process whose signals
+    /// belong to someone else: a database server's backend, or Redis, which installs
+    /// its crash handler again whenever `crash-log-enabled` is set, after which a
+    /// guest trap would reach Redis's handler and end the server. Off, wasmtime
+    /// installs no handler at all and the compiled code checks bounds and divisors
+    /// itself (somewhat slower guest code, the same verdicts; BENCHMARKS.md).
+    pub signals_based_traps: bool,
 }
 
-impl Default for EngineOptions {
-    fn default() -> EngineOptions {
-        EngineOptions { signal_handlers: true }
+impl Default for EngineSettings {
+    fn default() -> EngineSettings {
+        EngineSettings { signals_based_traps: true }
     }
 }
 
-/// The options the engine was (or will be) built with: set by [`configure_engine`],
+/// The settings the engine was (or will be) made with: set by [`configure_engine`],
 /// else the defaults when the first validator loads.
-static OPTIONS: OnceLock<EngineOptions> = OnceLock::new();
+static SETTINGS: OnceLock<EngineSettings> = OnceLock::new();
 
-/// Choose how the process's engine is set up, before any validator loads. Setting the
-/// options it already has succeeds; other options, once the engine was set up (or
-/// configured) differently, are an error, since a process has one engine.
-pub fn configure_engine(options: EngineOptions) -> Result<(), LoadError> {
-    let chosen = *OPTIONS.get_or_init(|| options);
-    if chosen == options {
-        return Ok(());
+/// Choose the settings of the process's engine. Call it before any validator loads;
+/// once the engine exists (or settings were chosen), asking for other settings is an
+/// error and asking for the same ones is not.
+pub fn configure_engine(settings: EngineSettings) -> Result<(), LoadError> {
+    let chosen = *SETTINGS.get_or_init(|| settings);
+    if chosen == settings {
+        Ok(())
+    } else {
+        Err(LoadError::Engine(format!(
+            "the engine was already made with {chosen:?}; choose the settings before the first validator loads"
+        )))
     }
-    Err(LoadError::Engine(format!(
-        "the engine is already set up with {chosen:?}; configure it before the first validator loads"
-    )))
 }
 
 /// The process's one engine. Every validator shares it: an engine is the compiler
@@ -165,7 +167,7 @@ pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
     static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
     ENGINE
         .get_or_init(|| {
-            let options = *OPTIONS.get_or_init(EngineOptions::default);
+            let settings = *SETTINGS.get_or_init(EngineSettings::default);
             let mut config = Config::new();
             // Fuel bounds every call deterministically (a loop stops after the same
             // work on every machine), without a timer thread as epochs would need.
@@ -173,11 +175,18 @@ pub(crate) fn engine() -> Result<&'static Engine, LoadError> {
             // A trap ends in a one-line GuestFault; collecting wasm frames for a
             // backtrace would only slow the failure path down.
             config.wasm_backtrace_max_frames(None);
-            // See EngineOptions::signal_handlers. Off, wasmtime also turns off its
-            // Spectre mitigations of heap and table accesses (they rely on a fault),
-            // so a hostile guest could read the host's memory speculatively: such a
-            // host loads only guests its administrator chose.
-            config.signals_based_traps(options.signal_handlers);
+            if !settings.signals_based_traps {
+                // Off, wasmtime also turns off its Spectre mitigations of heap and
+                // table accesses (they rely on a fault), so a hostile guest could read
+                // the host's memory speculatively: such a host loads only guests its
+                // administrator chose.
+                config.signals_based_traps(false);
+                // Guard pages only serve traps caught by signal handlers; without
+                // them every access is checked in code, and a memory reserves no
+                // address space beyond what it holds (its budget is 16 MiB by default).
+                config.memory_guard_size(0);
+                config.memory_reservation(0);
+            }
             Engine::new(&config).map_err(|e| one_line(&e))
         })
         .as_ref()

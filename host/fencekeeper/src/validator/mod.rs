@@ -27,7 +27,7 @@ mod instance;
 mod load;
 mod pool;
 
-pub use load::{configure_engine, EngineOptions, LoadError};
+pub use load::{configure_engine, EngineSettings, LoadError};
 
 use crate::conformance::{self, Vectors};
 use crate::{DecideError, Decider, GuestText, Verdict};

@@ -7,9 +7,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// The WIT directory of the current world.
+/// The WIT directory of the current world (the repository's `wit/`, found from
+/// whichever crate includes this file).
 fn wit() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wit")
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().map(|dir| dir.join("wit")).find(|wit| wit.join("fencekeeper.wit").exists()).unwrap()
 }
 
 /// A guest whose `decide` runs `decide_body` and then calls the token malformed
