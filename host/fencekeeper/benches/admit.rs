@@ -92,7 +92,8 @@ fn token(n: u64) -> Token {
 
 fn wasm() -> Validator {
     if std::env::var("FK_BENCH_SIGNAL_HANDLERS").as_deref() == Ok("0") {
-        configure_engine(EngineSettings { signals_based_traps: false }).expect("set up the engine before any validator");
+        configure_engine(EngineSettings { signals_based_traps: false })
+            .expect("set up the engine before any validator");
     }
     Validator::bundled(Policy::default()).expect("load the bundled validator")
 }
