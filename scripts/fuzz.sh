@@ -16,6 +16,9 @@
 #
 #   FK_FUZZ_SANITIZER=address   build with AddressSanitizer (default: none; see
 #                               tests/README.md for why)
+#   FK_FUZZ_DIRS=fuzz           only the targets in these directories (default: fuzz
+#                               host/capi/fuzz; CI leaves out host/capi/fuzz, whose
+#                               build compiles wasmtime again)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,7 +45,7 @@ if ! cargo fuzz --version 2>/dev/null | grep -qx "cargo-fuzz $cargo_fuzz_version
     say "installing cargo-fuzz $cargo_fuzz_version (cargo install, about a minute)"
     cargo install cargo-fuzz --version "$cargo_fuzz_version" --locked --quiet
 fi
-fuzz_dirs=(fuzz host/capi/fuzz)
+read -r -a fuzz_dirs <<<"${FK_FUZZ_DIRS:-fuzz host/capi/fuzz}"
 # cargo-fuzz has no --locked: check that each Cargo.lock needs no change first.
 for dir in "${fuzz_dirs[@]}"; do
     cargo fetch --locked --manifest-path "$dir/Cargo.toml" --quiet

@@ -26,13 +26,13 @@ fn compare_and_swap_creates_raises_and_reports_the_current_mark_on_conflict() {
     assert_eq!(store.compare_and_swap("a", None, &t("5")).unwrap(), Swap::Swapped);
     assert_eq!(store.compare_and_swap("a", None, &t("6")).unwrap(), Swap::Conflict(Some(t("5"))));
     assert_eq!(store.compare_and_swap("a", Some(&t("4")), &t("6")).unwrap(), Swap::Conflict(Some(t("5"))));
-    assert_eq!(store.compare_and_swap("a", Some(&t("5")), &t("7.0")).unwrap(), Swap::Swapped);
-    assert_eq!(store.get("a").unwrap(), Some(t("7.0")));
+    assert_eq!(store.compare_and_swap("a", Some(&t("5")), &t("7")).unwrap(), Swap::Swapped);
+    assert_eq!(store.get("a").unwrap(), Some(t("7")));
     assert_eq!(store.compare_and_swap("b/c", None, &t("0009")).unwrap(), Swap::Swapped);
     let other = EtcdStore::with_options(&etcd.url(), "/elsewhere/", Duration::from_secs(2)).unwrap();
     assert_eq!(other.compare_and_swap("z", None, &t("1")).unwrap(), Swap::Swapped);
     let listed = store.list().unwrap();
-    assert_eq!(listed, vec![("a".to_owned(), t("7.0")), ("b/c".to_owned(), t("9"))], "only this prefix's marks");
+    assert_eq!(listed, vec![("a".to_owned(), t("7")), ("b/c".to_owned(), t("9"))], "only this prefix's marks");
 }
 
 /// Run etcdctl against `etcd`, as any other client of the etcd would; its stdout.
@@ -242,4 +242,18 @@ fn the_first_call_after_an_etcd_restart_succeeds_on_a_new_connection() {
     // gone; a restart takes far longer than that.
     assert_eq!(store.get("orders").unwrap(), Some(t("34")));
     assert_eq!(store.compare_and_swap("orders", Some(&t("34")), &t("35")).unwrap(), Swap::Swapped);
+}
+
+#[test]
+fn the_etcd_store_keeps_the_mark_store_contract() {
+    use fencekeeper::store::contract;
+    let etcd = Etcd::start().unwrap();
+    let store = EtcdStore::connect(&etcd.url()).unwrap();
+    contract::check(&store).unwrap();
+    contract::check_concurrent(&store, 4, 60).unwrap();
+    // A record damaged by another writer reads back as an error.
+    contract::check_damaged(&store, |resource| {
+        etcdctl(&etcd, &["put", &format!("/fencekeeper/marks/{resource}"), "fk2 3 00000000"]);
+    })
+    .unwrap();
 }

@@ -187,7 +187,7 @@ impl<M: fmt::Display> fmt::Display for Reason<'_, M> {
             Some(Verdict::Malformed(m)) => write!(f, "malformed request: {m}"),
             Some(Verdict::Missing) => write!(
                 f,
-                "missing fencing token for {r:?}: send the lock's fencing token in the {TOKEN_HEADER} header"
+                "missing fencing token for {r:?}: send the lock's fencing token with the write (over HTTP, in the {TOKEN_HEADER} header)"
             ),
             None => write!(
                 f,

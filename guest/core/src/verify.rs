@@ -98,7 +98,24 @@ pub fn check<M>(
     read: Option<&Token>,
     verdict: &Verdict<M>,
 ) -> Result<(), Breach> {
-    let canonical = presented.and_then(|raw| Token::parse(raw).ok());
+    check_read(policy, presented, reading(presented), read, verdict)
+}
+
+/// What the presented text says in the canonical reading: the token, or `None` when
+/// it is not one. A host deciding several rounds on one text reads it once.
+pub fn reading(presented: Option<&str>) -> Option<Token> {
+    presented.and_then(|raw| Token::parse(raw).ok())
+}
+
+/// [`check`], with the presented text's canonical reading (`reading(presented)`)
+/// already made.
+pub fn check_read<M>(
+    policy: &Policy,
+    presented: Option<&str>,
+    canonical: Option<Token>,
+    read: Option<&Token>,
+    verdict: &Verdict<M>,
+) -> Result<(), Breach> {
     match (verdict, presented) {
         (Verdict::Missing, None) | (Verdict::Malformed(_), Some(_)) => Ok(()),
         (Verdict::Missing, Some(_)) => Err(Breach::MissingForPresented),

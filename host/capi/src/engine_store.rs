@@ -195,6 +195,11 @@ impl MarkStore for EngineStore<'_> {
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let Some(swap) = self.table.compare_and_swap else { return Err(StoreError::Unsupported("compare_and_swap")) };
+        // The engine compares record bytes, not tokens: a swap that would not raise
+        // the mark is refused here, whatever its caller asks.
+        if !fencekeeper::store::raises(expected, new) {
+            return Ok(Swap::Conflict(self.get(resource)?));
+        }
         let expected = expected.map(|t| record::encode(resource.as_bytes(), t));
         let (expected_ptr, expected_len) = match &expected {
             Some(r) => (r.as_bytes().as_ptr(), r.as_bytes().len()),

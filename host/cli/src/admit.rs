@@ -25,7 +25,8 @@ pub struct Args {
     /// Refuse a token equal to the mark as a replay.
     #[arg(long)]
     strict: bool,
-    /// correctness: fail closed; efficiency: let undecidable and tokenless writes pass.
+    /// correctness: fail closed; efficiency: let a write pass when the mark store
+    /// cannot be read (a missing, malformed or stale token is refused in both).
     #[arg(long, value_enum, default_value_t = ModeArg::Correctness)]
     mode: ModeArg,
     /// A guest component implementing the fencekeeper world, instead of the bundled one.

@@ -317,7 +317,9 @@ pub(crate) fn run_with(
         let answer = match fencekeeper_core::precheck(&v.resource, presented) {
             Err(m) => Ok(Verdict::Malformed(crate::GuestText::new(&m.to_string()))),
             Ok(()) => decide(&policy, presented, mark.as_ref()).and_then(|verdict| {
-                verify::check(&policy, presented, mark.as_ref(), &verdict).map_err(|b| b.to_string())?;
+                let canonical = verify::reading(presented);
+                verify::check_read(&policy, presented, canonical, mark.as_ref(), &verdict)
+                    .map_err(|b| b.to_string())?;
                 Ok(verdict)
             }),
         };

@@ -223,8 +223,10 @@ impl Guard {
         let policy = self.decider.policy();
         let read = store.read(resource)?;
         let (mut mark, mut exact) = (read.mark, read.exact);
-        // The token does not change between rounds: the lock service is asked once.
+        // The token does not change between rounds: the lock service is asked once,
+        // and its text read once.
         let mut vouched = self.provenance.is_none();
+        let canonical = verify::reading(presented);
         for _ in 0..MAX_ROUNDS {
             let verdict = self.decider.decide(presented, mark.as_ref()).map_err(|e| match e {
                 // An answer of the wrong shape is a broken contract like a wrong verdict.
@@ -233,7 +235,7 @@ impl Guard {
                 }
                 fault => Undecided::Decide(fault),
             })?;
-            verify::check(&policy, presented, mark.as_ref(), &verdict)?;
+            verify::check_read(&policy, presented, canonical, mark.as_ref(), &verdict)?;
             // Every answer rests on the store's own word (a read, a swap or a
             // confirm), never on a local copy alone: the admits stay linearizable.
             let swap = match verdict {

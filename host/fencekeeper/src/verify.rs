@@ -21,14 +21,20 @@ pub struct Breach {
     pub proven: Option<Verdict>,
 }
 
-/// Check `verdict`, given for the presented text against the mark `read`.
-pub(crate) fn check(
+/// The presented text's canonical reading, made once per admit.
+pub(crate) use rules::reading;
+
+/// Check `verdict`, given for the presented text (read as `canonical`) against the
+/// mark `read`.
+pub(crate) fn check_read(
     policy: &Policy,
     presented: Option<&str>,
+    canonical: Option<Token>,
     read: Option<&Token>,
     verdict: &Verdict,
 ) -> Result<(), Breach> {
-    rules::check(policy, presented, read, verdict).map_err(|b| breach(policy, presented, read, b.to_string()))
+    rules::check_read(policy, presented, canonical, read, verdict)
+        .map_err(|b| breach(policy, presented, read, b.to_string()))
 }
 
 /// A breach described by `what`, with what the host can prove.

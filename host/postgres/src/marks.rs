@@ -165,6 +165,11 @@ impl MarkStore for Marks<'_, '_> {
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
+        // The statements compare record bytes, not tokens: a swap that would not raise
+        // the mark is refused here, whatever its caller asks.
+        if !fencekeeper::store::raises(expected, new) {
+            return Ok(Swap::Conflict(self.get(resource)?));
+        }
         let key = Self::key(resource);
         let new_record = record::encode(resource.as_bytes(), new);
         let changed = match expected {

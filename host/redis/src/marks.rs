@@ -14,7 +14,6 @@ use fencekeeper::{MarkStore, StoreError, Swap, Token};
 use redis_module::key::KeyFlags;
 use redis_module::{Context, KeyType, NotifyEvent, RedisString};
 use std::cell::Cell;
-use std::cmp::Ordering;
 
 /// The keyspace event of an advance (type `module`), for whoever subscribes.
 const ADVANCE_EVENT: &str = "fence.advance";
@@ -120,8 +119,7 @@ impl MarkStore for Marks<'_> {
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let current = self.get(resource)?;
         // Marks only rise, whatever the caller asks.
-        let rises = current.is_none_or(|c| c.partial_cmp(new) == Some(Ordering::Less));
-        if current.as_ref() != expected || !rises {
+        if current.as_ref() != expected || !fencekeeper::store::raises(current.as_ref(), new) {
             return Ok(Swap::Conflict(current));
         }
         self.advance.set(Some(*new));

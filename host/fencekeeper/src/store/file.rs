@@ -383,8 +383,7 @@ impl Commits<Advance, Result<Swap, StoreError>> for FileStore {
                 // The check happens inside the write transaction, so nothing can slip
                 // between it and the insert. A non-raising swap is refused as a
                 // conflict too: this store never lowers a mark, whatever its caller asks.
-                let raises = current.is_none_or(|c| a.new.partial_cmp(&c) == Some(std::cmp::Ordering::Greater));
-                if current != a.expected || !raises {
+                if current != a.expected || !super::raises(current.as_ref(), &a.new) {
                     answers.push(Ok(Swap::Conflict(current)));
                     continue;
                 }

@@ -44,6 +44,9 @@ impl MarkStore for MemoryStore {
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         let mut shard = self.shard(resource);
         match shard.entry(resource.to_owned()) {
+            // A non-raising swap is refused as a conflict: this store never lowers a
+            // mark, whatever its caller asks (the contract, `store::contract`).
+            Entry::Occupied(e) if !super::raises(Some(e.get()), new) => Ok(Swap::Conflict(Some(*e.get()))),
             Entry::Occupied(mut e) if Some(e.get()) == expected => {
                 e.insert(*new);
                 Ok(Swap::Swapped)

@@ -5,6 +5,7 @@
 //! your own transaction (see `examples/engine_transaction.rs`).
 
 mod contain;
+pub mod contract;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod file;
@@ -154,6 +155,13 @@ pub trait MarkStore {
     fn confirm_equal_admits(&self) -> bool {
         false
     }
+}
+
+/// Whether a swap from `expected` to `new` raises the mark: every store refuses one
+/// that does not (a lower token, the same one, or one of another arity), whatever
+/// its caller asks, so that nothing lowers a mark by accident (`contract`).
+pub fn raises(expected: Option<&Token>, new: &Token) -> bool {
+    expected.is_none_or(|e| e.partial_cmp(new) == Some(std::cmp::Ordering::Less))
 }
 
 /// The answer of [`MarkStore::read`].

@@ -266,6 +266,12 @@ impl MarkStore for EtcdStore {
     }
 
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
+        // etcd compares bytes, not tokens: a swap that would not raise the mark is
+        // refused here, before it is sent, whatever its caller asks (a swap from the
+        // mark to itself would even be a confirm on the wire).
+        if !super::raises(expected, new) {
+            return Ok(Swap::Conflict(self.get(resource)?));
+        }
         let answer = self.txn(grpc::mark_txn(&self.key(resource), resource, expected, new))?;
         if answer.succeeded {
             self.seen.set(resource, Some(*new));
