@@ -9,7 +9,7 @@
 #![no_main]
 
 use fencekeeper_core::Mode;
-use fencekeeper_filter::config::{Config, ResourceFrom};
+use fencekeeper_filter::config::{Config, Provenance, ResourceFrom};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 
@@ -17,14 +17,38 @@ fn is_header_name(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"-_.".contains(&b))
 }
 
-/// The accepted configuration as JSON, every field spelled out.
+/// The accepted configuration as JSON, every field spelled out (a field added to
+/// `Config` and left out here fails the round trip below: keep the two together).
 fn to_json(c: &Config) -> Value {
     let resource = match &c.resource {
         ResourceFrom::Path { strip_prefix } => json!({"from": "path", "strip_prefix": strip_prefix}),
         ResourceFrom::Header(h) => json!({"from": "header", "header": h}),
     };
     let etcd = c.etcd.as_ref().map(|e| {
-        json!({"cluster": e.cluster, "authority": e.authority, "key_prefix": e.key_prefix, "timeout_ms": e.timeout_ms})
+        json!({
+            "cluster": e.cluster,
+            "authority": e.authority,
+            "key_prefix": e.key_prefix,
+            "flight_prefix": e.flight_prefix,
+            "timeout_ms": e.timeout_ms,
+            "user": e.auth.as_ref().map(|a| &a.user),
+            "password_env": e.auth.as_ref().map(|a| &a.password_env),
+            "batch_confirms": e.batch_confirms,
+        })
+    });
+    let (provenance, lock_prefix) = match &c.provenance {
+        Provenance::Off => ("off", None),
+        Provenance::Weak => ("weak", None),
+        Provenance::Strong { lock_prefix } => ("strong", Some(lock_prefix)),
+    };
+    let gate = c.gate.map(|g| {
+        json!({
+            "budget_ms": g.budget_ms,
+            "apply_bound_ms": g.apply_bound_ms,
+            "tick_ms": g.tick_ms,
+            "shared": g.shared,
+            "flight_ms": g.flight_ms,
+        })
     });
     json!({
         "token_header": c.token_header,
@@ -34,6 +58,10 @@ fn to_json(c: &Config) -> Value {
         "strict": c.policy.strict,
         "etcd": etcd,
         "shared_slots": c.shared_slots,
+        "provenance": provenance,
+        "lock_prefix": lock_prefix,
+        "gate": gate,
+        "start_grace_ms": c.start_grace_ms,
     })
 }
 

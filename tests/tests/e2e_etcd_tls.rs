@@ -4,7 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper::store::{EtcdAuth, EtcdOptions, EtcdStore, EtcdTls};
+use fencekeeper::etcd::{EtcdAuth, EtcdOptions, EtcdTls};
+use fencekeeper::store::{EtcdStore, ETCD_DEFAULT_PREFIX};
 use fencekeeper::{Class, Guard, NativeDecider, Policy};
 use fencekeeper_harness::envoy::Envoy;
 use fencekeeper_harness::gateway::{Gateway, RecordingUpstream};
@@ -24,7 +25,8 @@ fn options(etcd: &SecureEtcd) -> EtcdOptions {
 }
 
 fn error(endpoint: &str, options: &EtcdOptions) -> String {
-    let text = EtcdStore::connect_with(endpoint, options).err().expect("must not connect").to_string();
+    let text =
+        EtcdStore::connect_with(endpoint, ETCD_DEFAULT_PREFIX, options).err().expect("must not connect").to_string();
     assert!(!text.contains('\n'), "one line: {text}");
     text
 }
@@ -32,7 +34,7 @@ fn error(endpoint: &str, options: &EtcdOptions) -> String {
 #[test]
 fn a_tls_etcd_with_users_fences_and_every_wrong_setting_fails_in_one_line() {
     let etcd = SecureEtcd::start().unwrap();
-    let store = EtcdStore::connect_with(&etcd.url(), &options(&etcd)).unwrap();
+    let store = EtcdStore::connect_with(&etcd.url(), ETCD_DEFAULT_PREFIX, &options(&etcd)).unwrap();
     let guard = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(store));
     assert!(guard.admit("orders", Some("33")).admitted());
     assert!(guard.admit("orders", Some("34")).admitted());

@@ -158,7 +158,7 @@ fn concurrent_guards_on_one_resource_end_at_the_highest_admitted_token() {
 /// still succeeds, on the mark etcd holds.
 #[test]
 fn a_store_whose_etcd_token_expired_authenticates_again_and_admits() {
-    use fencekeeper::store::{EtcdAuth, EtcdOptions};
+    use fencekeeper::etcd::{EtcdAuth, EtcdOptions};
     use fencekeeper_harness::services::{http, poll_until, WorkDir};
     const USER: &str = "fencekeeper";
     const PASSWORD: &str = "pw-for-the-store";
@@ -168,7 +168,7 @@ fn a_store_whose_etcd_token_expired_authenticates_again_and_admits() {
         EtcdOptions { auth: Some(EtcdAuth { user: USER.into(), password: PASSWORD.into() }), ..EtcdOptions::default() };
     let guard = Guard::new(
         Arc::new(NativeDecider(Policy::default())),
-        Arc::new(EtcdStore::connect_with(&etcd.url(), &options).unwrap()),
+        Arc::new(EtcdStore::connect_with(&etcd.url(), fencekeeper::store::ETCD_DEFAULT_PREFIX, &options).unwrap()),
     );
     assert!(guard.admit("orders", Some("34")).admitted());
 

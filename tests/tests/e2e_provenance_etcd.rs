@@ -98,7 +98,7 @@ fn strong_admits_only_the_current_holders_token() {
 fn a_guard_with_provenance_on_a_shared_etcd_refuses_a_forged_token_and_admits_the_holders() {
     let etcd = Etcd::start().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
-    let provenance = Arc::new(store.provenance(EtcdCheck::Weak));
+    let provenance = Arc::new(EtcdProvenance::sharing(&store, EtcdCheck::Weak));
     let guard = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(store)).with_provenance(provenance);
     let holder = hold(&etcd.url(), "/locks/r");
     let forged = guard.admit("r", Some(MAX));

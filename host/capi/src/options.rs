@@ -5,7 +5,8 @@
 use crate::boundary::{Failure, FENCEKEEPER_ERR_AUDIT, FENCEKEEPER_ERR_LOAD, FENCEKEEPER_ERR_STORE};
 use crate::raw;
 use fencekeeper::audit::AuditLog;
-use fencekeeper::store::{EtcdAuth, EtcdOptions, EtcdStore, EtcdTls, MarkStore, ETCD_DEFAULT_PREFIX};
+use fencekeeper::etcd::{EtcdAuth, EtcdOptions, EtcdTls};
+use fencekeeper::store::{EtcdStore, MarkStore, ETCD_DEFAULT_PREFIX};
 use fencekeeper::{FileStore, Guard, GuestSource, Limits, MemoryStore, Mode, Policy, Validator};
 use std::ffi::c_char;
 use std::path::PathBuf;
@@ -93,6 +94,7 @@ struct Settings {
     store_path: Option<PathBuf>,
     etcd_endpoint: Option<String>,
     etcd: EtcdOptions,
+    etcd_prefix: String,
     audit: Option<PathBuf>,
     host: String,
 }
@@ -159,7 +161,8 @@ impl Settings {
             store: o.store,
             store_path: path(o.store_path, "store_path")?,
             etcd_endpoint: text(o.etcd_endpoint, "etcd_endpoint")?,
-            etcd: EtcdOptions { prefix, timeout, tls, auth },
+            etcd: EtcdOptions { timeout, tls, auth },
+            etcd_prefix: prefix,
             audit: path(o.audit_path, "audit_path")?,
             host: text(o.host_name, "host_name")?.unwrap_or_else(|| "capi".to_owned()),
         })
@@ -179,8 +182,9 @@ impl Settings {
                     .etcd_endpoint
                     .as_deref()
                     .ok_or_else(|| Failure::argument("an etcd store needs etcd_endpoint"))?;
-                let name = format!("etcd {endpoint} prefix {}", self.etcd.prefix);
-                Ok((Arc::new(EtcdStore::connect_with(endpoint, &self.etcd).map_err(failed)?), name))
+                let name = format!("etcd {endpoint} prefix {}", self.etcd_prefix);
+                let store = EtcdStore::connect_with(endpoint, &self.etcd_prefix, &self.etcd).map_err(failed)?;
+                Ok((Arc::new(store), name))
             }
             other => Err(Failure::argument(format!("store {other} is not a FENCEKEEPER_STORE_KIND_* value"))),
         }

@@ -4,7 +4,7 @@
 //! (where `ps` shows it): it comes from a file or from `FENCEKEEPER_ETCD_PASSWORD`.
 
 use anyhow::Context;
-use fencekeeper::store::{EtcdAuth, EtcdOptions, EtcdTls};
+use fencekeeper::etcd::{EtcdAuth, EtcdOptions, EtcdTls};
 use std::path::PathBuf;
 
 /// The variable a password can come from instead of `--etcd-password-file`.
@@ -31,10 +31,10 @@ pub struct EtcdConnection {
 }
 
 impl EtcdConnection {
-    /// The library's options for `prefix`, with these flags' TLS and user. A CA is
-    /// what turns TLS on (the endpoint must then be https://); a user without a
-    /// password is an error here, not at etcd.
-    pub fn options(&self, prefix: &str) -> anyhow::Result<EtcdOptions> {
+    /// The library's options with these flags' TLS and user. A CA is what turns TLS
+    /// on (the endpoint must then be https://); a user without a password is an
+    /// error here, not at etcd.
+    pub fn options(&self) -> anyhow::Result<EtcdOptions> {
         let tls = self.etcd_cacert.as_ref().map(|ca| EtcdTls {
             ca: ca.clone(),
             cert: self.etcd_cert.clone(),
@@ -48,7 +48,7 @@ impl EtcdConnection {
             Some(user) => Some(EtcdAuth { user: user.clone(), password: self.password()? }),
             None => None,
         };
-        Ok(EtcdOptions { prefix: prefix.to_owned(), tls, auth, ..EtcdOptions::default() })
+        Ok(EtcdOptions { tls, auth, ..EtcdOptions::default() })
     }
 
     fn password(&self) -> anyhow::Result<String> {

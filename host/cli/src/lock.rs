@@ -165,7 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let ttl = Duration::from_secs(args.ttl);
     let patience = Patience { deadline: args.wait.map(|s| Instant::now() + Duration::from_secs(s)), asked: args.wait };
     let held: Box<dyn Held> = if let Some(address) = &args.etcd {
-        let options = args.etcd_connection.options(fencekeeper::store::ETCD_DEFAULT_PREFIX)?;
+        let options = args.etcd_connection.options()?;
         let endpoint = args.etcd_connection.endpoint(address);
         Box::new(etcd::acquire(&endpoint, &options, &args.name, ttl, patience)?)
     } else if let Some(address) = &args.zookeeper {

@@ -6,7 +6,8 @@
 
 use crate::admit::DEFAULT_STORE;
 use crate::repair;
-use fencekeeper::store::{EtcdOptions, EtcdStore, FileStore, Repair};
+use fencekeeper::etcd::EtcdOptions;
+use fencekeeper::store::{EtcdStore, FileStore, Repair};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -85,9 +86,12 @@ struct Entry {
 /// Open the store named by the arguments; a file store must exist already.
 pub fn open(args: &Args) -> anyhow::Result<Box<dyn Repair>> {
     if let Some(url) = &args.etcd {
-        let options =
-            EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options(&args.etcd_prefix)? };
-        return Ok(Box::new(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &options)?));
+        let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
+        return Ok(Box::new(EtcdStore::connect_with(
+            &args.etcd_connection.endpoint(url),
+            &args.etcd_prefix,
+            &options,
+        )?));
     }
     // Opening a missing file would create an empty store; an inspection must not.
     anyhow::ensure!(

@@ -7,8 +7,9 @@
 
 use crate::provenance::{etcd_check, zookeeper_lock_prefix, ProvenanceArg};
 use anyhow::Context;
+use fencekeeper::etcd::{EtcdClient, EtcdOptions};
 use fencekeeper::provenance::{EtcdProvenance, ZooKeeperProvenance};
-use fencekeeper::store::{EtcdClient, EtcdOptions, EtcdStore};
+use fencekeeper::store::EtcdStore;
 use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::registry::Registry;
@@ -233,14 +234,14 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
                 args.provenance.name()
             );
         };
-        let options = EtcdOptions { timeout, ..args.etcd_connection.options(&args.etcd_prefix)? };
+        let options = EtcdOptions { timeout, ..args.etcd_connection.options()? };
         Ok(Some(Arc::new(EtcdProvenance::connect_with(&args.etcd_connection.endpoint(url), check, &options)?)))
     };
     let store: Store = match &args.etcd {
         Some(url) => {
             let store = etcd_store(args, url, timeout)?;
             let provenance: Option<Arc<dyn Provenance>> = match check {
-                Some(check) if args.lock_etcd.is_none() => Some(Arc::new(store.provenance(check))),
+                Some(check) if args.lock_etcd.is_none() => Some(Arc::new(EtcdProvenance::sharing(&store, check))),
                 Some(check) => separate(check)?,
                 None => None,
             };
@@ -258,7 +259,7 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
 /// This gateway's part of the in-flight registry in the etcd at `url` (its own
 /// connection, with the marks' TLS and user).
 fn join_registry(args: &Args, url: &str, config: &Config) -> anyhow::Result<Arc<Registry>> {
-    let options = EtcdOptions { timeout: Duration::from_secs(2), ..args.etcd_connection.options(&args.etcd_prefix)? };
+    let options = EtcdOptions { timeout: Duration::from_secs(2), ..args.etcd_connection.options()? };
     let client = Arc::new(EtcdClient::new(&args.etcd_connection.endpoint(url), &options)?);
     let prefix = fencekeeper_etcd_wire::flights::DEFAULT_FLIGHT_PREFIX;
     Registry::join(client, prefix, &args.etcd_prefix, config.request_timeout, config.apply_bound)
@@ -267,8 +268,8 @@ fn join_registry(args: &Args, url: &str, config: &Config) -> anyhow::Result<Arc<
 
 /// The etcd mark store at `url`, each call bounded by `timeout`.
 fn etcd_store(args: &Args, url: &str, timeout: Duration) -> anyhow::Result<EtcdStore> {
-    let options = EtcdOptions { timeout, ..args.etcd_connection.options(&args.etcd_prefix)? };
-    Ok(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &options)?)
+    let options = EtcdOptions { timeout, ..args.etcd_connection.options()? };
+    Ok(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &args.etcd_prefix, &options)?)
 }
 
 fn decider(args: &Args, policy: Policy) -> anyhow::Result<Arc<dyn Decider>> {

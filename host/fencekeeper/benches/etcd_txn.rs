@@ -10,7 +10,8 @@
 //! exist (the script writes them through the gateway). Prints `REQUESTS_PER_SECOND
 //! ERRORS`.
 
-use fencekeeper::store::{EtcdClient, EtcdOptions, ETCD_DEFAULT_PREFIX};
+use fencekeeper::etcd::{EtcdClient, EtcdOptions};
+use fencekeeper::store::ETCD_DEFAULT_PREFIX;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, grpc, Op};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -43,6 +43,8 @@
 pub mod audit;
 pub mod conformance;
 pub mod decider;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod guard;
 pub mod provenance;
 pub mod store;

@@ -20,8 +20,8 @@
 //!   store apply bound passed after the gateway gave up on it), unless a new one came,
 //!   and with the lease otherwise.
 
-use fencekeeper::store::EtcdClient;
-use fencekeeper::StoreError;
+use fencekeeper::etcd::EtcdClient;
+use fencekeeper::etcd::EtcdError;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
 use fencekeeper_etcd_wire::{grpc, mark_key};
@@ -94,7 +94,7 @@ impl Registry {
         marks: &str,
         request_timeout: Duration,
         apply_bound: Duration,
-    ) -> Result<Arc<Registry>, StoreError> {
+    ) -> Result<Arc<Registry>, EtcdError> {
         let needed = request_timeout + apply_bound;
         let ttl = Duration::from_secs((needed + LEASE_MARGIN).as_secs_f64().ceil() as u64);
         let instance = std::collections::hash_map::RandomState::new().build_hasher().finish();
@@ -117,7 +117,7 @@ impl Registry {
         std::thread::Builder::new()
             .name("fencekeeper-registry-lease".into())
             .spawn(move || keep_alive(&weak))
-            .map_err(|e| StoreError::Unavailable(format!("cannot start the registry's lease thread: {e}")))?;
+            .map_err(|e| EtcdError::Unavailable(format!("cannot start the registry's lease thread: {e}")))?;
         Ok(registry)
     }
 
@@ -145,7 +145,7 @@ impl Registry {
                 flights::passed(&answer, &prefix, &owned, &token, instance, put).map_err(|e| client.unavailable(e))
             })
             .await
-            .unwrap_or_else(|e| Err(StoreError::Unavailable(format!("the registry task failed: {e}"))));
+            .unwrap_or_else(|e| Err(EtcdError::Unavailable(format!("the registry task failed: {e}"))));
             let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;
             if let Some(revision) = revision {
                 lock(&self.ledger).put(resource, token, revision);
@@ -272,7 +272,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn grant(client: &EtcdClient, ttl: Duration) -> Result<i64, StoreError> {
+fn grant(client: &EtcdClient, ttl: Duration) -> Result<i64, EtcdError> {
     let answer = client.unary(grpc::LEASE_SERVICE, grpc::LEASE_GRANT_METHOD, &grpc::lease_grant(ttl.as_secs()))?;
     grpc::parse_lease_grant(&answer).map_err(|e| client.unavailable(e))
 }

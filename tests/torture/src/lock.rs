@@ -9,7 +9,7 @@
 //! (docs/tokens.md: the two clients' tokens then order every holder).
 
 use anyhow::{bail, Context, Result};
-use fencekeeper::store::{EtcdClient, EtcdOptions};
+use fencekeeper::etcd::{EtcdClient, EtcdOptions};
 use fencekeeper_etcd_wire::{self as wire, grpc, Expect, Op, Range};
 use std::time::{Duration, Instant};
 

@@ -16,7 +16,7 @@
 
 use super::{Held, Patience, Renewal};
 use anyhow::{bail, Context};
-use fencekeeper::store::{EtcdClient, EtcdOptions};
+use fencekeeper::etcd::{EtcdClient, EtcdOptions};
 use fencekeeper_etcd_wire::{self as wire, grpc, Expect, Op, Range};
 use std::time::Duration;
 

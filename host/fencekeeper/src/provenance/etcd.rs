@@ -3,17 +3,16 @@
 //!
 //! * **Weak**: the token is not above the cluster's revision. Revisions only grow, so a
 //!   token at or below the highest revision any answer carried needs no round trip;
-//!   sharing the mark store's connection ([`EtcdStore::provenance`]) makes that the
+//!   sharing the mark store's connection ([`EtcdProvenance::sharing`]) makes that the
 //!   common case, since the store reads the mark before an advance. Otherwise one
 //!   count-only read returns the revision.
 //! * **Strong**: one read of the holder of the lock `LOCK_PREFIX + resource` (the
 //!   first key under it by create revision); the token must lie between that key's
 //!   create revision and the read's revision.
-//!
-//! [`EtcdStore::provenance`]: crate::store::EtcdStore::provenance
 
 use super::{Origin, Provenance, ProvenanceError};
-use crate::store::{EtcdClient, EtcdOptions};
+use crate::etcd::{EtcdClient, EtcdOptions};
+use crate::store::EtcdStore;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::provenance::{self as rules, Unissued};
 use fencekeeper_etcd_wire::{self as wire, grpc, Op};
@@ -34,7 +33,7 @@ pub enum EtcdCheck {
 
 /// [`Provenance`] against etcd.
 pub struct EtcdProvenance {
-    http: Arc<EtcdClient>,
+    client: Arc<EtcdClient>,
     check: EtcdCheck,
 }
 
@@ -45,21 +44,22 @@ impl EtcdProvenance {
         Self::connect_with(endpoint, check, &EtcdOptions { timeout, ..EtcdOptions::default() })
     }
 
-    /// [`EtcdProvenance::connect`] with TLS and a user ([`EtcdOptions`]; its prefix is
-    /// not used).
+    /// [`EtcdProvenance::connect`] with TLS and a user ([`EtcdOptions`]).
     pub fn connect_with(
         endpoint: &str,
         check: EtcdCheck,
         options: &EtcdOptions,
     ) -> Result<EtcdProvenance, ProvenanceError> {
-        let http = Arc::new(EtcdClient::new(endpoint, options).map_err(unavailable)?);
-        let provenance = EtcdProvenance::sharing(http, check);
+        let provenance = EtcdProvenance { client: Arc::new(EtcdClient::new(endpoint, options)?), check };
         provenance.revision()?;
         Ok(provenance)
     }
 
-    pub(crate) fn sharing(http: Arc<EtcdClient>, check: EtcdCheck) -> EtcdProvenance {
-        EtcdProvenance { http, check }
+    /// A check against `store`'s etcd that shares the store's connection and the
+    /// highest revision the store's answers carried, so that the weak check of a
+    /// token at or below a revision the store has seen costs no round trip.
+    pub fn sharing(store: &EtcdStore, check: EtcdCheck) -> EtcdProvenance {
+        EtcdProvenance { client: store.client().clone(), check }
     }
 
     /// The cluster's current revision: a Txn without operations answers it.
@@ -70,16 +70,8 @@ impl EtcdProvenance {
     /// A read-only Txn of `reads` (over gRPC, as the mark store's; the client
     /// remembers the revision it answered at).
     fn read(&self, reads: &[Op<'_>]) -> Result<wire::TxnAnswer, ProvenanceError> {
-        self.http.txn(&grpc::txn(&[], reads, &[])).map_err(unavailable)
+        Ok(self.client.txn(&grpc::txn(&[], reads, &[]))?)
     }
-}
-
-/// The client's error as the lock service's: its line without the mark store's words.
-fn unavailable(e: crate::StoreError) -> ProvenanceError {
-    ProvenanceError::Unavailable(match e {
-        crate::StoreError::Unavailable(detail) => detail,
-        other => other.to_string(),
-    })
 }
 
 fn origin(rule: Result<(), Unissued>) -> Origin {
@@ -92,7 +84,7 @@ fn origin(rule: Result<(), Unissued>) -> Origin {
 impl Provenance for EtcdProvenance {
     fn check(&self, resource: &str, token: &Token) -> Result<Origin, ProvenanceError> {
         match &self.check {
-            EtcdCheck::Weak => match rules::weak(token, self.http.revision()) {
+            EtcdCheck::Weak => match rules::weak(token, self.client.revision()) {
                 // Above every revision seen so far: ask for the current one.
                 Err(Unissued::AboveRevision { .. }) => Ok(origin(rules::weak(token, self.revision()?))),
                 seen => Ok(origin(seen)),
@@ -102,21 +94,21 @@ impl Provenance for EtcdProvenance {
                 let answer = self.read(&[rules::holder_op(&rules::holder_keys(&lock))])?;
                 let holder = answer
                     .read(0)
-                    .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.http.endpoint())))?;
+                    .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.client.endpoint())))?;
                 Ok(origin(rules::strong(token, holder.first(), &lock, answer.revision)))
             }
         }
     }
 
     fn issued_as_far_as_known(&self, _resource: &str, token: &Token) -> bool {
-        self.check == EtcdCheck::Weak && rules::weak(token, self.http.revision()).is_ok()
+        self.check == EtcdCheck::Weak && rules::weak(token, self.client.revision()).is_ok()
     }
 
     fn describe(&self) -> String {
         match &self.check {
-            EtcdCheck::Weak => format!("etcd {} weak", self.http.endpoint()),
+            EtcdCheck::Weak => format!("etcd {} weak", self.client.endpoint()),
             EtcdCheck::Strong { lock_prefix } => {
-                format!("etcd {} strong, locks under {lock_prefix:?}", self.http.endpoint())
+                format!("etcd {} strong, locks under {lock_prefix:?}", self.client.endpoint())
             }
         }
     }

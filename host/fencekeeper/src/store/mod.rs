@@ -14,7 +14,7 @@ mod memory;
 mod repair;
 
 #[cfg(feature = "etcd")]
-pub use etcd::{EtcdAuth, EtcdClient, EtcdOptions, EtcdStore, EtcdTls, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
+pub use etcd::{EtcdStore, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
 pub use file::{FileStore, Upgrade};
 pub use memory::MemoryStore;
 pub use repair::{Previous, Raise, Repair, Scanned};

@@ -1,8 +1,8 @@
 //! Marks in etcd, so that several gateways (and Envoys) in front of one resource agree.
 //!
 //! Talks to etcd's v3 gRPC API (`etcdserverpb.KV/Txn`: every read and write is a Txn,
-//! a read one without compares) over one HTTP/2 connection (`channel.rs`), with the
-//! protobuf of `fencekeeper-etcd-wire`'s `grpc` module. The key scheme is shared with
+//! a read one without compares) through the library's etcd client ([`crate::etcd`]),
+//! with the protobuf of `fencekeeper-etcd-wire`'s `grpc` module. The key scheme is shared with
 //! the Envoy filter's etcd mode, so gateways and proxies can share one etcd:
 //!
 //! * key: `/fencekeeper/marks/` + resource (the prefix is configurable);
@@ -29,16 +29,12 @@
 //! costs no extra round trip. etcd commits a Txn to its raft log before answering, so
 //! an admit is durable (on a quorum) when it is reported.
 
-mod channel;
-mod client;
 mod confirms;
 mod seen;
 
-pub use client::{EtcdAuth, EtcdClient, EtcdOptions, EtcdTls};
-
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, Read, StoreError, Swap};
-use crate::provenance::{EtcdCheck, EtcdProvenance};
+use crate::etcd::{EtcdClient, EtcdOptions};
 use confirms::Confirms;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::{self as wire, grpc, Expect, KeyValue, MarkError, Op, Range};
@@ -66,17 +62,18 @@ impl EtcdStore {
 
     /// [`EtcdStore::connect`] with another key prefix and a per-call timeout.
     pub fn with_options(endpoint: &str, prefix: &str, timeout: Duration) -> Result<EtcdStore, StoreError> {
-        Self::connect_with(endpoint, &EtcdOptions { prefix: prefix.to_owned(), timeout, ..EtcdOptions::default() })
+        Self::connect_with(endpoint, prefix, &EtcdOptions { timeout, ..EtcdOptions::default() })
     }
 
-    /// A store at `endpoint` (`http://HOST:PORT`, or `https://HOST:PORT` with
-    /// [`EtcdOptions::tls`]), checked by one read (and an authentication, with
-    /// [`EtcdOptions::auth`]) so that a wrong address, CA, certificate or password
-    /// fails here, at start-up, with one line.
-    pub fn connect_with(endpoint: &str, options: &EtcdOptions) -> Result<EtcdStore, StoreError> {
+    /// A store of the marks under `prefix` ([`DEFAULT_PREFIX`] unless several
+    /// deployments share one etcd) at `endpoint` (`http://HOST:PORT`, or
+    /// `https://HOST:PORT` with [`EtcdOptions::tls`]), checked by one read (and an
+    /// authentication, with [`EtcdOptions::auth`]) so that a wrong address, CA,
+    /// certificate or password fails here, at start-up, with one line.
+    pub fn connect_with(endpoint: &str, prefix: &str, options: &EtcdOptions) -> Result<EtcdStore, StoreError> {
         let store = EtcdStore {
             client: Arc::new(EtcdClient::new(endpoint, options)?),
-            prefix: options.prefix.clone(),
+            prefix: prefix.to_owned(),
             seen: Seen::new(),
             confirms: Confirms::default(),
         };
@@ -84,12 +81,10 @@ impl EtcdStore {
         Ok(store)
     }
 
-    /// A provenance check (`check`) against this store's etcd: it shares the store's
-    /// connections and the highest revision the store's answers carried, so that the
-    /// weak check of a token at or below a revision the store has seen costs no round
-    /// trip.
-    pub fn provenance(&self, check: EtcdCheck) -> EtcdProvenance {
-        EtcdProvenance::sharing(self.client.clone(), check)
+    /// The store's etcd client, for a provenance check that shares it
+    /// ([`crate::provenance::EtcdProvenance::sharing`]).
+    pub(crate) fn client(&self) -> &Arc<EtcdClient> {
+        &self.client
     }
 
     /// The etcd key holding `resource`'s mark.
@@ -98,7 +93,7 @@ impl EtcdStore {
     }
 
     fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
-        self.client.unavailable(detail)
+        self.client.unavailable(detail).into()
     }
 
     /// The command that upgrades format-1 values under this store's prefix.
@@ -150,7 +145,7 @@ impl EtcdStore {
 
     /// A Txn (a `TxnRequest`), over gRPC.
     fn txn(&self, message: Vec<u8>) -> Result<wire::TxnAnswer, StoreError> {
-        self.client.txn(&message)
+        Ok(self.client.txn(&message)?)
     }
 
     /// The mark etcd holds for each of `marks`' resources, confirmed with one read-only

@@ -1,26 +1,21 @@
-//! The way to etcd: its v3 gRPC API over HTTP/2, plaintext or TLS, with a user when
-//! the cluster has authentication on. One client for everything the project sends
-//! etcd (the mark store, the provenance check, `fencekeeper lock`); what is sent is
-//! `fencekeeper-etcd-wire`'s. The mark store and the provenance check share one when
-//! they talk to the same etcd: one connection, and one record of the highest
+//! The client: its v3 gRPC API over HTTP/2, plaintext or TLS, with a user when the
+//! cluster has authentication on. The mark store and the provenance check share one
+//! when they talk to the same etcd: one connection, and one record of the highest
 //! revision any answer carried (revisions only grow, so a token at or below it was
 //! issued; the weak provenance check then needs no round trip).
 
 use super::channel::{Channel, Target};
-use super::DEFAULT_PREFIX;
-use crate::StoreError;
+use super::EtcdError;
 use fencekeeper_etcd_wire::{grpc, AuthRefusal, TxnAnswer};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-/// How to reach etcd: the key prefix, the per-call timeout, and for clusters that
-/// require them, TLS and a user.
+/// How to reach etcd: the per-call timeout, and for clusters that require them, TLS
+/// and a user.
 #[derive(Clone, Debug)]
 pub struct EtcdOptions {
-    /// The key prefix of marks ([`DEFAULT_PREFIX`]).
-    pub prefix: String,
     /// How long one call may take.
     pub timeout: Duration,
     /// TLS: required for an `https://` endpoint, refused for an `http://` one (a
@@ -32,7 +27,7 @@ pub struct EtcdOptions {
 
 impl Default for EtcdOptions {
     fn default() -> EtcdOptions {
-        EtcdOptions { prefix: DEFAULT_PREFIX.to_owned(), timeout: Duration::from_secs(2), tls: None, auth: None }
+        EtcdOptions { timeout: Duration::from_secs(2), tls: None, auth: None }
     }
 }
 
@@ -75,11 +70,10 @@ pub struct EtcdClient {
 
 impl EtcdClient {
     /// A client for `endpoint` (`http://HOST:PORT`, or `https://HOST:PORT` with
-    /// [`EtcdOptions::tls`]). Nothing is sent yet. The prefix of `options` is not the
-    /// client's business.
-    pub fn new(endpoint: &str, options: &EtcdOptions) -> Result<EtcdClient, StoreError> {
+    /// [`EtcdOptions::tls`]). Nothing is sent yet.
+    pub fn new(endpoint: &str, options: &EtcdOptions) -> Result<EtcdClient, EtcdError> {
         let endpoint = endpoint.trim_end_matches('/').to_owned();
-        let bad = |why: &str| StoreError::Unavailable(format!("etcd endpoint {endpoint:?}: {why}"));
+        let bad = |why: &str| EtcdError::Settings(format!("etcd endpoint {endpoint:?}: {why}"));
         let (scheme, authority) = endpoint.split_once("://").unwrap_or(("", ""));
         let (host, port) = authority.rsplit_once(':').unwrap_or(("", ""));
         let host = host.trim_start_matches('[').trim_end_matches(']');
@@ -124,14 +118,14 @@ impl EtcdClient {
         &self.endpoint
     }
 
-    /// A store error naming this etcd.
-    pub fn unavailable(&self, detail: impl std::fmt::Display) -> StoreError {
-        StoreError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
+    /// An error naming this etcd.
+    pub fn unavailable(&self, detail: impl std::fmt::Display) -> EtcdError {
+        EtcdError::Unavailable(format!("etcd at {}: {detail}", self.endpoint))
     }
 
     /// One Txn (`message`: a `TxnRequest`), its answer parsed; the revision it
     /// answered at is remembered ([`EtcdClient::revision`]).
-    pub fn txn(&self, message: &[u8]) -> Result<TxnAnswer, StoreError> {
+    pub fn txn(&self, message: &[u8]) -> Result<TxnAnswer, EtcdError> {
         let answer = self.unary(grpc::KV_SERVICE, grpc::TXN_METHOD, message)?;
         let answer = grpc::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
         self.saw(answer.revision);
@@ -142,7 +136,7 @@ impl EtcdClient {
     /// [`grpc::LEASE_GRANT_METHOD`]) with one request message: etcd's one answer. With
     /// a user, the call carries its token; a token etcd no longer accepts is renewed
     /// once. A refusal (a gRPC status) is an error naming it.
-    pub fn unary(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>, StoreError> {
+    pub fn unary(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>, EtcdError> {
         let token = match &self.auth {
             Some(_) => Some(self.token(false)?),
             None => None,
@@ -158,7 +152,7 @@ impl EtcdClient {
     }
 
     /// The user's token: the one held, or a new one when `renew` or none is held.
-    fn token(&self, renew: bool) -> Result<String, StoreError> {
+    fn token(&self, renew: bool) -> Result<String, EtcdError> {
         if !renew {
             if let Some(t) = self.token.read().unwrap_or_else(|p| p.into_inner()).clone() {
                 return Ok(t);
@@ -183,13 +177,12 @@ impl EtcdClient {
 /// The TLS configuration of `tls`: its CA as the only root, its client certificate
 /// if any, ALPN h2 (etcd serves gRPC on HTTP/2). Each file that cannot be read or
 /// holds no PEM item of the right kind is one line naming it.
-fn rustls_config(tls: &EtcdTls) -> Result<Arc<rustls::ClientConfig>, StoreError> {
+fn rustls_config(tls: &EtcdTls) -> Result<Arc<rustls::ClientConfig>, EtcdError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let pem_error =
-        |path: &PathBuf, what: &str| StoreError::Unavailable(format!("{} holds no PEM {what}", path.display()));
-    let certs = |path: &PathBuf| -> Result<Vec<CertificateDer<'static>>, StoreError> {
-        let bytes = std::fs::read(path).map_err(|error| StoreError::Io { path: path.clone(), error })?;
+    let pem_error = |path: &PathBuf, what: &str| EtcdError::Settings(format!("{} holds no PEM {what}", path.display()));
+    let certs = |path: &PathBuf| -> Result<Vec<CertificateDer<'static>>, EtcdError> {
+        let bytes = std::fs::read(path).map_err(|error| EtcdError::Io { path: path.clone(), error })?;
         let certs: Vec<_> = CertificateDer::pem_slice_iter(&bytes).filter_map(Result::ok).collect();
         if certs.is_empty() {
             return Err(pem_error(path, "certificate"));
@@ -198,24 +191,24 @@ fn rustls_config(tls: &EtcdTls) -> Result<Arc<rustls::ClientConfig>, StoreError>
     };
     let mut roots = rustls::RootCertStore::empty();
     for cert in certs(&tls.ca)? {
-        roots.add(cert).map_err(|e| StoreError::Unavailable(format!("{}: {e}", tls.ca.display())))?;
+        roots.add(cert).map_err(|e| EtcdError::Settings(format!("{}: {e}", tls.ca.display())))?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| StoreError::Unavailable(format!("TLS: {e}")))?
+        .map_err(|e| EtcdError::Settings(format!("TLS: {e}")))?
         .with_root_certificates(roots);
     let mut config = match (&tls.cert, &tls.key) {
         (Some(cert), Some(key)) => {
-            let bytes = std::fs::read(key).map_err(|error| StoreError::Io { path: key.clone(), error })?;
+            let bytes = std::fs::read(key).map_err(|error| EtcdError::Io { path: key.clone(), error })?;
             let private = PrivateKeyDer::from_pem_slice(&bytes).map_err(|_| pem_error(key, "private key"))?;
             builder
                 .with_client_auth_cert(certs(cert)?, private)
-                .map_err(|e| StoreError::Unavailable(format!("the client certificate {}: {e}", cert.display())))?
+                .map_err(|e| EtcdError::Settings(format!("the client certificate {}: {e}", cert.display())))?
         }
         (None, None) => builder.with_no_client_auth(),
         _ => {
-            return Err(StoreError::Unavailable(
+            return Err(EtcdError::Settings(
                 "a client certificate needs both its certificate and its key (--etcd-cert, --etcd-key)".into(),
             ))
         }
