@@ -111,12 +111,14 @@ for script in "$stage"/guest/*/build.sh; do
   "$script" "$out" >&2
 done
 
-# A test guest exists for one test file, named after it (wasmtime's test-programs rule).
+# A test guest exists for one test file, named after it (wasmtime's test-programs rule),
+# less the tier's e2e_ prefix of a module in tests/tests/all.
 status=0
 for guest in "$out"/test-guests/*.wasm; do
   [[ -e $guest ]] || continue
   name=$(basename "$guest" .wasm)
-  if [[ -z $(find "$repo/host" "$repo/tests" -path "*/tests/$name.rs" -print -quit) ]]; then
+  if [[ -z $(find "$repo/host" "$repo/tests" \( -path "*/tests/$name.rs" -o -path "*/tests/all/$name.rs" \
+      -o -path "*/tests/all/e2e_$name.rs" \) -print -quit) ]]; then
     say "test guest $name.wasm has no test file tests/$name.rs: name it after the test that uses it"
     status=1
   fi

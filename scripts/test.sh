@@ -43,7 +43,7 @@ echo "== build" >&2
 cargo build --release --workspace --lib --bins --examples --locked
 
 echo "== the PostgreSQL extension (built above) installed into Debian's PostgreSQL 15" >&2
-# tests/tests/postgres_*.rs start their own servers from this installation, and fail
+# tests/tests/all/postgres_*.rs start their own servers from this installation, and fail
 # if what is installed is not this build.
 scripts/install-postgres-extension.sh --no-build
 

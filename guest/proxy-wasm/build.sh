@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the proxy-wasm filter: guest/proxy-wasm/build.sh OUTDIR
 # Writes OUTDIR/fencekeeper_filter.wasm, and OUTDIR/test-guests/filter_faults.wasm (the
-# `faults` build, for tests/tests/filter_faults.rs). Environment (set by
+# `faults` build, for tests/tests/all/e2e_filter_faults.rs). Environment (set by
 # scripts/build-guests.sh):
 #   FK_CARGO       the cargo command (default: cargo)
 #   FK_BUILD_STD=1 add -Z build-std=std,panic_abort (the Debian rustc-web fallback)

@@ -17,7 +17,7 @@
 //! compare-and-swap): such an admit may have written its token at any time after it
 //! began, or never. It is used as a writer only where a value seen needs it.
 //!
-//! Used by the integration test `tests/tests/concurrency.rs` (threads through one
+//! Used by the integration test `tests/tests/all/concurrency.rs` (threads through one
 //! guard) and by the torture harness (`tests/torture`, real hosts over HTTP).
 
 use std::collections::HashMap;

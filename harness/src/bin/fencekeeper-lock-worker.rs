@@ -1,5 +1,5 @@
 //! `fencekeeper-lock-worker`: the COMMAND a lock client runs in the token tests
-//! (tests/tests/e2e_tokens_*.rs), whichever client it is (`fencekeeper lock`,
+//! (tests/tests/all/e2e_tokens_*.rs), whichever client it is (`fencekeeper lock`,
 //! `etcdctl lock`, kazoo, redis-cli).
 //!
 //! It takes its fencing token from the environment (`FENCING_TOKEN`, or the variable

@@ -1,5 +1,5 @@
 //! `fencekeeper-pg-importer`: the importer of the PostgreSQL import story
-//! (tests/tests/postgres_import.rs), run by a lock client (`fencekeeper lock`) with
+//! (tests/tests/all/postgres_import.rs), run by a lock client (`fencekeeper lock`) with
 //! its fencing token in `FENCING_TOKEN`.
 //!
 //! It imports the lines of one batch into a table, one INSERT each, carrying its

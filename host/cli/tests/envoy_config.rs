@@ -1,6 +1,6 @@
 //! `fencekeeper envoy-config` output, pinned by golden files (re-bless with
 //! `BLESS=1 cargo test --release -p fencekeeper-cli --test envoy_config`).
-//! tests/tests/e2e_envoy_config.rs runs `envoy --mode validate` on the same output.
+//! tests/tests/all/e2e_envoy_config.rs runs `envoy --mode validate` on the same output.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 

@@ -1,6 +1,6 @@
 //! `fencekeeper lock` without a lock service: every way it can fail before COMMAND
 //! runs is one `fencekeeper:` line and exit 2, and COMMAND never runs. With real
-//! services it is tested in tests/tests/e2e_tokens_*.rs.
+//! services it is tested in tests/tests/all/e2e_tokens_*.rs.
 
 // A test states its expectations by panicking.
 #![allow(clippy::panic)]

@@ -1,6 +1,6 @@
 //! The MarkStore contract (`fencekeeper::store::contract`), run against the library's
 //! own stores: memory and file here, etcd with a real etcd in
-//! tests/tests/e2e_gateway_etcd.rs.
+//! tests/tests/all/e2e_gateway_etcd.rs.
 
 #![allow(clippy::unwrap_used)]
 

@@ -21,7 +21,7 @@
 //! linearizable read first. Confirms that arrive while one is in flight share the
 //! next Txn, whatever their resources (`confirms.rs`: each is answered by a Txn that
 //! began after it arrived). Every answer rests on an etcd operation, so the admits
-//! stay linearizable (tests/tests/concurrency.rs checks histories with this store).
+//! stay linearizable (tests/tests/all/concurrency.rs checks histories with this store).
 //!
 //! `get` is a linearizable range read. `compare_and_swap` is one Txn: compare the value
 //! with the expected mark's record, which is deterministic (or `create_revision == 0`

@@ -63,7 +63,7 @@ fn admitting_child() {
 /// random spin; return every token it acknowledged before it died.
 fn run_and_kill(store: &Path, wanted: usize, spin: Duration) -> Vec<u64> {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["admitting_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["crash::admitting_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD_STORE, store)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -200,7 +200,7 @@ fn format1_marks(path: &Path) -> Vec<(String, fencekeeper::Token)> {
 /// (or let it finish, with `None`); true if it finished before the kill.
 fn upgrade_and_kill(store: &Path, spin: Option<Duration>) -> bool {
     let mut child = Command::new(std::env::current_exe().expect("test binary"))
-        .args(["upgrading_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["crash::upgrading_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env(UPGRADE_CHILD_STORE, store)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -8,7 +8,7 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "../../host/fencekeeper/tests/support/wat_guest.rs"]
+#[path = "../../../host/fencekeeper/tests/support/wat_guest.rs"]
 mod wat_guest;
 
 use fencekeeper::validator::guest_path;

@@ -1,0 +1,48 @@
+//! Fencekeeper's integration and end-to-end tests, one test binary (tests/README.md
+//! lists what each module covers). One binary rather than one per file: each test
+//! binary links wasmtime, so 38 of them cost minutes of linking in CI. Run one topic
+//! with a filter on its module, e.g. `cargo test --release -p fencekeeper-tests
+//! --test all e2e_envoy_gate::`.
+//!
+//! Modules named `e2e_*` drive real Envoy, gateways, nginx, etcd and ZooKeeper;
+//! `postgres_*` and `redis_module_*` real PostgreSQL and redis-server with the
+//! extension and the module loaded; the rest run the library against real services.
+
+mod concurrency;
+mod conformance;
+mod crash;
+mod e2e_envoy;
+mod e2e_envoy_auth;
+mod e2e_envoy_config;
+mod e2e_envoy_gate;
+mod e2e_envoy_provenance;
+mod e2e_etcd_tls;
+mod e2e_filter_faults;
+mod e2e_gateway;
+mod e2e_gateway_contract;
+mod e2e_gateway_envoy;
+mod e2e_gateway_etcd;
+mod e2e_gateway_faults;
+mod e2e_gateway_gate;
+mod e2e_gateway_provenance;
+mod e2e_gateway_stall;
+mod e2e_gateway_start_grace;
+mod e2e_gateway_store_damage;
+mod e2e_provenance_etcd;
+mod e2e_provenance_zookeeper;
+mod e2e_shared_gate;
+mod e2e_tokens_etcd;
+mod e2e_tokens_redis;
+mod e2e_tokens_zookeeper;
+mod postgres_concurrency;
+mod postgres_crash;
+mod postgres_extension;
+mod postgres_hostile;
+mod postgres_import;
+mod redis_module;
+mod redis_module_concurrency;
+mod redis_module_hostile;
+mod redis_module_pause;
+mod redis_module_persistence;
+mod redis_module_replication;
+mod tokens_consul;
