@@ -69,6 +69,9 @@ echo "== torture: lock holders, a nemesis and a checker (tests/README.md, Tortur
 # on 2 cores with the shared ordering gate); a violation fails the run and leaves its
 # history window and SVG in the printed directory.
 scripts/torture.sh --seconds 240 --min-writes 80000 --max-seconds 300 2>&1 | tee -a "$log" | grep -v -E '^torture: (fault|[0-9]+ writes, )' || {
+    # The fault schedule, which the display above leaves out: what each finding's
+    # message places the write against.
+    grep '^torture: fault' "$log" >&2 || true
     echo "the torture run failed (its seed is printed above; replay with scripts/torture.sh --seed S)" >&2
     exit 1
 }

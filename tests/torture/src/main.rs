@@ -24,6 +24,7 @@ mod lock;
 mod nemesis;
 mod record;
 mod report;
+mod stall;
 use fencekeeper_harness::rng;
 mod svg;
 mod system;
@@ -220,6 +221,15 @@ fn run(args: RunArgs) -> Result<bool> {
             }
             None => None,
         };
+        let watch_etcd = lock::Etcd::new(&shared.etcd, 1)?;
+        let (shared_ref, log_ref) = (&shared, &nemesis_log);
+        let watch = s.spawn(move || {
+            let shared = shared_ref;
+            let all: Vec<String> = shared.targets.keys().cloned().collect();
+            let etcd_targets: Vec<String> = all.iter().filter(|t| *t != "gwfile").cloned().collect();
+            let lingers = system::APPLY_BOUND + system::GATE_TIMEOUT;
+            stall::watch(&watch_etcd, log_ref, &shared.stop, &etcd_targets, &all, lingers, load_start)
+        });
         let progress = s.spawn(|| {
             let begun = Instant::now();
             while !shared.stop.load(Relaxed) {
@@ -244,6 +254,7 @@ fn run(args: RunArgs) -> Result<bool> {
                 Some(list) => list.split(',').map(|k| k.trim().to_owned()).collect(),
                 None => nemesis::KINDS.iter().map(|k| k.to_string()).collect(),
             },
+            load_start,
         };
         let begun = Instant::now();
         let hard = begun + Duration::from_secs(args.max_seconds.unwrap_or(2 * args.seconds).max(args.seconds));
@@ -267,6 +278,7 @@ fn run(args: RunArgs) -> Result<bool> {
             let _ = h.join();
         }
         let _ = progress.join();
+        let _ = watch.join();
         let faults = faults?;
         nemesis.snapshots(None)?;
         Ok(faults)

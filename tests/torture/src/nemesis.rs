@@ -87,6 +87,8 @@ pub struct Nemesis<'a> {
     pub n: u64,
     /// The fault kinds drawn from (the table, or those asked for).
     pub kinds: Vec<String>,
+    /// When the load began (a stamp), for the fault lines' times into the run.
+    pub load_start: u64,
 }
 
 /// What injecting a fault did; the runner stamps and logs it.
@@ -145,7 +147,7 @@ impl Nemesis<'_> {
         let (lingers, targets) = if TAKES_AN_INSTANCE.contains(&kind) && done.injected {
             (crate::system::LINGER, self.all_targets())
         } else {
-            (crate::system::APPLY_BOUND + Duration::from_secs(5), done.targets.clone())
+            (crate::system::APPLY_BOUND + crate::system::GATE_TIMEOUT, done.targets.clone())
         };
         let fault = Fault {
             n,
@@ -156,10 +158,12 @@ impl Nemesis<'_> {
             injected: done.injected,
             detail: done.detail,
             lingers_ms: lingers.as_millis() as u64,
+            observed: false,
         };
         eprintln!(
-            "torture: fault {n} {kind}{} ({:.1} s): {}",
+            "torture: fault {n} {kind}{} at {:.1} s ({:.1} s): {}",
             if done.injected { "" } else { " NOT INJECTED" },
+            start.saturating_sub(self.load_start) as f64 / 1e9,
             (healed - start) as f64 / 1e9,
             fault.detail
         );

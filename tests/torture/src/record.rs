@@ -127,6 +127,10 @@ pub struct Fault {
     /// expires; writes waiting for those get 503 at the gate.
     #[serde(default)]
     pub lingers_ms: u64,
+    /// Not injected but seen: a stall the stall watch measured (`stall.rs`). It has
+    /// no probes; its window is its span plus the linger.
+    #[serde(default)]
+    pub observed: bool,
 }
 
 /// Marks read back (after a restart, and at the end).

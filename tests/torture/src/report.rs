@@ -41,6 +41,15 @@ pub fn write(dir: &Path, input: &Input, report: &Report) -> Result<()> {
         "gateway refusals    {} (each may have advanced the mark to its own token before the gate refused it)",
         report.gate_refusals
     );
+    let observed: Vec<_> = input.faults.iter().filter(|f| f.observed).collect();
+    let unplanned = observed
+        .iter()
+        .filter(|o| !input.faults.iter().any(|f| !f.observed && f.start <= o.healed && o.start <= f.healed))
+        .count();
+    println!(
+        "stall watch         {} stalls seen, {unplanned} of them outside every injected fault (the observed- rows)",
+        observed.len()
+    );
     let attribute = |list: &[Finding]| {
         let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
         for f in list {

@@ -140,10 +140,14 @@ pub const APPLY_BOUND: Duration = Duration::from_secs(5);
 /// timeout): longer than the store's slowest honest write.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
 
+/// The hosts' ordering gate timeout (their default, not set here): how long a write
+/// waits for lower-token writes before it is refused with 503.
+pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long after it died an instance's flights may hold resources in the shared
 /// registry: its lease's TTL (request timeout + bound + the hosts' 5 s margin), plus
 /// the gate timeout of the writes waiting for them.
-pub const LINGER: Duration = Duration::from_secs(6 + 5 + 5 + 5);
+pub const LINGER: Duration = Duration::from_secs(6 + 5 + 5 + GATE_TIMEOUT.as_secs());
 
 impl System {
     /// Start what `choice` asks for, logs and data under `dir`.

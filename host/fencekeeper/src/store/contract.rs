@@ -101,14 +101,17 @@ pub fn check_damaged(store: &dyn MarkStore, damage: impl FnOnce(&str)) -> Result
     }
 }
 
+/// A swap that succeeded: (expected, new).
+type Swapped = (Option<Token>, Token);
+
 /// Concurrent swaps, linearizable: `threads` threads each make `rounds` attempts to
 /// raise the mark of one of three resources (read, then swap from what was read to a
 /// higher token of their own). On each resource the swaps that succeeded must form
 /// one chain from no mark, with the mark read at the end at its end.
 pub fn check_concurrent<S: MarkStore + Sync>(store: &S, threads: usize, rounds: usize) -> Result<(), Violation> {
     let resources: Vec<String> = (0..3).map(|i| fresh(&format!("race{i}"))).collect();
-    // Per resource: each successful swap, (expected, new).
-    let swaps: Mutex<HashMap<usize, Vec<(Option<Token>, Token)>>> = Mutex::default();
+    // Per resource: each successful swap.
+    let swaps: Mutex<HashMap<usize, Vec<Swapped>>> = Mutex::default();
     let errors: Mutex<Vec<String>> = Mutex::default();
     std::thread::scope(|s| {
         for thread in 0..threads {

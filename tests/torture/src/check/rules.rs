@@ -75,6 +75,9 @@ pub struct Report {
 /// When a fault's disturbance of each target ended: its probe's first stored write
 /// through that target, or its heal plus the liveness bound.
 struct Window {
+    /// The fault's number and kind.
+    n: u64,
+    kind: String,
     targets: Vec<String>,
     start: u64,
     end: BTreeMap<String, u64>,
@@ -147,8 +150,16 @@ fn windows(input: &Input, report: &mut Report) -> Vec<Window> {
         for e in end.values_mut() {
             *e = (*e).max(lingers);
         }
-        let fallback_end = (f.healed + bound).max(lingers);
-        out.push(Window { targets: f.targets.clone(), start: f.start, end, fallback_end });
+        // A stall the watch saw has no probes: its span and the linger are all there is.
+        let fallback_end = if f.observed { lingers } else { (f.healed + bound).max(lingers) };
+        out.push(Window {
+            n: f.n,
+            kind: f.kind.clone(),
+            targets: f.targets.clone(),
+            start: f.start,
+            end,
+            fallback_end,
+        });
     }
     out
 }
@@ -408,9 +419,9 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
             });
         if !explained {
             let why = if c == Class::Other {
-                "an answer outside the contract"
+                "an answer outside the contract".to_owned()
             } else {
-                "no fault disturbing its target was active"
+                format!("no fault disturbing its target was active ({})", nearest(windows, w, input.info.start))
             };
             report.violations.push(Finding {
                 rule: 5,
@@ -431,6 +442,27 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
             });
         }
     }
+}
+
+/// Where the write stood against the windows on its target: the last one that ended
+/// before it began, and the next one to start after it, for the finding's reader.
+fn nearest(windows: &[Window], w: &Write, run_start: u64) -> String {
+    let on: Vec<(&Window, u64)> = windows
+        .iter()
+        .filter(|win| win.targets.contains(&w.target))
+        .map(|win| (win, win.end.get(&w.target).copied().unwrap_or(win.fallback_end)))
+        .collect();
+    let secs = |t: u64| t.saturating_sub(run_start) as f64 / 1e9;
+    let before = on.iter().filter(|(_, end)| *end < w.start).max_by_key(|(_, end)| *end);
+    let after = on.iter().filter(|(win, _)| win.start > w.end).min_by_key(|(win, _)| win.start);
+    let mut parts = vec![format!("it ran {:.1}-{:.1} s into the run", secs(w.start), secs(w.end))];
+    if let Some((win, end)) = before {
+        parts.push(format!("fault {} ({})'s window on {} ended at {:.1} s", win.n, win.kind, w.target, secs(*end)));
+    }
+    if let Some((win, _)) = after {
+        parts.push(format!("fault {} ({}) began at {:.1} s", win.n, win.kind, secs(win.start)));
+    }
+    parts.join("; ")
 }
 
 /// The fault kind active at `at`, for the table's attribution of findings.

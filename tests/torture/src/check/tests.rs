@@ -152,6 +152,7 @@ fn a_fault_whose_probe_never_stored_breaks_liveness() {
         injected: true,
         detail: String::new(),
         lingers_ms: 0,
+        observed: false,
     });
     let mut probe = write("p1", "/t/pin-gw1/0", "gw1", 50, 41, 503);
     probe.kind = Kind::Probe;
@@ -178,6 +179,7 @@ fn an_undecided_answer_needs_a_fault_on_its_target_and_a_missing_token_its_own_r
         injected: true,
         detail: String::new(),
         lingers_ms: 0,
+        observed: false,
     });
     assert_eq!(rules(&check(&input)), Vec::<u8>::new());
     let mut missing = write("m1", "/t/pin-gw1/0", "gw1", 0, 60, 409);
@@ -207,6 +209,7 @@ fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hid
         injected: true,
         detail: String::new(),
         lingers_ms: 0,
+        observed: false,
     };
     input.faults.push(kill("gateway-kill-slow-upstream"));
     let report = check(&input);
@@ -267,6 +270,7 @@ fn a_refusal_after_the_heal_is_explained_while_the_fault_still_lingers() {
         injected: true,
         detail: String::new(),
         lingers_ms: 0,
+        observed: false,
     };
     let mut probe = write("p1", "/t/pin-gw1/0", "gw1", 20, 31, 201);
     probe.kind = Kind::Probe;
@@ -279,4 +283,33 @@ fn a_refusal_after_the_heal_is_explained_while_the_fault_still_lingers() {
     fault.lingers_ms = 100;
     input.faults[0] = fault;
     assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "{:?}", check(&input).violations);
+}
+
+#[test]
+fn a_refusal_during_a_stall_the_watch_saw_is_explained_and_one_after_its_linger_is_not() {
+    let mut input = clean();
+    let mut undecided = write("u1", "/t/pin-gw1/0", "gw1", 20, 50, 503);
+    undecided.body = "cannot decide on \"/t/pin-gw1/0\": timed out at the ordering gate ...".into();
+    input.writes.push(undecided);
+    assert_eq!(rules(&check(&input)), vec![5]);
+    let stall = Fault {
+        n: crate::stall::FIRST + 1,
+        kind: "observed-etcd-stall".into(),
+        targets: vec!["gw1".into()],
+        start: 40 * MS,
+        healed: 45 * MS,
+        injected: true,
+        detail: String::new(),
+        lingers_ms: 10,
+        observed: true,
+    };
+    input.faults.push(stall.clone());
+    // Over at 55 ms with its linger; the write began at 50.
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "{:?}", check(&input).violations);
+    // Not the liveness bound of a probed fault: a write that began after the linger
+    // is not explained by it.
+    input.faults[0] = Fault { healed: 42 * MS, lingers_ms: 5, ..stall };
+    let report = check(&input);
+    assert_eq!(rules(&report), vec![5]);
+    assert!(report.violations[0].message.contains("observed-etcd-stall"), "{}", report.violations[0].message);
 }
