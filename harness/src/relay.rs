@@ -9,7 +9,7 @@
 //! cannot time: the gateway reads the mark first, and a freeze before that read stalls
 //! the read instead. [`Relay::sever`] stands for a network partition: from that
 //! moment nothing more passes either way (a replication test lets a replica miss the
-//! writes its primary acknowledged after it).
+//! writes its primary acknowledged after it), until [`Relay::heal`].
 
 use anyhow::{Context, Result};
 use std::io::{Read, Write};
@@ -109,6 +109,12 @@ impl Relay {
         for stream in self.cut.open.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
             let _ = stream.shutdown(Shutdown::Both);
         }
+    }
+
+    /// End a [`Relay::sever`]: new connections pass again (the network healed; those
+    /// cut stay cut).
+    pub fn heal(&self) {
+        self.cut.severed.store(false, Ordering::SeqCst);
     }
 
     /// `http://127.0.0.1:PORT`.

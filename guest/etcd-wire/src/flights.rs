@@ -9,7 +9,8 @@
 //! ```text
 //! key    = prefix ‖ len(resource) as 4 hex digits ‖ resource ‖ instance (16 hex) ‖ token
 //! value  = the core's record of the token, checked against the key
-//! lease  = the instance's lease: an instance that dies loses its flights when it expires
+//! lease  = one of the instance's leases, each granted for a few seconds' worth of
+//!          puts and never kept alive: a key lives at most its lease's TTL
 //! ```
 //!
 //! The length makes one resource's keys a prefix of no other resource's. The record
@@ -24,14 +25,25 @@
 //! failure: range(mark key)                               a higher token was admitted: stale
 //! ```
 //!
-//! The put is there only for the first write of a token (the [`Ledger`] knows): a
-//! holder writing again with its token costs etcd a read-only Txn. A write that finds
+//! The put is there only for the first write of a token, and again when the lease of
+//! its last put would end before a write sent now could be over (the [`Ledger`]
+//! knows): a holder writing again with its token mostly costs etcd a read-only Txn,
+//! and a put every few seconds under a newer lease. A write that finds
 //! another instance's lower flight waits and asks again; the compare refuses it as
 //! soon as a higher token is admitted. When the last write of a token is over (the
 //! store answered it, or the store apply bound passed after the instance gave up on
 //! it), the instance deletes the key a little later, if no new write of that token
 //! came meanwhile, and only if nobody put it since ([`end_txn`] compares its
-//! revision); an instance that died loses its keys with its lease.
+//! revision).
+//!
+//! Whatever the instance fails to delete goes with its lease: a delete etcd never
+//! answered, a put whose answer was lost (etcd may still apply it seconds later), an
+//! instance that died. That is why no lease is kept alive: a key nobody deletes would
+//! otherwise hold its resource for as long as its instance lives, and every other
+//! instance's higher-token writes on it would wait and be refused. A host grants a
+//! new lease every few seconds (its TTL: the longest a write needs its key, plus that
+//! period, plus margin) and puts under the newest; a write is sent only while the
+//! lease of its key lasts until the write can no longer reach the store.
 
 use crate::{grpc, mark_of, Expect, KeyValue, MarkError, Op, Range, TxnAnswer, WireError};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
@@ -77,6 +89,15 @@ pub fn pass_txn(
     let success: Vec<Op<'_>> = put.into_iter().chain([read]).collect();
     let read_mark = Op::Range(Range { key: mark_key.as_bytes(), ..Range::default() });
     grpc::txn(&[(mark_key.as_bytes(), Expect::Value(mark.as_bytes()))], &success, &[read_mark])
+}
+
+/// The Txn that puts `instance`'s flight of `token` on `resource` again, under
+/// `lease`: a write still in flight whose key's lease may end before the write is
+/// over (Envoy streams a slow upload upstream for longer than its route timeout).
+pub fn refresh_txn(prefix: &str, resource: &str, instance: u64, token: &Token, lease: i64) -> Vec<u8> {
+    let key = flight_key(prefix, resource, instance, token);
+    let value = record::encode(key.as_bytes(), token);
+    grpc::txn(&[], &[Op::Put { key: key.as_bytes(), value: value.as_bytes(), lease: Some(lease) }], &[])
 }
 
 /// The Txn that deletes `instance`'s flight of `token` on `resource`, if it is still
@@ -155,8 +176,8 @@ fn bad_mark(resource: &str, e: MarkError) -> WireError {
 }
 
 /// One instance's account of its flights: which tokens it has writes in flight with
-/// on which resource, whether etcd holds their keys, and when an idle key is deleted.
-/// No I/O: the host sends what it says.
+/// on which resource, whether etcd holds their keys and under a lease lasting until
+/// when, and when an idle key is deleted. No I/O: the host sends what it says.
 #[derive(Default)]
 pub struct Ledger {
     entries: HashMap<(String, Token), Entry>,
@@ -167,26 +188,44 @@ struct Entry {
     /// Writes of this token in flight (being passed, sent, or given up on and within
     /// the bound).
     writes: usize,
-    /// The revision etcd put the key at, once a put is known to have landed.
-    put: Option<u64>,
+    /// The latest put known to have landed.
+    put: Option<Put>,
     /// When the key goes, once no write of it is left (milliseconds, the host's clock).
     idle_since: Option<u64>,
 }
 
+/// A put of a flight that landed.
+#[derive(Clone, Copy)]
+struct Put {
+    /// The revision etcd put the key at.
+    revision: u64,
+    /// The lease it was put under lasts at least until then (the host's clock).
+    lease_until: u64,
+}
+
 impl Ledger {
-    /// A write of `token` on `resource` begins: true when its Txn must put the flight
-    /// (no put of it is known to have landed).
-    pub fn begin(&mut self, resource: &str, token: Token) -> bool {
+    /// A write of `token` on `resource` begins.
+    pub fn begin(&mut self, resource: &str, token: Token) {
         let e = self.entries.entry((resource.to_owned(), token)).or_default();
         e.writes += 1;
         e.idle_since = None;
-        e.put.is_none()
     }
 
-    /// A put of the flight landed at `revision`.
-    pub fn put(&mut self, resource: &str, token: Token, revision: u64) {
+    /// Whether a Txn sent now for a write of `token` on `resource` must put the
+    /// flight: no put of it is known to have landed, or the lease of the last one may
+    /// end before `needed_until` (when a write sent now can no longer reach the store).
+    pub fn must_put(&self, resource: &str, token: Token, needed_until: u64) -> bool {
+        let put = self.entries.get(&(resource.to_owned(), token)).and_then(|e| e.put);
+        put.is_none_or(|p| p.lease_until < needed_until)
+    }
+
+    /// A put of the flight landed at `revision`, under a lease lasting until
+    /// `lease_until`.
+    pub fn put(&mut self, resource: &str, token: Token, revision: u64, lease_until: u64) {
         if let Some(e) = self.entries.get_mut(&(resource.to_owned(), token)) {
-            e.put = Some(e.put.map_or(revision, |r| r.max(revision)));
+            if e.put.is_none_or(|p| revision >= p.revision) {
+                e.put = Some(Put { revision, lease_until });
+            }
         }
     }
 
@@ -205,6 +244,16 @@ impl Ledger {
         }
     }
 
+    /// The flights that writes still use whose lease may end before `needed_until`:
+    /// to put again under a newer lease ([`refresh_txn`]).
+    pub fn expiring(&self, needed_until: u64) -> Vec<(String, Token)> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.writes > 0 && e.put.is_some_and(|p| p.lease_until < needed_until))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// The flights idle since `delay` before `now`, forgotten: each one's resource,
     /// token and the revision to delete it at ([`end_txn`]). A write of the same
     /// token that begins afterwards puts its flight again.
@@ -218,7 +267,7 @@ impl Ledger {
         due.into_iter()
             .filter_map(|k| {
                 let e = self.entries.remove(&k)?;
-                Some((k.0, k.1, e.put?))
+                Some((k.0, k.1, e.put?.revision))
             })
             .collect()
     }
@@ -304,30 +353,66 @@ mod tests {
     #[test]
     fn a_token_is_put_once_while_its_writes_overlap_and_deleted_once_idle() {
         let mut l = Ledger::default();
-        assert!(l.begin("/r", t("5")), "the first write puts");
-        l.put("/r", t("5"), 40);
-        assert!(!l.begin("/r", t("5")), "a second one rides on the put");
+        l.begin("/r", t("5"));
+        assert!(l.must_put("/r", t("5"), 50), "the first write puts");
+        l.put("/r", t("5"), 40, 1_000);
+        l.begin("/r", t("5"));
+        assert!(!l.must_put("/r", t("5"), 50), "a second one rides on the put");
         l.end("/r", t("5"), 100);
         l.end("/r", t("5"), 110);
         assert!(l.idle(150, 100).is_empty(), "not idle long enough");
         // A write of the token within the delay keeps the key: no delete, no put.
-        assert!(!l.begin("/r", t("5")));
+        l.begin("/r", t("5"));
+        assert!(!l.must_put("/r", t("5"), 250));
         l.end("/r", t("5"), 200);
         assert_eq!(l.idle(300, 100), vec![("/r".to_owned(), t("5"), 40)]);
         assert!(l.is_empty());
-        assert!(l.begin("/r", t("5")), "after the delete, a write puts again");
+        l.begin("/r", t("5"));
+        assert!(l.must_put("/r", t("5"), 350), "after the delete, a write puts again");
+    }
+
+    #[test]
+    fn a_write_puts_again_when_the_lease_of_the_last_put_may_end_before_it_is_over() {
+        let mut l = Ledger::default();
+        l.begin("/r", t("5"));
+        l.put("/r", t("5"), 40, 1_000);
+        assert!(!l.must_put("/r", t("5"), 1_000), "the lease lasts until the write is over");
+        assert!(l.must_put("/r", t("5"), 1_001), "it may not: put again, under a newer lease");
+        // The newer put's lease counts, whatever order the answers come in.
+        l.put("/r", t("5"), 60, 2_000);
+        l.put("/r", t("5"), 50, 1_500);
+        assert!(!l.must_put("/r", t("5"), 2_000));
+        l.end("/r", t("5"), 0);
+        assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), t("5"), 60)], "deleted at the latest put");
+    }
+
+    #[test]
+    fn flights_in_use_whose_lease_ends_too_soon_are_put_again_and_idle_ones_are_not() {
+        let mut l = Ledger::default();
+        l.begin("/r", t("5"));
+        l.put("/r", t("5"), 40, 1_000);
+        l.begin("/r", t("6"));
+        l.put("/r", t("6"), 41, 3_000);
+        l.begin("/r", t("7"));
+        assert_eq!(l.expiring(2_000), vec![("/r".to_owned(), t("5"))], "7 has no put yet: its Txn puts");
+        l.put("/r", t("5"), 50, 4_000);
+        assert!(l.expiring(2_000).is_empty());
+        l.end("/r", t("6"), 0);
+        assert!(l.expiring(3_500).is_empty(), "6 is idle: deleted, not refreshed");
     }
 
     #[test]
     fn a_write_that_ends_before_any_put_landed_leaves_nothing_to_delete() {
         let mut l = Ledger::default();
-        assert!(l.begin("/r", t("5")));
+        l.begin("/r", t("5"));
         l.end("/r", t("5"), 0);
         assert!(l.is_empty());
-        // A put that lands late, after its write ended, is still deleted with the lease.
-        assert!(l.begin("/r", t("6")) && l.begin("/r", t("6")));
-        l.put("/r", t("6"), 7);
-        l.put("/r", t("6"), 9);
+        // A put that lands late, after its write ended, is still deleted: its lease
+        // takes it otherwise.
+        l.begin("/r", t("6"));
+        l.begin("/r", t("6"));
+        l.put("/r", t("6"), 7, 100);
+        l.put("/r", t("6"), 9, 100);
         l.end("/r", t("6"), 0);
         l.end("/r", t("6"), 0);
         assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), t("6"), 9)], "the latest put's revision");

@@ -37,10 +37,8 @@ pub enum Method {
     Txn,
     /// `etcdserverpb.Auth/Authenticate`.
     Authenticate,
-    /// `etcdserverpb.Lease/LeaseGrant`: the in-flight registry's lease.
+    /// `etcdserverpb.Lease/LeaseGrant`: the in-flight registry's leases.
     LeaseGrant,
-    /// `etcdserverpb.Lease/LeaseKeepAlive`, one request and its one answer.
-    LeaseKeepAlive,
 }
 
 /// Send `message` to etcd's `method` through the configured cluster, with `token`
@@ -52,7 +50,6 @@ pub fn call(e: &Etcd, method: Method, token: Option<&str>, message: &[u8]) -> Re
         Method::Txn => (grpc::KV_SERVICE, grpc::TXN_METHOD),
         Method::Authenticate => (grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD),
         Method::LeaseGrant => (grpc::LEASE_SERVICE, grpc::LEASE_GRANT_METHOD),
-        Method::LeaseKeepAlive => (grpc::LEASE_SERVICE, grpc::LEASE_KEEPALIVE_METHOD),
     };
     let metadata = token.map(|t| (grpc::TOKEN_METADATA, t.as_bytes())).into_iter().collect();
     let timeout = Duration::from_millis(e.timeout_ms);

@@ -12,11 +12,13 @@
 //! Every call of the registry belongs to the worker's root context, whose context
 //! lives as long as the VM (a request's call would be cancelled with its stream, and
 //! a put's answer lost): a request hands its write to the root through the worker's
-//! wake queue. The root also keeps the worker's lease alive (one keepalive a second;
-//! a write goes only while the lease is known to outlive it by the flight's longest
-//! life and the store apply bound) and deletes a token's flight a little after its
-//! last write is over (the store answered it, or the bound passed after Envoy gave up
-//! on it). A worker that dies loses its flights when its lease expires.
+//! wake queue. The root also grants the worker a new lease every few seconds, never
+//! kept alive, and puts flights under the newest (a write goes only while the lease
+//! of its key is known to outlive it by the flight's longest life and the store apply
+//! bound; else its Txn puts the key again), and deletes a token's flight a little
+//! after its last write is over (the store answered it, or the bound passed after
+//! Envoy gave up on it). What is not deleted goes with its lease: the flights of a
+//! worker that died, a delete etcd never answered, a put answered too late.
 
 use crate::etcd::{self, Method, Response};
 use crate::gate::now_ms;
@@ -31,9 +33,12 @@ use proxy_wasm::types::Action;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
-/// How often the root keeps the lease alive (ms).
-const KEEPALIVE_MS: u64 = 1_000;
-/// What the lease's TTL adds to what a flight needs (ms): several keepalives may fail.
+/// How often the root grants a new lease (ms).
+const LEASE_EVERY_MS: u64 = 5_000;
+/// How soon a grant that failed is tried again (ms).
+const GRANT_RETRY_MS: u64 = 1_000;
+/// What a lease's TTL adds to what a flight needs and the period (ms): several grants
+/// may fail before writes are refused.
 const LEASE_MARGIN_MS: u64 = 5_000;
 
 /// One worker's part of the registry.
@@ -49,11 +54,12 @@ pub struct Shared {
     instance: u64,
     /// This worker's wake queue: a request hands its write to the root through it.
     queue: u32,
+    /// The newest lease.
     lease: Cell<Option<Lease>>,
-    /// The lease call in flight from the root (a grant or a keepalive), and when it
-    /// was sent.
+    /// The grant in flight from the root, and when it was sent.
     lease_call: Cell<Option<(u32, u64)>>,
-    last_keepalive: Cell<u64>,
+    /// When the last grant was sent, and whether etcd granted it.
+    last_grant: Cell<(u64, bool)>,
     /// Which tokens this worker has flights of.
     ledger: RefCell<Ledger>,
     /// Writes being passed, by request context.
@@ -62,12 +68,15 @@ pub struct Shared {
     sent: RefCell<HashMap<u32, (String, Token)>>,
     /// Writes given up on: out of the ledger when their bound has passed (ms).
     later: RefCell<Vec<(u64, String, Token)>>,
+    /// Flights being put again under a newer lease, by call: the resource, the token
+    /// and until when that lease lasts (ms).
+    refreshing: RefCell<HashMap<u32, (String, Token, u64)>>,
 }
 
 #[derive(Clone, Copy)]
 struct Lease {
     id: i64,
-    /// It lasts at least until then (ms): the last keepalive's send plus the TTL.
+    /// It lasts at least until then (ms): its grant's send plus the TTL.
     until: u64,
 }
 
@@ -78,8 +87,9 @@ struct Pending {
     verdict: Verdict,
     reply: Reply,
     deadline: u64,
-    /// Its Txn puts the flight (the ledger said so).
-    put: bool,
+    /// Its Txn (the one in flight, or the last sent) puts the flight under a lease
+    /// lasting until then (ms): the ledger said it must.
+    put: Option<u64>,
     /// Its call in flight, if any (else the root sends it on the next wake or tick).
     call: Option<u32>,
     /// Another instance's lower write held it at least once (counted once).
@@ -100,29 +110,30 @@ impl Shared {
             queue,
             lease: Cell::new(None),
             lease_call: Cell::new(None),
-            last_keepalive: Cell::new(0),
+            last_grant: Cell::new((0, false)),
             ledger: RefCell::default(),
             pending: RefCell::default(),
             sent: RefCell::default(),
             later: RefCell::default(),
+            refreshing: RefCell::default(),
         }
     }
 
     fn ttl_secs(&self) -> u64 {
-        (self.needed_ms + LEASE_MARGIN_MS).div_ceil(1000)
+        (self.needed_ms + LEASE_EVERY_MS + LEASE_MARGIN_MS).div_ceil(1000)
     }
 
     /// Pass a write this Envoy's gate passed (`reply`'s request, `verdict` admitting
     /// `token` on `resource`): it is held until the registry lets it go.
     pub fn enter(&self, reply: &Reply, resource: &str, verdict: Verdict, token: Token, deadline: u64) {
-        let put = self.ledger.borrow_mut().begin(resource, token);
+        self.ledger.borrow_mut().begin(resource, token);
         let pending = Pending {
             resource: resource.to_owned(),
             token,
             verdict,
             reply: *reply,
             deadline,
-            put,
+            put: None,
             call: None,
             waited: false,
             gone: false,
@@ -138,7 +149,8 @@ impl Shared {
     /// lease allows a write now; else they wait for the next tick.
     pub fn send(&self, f: &Filter) {
         let Some(e) = &f.config.etcd else { return };
-        let Some(lease) = self.lease.get().filter(|l| l.until >= now_ms().saturating_add(self.needed_ms)) else {
+        let needed_until = now_ms().saturating_add(self.needed_ms);
+        let Some(lease) = self.lease.get().filter(|l| l.until >= needed_until) else {
             return;
         };
         if hostcalls::set_effective_context(f.root).is_err() {
@@ -147,7 +159,8 @@ impl Shared {
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
         for p in self.pending.borrow_mut().values_mut().filter(|p| p.call.is_none() && !p.gone) {
             let mark_key = format!("{}{}", e.key_prefix, p.resource);
-            let put = p.put.then_some(lease.id);
+            p.put = self.ledger.borrow().must_put(&p.resource, p.token, needed_until).then_some(lease.until);
+            let put = p.put.map(|_| lease.id);
             let message = flights::pass_txn(&self.prefix, &mark_key, &p.resource, &p.token, self.instance, put);
             p.call = etcd::call(e, Method::Txn, token.as_deref(), &message).ok();
         }
@@ -158,7 +171,7 @@ impl Shared {
         let context = self.pending.borrow().iter().find(|(_, p)| p.call == Some(token)).map(|(c, _)| *c);
         match context {
             Some(context) => self.answer(f, context, response),
-            None => self.lease_answer(token, response),
+            None => self.refresh_answer(token, response) || self.lease_answer(token, response),
         }
     }
 
@@ -169,13 +182,12 @@ impl Shared {
         p.call = None;
         let passed = match response {
             Ok(bytes) => grpc::parse_txn(bytes)
-                .and_then(|a| flights::passed(&a, &self.prefix, &p.resource, &p.token, self.instance, p.put))
+                .and_then(|a| flights::passed(&a, &self.prefix, &p.resource, &p.token, self.instance, p.put.is_some()))
                 .map_err(|e| e.0),
             Err(status) => Err(status.error().0),
         };
-        if let Ok((_, Some(revision))) = &passed {
-            self.ledger.borrow_mut().put(&p.resource, p.token, *revision);
-            p.put = false;
+        if let (Ok((_, Some(revision))), Some(lease_until)) = (&passed, p.put) {
+            self.ledger.borrow_mut().put(&p.resource, p.token, *revision, lease_until);
         }
         if p.gone || hostcalls::set_effective_context(context).is_err() {
             // Its stream ended: nothing went upstream.
@@ -279,6 +291,7 @@ impl Shared {
             self.ledger.borrow_mut().end(&resource, token, now);
         }
         self.delete_idle(f, now, tick_ms);
+        self.refresh(f, now);
         let late: Vec<u32> = self
             .pending
             .borrow()
@@ -307,8 +320,8 @@ impl Shared {
             return;
         }
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
-        // A delete that fails leaves the key to the lease: the resource waits longer,
-        // never less.
+        // A delete that fails leaves the key to its lease, which nobody keeps alive:
+        // the resource waits at most a TTL longer, never less.
         for (resource, t, revision) in idle {
             let _ = etcd::call(
                 e,
@@ -319,51 +332,78 @@ impl Shared {
         }
     }
 
-    fn keep_lease(&self, f: &Filter, now: u64) {
+    /// Put again, under the newest lease, the flights whose writes may outlive their
+    /// key's lease (a write Envoy streams upstream for longer than the route timeout,
+    /// or gives up on late). A put that fails leaves the old lease: the next tick tries
+    /// again while the key lasts.
+    fn refresh(&self, f: &Filter, now: u64) {
         let Some(e) = &f.config.etcd else { return };
-        // A call in flight is waited for, up to two periods (then it is given up on).
-        if self.lease_call.get().is_some_and(|(_, sent)| now < sent.saturating_add(2 * KEEPALIVE_MS)) {
+        let needed_until = now.saturating_add(self.needed_ms);
+        let Some(lease) = self.lease.get().filter(|l| l.until >= needed_until) else { return };
+        let due: Vec<(String, Token)> = {
+            let refreshing = self.refreshing.borrow();
+            let busy = |r: &str, t: &Token| refreshing.values().any(|(br, bt, _)| br == r && bt == t);
+            self.ledger.borrow().expiring(needed_until).into_iter().filter(|(r, t)| !busy(r, t)).collect()
+        };
+        if due.is_empty() || hostcalls::set_effective_context(f.root).is_err() {
             return;
         }
-        let (method, message) = match self.lease.get() {
-            None => (Method::LeaseGrant, grpc::lease_grant(self.ttl_secs())),
-            Some(_) if now < self.last_keepalive.get().saturating_add(KEEPALIVE_MS) => return,
-            Some(l) => (Method::LeaseKeepAlive, grpc::lease(l.id)),
+        let auth = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
+        for (resource, token) in due {
+            let message = flights::refresh_txn(&self.prefix, &resource, self.instance, &token, lease.id);
+            if let Ok(call) = etcd::call(e, Method::Txn, auth.as_deref(), &message) {
+                self.refreshing.borrow_mut().insert(call, (resource, token, lease.until));
+            }
+        }
+    }
+
+    /// The answer to a refresh put, if `token` is one's: true when it was.
+    fn refresh_answer(&self, token: u32, response: &Response) -> bool {
+        let Some((resource, flight, lease_until)) = self.refreshing.borrow_mut().remove(&token) else {
+            return false;
         };
+        match response.as_ref().map_err(|s| s.error().0).and_then(|b| grpc::parse_txn(b).map_err(|e| e.0)) {
+            Ok(answer) => self.ledger.borrow_mut().put(&resource, flight, answer.revision, lease_until),
+            Err(e) => log::warn!("fencekeeper: a flight in the in-flight registry could not be put again: {e}"),
+        }
+        true
+    }
+
+    /// Grant a new lease every [`LEASE_EVERY_MS`] (a grant that failed is tried again
+    /// after [`GRANT_RETRY_MS`]); the old ones are left to expire.
+    fn keep_lease(&self, f: &Filter, now: u64) {
+        let Some(e) = &f.config.etcd else { return };
+        // A grant in flight is waited for, up to two retry periods (then given up on).
+        if self.lease_call.get().is_some_and(|(_, sent)| now < sent.saturating_add(2 * GRANT_RETRY_MS)) {
+            return;
+        }
+        let (sent, granted) = self.last_grant.get();
+        let every = if granted { LEASE_EVERY_MS } else { GRANT_RETRY_MS };
+        if self.lease.get().is_some() && now < sent.saturating_add(every) {
+            return;
+        }
         if hostcalls::set_effective_context(f.root).is_err() {
             return;
         }
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
-        self.lease_call.set(etcd::call(e, method, token.as_deref(), &message).ok().map(|c| (c, now)));
-        self.last_keepalive.set(now);
+        let message = grpc::lease_grant(self.ttl_secs());
+        self.lease_call.set(etcd::call(e, Method::LeaseGrant, token.as_deref(), &message).ok().map(|c| (c, now)));
+        self.last_grant.set((now, false));
     }
 
     fn lease_answer(&self, token: u32, response: &Response) -> bool {
         let Some((_, sent)) = self.lease_call.get().filter(|(c, _)| *c == token) else { return false };
         self.lease_call.set(None);
-        let Ok(answer) = response else {
-            log::warn!("fencekeeper: cannot keep the in-flight registry's lease in etcd: {}", response_error(response));
-            return true;
+        let granted = match response {
+            Ok(answer) => grpc::parse_lease_grant(answer).map_err(|e| e.0),
+            Err(_) => Err(response_error(response)),
         };
-        match self.lease.get() {
-            None => match grpc::parse_lease_grant(answer) {
-                Ok(id) => self.lease.set(Some(Lease { id, until: sent.saturating_add(self.ttl_secs() * 1000) })),
-                Err(e) => log::warn!("fencekeeper: the in-flight registry's lease was not granted: {e}"),
-            },
-            Some(lease) => match grpc::parse_keepalive(answer) {
-                Ok(ttl) if ttl > 0 => {
-                    self.lease.set(Some(Lease { id: lease.id, until: sent.saturating_add(ttl as u64 * 1000) }))
-                }
-                Ok(_) => {
-                    // It expired while etcd could not be reached: a new one on the next tick.
-                    log::warn!(
-                        "fencekeeper: the in-flight registry's lease {:x} expired; granting a new one",
-                        lease.id
-                    );
-                    self.lease.set(None);
-                }
-                Err(e) => log::warn!("fencekeeper: the in-flight registry's lease was not kept alive: {e}"),
-            },
+        match granted {
+            Ok(id) => {
+                self.lease.set(Some(Lease { id, until: sent.saturating_add(self.ttl_secs() * 1000) }));
+                self.last_grant.set((sent, true));
+            }
+            Err(e) => log::warn!("fencekeeper: etcd granted the in-flight registry no new lease: {e}"),
         }
         true
     }

@@ -5,20 +5,22 @@
 //! to the store only when no instance has a lower-token write on the resource that
 //! the store may still apply.
 //!
-//! * One lease per gateway, kept alive every second by a thread of its own. Every
-//!   flight key is put under it, so the flights of a gateway that dies go when the
-//!   lease expires. The lease's TTL is the longest a flight may need to outlive its
-//!   write's forwarding: the request timeout (until the gateway gives up on it) plus
-//!   the store apply bound (until the store can no longer apply it), plus margin.
-//! * A write is forwarded only while the lease is known to last that long, counted
-//!   from the last keepalive etcd answered: a gateway that cannot reach etcd to keep
-//!   its lease refuses writes (503) before its flights could vanish under a write the
-//!   store may still apply.
+//! * A new lease every few seconds ([`LEASE_EVERY`]), granted by a thread of its own
+//!   and never kept alive; each flight key is put under the newest. The TTL is the
+//!   longest a flight may need to outlive its write's forwarding (the request timeout,
+//!   until the gateway gives up on it, plus the store apply bound, until the store can
+//!   no longer apply it), plus the period, plus margin. So every key goes within a TTL
+//!   of its put: those of a gateway that died, and those a live gateway failed to
+//!   delete (etcd did not answer the delete, or answered a put too late).
+//! * A write is forwarded only while the lease of its key is known to last that long,
+//!   counted from when the grant was sent; else its Txn puts the key again under the
+//!   newest lease. A gateway that cannot reach etcd for new leases refuses writes
+//!   (503) before its keys could vanish under a write the store may still apply.
 //! * A token's flight is put once, by the first of its writes on the resource (the
 //!   ledger, `flights::Ledger`); a holder writing again costs etcd a read-only Txn. It
 //!   is deleted a little after the last of them is over (the store answered it, or the
 //!   store apply bound passed after the gateway gave up on it), unless a new one came,
-//!   and with the lease otherwise.
+//!   and goes with its lease otherwise.
 
 use fencekeeper::etcd::EtcdClient;
 use fencekeeper::etcd::EtcdError;
@@ -30,10 +32,13 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-/// How often the lease is kept alive.
-const KEEPALIVE_EVERY: Duration = Duration::from_secs(1);
-/// What the lease's TTL adds to what a flight needs: several keepalives may fail.
+/// How often a new lease is granted.
+pub const LEASE_EVERY: Duration = Duration::from_secs(5);
+/// What a lease's TTL adds to what a flight needs and the period: several grants may
+/// fail before writes are refused.
 const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// How soon a grant that failed is tried again.
+const GRANT_RETRY: Duration = Duration::from_secs(1);
 /// How often a waiting write asks etcd again.
 const POLL_EVERY: Duration = Duration::from_millis(20);
 /// How long a token's flight stays after its last write is over, for the next write
@@ -66,7 +71,7 @@ pub struct Registry {
 #[derive(Clone, Copy)]
 struct Lease {
     id: i64,
-    /// The lease lasts at least until then: the last keepalive's send plus the TTL.
+    /// The lease lasts at least until then: its grant's send plus the TTL.
     until: Instant,
 }
 
@@ -85,9 +90,10 @@ pub enum Refused {
 
 impl Registry {
     /// Join the registry under `prefix` in the etcd `client` reaches (marks under
-    /// `marks`): grant this gateway's lease, and keep it alive from a thread of its
-    /// own for as long as the registry lives. Writes are given up on after
-    /// `request_timeout`; the store may apply one up to `apply_bound` after that.
+    /// `marks`): grant this gateway's first lease, and a new one every
+    /// [`LEASE_EVERY`] from a thread of its own for as long as the registry lives.
+    /// Writes are given up on after `request_timeout`; the store may apply one up to
+    /// `apply_bound` after that.
     pub fn join(
         client: Arc<EtcdClient>,
         prefix: &str,
@@ -96,7 +102,7 @@ impl Registry {
         apply_bound: Duration,
     ) -> Result<Arc<Registry>, EtcdError> {
         let needed = request_timeout + apply_bound;
-        let ttl = Duration::from_secs((needed + LEASE_MARGIN).as_secs_f64().ceil() as u64);
+        let ttl = Duration::from_secs((needed + LEASE_EVERY + LEASE_MARGIN).as_secs_f64().ceil() as u64);
         let instance = std::collections::hash_map::RandomState::new().build_hasher().finish();
         let sent = Instant::now();
         let id = grant(&client, ttl)?;
@@ -116,7 +122,7 @@ impl Registry {
         let weak = Arc::downgrade(&registry);
         std::thread::Builder::new()
             .name("fencekeeper-registry-lease".into())
-            .spawn(move || keep_alive(&weak))
+            .spawn(move || grant_every_period(&weak))
             .map_err(|e| EtcdError::Unavailable(format!("cannot start the registry's lease thread: {e}")))?;
         Ok(registry)
     }
@@ -129,15 +135,17 @@ impl Registry {
     /// Register the write admitted with `token` on `resource`, and wait (until
     /// `deadline`) until no other instance has a lower-token write on it in flight.
     pub async fn enter(self: &Arc<Self>, resource: &str, token: Token, deadline: Instant) -> Result<Flight, Refused> {
-        let mut put = lock(&self.ledger).begin(resource, token);
+        lock(&self.ledger).begin(resource, token);
         // From here the write is in the ledger: dropping `flight` takes it out.
         let flight = Flight { registry: self.clone(), resource: resource.to_owned(), token, ended: false };
         let mut waiting = None;
         loop {
             let lease = self.lease_for_a_write()?;
+            let needed_until = self.now_ms() + self.needed.as_millis() as u64;
+            let put = lock(&self.ledger).must_put(resource, token, needed_until);
             let marks = mark_key(&self.marks, resource);
             let message =
-                flights::pass_txn(&self.prefix, &marks, resource, &token, self.instance, put.then_some(lease));
+                flights::pass_txn(&self.prefix, &marks, resource, &token, self.instance, put.then_some(lease.id));
             let (client, prefix, owned, instance) =
                 (self.client.clone(), self.prefix.clone(), resource.to_owned(), self.instance);
             let answer = tokio::task::spawn_blocking(move || {
@@ -148,8 +156,8 @@ impl Registry {
             .unwrap_or_else(|e| Err(EtcdError::Unavailable(format!("the registry task failed: {e}"))));
             let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;
             if let Some(revision) = revision {
-                lock(&self.ledger).put(resource, token, revision);
-                put = false;
+                let lease_until = lease.until.saturating_duration_since(self.epoch).as_millis() as u64;
+                lock(&self.ledger).put(resource, token, revision, lease_until);
             }
             match registration {
                 Registration::Go => return Ok(flight),
@@ -174,17 +182,17 @@ impl Registry {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    /// The lease, if it is known to outlive a write forwarded now.
-    fn lease_for_a_write(&self) -> Result<i64, Refused> {
+    /// The newest lease, if it is known to outlive a write forwarded now.
+    fn lease_for_a_write(&self) -> Result<Lease, Refused> {
         let lease = *lock(&self.lease);
         if lease.until < Instant::now() + self.needed {
             return Err(Refused::Unreachable(format!(
-                "the in-flight registry's lease in etcd at {} could not be kept alive: a write forwarded now could \
-                 outlive it",
+                "etcd at {} granted the in-flight registry no new lease lately: a write forwarded now could \
+                 outlive the newest one",
                 self.client.endpoint()
             )));
         }
-        Ok(lease.id)
+        Ok(lease)
     }
 
     /// A write is over: out of the ledger, and the flights idle long enough deleted
@@ -201,8 +209,8 @@ impl Registry {
             }
             let client = registry.client.clone();
             let (prefix, instance) = (registry.prefix.clone(), registry.instance);
-            // A delete that fails leaves the key to the lease: the resource waits
-            // longer, never less.
+            // A delete that fails leaves the key to its lease, which nobody keeps
+            // alive: the resource waits at most a TTL longer, never less.
             let _ = tokio::task::spawn_blocking(move || {
                 for (resource, token, revision) in idle {
                     if let Err(e) = client.txn(&flights::end_txn(&prefix, &resource, instance, &token, revision)) {
@@ -277,29 +285,24 @@ fn grant(client: &EtcdClient, ttl: Duration) -> Result<i64, EtcdError> {
     grpc::parse_lease_grant(&answer).map_err(|e| client.unavailable(e))
 }
 
-/// Keep the registry's lease alive while the registry lives; a lease etcd no longer
-/// knows (it expired while etcd could not be reached) is replaced by a new one.
-fn keep_alive(registry: &Weak<Registry>) {
+/// Grant the registry a new lease every [`LEASE_EVERY`] while the registry lives
+/// (one that fails is tried again every [`GRANT_RETRY`]). The old ones are left to
+/// expire: what was put under them and never deleted goes with them.
+fn grant_every_period(registry: &Weak<Registry>) {
+    let mut wait = LEASE_EVERY;
     loop {
-        std::thread::sleep(KEEPALIVE_EVERY);
+        std::thread::sleep(wait);
         let Some(r) = registry.upgrade() else { return };
-        let id = lock(&r.lease).id;
         let sent = Instant::now();
-        let renewed = r
-            .client
-            .unary(grpc::LEASE_SERVICE, grpc::LEASE_KEEPALIVE_METHOD, &grpc::lease(id))
-            .and_then(|answer| grpc::parse_keepalive(&answer).map_err(|e| r.client.unavailable(e)));
-        match renewed {
-            Ok(ttl) if ttl > 0 => lock(&r.lease).until = sent + Duration::from_secs(ttl as u64),
-            Ok(_) => {
-                tracing::warn!(lease = format!("{id:x}"), "the in-flight registry's lease expired; granting a new one");
-                let sent = Instant::now();
-                match grant(&r.client, r.ttl) {
-                    Ok(id) => *lock(&r.lease) = Lease { id, until: sent + r.ttl },
-                    Err(e) => tracing::warn!(error = %e, "cannot grant the in-flight registry a new lease"),
-                }
+        match grant(&r.client, r.ttl) {
+            Ok(id) => {
+                *lock(&r.lease) = Lease { id, until: sent + r.ttl };
+                wait = LEASE_EVERY;
             }
-            Err(e) => tracing::warn!(error = %e, "cannot keep the in-flight registry's lease alive"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot grant the in-flight registry a new lease");
+                wait = GRANT_RETRY;
+            }
         }
     }
 }

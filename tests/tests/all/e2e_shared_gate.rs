@@ -9,6 +9,7 @@
 
 use fencekeeper_harness::envoy::{exchange_on, Envoy, Reply as EnvoyReply};
 use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream, Reply};
+use fencekeeper_harness::relay::Relay;
 use fencekeeper_harness::services::Etcd;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -93,6 +94,36 @@ fn a_gateway_killed_with_a_write_in_flight_holds_the_resource_through_its_lease(
     // It waited for the lease (1 s + 2 s + margin), not for the 20 s gate timeout.
     let waited = killed.elapsed();
     assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(15), "{waited:?}");
+}
+
+#[test]
+fn a_flight_whose_delete_was_lost_holds_the_resource_only_until_its_lease_expires() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    // `a` reaches etcd through a relay that can cut it off; `b` directly.
+    let relay = Relay::start(etcd.client).unwrap();
+    let short = ["--shared-gate", "--request-timeout", "1s", "--store-apply-bound", "1s"];
+    let relayed = relay.url();
+    let a = Gateway::start(&upstream.url(), &[&["--etcd", relayed.as_str()][..], &short[..]].concat()).unwrap();
+    let b = gateway(&upstream, &etcd, &["--shared-gate", "--gate-timeout", "60s"]);
+    // 5 is stored through `a`; the delete of its flight that `a` sends a little later
+    // is lost, and `a` reaches etcd again (its lease kept alive).
+    let first = request(&a.url(), "PUT", "/r", &[("fencing-token", "5")], b"5").unwrap();
+    relay.sever();
+    assert_eq!(first.status, 201, "{}", first.body);
+    poll("the lost delete", || a.log().contains("could not be deleted from the in-flight registry"));
+    relay.heal();
+    // 6 through `b` finds 5's flight, which no write stands for any more: it waits
+    // until the key is gone, and the key is gone once its lease expires.
+    let lost = Instant::now();
+    let second = put_in_background(b.url(), "6");
+    poll("6 waits for the flight nobody deleted", || {
+        b.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1
+    });
+    let second = second.join().unwrap();
+    assert_eq!(second.status, 201, "{}", second.body);
+    assert_eq!(tokens(&upstream), ["5", "6"]);
+    let waited = lost.elapsed();
+    assert!(waited < Duration::from_secs(30), "{waited:?}");
 }
 
 fn envoy(upstream: &RecordingUpstream, etcd: &Etcd, extra: &[&str]) -> Envoy {

@@ -50,7 +50,7 @@ pub const KINDS: [&str; 26] = [
 /// After a fault heals, a fresh holder's write is stored within this bound: an instance
 /// that died may hold the resources it had in flight until its lease in the shared
 /// registry expires ([`crate::system::LINGER`]).
-pub const LIVENESS_BOUND: Duration = Duration::from_secs(25);
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(30);
 
 /// Faults that take an instance of the shared gate away (killed, frozen, trapped,
 /// stopped): its flights keep the resources they are on held until its lease

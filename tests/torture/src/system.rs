@@ -145,9 +145,9 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
 pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long after it died an instance's flights may hold resources in the shared
-/// registry: its lease's TTL (request timeout + bound + the hosts' 5 s margin), plus
-/// the gate timeout of the writes waiting for them.
-pub const LINGER: Duration = Duration::from_secs(6 + 5 + 5 + GATE_TIMEOUT.as_secs());
+/// registry: its leases' TTL (request timeout + bound + the hosts' 5 s between
+/// leases + their 5 s margin), plus the gate timeout of the writes waiting for them.
+pub const LINGER: Duration = Duration::from_secs(6 + 5 + 5 + 5 + GATE_TIMEOUT.as_secs());
 
 impl System {
     /// Start what `choice` asks for, logs and data under `dir`.
