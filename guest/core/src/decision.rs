@@ -129,33 +129,30 @@ pub fn decide_token(policy: &Policy, presented: Token, mark: Option<&Token>) -> 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::token;
     use proptest::prelude::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
 
     const LAX: Policy = Policy { mode: Mode::Correctness, strict: false };
     const STRICT: Policy = Policy { mode: Mode::Correctness, strict: true };
 
     #[test]
     fn seed_scenario_refuses_the_paused_holder() {
-        let mark = t("34");
-        assert_eq!(decide(&LAX, Some("33"), Some(&mark)), Verdict::Stale { mark, presented: t("33") });
+        let mark = token!("34");
+        assert_eq!(decide(&LAX, Some("33"), Some(&mark)), Verdict::Stale { mark, presented: token!("33") });
     }
 
     #[test]
     fn equal_token_is_admitted_without_advancing_unless_strict() {
-        let mark = t("34");
+        let mark = token!("34");
         assert_eq!(decide(&LAX, Some("034"), Some(&mark)), Verdict::Admit { mark, advanced: false });
         assert_eq!(decide(&STRICT, Some("34"), Some(&mark)), Verdict::Replayed { mark });
     }
 
     #[test]
     fn only_an_advancing_admit_needs_a_provenance_check() {
-        let mark = t("34");
-        assert_eq!(decide(&LAX, Some("35"), Some(&mark)).advance(), Some(&t("35")));
-        assert_eq!(decide(&LAX, Some("7"), None).advance(), Some(&t("7")), "a first mark advances");
+        let mark = token!("34");
+        assert_eq!(decide(&LAX, Some("35"), Some(&mark)).advance(), Some(&token!("35")));
+        assert_eq!(decide(&LAX, Some("7"), None).advance(), Some(&token!("7")), "a first mark advances");
         assert_eq!(decide(&LAX, Some("34"), Some(&mark)).advance(), None, "equal to the mark");
         assert_eq!(decide(&LAX, Some("33"), Some(&mark)).advance(), None);
         assert_eq!(decide(&LAX, None, Some(&mark)).advance(), None);
@@ -163,9 +160,9 @@ mod tests {
 
     #[test]
     fn first_token_is_admitted_and_fixes_arity() {
-        assert_eq!(decide(&STRICT, Some("7.1"), None), Verdict::Admit { mark: t("7.1"), advanced: true });
+        assert_eq!(decide(&STRICT, Some("7.1"), None), Verdict::Admit { mark: token!("7.1"), advanced: true });
         assert_eq!(
-            decide(&LAX, Some("8"), Some(&t("7.1"))),
+            decide(&LAX, Some("8"), Some(&token!("7.1"))),
             Verdict::Malformed(Malformed::ArityMismatch { mark: 2, presented: 1 })
         );
     }

@@ -110,61 +110,58 @@ pub fn pass(token: &Token, highest: Option<&Token>, flights: impl IntoIterator<I
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::token;
     use proptest::prelude::*;
     use std::vec::Vec;
 
-    fn t(s: &str) -> Token {
-        s.parse().unwrap()
-    }
-
     fn sent(token: &str) -> Flight {
-        Flight { token: t(token), until: Until::Answered }
+        Flight { token: token!(token), until: Until::Answered }
     }
 
     fn given_up(token: &str, at: u64) -> Flight {
-        Flight { token: t(token), until: Until::Deadline(at) }
+        Flight { token: token!(token), until: Until::Deadline(at) }
     }
 
     #[test]
     fn a_lower_write_in_flight_holds_a_higher_one() {
-        assert_eq!(pass(&t("34"), Some(&t("34")), [sent("33")], 0), Passage::Wait { until: None });
-        assert_eq!(pass(&t("34"), Some(&t("34")), [], 0), Passage::Go);
+        assert_eq!(pass(&token!("34"), Some(&token!("34")), [sent("33")], 0), Passage::Wait { until: None });
+        assert_eq!(pass(&token!("34"), Some(&token!("34")), [], 0), Passage::Go);
     }
 
     #[test]
     fn equal_tokens_and_other_resources_do_not_wait() {
-        assert_eq!(pass(&t("34"), Some(&t("34")), [sent("34"), sent("34")], 0), Passage::Go);
+        assert_eq!(pass(&token!("34"), Some(&token!("34")), [sent("34"), sent("34")], 0), Passage::Go);
     }
 
     #[test]
     fn a_higher_mark_or_a_higher_write_sent_makes_the_write_stale() {
-        assert_eq!(pass(&t("33"), Some(&t("34")), [], 0), Passage::Stale(t("34")));
-        assert_eq!(pass(&t("33"), Some(&t("33")), [sent("35"), sent("34")], 0), Passage::Stale(t("35")));
-        assert_eq!(pass(&t("33"), Some(&t("34")), [sent("36")], 0), Passage::Stale(t("36")));
+        assert_eq!(pass(&token!("33"), Some(&token!("34")), [], 0), Passage::Stale(token!("34")));
+        assert_eq!(pass(&token!("33"), Some(&token!("33")), [sent("35"), sent("34")], 0), Passage::Stale(token!("35")));
+        assert_eq!(pass(&token!("33"), Some(&token!("34")), [sent("36")], 0), Passage::Stale(token!("36")));
         // A higher one sent wins over a lower one in flight: waiting would not help.
-        assert_eq!(pass(&t("34"), None, [sent("33"), sent("35")], 0), Passage::Stale(t("35")));
+        assert_eq!(pass(&token!("34"), None, [sent("33"), sent("35")], 0), Passage::Stale(token!("35")));
     }
 
     #[test]
     fn a_write_given_up_on_holds_until_its_deadline_then_not_at_all() {
         let f = [given_up("33", 1_000)];
-        assert_eq!(pass(&t("34"), None, f, 999), Passage::Wait { until: Some(1_000) });
-        assert_eq!(pass(&t("34"), None, f, 1_000), Passage::Go);
+        assert_eq!(pass(&token!("34"), None, f, 999), Passage::Wait { until: Some(1_000) });
+        assert_eq!(pass(&token!("34"), None, f, 1_000), Passage::Go);
         // A higher write given up on and past its deadline no longer makes one stale.
-        assert_eq!(pass(&t("34"), None, [given_up("35", 10)], 10), Passage::Go);
+        assert_eq!(pass(&token!("34"), None, [given_up("35", 10)], 10), Passage::Go);
     }
 
     #[test]
     fn the_retry_hint_is_the_last_deadline_and_absent_while_one_is_unanswered() {
         let f = [given_up("31", 500), given_up("32", 900)];
-        assert_eq!(pass(&t("34"), None, f, 0), Passage::Wait { until: Some(900) });
+        assert_eq!(pass(&token!("34"), None, f, 0), Passage::Wait { until: Some(900) });
         let f = [given_up("31", 500), sent("32")];
-        assert_eq!(pass(&t("34"), None, f, 0), Passage::Wait { until: None });
+        assert_eq!(pass(&token!("34"), None, f, 0), Passage::Wait { until: None });
     }
 
     #[test]
     fn a_flight_of_another_arity_holds_the_write() {
-        assert_eq!(pass(&t("7.1"), None, [sent("9")], 0), Passage::Wait { until: None });
+        assert_eq!(pass(&token!("7.1"), None, [sent("9")], 0), Passage::Wait { until: None });
     }
 
     proptest! {

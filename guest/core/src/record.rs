@@ -249,11 +249,8 @@ impl Crc32c {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::token;
     use proptest::prelude::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
 
     #[test]
     fn crc32c_matches_the_standard_check_value() {
@@ -265,13 +262,13 @@ mod tests {
     #[test]
     fn the_format_is_frozen() {
         // Stored marks, the gateway and the Envoy filter all depend on these bytes.
-        assert_eq!(encode(b"orders/2026.csv", &t("34")).as_str(), "fk2 34 fc4dab37");
+        assert_eq!(encode(b"orders/2026.csv", &token!("34")).as_str(), "fk2 34 fc4dab37");
     }
 
     #[test]
     fn legible_is_the_token_a_value_shows_without_any_check() {
-        assert_eq!(legible(b"fk2 40 00000000"), Some(t("40")));
-        assert_eq!(legible(b"34"), Some(t("34")));
+        assert_eq!(legible(b"fk2 40 00000000"), Some(token!("40")));
+        assert_eq!(legible(b"34"), Some(token!("34")));
         assert_eq!(legible(b"fk2 x 00000000"), None);
         assert_eq!(legible(b"\xff"), None);
     }
@@ -279,13 +276,13 @@ mod tests {
     #[test]
     fn a_record_reads_back_as_its_mark_and_is_readable_text() {
         for token in ["34", "7.1042", "0", "18446744073709551615.18446744073709551615.18446744073709551615.1"] {
-            let record = encode(b"orders/2026.csv", &t(token));
+            let record = encode(b"orders/2026.csv", &token!(token));
             assert!(record.as_str().starts_with(&std::format!("fk2 {token} ")), "{record}");
             assert_eq!(record.as_bytes().len(), TAG.len() + token.len() + 1 + CRC_DIGITS);
-            assert_eq!(decode(b"orders/2026.csv", record.as_bytes()), Ok(t(token)));
+            assert_eq!(decode(b"orders/2026.csv", record.as_bytes()), Ok(token!(token)));
         }
         // Canonical: a token written with leading zeros is stored without them.
-        assert_eq!(encode(b"r", &t("007.01042")), encode(b"r", &t("7.1042")));
+        assert_eq!(encode(b"r", &token!("007.01042")), encode(b"r", &token!("7.1042")));
     }
 
     #[test]
@@ -298,7 +295,7 @@ mod tests {
 
     #[test]
     fn a_flipped_digit_is_a_mismatch_not_a_lower_mark() {
-        let record = encode(b"r", &t("50"));
+        let record = encode(b"r", &token!("50"));
         let mut damaged = record.as_bytes().to_vec();
         damaged[TAG.len()] ^= 0x01; // '5' -> '4'
         assert!(std::str::from_utf8(&damaged).unwrap().starts_with("fk2 40 "));
@@ -307,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_record_under_another_key_is_a_mismatch() {
-        let record = encode(b"orders/a", &t("50"));
+        let record = encode(b"orders/a", &token!("50"));
         assert!(matches!(decode(b"orders/b", record.as_bytes()), Err(RecordError::Mismatch { .. })));
         assert!(matches!(decode(b"orders/", record.as_bytes()), Err(RecordError::Mismatch { .. })));
     }
@@ -322,7 +319,7 @@ mod tests {
             assert_eq!(decode(b"r", garbage), Err(RecordError::NotARecord), "{garbage:?}");
         }
         // Upper-case hex is not what the encoder writes.
-        let upper = encode(b"r", &t("34")).as_str().to_ascii_uppercase().replace("FK2", "fk2");
+        let upper = encode(b"r", &token!("34")).as_str().to_ascii_uppercase().replace("FK2", "fk2");
         assert!(decode(b"r", upper.as_bytes()).is_err());
     }
 
@@ -333,7 +330,7 @@ mod tests {
             let body = std::format!("{TAG}{text} ");
             std::format!("{body}{:08x}", checksum(b"r", body.as_bytes()))
         };
-        assert_eq!(decode(b"r", forged("34").as_bytes()), Ok(t("34")));
+        assert_eq!(decode(b"r", forged("34").as_bytes()), Ok(token!("34")));
         for bad in ["034", "x", "1.2.3.4.5", "-1", ""] {
             assert!(decode(b"r", forged(bad).as_bytes()).is_err(), "{bad}");
         }

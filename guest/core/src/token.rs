@@ -235,6 +235,20 @@ impl core::str::FromStr for Token {
     }
 }
 
+/// A [`Token`] from text known to be one, for tests and examples:
+/// `token!("34")`, `token!("7.1042")`, `token!(&text)`. Panics, naming the text, when
+/// it is not a token; parse what a client sent with [`Token::parse`] instead.
+#[macro_export]
+macro_rules! token {
+    ($text:expr) => {{
+        let text: &str = $text;
+        match <$crate::Token as ::core::str::FromStr>::from_str(text) {
+            Ok(token) => token,
+            Err(e) => panic!("{text:?} is not a token: {e}"),
+        }
+    }};
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -186,65 +186,65 @@ fn same_mark(mark: &Token, read: Option<&Token>) -> Result<(), Breach> {
 mod tests {
     use super::*;
     use crate::decision::Mode;
+    use crate::token;
 
     const LAX: Policy = Policy { mode: Mode::Efficiency, strict: false };
     const STRICT: Policy = Policy { mode: Mode::Correctness, strict: true };
 
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
-
     fn admit(s: &str, advanced: bool) -> Verdict<()> {
-        Verdict::Admit { mark: t(s), advanced }
+        Verdict::Admit { mark: token!(s), advanced }
     }
 
     #[test]
     fn honest_verdicts_pass() {
         assert_eq!(check(&LAX, Some("34"), None, &admit("34", true)), Ok(()));
-        assert_eq!(check(&LAX, Some("34"), Some(&t("33")), &admit("34", true)), Ok(()));
-        assert_eq!(check(&LAX, Some("034"), Some(&t("34")), &admit("34", false)), Ok(()));
-        let stale: Verdict<()> = Verdict::Stale { mark: t("34"), presented: t("33") };
-        assert_eq!(check(&LAX, Some("33"), Some(&t("34")), &stale), Ok(()));
-        assert_eq!(check(&STRICT, Some("34"), Some(&t("34")), &Verdict::<()>::Replayed { mark: t("34") }), Ok(()));
-        assert_eq!(check(&LAX, None, Some(&t("34")), &Verdict::<()>::Missing), Ok(()));
+        assert_eq!(check(&LAX, Some("34"), Some(&token!("33")), &admit("34", true)), Ok(()));
+        assert_eq!(check(&LAX, Some("034"), Some(&token!("34")), &admit("34", false)), Ok(()));
+        let stale: Verdict<()> = Verdict::Stale { mark: token!("34"), presented: token!("33") };
+        assert_eq!(check(&LAX, Some("33"), Some(&token!("34")), &stale), Ok(()));
+        assert_eq!(
+            check(&STRICT, Some("34"), Some(&token!("34")), &Verdict::<()>::Replayed { mark: token!("34") }),
+            Ok(())
+        );
+        assert_eq!(check(&LAX, None, Some(&token!("34")), &Verdict::<()>::Missing), Ok(()));
         // A stricter validator may call a valid token malformed: refusing more is safe.
         assert_eq!(check(&LAX, Some("34"), None, &Verdict::Malformed(())), Ok(()));
         // Text outside the canonical form is the validator's to read.
-        assert_eq!(check(&LAX, Some("0x22"), Some(&t("33")), &admit("34", true)), Ok(()));
+        assert_eq!(check(&LAX, Some("0x22"), Some(&token!("33")), &admit("34", true)), Ok(()));
     }
 
     #[test]
     fn an_admit_below_the_mark_is_proven_stale() {
-        let e = check(&LAX, Some("33"), Some(&t("34")), &admit("34", false)).unwrap_err();
-        assert_eq!(e, Breach::Misread { text: t("33"), read: t("34") });
-        let stale = Verdict::Stale { mark: t("34"), presented: t("33") };
-        assert_eq!(provable(&LAX, Some("33"), Some(&t("34"))), Some(stale));
-        let e = check(&LAX, Some("0x21"), Some(&t("34")), &admit("33", true)).unwrap_err();
-        assert_eq!(e, Breach::AdmittedBelowMark(t("33")));
-        assert_eq!(provable(&LAX, Some("0x21"), Some(&t("34"))), None, "the host cannot read 0x21 itself");
+        let e = check(&LAX, Some("33"), Some(&token!("34")), &admit("34", false)).unwrap_err();
+        assert_eq!(e, Breach::Misread { text: token!("33"), read: token!("34") });
+        let stale = Verdict::Stale { mark: token!("34"), presented: token!("33") };
+        assert_eq!(provable(&LAX, Some("33"), Some(&token!("34"))), Some(stale));
+        let e = check(&LAX, Some("0x21"), Some(&token!("34")), &admit("33", true)).unwrap_err();
+        assert_eq!(e, Breach::AdmittedBelowMark(token!("33")));
+        assert_eq!(provable(&LAX, Some("0x21"), Some(&token!("34"))), None, "the host cannot read 0x21 itself");
     }
 
     #[test]
     fn a_lock_out_to_the_maximum_is_caught() {
         let max = Token::from_parts(&[u64::MAX]).unwrap();
         let e = check(&LAX, Some("5"), None, &Verdict::<()>::Admit { mark: max, advanced: true }).unwrap_err();
-        assert_eq!(e, Breach::Misread { text: t("5"), read: max });
+        assert_eq!(e, Breach::Misread { text: token!("5"), read: max });
         assert_eq!(provable(&LAX, Some("5"), None), None);
     }
 
     #[test]
     fn lies_about_advancing_arity_strictness_and_marks_are_caught() {
-        assert!(check(&LAX, Some("35"), Some(&t("34")), &admit("35", false)).is_err());
-        assert!(check(&LAX, Some("34"), Some(&t("34")), &admit("34", true)).is_err());
-        assert!(check(&LAX, Some("7.1"), Some(&t("34")), &admit("7.1", true)).is_err());
-        assert!(matches!(provable(&LAX, Some("7.1"), Some(&t("34"))), Some(Verdict::Malformed(_))));
-        assert!(check(&STRICT, Some("34"), Some(&t("34")), &admit("34", false)).is_err());
-        assert_eq!(provable(&STRICT, Some("34"), Some(&t("34"))), Some(Verdict::Replayed { mark: t("34") }));
-        let wrong_mark: Verdict<()> = Verdict::Stale { mark: t("99"), presented: t("33") };
-        assert!(check(&LAX, Some("33"), Some(&t("34")), &wrong_mark).is_err());
-        let not_lower: Verdict<()> = Verdict::Stale { mark: t("34"), presented: t("35") };
-        assert!(check(&LAX, Some("35"), Some(&t("34")), &not_lower).is_err());
-        assert!(check(&LAX, Some("34"), Some(&t("34")), &Verdict::<()>::Replayed { mark: t("34") }).is_err());
+        assert!(check(&LAX, Some("35"), Some(&token!("34")), &admit("35", false)).is_err());
+        assert!(check(&LAX, Some("34"), Some(&token!("34")), &admit("34", true)).is_err());
+        assert!(check(&LAX, Some("7.1"), Some(&token!("34")), &admit("7.1", true)).is_err());
+        assert!(matches!(provable(&LAX, Some("7.1"), Some(&token!("34"))), Some(Verdict::Malformed(_))));
+        assert!(check(&STRICT, Some("34"), Some(&token!("34")), &admit("34", false)).is_err());
+        assert_eq!(provable(&STRICT, Some("34"), Some(&token!("34"))), Some(Verdict::Replayed { mark: token!("34") }));
+        let wrong_mark: Verdict<()> = Verdict::Stale { mark: token!("99"), presented: token!("33") };
+        assert!(check(&LAX, Some("33"), Some(&token!("34")), &wrong_mark).is_err());
+        let not_lower: Verdict<()> = Verdict::Stale { mark: token!("34"), presented: token!("35") };
+        assert!(check(&LAX, Some("35"), Some(&token!("34")), &not_lower).is_err());
+        assert!(check(&LAX, Some("34"), Some(&token!("34")), &Verdict::<()>::Replayed { mark: token!("34") }).is_err());
         assert!(check(&LAX, Some("34"), None, &Verdict::<()>::Missing).is_err());
         assert!(check(&LAX, None, None, &admit("1", true)).is_err());
     }

@@ -282,16 +282,13 @@ impl Ledger {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use fencekeeper_core::token;
 
     const P: &str = DEFAULT_FLIGHT_PREFIX;
 
-    fn t(s: &str) -> Token {
-        s.parse().unwrap()
-    }
-
     fn flight(resource: &str, instance: u64, token: &str) -> KeyValue {
-        let key = flight_key(P, resource, instance, &t(token));
-        let value = record::encode(key.as_bytes(), &t(token)).as_bytes().to_vec();
+        let key = flight_key(P, resource, instance, &token!(token));
+        let value = record::encode(key.as_bytes(), &token!(token)).as_bytes().to_vec();
         KeyValue { key: key.into_bytes(), value, create_revision: 1 }
     }
 
@@ -308,16 +305,16 @@ mod tests {
     fn one_resource_s_keys_prefix_no_other_resource_s() {
         let a = resource_prefix(P, "ab");
         for other in ["a", "abc", "ab\u{0}", "b"] {
-            let k = flight_key(P, other, 7, &t("1"));
+            let k = flight_key(P, other, 7, &token!("1"));
             assert!(!k.starts_with(&a), "{other:?}: {k}");
         }
-        assert!(flight_key(P, "ab", 7, &t("1")).starts_with(&a));
-        assert!(!flight_key(P, "ab", 70, &t("1")).starts_with(&instance_prefix(P, "ab", 7)));
+        assert!(flight_key(P, "ab", 7, &token!("1")).starts_with(&a));
+        assert!(!flight_key(P, "ab", 70, &token!("1")).starts_with(&instance_prefix(P, "ab", 7)));
     }
 
     #[test]
     fn another_instance_s_lower_flight_makes_the_write_wait_and_its_own_never_do() {
-        let r = |a: &TxnAnswer, put| passed(a, P, "/r", &t("34"), 1, put).unwrap();
+        let r = |a: &TxnAnswer, put| passed(a, P, "/r", &token!("34"), 1, put).unwrap();
         let waits = answer(true, true, &[&[flight("/r", 2, "33"), flight("/r", 1, "34")]]);
         assert_eq!(r(&waits, true), (Registration::Wait, Some(9)));
         let own_lower = answer(true, false, &[&[flight("/r", 1, "33"), flight("/r", 3, "34")]]);
@@ -328,12 +325,12 @@ mod tests {
     fn a_failed_compare_is_stale_above_the_token_and_moved_otherwise() {
         let mark = |token: &str| KeyValue {
             key: b"/fencekeeper/marks//r".to_vec(),
-            value: record::encode(b"/r", &t(token)).as_bytes().to_vec(),
+            value: record::encode(b"/r", &token!(token)).as_bytes().to_vec(),
             create_revision: 1,
         };
-        let r = |a: &TxnAnswer| passed(a, P, "/r", &t("34"), 1, true).unwrap().0;
-        assert_eq!(r(&answer(false, true, &[&[mark("35")]])), Registration::Stale(t("35")));
-        assert_eq!(r(&answer(false, true, &[&[mark("30")]])), Registration::Moved(Some(t("30"))));
+        let r = |a: &TxnAnswer| passed(a, P, "/r", &token!("34"), 1, true).unwrap().0;
+        assert_eq!(r(&answer(false, true, &[&[mark("35")]])), Registration::Stale(token!("35")));
+        assert_eq!(r(&answer(false, true, &[&[mark("30")]])), Registration::Moved(Some(token!("30"))));
         assert_eq!(r(&answer(false, true, &[&[]])), Registration::Moved(None));
     }
 
@@ -341,80 +338,80 @@ mod tests {
     fn a_damaged_flight_or_mark_is_an_error_never_a_pass() {
         let mut bad = flight("/r", 2, "33");
         bad.value[4] = b'9';
-        let e = passed(&answer(true, false, &[&[bad]]), P, "/r", &t("34"), 1, false).unwrap_err();
+        let e = passed(&answer(true, false, &[&[bad]]), P, "/r", &token!("34"), 1, false).unwrap_err();
         assert!(e.0.contains("does not check"), "{e}");
         let mut moved = flight("/r", 2, "33");
-        moved.key = flight_key(P, "/r", 3, &t("33")).into_bytes();
-        assert!(passed(&answer(true, false, &[&[moved]]), P, "/r", &t("34"), 1, false).is_err(), "a value moved");
+        moved.key = flight_key(P, "/r", 3, &token!("33")).into_bytes();
+        assert!(passed(&answer(true, false, &[&[moved]]), P, "/r", &token!("34"), 1, false).is_err(), "a value moved");
         let damaged = KeyValue { key: b"m".to_vec(), value: b"fk2 99 00000000".to_vec(), create_revision: 1 };
-        assert!(passed(&answer(false, true, &[&[damaged]]), P, "/r", &t("34"), 1, true).is_err());
+        assert!(passed(&answer(false, true, &[&[damaged]]), P, "/r", &token!("34"), 1, true).is_err());
     }
 
     #[test]
     fn a_token_is_put_once_while_its_writes_overlap_and_deleted_once_idle() {
         let mut l = Ledger::default();
-        l.begin("/r", t("5"));
-        assert!(l.must_put("/r", t("5"), 50), "the first write puts");
-        l.put("/r", t("5"), 40, 1_000);
-        l.begin("/r", t("5"));
-        assert!(!l.must_put("/r", t("5"), 50), "a second one rides on the put");
-        l.end("/r", t("5"), 100);
-        l.end("/r", t("5"), 110);
+        l.begin("/r", token!("5"));
+        assert!(l.must_put("/r", token!("5"), 50), "the first write puts");
+        l.put("/r", token!("5"), 40, 1_000);
+        l.begin("/r", token!("5"));
+        assert!(!l.must_put("/r", token!("5"), 50), "a second one rides on the put");
+        l.end("/r", token!("5"), 100);
+        l.end("/r", token!("5"), 110);
         assert!(l.idle(150, 100).is_empty(), "not idle long enough");
         // A write of the token within the delay keeps the key: no delete, no put.
-        l.begin("/r", t("5"));
-        assert!(!l.must_put("/r", t("5"), 250));
-        l.end("/r", t("5"), 200);
-        assert_eq!(l.idle(300, 100), vec![("/r".to_owned(), t("5"), 40)]);
+        l.begin("/r", token!("5"));
+        assert!(!l.must_put("/r", token!("5"), 250));
+        l.end("/r", token!("5"), 200);
+        assert_eq!(l.idle(300, 100), vec![("/r".to_owned(), token!("5"), 40)]);
         assert!(l.is_empty());
-        l.begin("/r", t("5"));
-        assert!(l.must_put("/r", t("5"), 350), "after the delete, a write puts again");
+        l.begin("/r", token!("5"));
+        assert!(l.must_put("/r", token!("5"), 350), "after the delete, a write puts again");
     }
 
     #[test]
     fn a_write_puts_again_when_the_lease_of_the_last_put_may_end_before_it_is_over() {
         let mut l = Ledger::default();
-        l.begin("/r", t("5"));
-        l.put("/r", t("5"), 40, 1_000);
-        assert!(!l.must_put("/r", t("5"), 1_000), "the lease lasts until the write is over");
-        assert!(l.must_put("/r", t("5"), 1_001), "it may not: put again, under a newer lease");
+        l.begin("/r", token!("5"));
+        l.put("/r", token!("5"), 40, 1_000);
+        assert!(!l.must_put("/r", token!("5"), 1_000), "the lease lasts until the write is over");
+        assert!(l.must_put("/r", token!("5"), 1_001), "it may not: put again, under a newer lease");
         // The newer put's lease counts, whatever order the answers come in.
-        l.put("/r", t("5"), 60, 2_000);
-        l.put("/r", t("5"), 50, 1_500);
-        assert!(!l.must_put("/r", t("5"), 2_000));
-        l.end("/r", t("5"), 0);
-        assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), t("5"), 60)], "deleted at the latest put");
+        l.put("/r", token!("5"), 60, 2_000);
+        l.put("/r", token!("5"), 50, 1_500);
+        assert!(!l.must_put("/r", token!("5"), 2_000));
+        l.end("/r", token!("5"), 0);
+        assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), token!("5"), 60)], "deleted at the latest put");
     }
 
     #[test]
     fn flights_in_use_whose_lease_ends_too_soon_are_put_again_and_idle_ones_are_not() {
         let mut l = Ledger::default();
-        l.begin("/r", t("5"));
-        l.put("/r", t("5"), 40, 1_000);
-        l.begin("/r", t("6"));
-        l.put("/r", t("6"), 41, 3_000);
-        l.begin("/r", t("7"));
-        assert_eq!(l.expiring(2_000), vec![("/r".to_owned(), t("5"))], "7 has no put yet: its Txn puts");
-        l.put("/r", t("5"), 50, 4_000);
+        l.begin("/r", token!("5"));
+        l.put("/r", token!("5"), 40, 1_000);
+        l.begin("/r", token!("6"));
+        l.put("/r", token!("6"), 41, 3_000);
+        l.begin("/r", token!("7"));
+        assert_eq!(l.expiring(2_000), vec![("/r".to_owned(), token!("5"))], "7 has no put yet: its Txn puts");
+        l.put("/r", token!("5"), 50, 4_000);
         assert!(l.expiring(2_000).is_empty());
-        l.end("/r", t("6"), 0);
+        l.end("/r", token!("6"), 0);
         assert!(l.expiring(3_500).is_empty(), "6 is idle: deleted, not refreshed");
     }
 
     #[test]
     fn a_write_that_ends_before_any_put_landed_leaves_nothing_to_delete() {
         let mut l = Ledger::default();
-        l.begin("/r", t("5"));
-        l.end("/r", t("5"), 0);
+        l.begin("/r", token!("5"));
+        l.end("/r", token!("5"), 0);
         assert!(l.is_empty());
         // A put that lands late, after its write ended, is still deleted: its lease
         // takes it otherwise.
-        l.begin("/r", t("6"));
-        l.begin("/r", t("6"));
-        l.put("/r", t("6"), 7, 100);
-        l.put("/r", t("6"), 9, 100);
-        l.end("/r", t("6"), 0);
-        l.end("/r", t("6"), 0);
-        assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), t("6"), 9)], "the latest put's revision");
+        l.begin("/r", token!("6"));
+        l.begin("/r", token!("6"));
+        l.put("/r", token!("6"), 7, 100);
+        l.put("/r", token!("6"), 9, 100);
+        l.end("/r", token!("6"), 0);
+        l.end("/r", token!("6"), 0);
+        assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), token!("6"), 9)], "the latest put's revision");
     }
 }

@@ -592,10 +592,7 @@ pub fn lease_answer(id: i64, ttl: i64, error: &str) -> Vec<u8> {
 mod tests {
     use super::*;
     use fencekeeper_core::record;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     /// Decode a message into (field, value) pairs: nested ones as bytes.
     fn decoded(m: &[u8]) -> Vec<(u64, Result<u64, Vec<u8>>)> {
@@ -615,24 +612,24 @@ mod tests {
     #[test]
     fn the_mark_txn_is_the_gateways_transaction_in_protobuf() {
         // Field numbers as etcd's rpc.proto gives them (the e2e tests run these against etcd).
-        let confirm = mark_txn("/k", "k", Some(&t("5")), &t("5"));
+        let confirm = mark_txn("/k", "k", Some(&token!("5")), &token!("5"));
         let compare = &nested(&confirm, 1)[0];
-        let value = record::encode(b"k", &t("5"));
+        let value = record::encode(b"k", &token!("5"));
         assert_eq!(decoded(compare), vec![(2, Ok(3)), (3, Err(b"/k".to_vec())), (7, Err(value.as_bytes().to_vec()))]);
         assert!(nested(&confirm, 2).is_empty(), "a confirm puts nothing");
         let read = &nested(&confirm, 3)[0];
         assert_eq!(nested(read, 1), vec![vec![0x0a, 2, b'/', b'k']]);
 
-        let first = mark_txn("/k", "k", None, &t("1"));
+        let first = mark_txn("/k", "k", None, &token!("1"));
         assert_eq!(decoded(&nested(&first, 1)[0]), vec![(2, Ok(1)), (3, Err(b"/k".to_vec())), (5, Ok(0))]);
         let put = &nested(&nested(&first, 2)[0], 2)[0];
-        let new = record::encode(b"k", &t("1"));
+        let new = record::encode(b"k", &token!("1"));
         assert_eq!(decoded(put), vec![(1, Err(b"/k".to_vec())), (2, Err(new.as_bytes().to_vec()))]);
     }
 
     #[test]
     fn a_confirm_of_several_marks_compares_each_and_reads_each_back() {
-        let (a, b) = (t("5"), t("7.2"));
+        let (a, b) = (token!("5"), token!("7.2"));
         let one = confirm_txn(&[("/m/a", "a", &a)]);
         assert_eq!(one, mark_txn("/m/a", "a", Some(&a), &a), "one mark: the mark Txn's confirm");
         let two = confirm_txn(&[("/m/a", "a", &a), ("/m/b", "b", &b)]);
@@ -689,11 +686,11 @@ mod tests {
     fn answers_parse_into_the_same_txn_answer() {
         let ok = parse_txn(&answer(true, &[])).unwrap();
         assert!(ok.succeeded && ok.operations() == 0 && ok.revision == 42);
-        let value = record::encode(b"x", &t("7.1042"));
+        let value = record::encode(b"x", &token!("7.1042"));
         let lost = parse_txn(&answer(false, &[&[(b"/x", value.as_bytes(), 4)]])).unwrap();
         let kv = &lost.read(0).unwrap()[0];
         assert_eq!((kv.key.as_slice(), kv.create_revision), (b"/x".as_slice(), 4));
-        assert_eq!(crate::mark_of("x", &kv.value), Ok(t("7.1042")));
+        assert_eq!(crate::mark_of("x", &kv.value), Ok(token!("7.1042")));
         let none = parse_txn(&answer(false, &[&[]])).unwrap();
         assert_eq!(none.read(0), Ok(vec![]));
         // A failed compare without its read-back is an error, never "no mark".

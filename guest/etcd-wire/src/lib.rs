@@ -635,10 +635,7 @@ pub fn parse_keepalive(body: &[u8]) -> Result<i64, WireError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     fn json_of(body: &str) -> Value {
         serde_json::from_str(body).unwrap()
@@ -653,15 +650,15 @@ mod tests {
     #[test]
     fn mark_txn_compares_records_and_confirms_without_a_put() {
         let key = mark_key(DEFAULT_PREFIX, "a");
-        let body = json_of(&mark_txn(&key, "a", Some(&t("033")), &t("34")));
-        let record = |s: &str| B64.encode(record::encode(b"a", &t(s)).as_bytes());
+        let body = json_of(&mark_txn(&key, "a", Some(&token!("033")), &token!("34")));
+        let record = |s: &str| B64.encode(record::encode(b"a", &token!(s)).as_bytes());
         assert_eq!(body["compare"][0]["value"], record("33"));
         assert_eq!(body["success"][0]["request_put"]["value"], record("34"));
         assert_eq!(body["compare"][0]["key"], B64.encode("/fencekeeper/marks/a"));
         assert_eq!(body["failure"][0]["request_range"]["key"], B64.encode("/fencekeeper/marks/a"));
-        let first = json_of(&mark_txn("k", "k", None, &t("1")));
+        let first = json_of(&mark_txn("k", "k", None, &token!("1")));
         assert_eq!(first["compare"][0]["target"], "CREATE");
-        let confirm = json_of(&mark_txn("k", "k", Some(&t("5")), &t("5")));
+        let confirm = json_of(&mark_txn("k", "k", Some(&token!("5")), &token!("5")));
         assert_eq!(confirm["success"], json!([]));
     }
 
@@ -674,14 +671,14 @@ mod tests {
         // A failed Txn without its read-back is an error, not "no mark".
         let bare = parse_txn(br#"{"header":{"revision":"7"},"responses":[],"succeeded":false}"#).unwrap();
         assert!(bare.read(0).is_err());
-        let v = B64.encode(record::encode(b"x", &t("7.1042")).as_bytes());
+        let v = B64.encode(record::encode(b"x", &token!("7.1042")).as_bytes());
         let body = format!(
             r#"{{"responses":[{{"response_range":{{"kvs":[{{"key":"eA==","value":"{v}","create_revision":"4"}}]}}}}]}}"#
         );
         let lost = parse_txn(body.as_bytes()).unwrap();
         let kv = &lost.read(0).unwrap()[0];
         assert_eq!(kv.create_revision, 4);
-        assert_eq!(mark_of("x", &kv.value), Ok(t("7.1042")));
+        assert_eq!(mark_of("x", &kv.value), Ok(token!("7.1042")));
         assert!(mark_of("y", &kv.value).is_err(), "another resource's record");
         assert_eq!(mark_of("x", b"34"), Err(MarkError::OldFormat));
         assert!(parse_txn(b"{").is_err());
@@ -751,7 +748,7 @@ x-admin: 1"}"#
 
     #[test]
     fn a_confirm_of_several_marks_compares_each_and_reads_each_back() {
-        let (a, b) = (t("5"), t("7.2"));
+        let (a, b) = (token!("5"), token!("7.2"));
         assert_eq!(confirm_txn(&[("/m/a", "a", &a)]), mark_txn("/m/a", "a", Some(&a), &a), "one mark");
         let two = json_of(&confirm_txn(&[("/m/a", "a", &a), ("/m/b", "b", &b)]));
         assert_eq!(two["compare"][1]["value"], B64.encode(record::encode(b"b", &b).as_bytes()));

@@ -209,10 +209,7 @@ pub fn holder_op(keys: &str) -> Op<'_> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     fn holder(create: u64) -> KeyValue {
         KeyValue { key: b"/locks/r/694d8a".to_vec(), value: Vec::new(), create_revision: create }
@@ -220,11 +217,11 @@ mod tests {
 
     #[test]
     fn weak_admits_any_revision_up_to_the_clusters_and_nothing_above() {
-        assert_eq!(weak(&t("57"), 57), Ok(()));
-        assert_eq!(weak(&t("1"), 57), Ok(()));
-        let forged = weak(&t("18446744073709551615"), 57).unwrap_err();
+        assert_eq!(weak(&token!("57"), 57), Ok(()));
+        assert_eq!(weak(&token!("1"), 57), Ok(()));
+        let forged = weak(&token!("18446744073709551615"), 57).unwrap_err();
         assert!(forged.to_string().contains("above the cluster's revision 57"), "{forged}");
-        assert_eq!(weak(&t("3.1"), 57), Err(Unissued::Arity(2)));
+        assert_eq!(weak(&token!("3.1"), 57), Err(Unissued::Arity(2)));
     }
 
     #[test]
@@ -233,14 +230,14 @@ mod tests {
         assert_eq!(lock, "/locks/r");
         // The holder's key was created at 40; it saw it held the lock at 40 (nobody
         // queued) or later (it waited); the read is at 57.
-        assert_eq!(strong(&t("40"), Some(&holder(40)), &lock, 57), Ok(()));
-        assert_eq!(strong(&t("45"), Some(&holder(40)), &lock, 57), Ok(()));
+        assert_eq!(strong(&token!("40"), Some(&holder(40)), &lock, 57), Ok(()));
+        assert_eq!(strong(&token!("45"), Some(&holder(40)), &lock, 57), Ok(()));
         assert!(matches!(
-            strong(&t("39"), Some(&holder(40)), &lock, 57),
+            strong(&token!("39"), Some(&holder(40)), &lock, 57),
             Err(Unissued::BelowHolder { create: 40, .. })
         ));
-        assert!(matches!(strong(&t("58"), Some(&holder(40)), &lock, 57), Err(Unissued::AboveRevision { .. })));
-        let free = strong(&t("45"), None, &lock, 57).unwrap_err();
+        assert!(matches!(strong(&token!("58"), Some(&holder(40)), &lock, 57), Err(Unissued::AboveRevision { .. })));
+        let free = strong(&token!("45"), None, &lock, 57).unwrap_err();
         assert!(free.to_string().contains("nobody holds the lock \"/locks/r\""), "{free}");
     }
 

@@ -256,17 +256,14 @@ pub fn parse_vouch(response: &Response, resource: &str) -> Result<Found, EtcdErr
 mod tests {
     use super::*;
     use fencekeeper_core::record;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     fn kv(key: &str, value: &[u8], create_revision: u64) -> KeyValue {
         KeyValue { key: key.as_bytes().to_vec(), value: value.to_vec(), create_revision }
     }
 
     fn value(resource: &str, token: &str) -> Vec<u8> {
-        record::encode(resource.as_bytes(), &t(token)).as_bytes().to_vec()
+        record::encode(resource.as_bytes(), &token!(token)).as_bytes().to_vec()
     }
 
     /// etcd's answer to a failed compare whose read-back found `value`.
@@ -299,7 +296,7 @@ mod tests {
         let holder = kv("/locks/r/694d", b"", 40);
         let answer = Ok(grpc::txn_answer(true, 57, &[Some(&[kv("x", &value("r", "33"), 3)]), Some(&[holder])]));
         let found = parse_vouch(&answer, "r").unwrap();
-        assert_eq!((found.mark, found.revision), (Some(t("33")), 57));
+        assert_eq!((found.mark, found.revision), (Some(token!("33")), 57));
         assert_eq!(found.holder.map(|h| h.create_revision), Some(40));
         assert!(parse_vouch(&answer, "q").is_err(), "another resource's record");
         let unavailable = Err(Status { code: 14, message: "no healthy upstream".into() });
@@ -316,7 +313,7 @@ mod tests {
         let committed = Ok(grpc::txn_answer(true, 9, &[]));
         assert_eq!(answer(&committed, "x"), Ok((Outcome::Succeeded, 9)));
         assert_eq!(parse(&Ok(grpc::txn_answer(false, 9, &[Some(&[])])), "x"), Ok(Outcome::Current(None)));
-        assert_eq!(parse(&lost(&value("x", "7.1042")), "x"), Ok(Outcome::Current(Some(t("7.1042")))));
+        assert_eq!(parse(&lost(&value("x", "7.1042")), "x"), Ok(Outcome::Current(Some(token!("7.1042")))));
         let timeout = Err(Status { code: 4, message: "upstream request timeout".into() });
         let e = parse(&timeout, "x").unwrap_err();
         assert_eq!(e.0, r#"etcd answered gRPC status 4 (DEADLINE_EXCEEDED): "upstream request timeout""#);
@@ -356,8 +353,8 @@ mod tests {
         let ops: Vec<Option<&[KeyValue]>> = reads.iter().map(|r| Some(r.as_slice())).collect();
         let (outcomes, revision) = confirmed(&Ok(grpc::txn_answer(false, 12, &ops)), &resources).unwrap();
         assert_eq!(revision, 12);
-        assert_eq!(outcomes[0], Ok(Outcome::Current(Some(t("5")))));
-        assert_eq!(outcomes[1], Ok(Outcome::Current(Some(t("9")))));
+        assert_eq!(outcomes[0], Ok(Outcome::Current(Some(token!("5")))));
+        assert_eq!(outcomes[1], Ok(Outcome::Current(Some(token!("9")))));
         assert!(outcomes[2].as_ref().unwrap_err().0.contains("damaged mark for \"c\""));
         // A read missing from the answer fails its resource, not "no mark".
         let short = confirmed(&Ok(grpc::txn_answer(false, 12, &ops[..2])), &resources).unwrap();
@@ -371,9 +368,9 @@ mod tests {
         let answer = grpc::txn_answer(false, 12, &ops);
         assert!(answer.len() > 64 * 1024);
         let (outcomes, _) = confirmed(&Ok(answer), &long).unwrap();
-        assert!(outcomes.iter().all(|o| *o == Ok(Outcome::Current(Some(t("5"))))));
-        let message = confirms("/p/", &[("a", t("5")), ("b", t("9"))]);
-        assert_eq!(message, grpc::confirm_txn(&[("/p/a", "a", &t("5")), ("/p/b", "b", &t("9"))]));
+        assert!(outcomes.iter().all(|o| *o == Ok(Outcome::Current(Some(token!("5"))))));
+        let message = confirms("/p/", &[("a", token!("5")), ("b", token!("9"))]);
+        assert_eq!(message, grpc::confirm_txn(&[("/p/a", "a", &token!("5")), ("/p/b", "b", &token!("9"))]));
     }
 
     #[test]

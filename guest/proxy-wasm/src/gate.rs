@@ -409,17 +409,14 @@ const TIMED_OUT: &str = "timed out at the ordering gate waiting for lower-token 
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     fn gate() -> Gate {
         Gate::new(GateConfig::default(), 1, Some(9), None)
     }
 
     fn flight(owner: u64, context: u32, token: &str, deadline: u64) -> SharedFlight {
-        SharedFlight { owner, context, token: t(token), deadline }
+        SharedFlight { owner, context, token: token!(token), deadline }
     }
 
     #[test]
@@ -427,7 +424,7 @@ mod tests {
         let g = gate();
         let mut entry = Entry {
             key: "/r".into(),
-            mark: Some(t("34")),
+            mark: Some(token!("34")),
             flights: vec![
                 flight(1, 5, "34", 0),     // the request's own
                 flight(1, 6, "34", 0),     // the same holder's other write
@@ -437,13 +434,13 @@ mod tests {
             ],
             wakers: vec![],
         };
-        let (judged, pruned) = g.judged(&mut entry, 5, &t("34"), 999, |_| None);
+        let (judged, pruned) = g.judged(&mut entry, 5, &token!("34"), 999, |_| None);
         assert!(pruned);
         assert_eq!(
             judged,
             [
-                Flight { token: t("33"), until: Until::Answered },
-                Flight { token: t("32"), until: Until::Deadline(1_000) }
+                Flight { token: token!("33"), until: Until::Answered },
+                Flight { token: token!("32"), until: Until::Deadline(1_000) }
             ]
         );
         assert_eq!(entry.flights.len(), 4, "only the flight whose bound passed is dropped");

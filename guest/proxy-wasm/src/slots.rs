@@ -317,21 +317,18 @@ fn decode(bytes: &[u8]) -> Option<Vec<Entry>> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     fn entry(key: &str, mark: &str) -> Entry {
-        Entry { key: key.to_owned(), mark: Some(t(mark)), flights: vec![], wakers: vec![] }
+        Entry { key: key.to_owned(), mark: Some(token!(mark)), flights: vec![], wakers: vec![] }
     }
 
     #[test]
     fn slot_encoding_round_trips_and_refuses_garbage() {
         let mut busy = entry("k".repeat(1024).as_str(), "18446744073709551615.1.2.3");
         busy.flights = vec![
-            SharedFlight { owner: u64::MAX, context: 7, token: t("18446744073709551615.1.2.2"), deadline: 0 },
-            SharedFlight { owner: 1, context: u32::MAX, token: t("1.1.1.1"), deadline: 123_456 },
+            SharedFlight { owner: u64::MAX, context: 7, token: token!("18446744073709551615.1.2.2"), deadline: 0 },
+            SharedFlight { owner: 1, context: u32::MAX, token: token!("1.1.1.1"), deadline: 123_456 },
         ];
         busy.wakers = vec![1, u32::MAX];
         let entries = vec![entry("/a", "34"), entry("b\u{fc}cher", "7.1042"), busy];

@@ -67,44 +67,44 @@ pub fn judge(provenance: &Provenance, policy: &Policy, resource: &str, token: To
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use fencekeeper_core::token;
     use fencekeeper_etcd_wire::KeyValue;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
 
     fn found(mark: Option<&str>, holder: Option<u64>, revision: u64) -> Found {
         let holder = holder.map(|c| KeyValue { key: b"/locks/r/1".to_vec(), value: vec![], create_revision: c });
-        Found { mark: mark.map(t), holder, revision }
+        Found { mark: mark.map(|m| token!(m)), holder, revision }
     }
 
     #[test]
     fn a_weak_token_below_a_revision_seen_needs_no_read_a_strong_one_always_does() {
-        assert!(vouched_without_read(&Provenance::Weak, &t("40"), 40));
-        assert!(!vouched_without_read(&Provenance::Weak, &t("41"), 40));
-        assert!(!vouched_without_read(&Provenance::Weak, &t("1.1"), 40));
-        assert!(!vouched_without_read(&Provenance::Strong { lock_prefix: "/l/".into() }, &t("1"), 40));
-        assert!(vouched_without_read(&Provenance::Off, &t("18446744073709551615"), 0));
+        assert!(vouched_without_read(&Provenance::Weak, &token!("40"), 40));
+        assert!(!vouched_without_read(&Provenance::Weak, &token!("41"), 40));
+        assert!(!vouched_without_read(&Provenance::Weak, &token!("1.1"), 40));
+        assert!(!vouched_without_read(&Provenance::Strong { lock_prefix: "/l/".into() }, &token!("1"), 40));
+        assert!(vouched_without_read(&Provenance::Off, &token!("18446744073709551615"), 0));
     }
 
     #[test]
     fn the_read_decides_on_the_exact_mark_then_checks_only_an_advance() {
         let policy = Policy::default();
         let weak = Provenance::Weak;
-        let forged = judge(&weak, &policy, "r", t("18446744073709551615"), &found(Some("33"), None, 57));
+        let forged = judge(&weak, &policy, "r", token!("18446744073709551615"), &found(Some("33"), None, 57));
         assert!(matches!(forged, Next::Unverified(why) if why.contains("above the cluster's revision 57")));
-        assert_eq!(judge(&weak, &policy, "r", t("40"), &found(Some("33"), None, 57)), Next::Advance(Some(t("33"))));
+        assert_eq!(
+            judge(&weak, &policy, "r", token!("40"), &found(Some("33"), None, 57)),
+            Next::Advance(Some(token!("33")))
+        );
         // The copy lagged: the token equals the mark, or is below it; no check either way.
-        let equal = judge(&weak, &policy, "r", t("99"), &found(Some("99"), None, 57));
-        assert_eq!(equal, Next::Decided(Verdict::Admit { mark: t("99"), advanced: false }));
+        let equal = judge(&weak, &policy, "r", token!("99"), &found(Some("99"), None, 57));
+        assert_eq!(equal, Next::Decided(Verdict::Admit { mark: token!("99"), advanced: false }));
         assert!(matches!(
-            judge(&weak, &policy, "r", t("40"), &found(Some("41"), None, 57)),
+            judge(&weak, &policy, "r", token!("40"), &found(Some("41"), None, 57)),
             Next::Decided(Verdict::Stale { .. })
         ));
         let strong = Provenance::Strong { lock_prefix: "/locks/".into() };
-        assert_eq!(judge(&strong, &policy, "r", t("45"), &found(None, Some(40), 57)), Next::Advance(None));
-        assert!(matches!(judge(&strong, &policy, "r", t("39"), &found(None, Some(40), 57)), Next::Unverified(_)));
-        let free = judge(&strong, &policy, "r", t("45"), &found(None, None, 57));
+        assert_eq!(judge(&strong, &policy, "r", token!("45"), &found(None, Some(40), 57)), Next::Advance(None));
+        assert!(matches!(judge(&strong, &policy, "r", token!("39"), &found(None, Some(40), 57)), Next::Unverified(_)));
+        let free = judge(&strong, &policy, "r", token!("45"), &found(None, None, 57));
         assert!(matches!(free, Next::Unverified(why) if why.contains("nobody holds the lock \"/locks/r\"")));
         assert_eq!(lock(&strong, "/a"), Some("/locks//a".into()));
     }

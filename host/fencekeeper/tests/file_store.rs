@@ -11,12 +11,9 @@
 
 use fencekeeper::store::{Previous, Raise, Repair, Upgrade};
 use fencekeeper::{Class, FileStore, Guard, MarkStore, NativeDecider, Policy, StoreError, Swap, Token};
+use fencekeeper_core::token;
 use std::path::Path;
 use std::sync::Arc;
-
-fn t(s: &str) -> Token {
-    Token::parse(s).unwrap()
-}
 
 fn guard(store: FileStore) -> Guard {
     Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(store))
@@ -43,9 +40,9 @@ fn marks_survive_reopening() {
     let path = dir.path().join("nested/dir/marks.redb");
     seeded(&path);
     let g = guard(FileStore::open(&path).unwrap());
-    assert_eq!(g.mark("a").unwrap(), Some(t("34")));
+    assert_eq!(g.mark("a").unwrap(), Some(token!("34")));
     assert_eq!(g.admit("a", Some("33")).class(), Class::Stale);
-    assert_eq!(g.store().list().unwrap(), vec![("a".to_string(), t("34")), ("b".to_string(), t("7.1042"))]);
+    assert_eq!(g.store().list().unwrap(), vec![("a".to_string(), token!("34")), ("b".to_string(), token!("7.1042"))]);
     // No temporary file is left beside the store.
     let names: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, vec![std::ffi::OsString::from("marks.redb")]);
@@ -152,7 +149,7 @@ fn a_record_moved_to_another_key_is_an_error_there_and_leaves_no_mark_behind_sil
     poke(&path, b"q", &raw(&path, b"a"));
     let store = FileStore::open(&path).unwrap();
     assert!(damaged(store.get("q"), &path).contains("another resource"));
-    assert_eq!(store.get("a").unwrap(), Some(t("34")));
+    assert_eq!(store.get("a").unwrap(), Some(token!("34")));
     assert!(matches!(store.list(), Err(StoreError::Damaged { ref resource, .. }) if resource == "q"));
 }
 
@@ -181,7 +178,7 @@ fn scan_reports_every_damaged_record_and_the_good_ones() {
     let summary: Vec<(String, bool)> = scan.iter().map(|s| (s.resource.clone(), s.mark.is_ok())).collect();
     let expected = [("a", true), ("b", true), ("c", false), ("d", false)];
     assert_eq!(summary, expected.map(|(r, ok)| (r.to_owned(), ok)));
-    assert_eq!(scan[1].mark.as_ref().unwrap(), &t("7.1042"));
+    assert_eq!(scan[1].mark.as_ref().unwrap(), &token!("7.1042"));
 }
 
 #[test]
@@ -195,22 +192,22 @@ fn raise_only_raises_and_repairs_a_damaged_record() {
     let store = FileStore::open(&path).unwrap();
     // Not below a verified mark, nor to another arity.
     assert_eq!(
-        store.raise("b", &t("7.1041")).unwrap(),
-        Raise::Refused { floor: t("7.1042"), previous: Previous::Mark(t("7.1042")) }
+        store.raise("b", &token!("7.1041")).unwrap(),
+        Raise::Refused { floor: token!("7.1042"), previous: Previous::Mark(token!("7.1042")) }
     );
-    assert!(matches!(store.raise("b", &t("8")).unwrap(), Raise::Refused { .. }));
+    assert!(matches!(store.raise("b", &token!("8")).unwrap(), Raise::Refused { .. }));
     // Not below what the damaged record still shows.
-    assert!(matches!(store.raise("a", &t("60")).unwrap(), Raise::Refused { floor, .. } if floor == t("94")));
+    assert!(matches!(store.raise("a", &token!("60")).unwrap(), Raise::Refused { floor, .. } if floor == token!("94")));
     assert!(store.get("a").is_err(), "a refused raise writes nothing");
-    assert!(matches!(store.raise("a", &t("95")).unwrap(), Raise::Raised(Previous::Damaged(_))));
-    assert_eq!(store.raise("b", &t("7.2000")).unwrap(), Raise::Raised(Previous::Mark(t("7.1042"))));
-    assert_eq!(store.raise("new", &t("3")).unwrap(), Raise::Raised(Previous::None));
+    assert!(matches!(store.raise("a", &token!("95")).unwrap(), Raise::Raised(Previous::Damaged(_))));
+    assert_eq!(store.raise("b", &token!("7.2000")).unwrap(), Raise::Raised(Previous::Mark(token!("7.1042"))));
+    assert_eq!(store.raise("new", &token!("3")).unwrap(), Raise::Raised(Previous::None));
     drop(store);
     let g = guard(FileStore::open(&path).unwrap());
     assert_eq!(g.admit("a", Some("94")).class(), Class::Stale);
     assert_eq!(
         g.store().list().unwrap(),
-        vec![("a".into(), t("95")), ("b".into(), t("7.2000")), ("new".into(), t("3"))]
+        vec![("a".into(), token!("95")), ("b".into(), token!("7.2000")), ("new".into(), token!("3"))]
     );
 }
 
@@ -223,13 +220,17 @@ fn a_forced_set_lowers_replaces_or_clears_a_mark_whatever_its_record_holds() {
     value[4] = b'9';
     poke(&path, b"a", &value);
     let store = FileStore::open(&path).unwrap();
-    assert!(matches!(store.force("a", Some(&t("20"))).unwrap(), Previous::Damaged(_)));
-    assert_eq!(store.force("b", Some(&t("3"))).unwrap(), Previous::Mark(t("7.1042")), "lower, and another arity");
-    assert_eq!(store.force("b", None).unwrap(), Previous::Mark(t("3")));
+    assert!(matches!(store.force("a", Some(&token!("20"))).unwrap(), Previous::Damaged(_)));
+    assert_eq!(
+        store.force("b", Some(&token!("3"))).unwrap(),
+        Previous::Mark(token!("7.1042")),
+        "lower, and another arity"
+    );
+    assert_eq!(store.force("b", None).unwrap(), Previous::Mark(token!("3")));
     assert_eq!(store.force("b", None).unwrap(), Previous::None, "clearing nothing is no error");
     drop(store);
     let g = guard(FileStore::open(&path).unwrap());
-    assert_eq!(g.store().list().unwrap(), vec![("a".into(), t("20"))]);
+    assert_eq!(g.store().list().unwrap(), vec![("a".into(), token!("20"))]);
     assert!(g.admit("a", Some("21")).admitted(), "the lowered mark is the mark");
     assert!(g.admit("b", Some("1.1")).admitted(), "a cleared resource takes any first token");
 }
@@ -265,9 +266,9 @@ fn upgrade_converts_an_old_store_in_place_with_the_same_marks() {
     let path = dir.path().join("old.redb");
     std::fs::copy(FORMAT1, &path).unwrap();
     let expected = vec![
-        ("invoices/7".to_string(), t("7.1042")),
-        ("journal/segment-7".to_string(), t("50")),
-        ("orders/2026.csv".to_string(), t("34")),
+        ("invoices/7".to_string(), token!("7.1042")),
+        ("journal/segment-7".to_string(), token!("50")),
+        ("orders/2026.csv".to_string(), token!("34")),
     ];
     assert_eq!(FileStore::upgrade(&path).unwrap(), Upgrade::Upgraded(expected.clone()));
     assert_eq!(FileStore::upgrade(&path).unwrap(), Upgrade::Current, "a second upgrade changes nothing");
@@ -310,15 +311,24 @@ fn the_store_never_lowers_a_mark() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("marks.redb");
     let store = FileStore::open(&path).unwrap();
-    assert_eq!(store.compare_and_swap("r", None, &t("10")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("r", None, &token!("10")).unwrap(), Swap::Swapped);
     // Even asked directly, with the right expected value, it refuses to go down or sideways.
-    assert_eq!(store.compare_and_swap("r", Some(&t("10")), &t("9")).unwrap(), Swap::Conflict(Some(t("10"))));
-    assert_eq!(store.compare_and_swap("r", Some(&t("10")), &t("10")).unwrap(), Swap::Conflict(Some(t("10"))));
-    assert_eq!(store.compare_and_swap("r", Some(&t("10")), &t("10.1")).unwrap(), Swap::Conflict(Some(t("10"))));
-    assert_eq!(store.compare_and_swap("r", None, &t("11")).unwrap(), Swap::Conflict(Some(t("10"))));
-    assert_eq!(store.compare_and_swap("r", Some(&t("10")), &t("11")).unwrap(), Swap::Swapped);
+    assert_eq!(
+        store.compare_and_swap("r", Some(&token!("10")), &token!("9")).unwrap(),
+        Swap::Conflict(Some(token!("10")))
+    );
+    assert_eq!(
+        store.compare_and_swap("r", Some(&token!("10")), &token!("10")).unwrap(),
+        Swap::Conflict(Some(token!("10")))
+    );
+    assert_eq!(
+        store.compare_and_swap("r", Some(&token!("10")), &token!("10.1")).unwrap(),
+        Swap::Conflict(Some(token!("10")))
+    );
+    assert_eq!(store.compare_and_swap("r", None, &token!("11")).unwrap(), Swap::Conflict(Some(token!("10"))));
+    assert_eq!(store.compare_and_swap("r", Some(&token!("10")), &token!("11")).unwrap(), Swap::Swapped);
     drop(store);
-    assert_eq!(FileStore::open(&path).unwrap().get("r").unwrap(), Some(t("11")));
+    assert_eq!(FileStore::open(&path).unwrap().get("r").unwrap(), Some(token!("11")));
 }
 
 #[test]
@@ -346,5 +356,5 @@ fn concurrent_admits_never_lower_the_mark() {
         })
         .collect();
     let best = threads.into_iter().map(|t| t.join().unwrap()).max().unwrap();
-    assert_eq!(g.mark("shared").unwrap(), Some(t(&best.to_string())));
+    assert_eq!(g.mark("shared").unwrap(), Some(token!(&best.to_string())));
 }

@@ -18,16 +18,13 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use fencekeeper::{FileStore, Guard, NativeDecider, Policy, Token};
+use fencekeeper_core::token;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// redb's page size: the file is cut at every multiple.
 const PAGE: usize = 4096;
-
-fn t(s: &str) -> Token {
-    Token::parse(s).unwrap()
-}
 
 fn scratch() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
@@ -37,7 +34,7 @@ fn scratch() -> tempfile::TempDir {
 
 /// The marks every variant must read back exactly, or refuse to read.
 fn originals() -> Vec<(String, Token)> {
-    vec![("a/7".into(), t("7.1042")), ("journal".into(), t("50")), ("orders/2026.csv".into(), t("34"))]
+    vec![("a/7".into(), token!("7.1042")), ("journal".into(), token!("50")), ("orders/2026.csv".into(), token!("34"))]
 }
 
 /// Build the store, and keep it open: advance "journal" through 10..=50 so that its

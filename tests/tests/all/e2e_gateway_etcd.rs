@@ -8,31 +8,35 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use fencekeeper::store::{EtcdStore, Previous, Raise, Repair};
-use fencekeeper::{Class, Guard, MarkStore, NativeDecider, Policy, StoreError, Swap, Token};
+use fencekeeper::{Class, Guard, MarkStore, NativeDecider, Policy, StoreError, Swap};
 use fencekeeper_core::record;
+use fencekeeper_core::token;
 use fencekeeper_harness::services::Etcd;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn t(s: &str) -> Token {
-    Token::parse(s).unwrap()
-}
 
 #[test]
 fn compare_and_swap_creates_raises_and_reports_the_current_mark_on_conflict() {
     let etcd = Etcd::start().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
     assert_eq!(store.get("a").unwrap(), None);
-    assert_eq!(store.compare_and_swap("a", None, &t("5")).unwrap(), Swap::Swapped);
-    assert_eq!(store.compare_and_swap("a", None, &t("6")).unwrap(), Swap::Conflict(Some(t("5"))));
-    assert_eq!(store.compare_and_swap("a", Some(&t("4")), &t("6")).unwrap(), Swap::Conflict(Some(t("5"))));
-    assert_eq!(store.compare_and_swap("a", Some(&t("5")), &t("7")).unwrap(), Swap::Swapped);
-    assert_eq!(store.get("a").unwrap(), Some(t("7")));
-    assert_eq!(store.compare_and_swap("b/c", None, &t("0009")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("a", None, &token!("5")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("a", None, &token!("6")).unwrap(), Swap::Conflict(Some(token!("5"))));
+    assert_eq!(
+        store.compare_and_swap("a", Some(&token!("4")), &token!("6")).unwrap(),
+        Swap::Conflict(Some(token!("5")))
+    );
+    assert_eq!(store.compare_and_swap("a", Some(&token!("5")), &token!("7")).unwrap(), Swap::Swapped);
+    assert_eq!(store.get("a").unwrap(), Some(token!("7")));
+    assert_eq!(store.compare_and_swap("b/c", None, &token!("0009")).unwrap(), Swap::Swapped);
     let other = EtcdStore::with_options(&etcd.url(), "/elsewhere/", Duration::from_secs(2)).unwrap();
-    assert_eq!(other.compare_and_swap("z", None, &t("1")).unwrap(), Swap::Swapped);
+    assert_eq!(other.compare_and_swap("z", None, &token!("1")).unwrap(), Swap::Swapped);
     let listed = store.list().unwrap();
-    assert_eq!(listed, vec![("a".to_owned(), t("7")), ("b/c".to_owned(), t("9"))], "only this prefix's marks");
+    assert_eq!(
+        listed,
+        vec![("a".to_owned(), token!("7")), ("b/c".to_owned(), token!("9"))],
+        "only this prefix's marks"
+    );
 }
 
 /// Run etcdctl against `etcd`, as any other client of the etcd would; its stdout.
@@ -51,9 +55,9 @@ fn etcdctl(etcd: &Etcd, args: &[&str]) -> String {
 fn marks_live_under_the_shared_key_scheme_as_checked_records() {
     let etcd = Etcd::start().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
-    assert_eq!(store.compare_and_swap("/import/a", None, &t("0034")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("/import/a", None, &token!("0034")).unwrap(), Swap::Swapped);
     let value = etcdctl(&etcd, &["get", "/fencekeeper/marks//import/a", "--print-value-only"]);
-    assert_eq!(value, record::encode(b"/import/a", &t("34")).as_str());
+    assert_eq!(value, record::encode(b"/import/a", &token!("34")).as_str());
     assert!(value.starts_with("fk2 34 "), "readable with etcdctl: {value}");
 }
 
@@ -61,8 +65,8 @@ fn marks_live_under_the_shared_key_scheme_as_checked_records() {
 fn a_value_damaged_by_another_writer_is_refused_not_read_as_a_lower_mark() {
     let etcd = Etcd::start().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
-    assert_eq!(store.compare_and_swap("r", None, &t("50")).unwrap(), Swap::Swapped);
-    let damaged = record::encode(b"r", &t("50")).as_str().replacen("fk2 50", "fk2 40", 1);
+    assert_eq!(store.compare_and_swap("r", None, &token!("50")).unwrap(), Swap::Swapped);
+    let damaged = record::encode(b"r", &token!("50")).as_str().replacen("fk2 50", "fk2 40", 1);
     etcdctl(&etcd, &["put", "/fencekeeper/marks/r", &damaged]);
     let err = store.get("r").unwrap_err();
     assert!(matches!(err, StoreError::Damaged { ref resource, .. } if resource == "r"), "{err:?}");
@@ -71,7 +75,7 @@ fn a_value_damaged_by_another_writer_is_refused_not_read_as_a_lower_mark() {
     let d = guard.admit("r", Some("49"));
     assert_eq!(d.class(), Class::Undecided, "{}", d.reason("r"));
     // Nor does a record moved from another resource count here.
-    etcdctl(&etcd, &["put", "/fencekeeper/marks/r", record::encode(b"q", &t("50")).as_str()]);
+    etcdctl(&etcd, &["put", "/fencekeeper/marks/r", record::encode(b"q", &token!("50")).as_str()]);
     assert!(matches!(guard.store().get("r"), Err(StoreError::Damaged { .. })));
 }
 
@@ -84,9 +88,12 @@ fn a_bare_old_value_is_refused_with_the_upgrade_command_until_upgraded() {
     let err = store.get("orders/2026.csv").unwrap_err();
     assert!(matches!(err, StoreError::OldFormat { .. }), "{err:?}");
     assert!(err.to_string().contains(&format!("fencekeeper marks --etcd {} --upgrade", etcd.url())), "{err}");
-    assert!(store.compare_and_swap("orders/2026.csv", None, &t("35")).is_err(), "not overwritten unread");
+    assert!(store.compare_and_swap("orders/2026.csv", None, &token!("35")).is_err(), "not overwritten unread");
     let upgraded = store.upgrade().unwrap();
-    assert_eq!(upgraded, vec![("invoices/7".to_owned(), t("7.1042")), ("orders/2026.csv".to_owned(), t("34"))]);
+    assert_eq!(
+        upgraded,
+        vec![("invoices/7".to_owned(), token!("7.1042")), ("orders/2026.csv".to_owned(), token!("34"))]
+    );
     assert_eq!(store.upgrade().unwrap(), vec![], "a second upgrade changes nothing");
     assert_eq!(store.list().unwrap(), upgraded);
 }
@@ -95,16 +102,16 @@ fn a_bare_old_value_is_refused_with_the_upgrade_command_until_upgraded() {
 fn scan_and_raise_repair_a_damaged_value_by_raising_only() {
     let etcd = Etcd::start().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
-    assert_eq!(store.compare_and_swap("a", None, &t("50")).unwrap(), Swap::Swapped);
-    assert_eq!(store.compare_and_swap("b", None, &t("7")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("a", None, &token!("50")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("b", None, &token!("7")).unwrap(), Swap::Swapped);
     etcdctl(&etcd, &["put", "/fencekeeper/marks/a", "fk2 40 00000000"]);
     let scan = store.scan().unwrap();
     let bad: Vec<&str> = scan.iter().filter(|s| s.mark.is_err()).map(|s| s.resource.as_str()).collect();
     assert_eq!(bad, vec!["a"]);
-    assert!(matches!(store.raise("b", &t("6")).unwrap(), Raise::Refused { .. }));
-    assert!(matches!(store.raise("a", &t("40")).unwrap(), Raise::Refused { .. }), "not below what it shows");
-    assert!(matches!(store.raise("a", &t("60")).unwrap(), Raise::Raised(Previous::Damaged(_))));
-    assert_eq!(store.list().unwrap(), vec![("a".to_owned(), t("60")), ("b".to_owned(), t("7"))]);
+    assert!(matches!(store.raise("b", &token!("6")).unwrap(), Raise::Refused { .. }));
+    assert!(matches!(store.raise("a", &token!("40")).unwrap(), Raise::Refused { .. }), "not below what it shows");
+    assert!(matches!(store.raise("a", &token!("60")).unwrap(), Raise::Raised(Previous::Damaged(_))));
+    assert_eq!(store.list().unwrap(), vec![("a".to_owned(), token!("60")), ("b".to_owned(), token!("7"))]);
 }
 
 #[test]
@@ -114,10 +121,10 @@ fn a_forced_set_lowers_or_clears_a_mark_and_another_store_on_the_etcd_follows() 
     let guard = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(theirs));
     assert!(guard.admit("r", Some("18446744073709551615")).admitted(), "a forged token raised the mark");
     assert_eq!(guard.admit("r", Some("40")).class(), Class::Stale);
-    assert_eq!(ours.force("r", Some(&t("39"))).unwrap(), Previous::Mark(t("18446744073709551615")));
+    assert_eq!(ours.force("r", Some(&token!("39"))).unwrap(), Previous::Mark(token!("18446744073709551615")));
     assert_eq!(
         etcdctl(&etcd, &["get", "/fencekeeper/marks/r", "--print-value-only"]),
-        record::encode(b"r", &t("39")).as_str()
+        record::encode(b"r", &token!("39")).as_str()
     );
     // The other store's copy still says the maximum; it reads etcd before it refuses.
     let honest = guard.admit("r", Some("40"));
@@ -126,7 +133,7 @@ fn a_forced_set_lowers_or_clears_a_mark_and_another_store_on_the_etcd_follows() 
     etcdctl(&etcd, &["put", "/fencekeeper/marks/q", "fk2 40 00000000"]);
     assert!(matches!(ours.force("q", None).unwrap(), Previous::Damaged(_)));
     assert_eq!(ours.force("q", None).unwrap(), Previous::None);
-    assert_eq!(ours.list().unwrap(), vec![("r".to_owned(), t("40"))]);
+    assert_eq!(ours.list().unwrap(), vec![("r".to_owned(), token!("40"))]);
 }
 
 #[test]
@@ -149,7 +156,7 @@ fn concurrent_guards_on_one_resource_end_at_the_highest_admitted_token() {
     let highest = threads.into_iter().map(|h| h.join().unwrap()).max().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
     assert_eq!(highest, 160);
-    assert_eq!(store.get("r").unwrap(), Some(t("160")));
+    assert_eq!(store.get("r").unwrap(), Some(token!("160")));
 }
 
 /// The store's Txns go over etcd's gRPC API with the user's token in the call's
@@ -205,12 +212,12 @@ fn an_answer_larger_than_the_http2_window_is_read_whole() {
     let store = EtcdStore::connect(&etcd.url()).unwrap();
     let resources: Vec<String> = (0..64).map(|i| format!("{i:02}/{}", "k".repeat(997))).collect();
     for (i, resource) in resources.iter().enumerate() {
-        assert_eq!(store.compare_and_swap(resource, None, &t(&format!("{}", i + 1))).unwrap(), Swap::Swapped);
+        assert_eq!(store.compare_and_swap(resource, None, &token!(&format!("{}", i + 1))).unwrap(), Swap::Swapped);
     }
     let listed = store.list().unwrap();
     assert_eq!(listed.len(), 64);
     for (i, (resource, mark)) in listed.iter().enumerate() {
-        assert_eq!((resource, *mark), (&resources[i], t(&format!("{}", i + 1))));
+        assert_eq!((resource, *mark), (&resources[i], token!(&format!("{}", i + 1))));
     }
 }
 
@@ -222,11 +229,11 @@ fn listing_more_marks_than_one_answer_holds_reads_them_in_pages() {
     let store = EtcdStore::connect(&etcd.url()).unwrap();
     let resources: Vec<String> = (0..1100).map(|i| format!("{i:04}/{}", "k".repeat(995))).collect();
     for resource in &resources {
-        assert_eq!(store.compare_and_swap(resource, None, &t("7")).unwrap(), Swap::Swapped);
+        assert_eq!(store.compare_and_swap(resource, None, &token!("7")).unwrap(), Swap::Swapped);
     }
     let listed = store.list().unwrap();
     assert_eq!(listed.len(), resources.len());
-    assert!(listed.iter().zip(&resources).all(|((r, m), want)| r == want && *m == t("7")));
+    assert!(listed.iter().zip(&resources).all(|((r, m), want)| r == want && *m == token!("7")));
 }
 
 /// After etcd restarts, the store's HTTP/2 connection is closed; the next call finds
@@ -236,12 +243,12 @@ fn listing_more_marks_than_one_answer_holds_reads_them_in_pages() {
 fn the_first_call_after_an_etcd_restart_succeeds_on_a_new_connection() {
     let mut etcd = Etcd::start().unwrap();
     let store = EtcdStore::connect(&etcd.url()).unwrap();
-    assert_eq!(store.compare_and_swap("orders", None, &t("34")).unwrap(), Swap::Swapped);
+    assert_eq!(store.compare_and_swap("orders", None, &token!("34")).unwrap(), Swap::Swapped);
     etcd.restart().unwrap();
     // The old connection's end is seen by the client's runtime as soon as etcd is
     // gone; a restart takes far longer than that.
-    assert_eq!(store.get("orders").unwrap(), Some(t("34")));
-    assert_eq!(store.compare_and_swap("orders", Some(&t("34")), &t("35")).unwrap(), Swap::Swapped);
+    assert_eq!(store.get("orders").unwrap(), Some(token!("34")));
+    assert_eq!(store.compare_and_swap("orders", Some(&token!("34")), &token!("35")).unwrap(), Swap::Swapped);
 }
 
 #[test]

@@ -8,7 +8,8 @@
 
 use fencekeeper::provenance::{EtcdCheck, EtcdProvenance};
 use fencekeeper::store::EtcdStore;
-use fencekeeper::{Class, Guard, MemoryStore, Mode, NativeDecider, Origin, Policy, Provenance, Token};
+use fencekeeper::{Class, Guard, MemoryStore, Mode, NativeDecider, Origin, Policy, Provenance};
+use fencekeeper_core::token;
 use fencekeeper_harness::etcdctl_lock::EtcdctlLock;
 use fencekeeper_harness::services::Etcd;
 use std::process::Command;
@@ -29,15 +30,11 @@ fn etcdctl(etcd: &Etcd, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn t(s: &str) -> Token {
-    Token::parse(s).unwrap()
-}
-
 fn vouches(p: &dyn Provenance, resource: &str, token: &str) -> bool {
-    match p.check(resource, &t(token)).unwrap() {
+    match p.check(resource, &token!(token)).unwrap() {
         Origin::Issued => true,
         Origin::Unverified(why) => {
-            assert!(why.contains(&t(token).to_string()), "the reason names the token: {why}");
+            assert!(why.contains(&token!(token).to_string()), "the reason names the token: {why}");
             false
         }
     }
@@ -51,12 +48,14 @@ fn weak_admits_every_etcdctl_lock_token_and_nothing_above_the_clusters_revision(
     first.release().unwrap();
     let second = hold(&etcd.url(), "/locks/r");
     let b = second.token.clone();
-    assert!(t(&b) > t(&a), "etcdctl's tokens grow: {a} then {b}");
+    assert!(token!(&b) > token!(&a), "etcdctl's tokens grow: {a} then {b}");
     let weak = EtcdProvenance::connect(&etcd.url(), EtcdCheck::Weak, Duration::from_secs(2)).unwrap();
     assert!(vouches(&weak, "r", &a) && vouches(&weak, "r", &b));
     assert!(!vouches(&weak, "r", MAX));
     assert!(!vouches(&weak, "r", "1000000"), "a revision etcd has not reached yet");
-    assert!(matches!(weak.check("r", &t("3.1")).unwrap(), Origin::Unverified(why) if why.contains("one component")));
+    assert!(
+        matches!(weak.check("r", &token!("3.1")).unwrap(), Origin::Unverified(why) if why.contains("one component"))
+    );
 }
 
 #[test]
@@ -105,7 +104,7 @@ fn a_guard_with_provenance_on_a_shared_etcd_refuses_a_forged_token_and_admits_th
     assert_eq!((forged.class(), forged.class().http_status()), (Class::Unverified, 403), "{}", forged.reason("r"));
     let honest = guard.admit("r", Some(&holder.token));
     assert!(honest.admitted() && honest.advance.is_some(), "{}", honest.reason("r"));
-    assert_eq!(guard.mark("r").unwrap(), Some(t(&holder.token)));
+    assert_eq!(guard.mark("r").unwrap(), Some(token!(&holder.token)));
     assert!(guard.admit("r", Some(&holder.token)).admitted(), "the holder writing again");
 }
 

@@ -25,7 +25,8 @@ use fencekeeper::zookeeper::jute::{Jute, Reader};
 use fencekeeper::zookeeper::lock_node::token_text;
 use fencekeeper::zookeeper::session::op;
 use fencekeeper::zookeeper::Session;
-use fencekeeper::{Origin, Provenance, Token};
+use fencekeeper::{Origin, Provenance};
+use fencekeeper_core::token;
 use fencekeeper_harness::gateway::{start_up_error, Gateway, RecordingUpstream};
 use fencekeeper_harness::holder::{fencekeeper_lock, Holder, ACQUIRE_WITHIN};
 use fencekeeper_harness::repo_root;
@@ -70,10 +71,6 @@ fn release(mut holder: Holder) {
     assert!(exit.success(), "{exit}: {}", holder.stderr());
 }
 
-fn t(text: &str) -> Token {
-    Token::parse(text).unwrap()
-}
-
 /// A client that queues an ephemeral sequential node under `lock` as a contender
 /// would, without waiting for its turn: its czxid is a real one, of a node that
 /// exists but does not hold.
@@ -114,7 +111,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
     assert_eq!(gateway.mark("/a").unwrap().as_deref(), Some(first.token.as_str()));
     assert_eq!(gateway.put("/a", Some(FORGED), b"forged").unwrap().status, 403, "forged while someone holds");
     let (forger, queued) = queue_without_holding(&zookeeper, "/locks/a");
-    assert!(t(&queued) > t(&first.token), "{queued} after {}", first.token);
+    assert!(token!(&queued) > token!(&first.token), "{queued} after {}", first.token);
     let waiting = gateway.put("/a", Some(&queued), b"queued, not holding").unwrap();
     assert_eq!(waiting.status, 403, "a contender's czxid is not the holder's: {}", waiting.body);
     assert!(waiting.body.contains("a waiting contender's"), "{}", waiting.body);
@@ -126,7 +123,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
     let first_token = first.token.clone();
     release(first);
     second.acquired(ACQUIRE_WITHIN).unwrap();
-    assert!(t(&second.token) > t(&first_token));
+    assert!(token!(&second.token) > token!(&first_token));
     let equal = gateway.put("/a", Some(&first_token), b"first, after releasing").unwrap();
     assert_eq!(equal.status, 201, "a token equal to the mark needs no check: {}", equal.body);
     assert_eq!(gateway.put("/a", Some(&second.token), b"second").unwrap().status, 201);
@@ -145,7 +142,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
 
     // The library's check, beside the gateway: other resources, other arities.
     let provenance = ZooKeeperProvenance::connect(&zookeeper.address(), "/locks", Duration::from_secs(2)).unwrap();
-    assert_eq!(provenance.check("/a", &t(&second.token)).unwrap(), Origin::Issued);
+    assert_eq!(provenance.check("/a", &token!(&second.token)).unwrap(), Origin::Issued);
     for (resource, token, why) in [
         ("/b", second.token.as_str(), "nobody holds"),
         ("/a", "1.2.3", "two components"),
@@ -153,7 +150,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
         ("/a", "1.4294967296", "at most 4294967295"),
         ("/../a", second.token.as_str(), "is no ZooKeeper path"),
     ] {
-        match provenance.check(resource, &t(token)).unwrap() {
+        match provenance.check(resource, &token!(token)).unwrap() {
             Origin::Unverified(reason) => assert!(reason.contains(why) && reason.contains(token), "{reason}"),
             Origin::Issued => panic!("{resource} {token} was vouched for"),
         }
@@ -165,7 +162,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
     let after_restart = holder(&zookeeper, "after restart", "/c");
     let fresh = gateway.put("/c", Some(&after_restart.token), b"after the restart").unwrap();
     assert_eq!(fresh.status, 201, "{}", fresh.body);
-    assert_eq!(provenance.check("/c", &t(&after_restart.token)).unwrap(), Origin::Issued, "the library's too");
+    assert_eq!(provenance.check("/c", &token!(&after_restart.token)).unwrap(), Origin::Issued, "the library's too");
 
     // (d) ZooKeeper stopped: an advance cannot be checked.
     zookeeper.process.kill();
@@ -177,7 +174,7 @@ fn zookeeper_provenance_admits_only_the_holders_czxid_through_the_gateway() {
     assert_eq!(gateway.mark("/d").unwrap(), None, "the mark stayed");
     let equal = gateway.put("/c", Some(&after_restart.token), b"the holder again").unwrap();
     assert_eq!(equal.status, 201, "a token equal to the mark is not checked: {}", equal.body);
-    assert!(provenance.check("/c", &t(&after_restart.token)).is_err(), "unreachable is an error, not a verdict");
+    assert!(provenance.check("/c", &token!(&after_restart.token)).is_err(), "unreachable is an error, not a verdict");
 
     let applied: Vec<(String, Vec<u8>)> = upstream.applied().into_iter().map(|a| (a.path, a.body)).collect();
     let expected: Vec<(String, Vec<u8>)> = [

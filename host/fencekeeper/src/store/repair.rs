@@ -94,26 +94,23 @@ fn below(mark: &Token, to: &Token) -> Option<Token> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     #[test]
     fn a_raise_must_go_above_the_mark_and_above_what_a_damaged_record_shows() {
-        let good = record::encode(b"r", &t("50"));
-        assert_eq!(judge("r", None, &t("1")), (Previous::None, None));
-        assert_eq!(judge("r", Some(good.as_bytes()), &t("51")), (Previous::Mark(t("50")), None));
-        assert_eq!(judge("r", Some(good.as_bytes()), &t("50")).1, Some(t("50")));
-        assert_eq!(judge("r", Some(good.as_bytes()), &t("49")).1, Some(t("50")));
-        assert_eq!(judge("r", Some(good.as_bytes()), &t("51.0")).1, Some(t("50")), "another arity");
+        let good = record::encode(b"r", &token!("50"));
+        assert_eq!(judge("r", None, &token!("1")), (Previous::None, None));
+        assert_eq!(judge("r", Some(good.as_bytes()), &token!("51")), (Previous::Mark(token!("50")), None));
+        assert_eq!(judge("r", Some(good.as_bytes()), &token!("50")).1, Some(token!("50")));
+        assert_eq!(judge("r", Some(good.as_bytes()), &token!("49")).1, Some(token!("50")));
+        assert_eq!(judge("r", Some(good.as_bytes()), &token!("51.0")).1, Some(token!("50")), "another arity");
         let mut damaged = good.as_bytes().to_vec();
         damaged[4] = b'9'; // "fk2 90 ..."
-        let (previous, floor) = judge("r", Some(&damaged), &t("60"));
+        let (previous, floor) = judge("r", Some(&damaged), &token!("60"));
         assert!(matches!(previous, Previous::Damaged(_)));
-        assert_eq!(floor, Some(t("90")));
-        assert_eq!(judge("r", Some(&damaged), &t("91")).1, None);
-        assert_eq!(judge("r", Some(b"\xff garbage"), &t("1")).1, None);
-        assert_eq!(judge("r", Some(b"34"), &t("34")).1, Some(t("34")), "an old bare token is a floor too");
+        assert_eq!(floor, Some(token!("90")));
+        assert_eq!(judge("r", Some(&damaged), &token!("91")).1, None);
+        assert_eq!(judge("r", Some(b"\xff garbage"), &token!("1")).1, None);
+        assert_eq!(judge("r", Some(b"34"), &token!("34")).1, Some(token!("34")), "an old bare token is a floor too");
     }
 }

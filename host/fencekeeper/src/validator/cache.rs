@@ -96,21 +96,18 @@ fn unreachable_reason() -> crate::GuestText {
 mod tests {
     use super::*;
     use crate::GuestText;
-
-    fn t(s: &str) -> Token {
-        Token::parse(s).unwrap()
-    }
+    use fencekeeper_core::token;
 
     #[test]
     fn hits_only_on_the_same_text_and_mark() {
         let mut c = VerdictCache::new();
-        let admit = crate::Verdict::Admit { mark: t("34"), advanced: false };
-        c.put(Some("34"), Some(&t("34")), &admit);
-        assert_eq!(c.get(Some("34"), Some(&t("34"))), Some(admit.clone()));
-        assert_eq!(c.get(Some("034"), Some(&t("34"))), None, "another text is another key");
-        assert_eq!(c.get(Some("34"), Some(&t("33"))), None);
+        let admit = crate::Verdict::Admit { mark: token!("34"), advanced: false };
+        c.put(Some("34"), Some(&token!("34")), &admit);
+        assert_eq!(c.get(Some("34"), Some(&token!("34"))), Some(admit.clone()));
+        assert_eq!(c.get(Some("034"), Some(&token!("34"))), None, "another text is another key");
+        assert_eq!(c.get(Some("34"), Some(&token!("33"))), None);
         assert_eq!(c.get(Some("34"), None), None);
-        assert_eq!(c.get(None, Some(&t("34"))), None);
+        assert_eq!(c.get(None, Some(&token!("34"))), None);
         c.put(None, None, &crate::Verdict::Missing);
         assert_eq!(c.get(None, None), Some(crate::Verdict::Missing));
     }

@@ -76,10 +76,7 @@ pub fn czxid(token: &Token) -> Result<i64, NotAZxid> {
 #[allow(clippy::panic)]
 mod tests {
     use super::*;
-
-    fn t(text: &str) -> Token {
-        Token::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
-    }
+    use fencekeeper_core::token;
 
     #[test]
     fn contenders_are_kazoo_lock_and_read_lock_nodes() {
@@ -99,19 +96,19 @@ mod tests {
         assert_eq!(token_text(0x0000_0003_0000_0000), "3.0");
         assert_eq!(token_text(42), "0.42");
         for czxid in [1, 42, 0x0000_0002_0000_0002, 0x7fff_ffff_ffff_ffff] {
-            assert_eq!(super::czxid(&t(&token_text(czxid))), Ok(czxid));
+            assert_eq!(super::czxid(&token!(&token_text(czxid))), Ok(czxid));
         }
     }
 
     #[test]
     fn tokens_that_are_no_czxid_say_why() {
-        assert_eq!(czxid(&t("57")), Err(NotAZxid::Arity(1)));
-        assert_eq!(czxid(&t("1.2.3")), Err(NotAZxid::Arity(3)));
-        assert_eq!(czxid(&t("4294967296.0")), Err(NotAZxid::TooWide));
-        assert_eq!(czxid(&t("1.4294967296")), Err(NotAZxid::TooWide));
-        assert_eq!(czxid(&t("4294967295.4294967295")), Err(NotAZxid::Negative));
-        assert_eq!(czxid(&t("2147483648.0")), Err(NotAZxid::Negative));
-        assert_eq!(czxid(&t("2147483647.4294967295")), Ok(i64::MAX));
+        assert_eq!(czxid(&token!("57")), Err(NotAZxid::Arity(1)));
+        assert_eq!(czxid(&token!("1.2.3")), Err(NotAZxid::Arity(3)));
+        assert_eq!(czxid(&token!("4294967296.0")), Err(NotAZxid::TooWide));
+        assert_eq!(czxid(&token!("1.4294967296")), Err(NotAZxid::TooWide));
+        assert_eq!(czxid(&token!("4294967295.4294967295")), Err(NotAZxid::Negative));
+        assert_eq!(czxid(&token!("2147483648.0")), Err(NotAZxid::Negative));
+        assert_eq!(czxid(&token!("2147483647.4294967295")), Ok(i64::MAX));
     }
 
     #[test]
