@@ -16,8 +16,9 @@
 //!   counted from when the grant was sent; else its Txn puts the key again under the
 //!   newest lease. A gateway that cannot reach etcd for new leases refuses writes
 //!   (503) before its keys could vanish under a write the store may still apply.
-//! * A token's flight is put once, by the first of its writes on the resource (the
-//!   ledger, `flights::Ledger`); a holder writing again costs etcd a read-only Txn. It
+//! * A token's flight is put by the first of its writes on the resource, and again
+//!   only when its lease runs short (the ledger, `flights::Ledger`); a holder writing
+//!   again mostly costs etcd a read-only Txn. It
 //!   is deleted a little after the last of them is over (the store answered it, or the
 //!   store apply bound passed after the gateway gave up on it), unless a new one came,
 //!   and goes with its lease otherwise.
