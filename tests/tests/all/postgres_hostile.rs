@@ -122,7 +122,10 @@ fn a_guest_that_traps_loops_grows_or_lies_is_refused_and_the_server_and_other_co
     let mut pg = Postgres::with_extension(&[]).unwrap();
     let mut faulty = pg.connect("postgres").unwrap();
     let mut honest = pg.connect("postgres").unwrap();
-    let guest = guest_path("test-guests/guest_faults.wasm");
+    // A copy in the server's directory: the checkout may not be readable by the
+    // server's user (a clone under a 0700 directory).
+    let bytes = std::fs::read(guest_path("test-guests/guest_faults.wasm")).unwrap();
+    let guest = pg.place("guest_faults.wasm", &bytes).unwrap();
     faulty.query(format!("SET fencekeeper.guest = {}", literal(&guest.display().to_string()))).unwrap();
     assert_eq!(value(&mut faulty, "SELECT fencekeeper.admit('seed', '64023.1.0.5')").as_deref(), Some("t"));
     let faults = [
