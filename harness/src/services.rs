@@ -88,6 +88,15 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        // A failing test shows what its services said last (libtest prints a failed
+        // test's output): whether each one had exited, and the tail of its log.
+        if std::thread::panicking() {
+            let state = match self.child.try_wait() {
+                Ok(Some(status)) => format!("had exited ({status})"),
+                _ => "was running".to_owned(),
+            };
+            eprintln!("--- {} {state}; the end of its log ({}):\n{}", self.name, self.log.display(), self.log_tail());
+        }
         self.kill();
     }
 }
