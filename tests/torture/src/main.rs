@@ -226,7 +226,7 @@ fn run(args: RunArgs) -> Result<bool> {
         let watch = s.spawn(move || {
             let shared = shared_ref;
             let all: Vec<String> = shared.targets.keys().cloned().collect();
-            let etcd_targets: Vec<String> = all.iter().filter(|t| *t != "gwfile").cloned().collect();
+            let etcd_targets: Vec<String> = all.iter().filter(|t| system::marks_in_etcd(t)).cloned().collect();
             let lingers = system::APPLY_BOUND + system::GATE_TIMEOUT;
             stall::watch(&watch_etcd, log_ref, &shared.stop, &etcd_targets, &all, lingers, load_start)
         });
@@ -290,7 +290,7 @@ fn run(args: RunArgs) -> Result<bool> {
         seed,
         seconds: args.seconds,
         groups: groups.clone(),
-        targets: targets.keys().map(|t| (t.clone(), t != "gwfile")).collect(),
+        targets: targets.keys().map(|t| (t.clone(), system::marks_in_etcd(t))).collect(),
         liveness_bound_ms: nemesis::LIVENESS_BOUND.as_millis() as u64,
         start_grace_ms: system::START_GRACE.as_millis() as u64,
         apply_bound_ms: system::APPLY_BOUND.as_millis() as u64,

@@ -132,7 +132,7 @@ impl Nemesis<'_> {
     }
 
     fn etcd_targets(&self) -> Vec<String> {
-        self.shared.targets.keys().filter(|t| *t != "gwfile").cloned().collect()
+        self.shared.targets.keys().filter(|t| crate::system::marks_in_etcd(t)).cloned().collect()
     }
 
     fn one(&mut self, kind: &str) -> Result<()> {

@@ -52,6 +52,29 @@ pub fn watch(
 ) {
     let mut open: Option<(Kind, u64)> = None;
     let mut n = 0;
+    let mut close = |kind: Kind, since: u64, end: u64| {
+        n += 1;
+        let targets = if kind == Kind::Pause { all_targets } else { etcd_targets };
+        let fault = Fault {
+            n: FIRST + n,
+            kind: if kind == Kind::Pause { "observed-pause" } else { "observed-etcd-stall" }.into(),
+            targets: targets.to_vec(),
+            start: since,
+            healed: end,
+            injected: true,
+            detail: format!("{:.1} s, not injected: seen by the stall watch", (end - since) as f64 / 1e9),
+            lingers_ms: lingers.as_millis() as u64,
+            observed: true,
+        };
+        eprintln!(
+            "torture: fault {} {} at {:.1} s: {}",
+            fault.n,
+            fault.kind,
+            since.saturating_sub(load_start) as f64 / 1e9,
+            fault.detail
+        );
+        let _ = log.write(&Event::Fault(fault));
+    };
     let slow = SLOW.as_nanos() as u64;
     while !stop.load(Relaxed) {
         let before_sleep = clock::now();
@@ -72,30 +95,14 @@ pub fn watch(
             // A pause within an etcd stall makes it a pause: it disturbed everything.
             (Some((Kind::Etcd, since)), Some((Kind::Pause, _))) => open = Some((Kind::Pause, since)),
             (Some((kind, since)), None) => {
-                n += 1;
-                let targets = if kind == Kind::Pause { all_targets } else { etcd_targets };
-                let fault = Fault {
-                    n: FIRST + n,
-                    kind: if kind == Kind::Pause { "observed-pause" } else { "observed-etcd-stall" }.into(),
-                    targets: targets.to_vec(),
-                    start: since,
-                    healed: answered,
-                    injected: true,
-                    detail: format!("{:.1} s, not injected: seen by the stall watch", (answered - since) as f64 / 1e9),
-                    lingers_ms: lingers.as_millis() as u64,
-                    observed: true,
-                };
-                eprintln!(
-                    "torture: fault {} {} at {:.1} s: {}",
-                    fault.n,
-                    fault.kind,
-                    since.saturating_sub(load_start) as f64 / 1e9,
-                    fault.detail
-                );
-                let _ = log.write(&Event::Fault(fault));
+                close(kind, since, answered);
                 open = None;
             }
             _ => {}
         }
+    }
+    // A stall still open when the load stopped lasted at least until now.
+    if let Some((kind, since)) = open {
+        close(kind, since, clock::now());
     }
 }

@@ -140,6 +140,11 @@ pub const APPLY_BOUND: Duration = Duration::from_secs(5);
 /// timeout): longer than the store's slowest honest write.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
 
+/// Whether `target` keeps its marks in etcd: every target but the file-store gateway.
+pub fn marks_in_etcd(target: &str) -> bool {
+    target != "gwfile"
+}
+
 /// The hosts' ordering gate timeout (their default, not set here): how long a write
 /// waits for lower-token writes before it is refused with 503.
 pub const GATE_TIMEOUT: Duration = Duration::from_secs(5);
