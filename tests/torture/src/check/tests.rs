@@ -88,6 +88,21 @@ fn clean() -> Input {
     Input { info: info(), writes, landed, faults: vec![], snapshots }
 }
 
+/// An injected fault `kind` on `targets` from `start_ms` to `healed_ms`, without a linger.
+fn fault(kind: &str, targets: &[&str], start_ms: u64, healed_ms: u64) -> Fault {
+    Fault {
+        n: 1,
+        kind: kind.into(),
+        targets: targets.iter().map(|t| t.to_string()).collect(),
+        start: start_ms * MS,
+        healed: healed_ms * MS,
+        injected: true,
+        detail: String::new(),
+        lingers_ms: 0,
+        observed: false,
+    }
+}
+
 fn rules(report: &Report) -> Vec<u8> {
     report.violations.iter().map(|v| v.rule).collect()
 }
@@ -143,17 +158,7 @@ fn a_mark_read_below_an_acknowledged_token_is_a_lost_mark() {
 #[test]
 fn a_fault_whose_probe_never_stored_breaks_liveness() {
     let mut input = clean();
-    input.faults.push(Fault {
-        n: 1,
-        kind: "gateway-kill".into(),
-        targets: vec!["gw1".into()],
-        start: 30 * MS,
-        healed: 40 * MS,
-        injected: true,
-        detail: String::new(),
-        lingers_ms: 0,
-        observed: false,
-    });
+    input.faults.push(fault("gateway-kill", &["gw1"], 30, 40));
     let mut probe = write("p1", "/t/pin-gw1/0", "gw1", 50, 41, 503);
     probe.kind = Kind::Probe;
     probe.fault = Some(1);
@@ -170,17 +175,7 @@ fn an_undecided_answer_needs_a_fault_on_its_target_and_a_missing_token_its_own_r
     input.writes.push(undecided);
     assert_eq!(rules(&check(&input)), vec![5]);
     // With a fault on gw1 active meanwhile, it is accounted for.
-    input.faults.push(Fault {
-        n: 1,
-        kind: "gateway-stop".into(),
-        targets: vec!["gw1".into()],
-        start: 25 * MS,
-        healed: 40 * MS,
-        injected: true,
-        detail: String::new(),
-        lingers_ms: 0,
-        observed: false,
-    });
+    input.faults.push(fault("gateway-stop", &["gw1"], 25, 40));
     assert_eq!(rules(&check(&input)), Vec::<u8>::new());
     let mut missing = write("m1", "/t/pin-gw1/0", "gw1", 0, 60, 409);
     missing.kind = Kind::Missing;
@@ -200,17 +195,7 @@ fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hid
     for (i, l) in input.landed.iter_mut().enumerate() {
         l.seq = i as u64 + 1;
     }
-    let kill = |kind: &str| Fault {
-        n: 1,
-        kind: kind.into(),
-        targets: vec!["gw1".into()],
-        start: MS,
-        healed: 3 * MS,
-        injected: true,
-        detail: String::new(),
-        lingers_ms: 0,
-        observed: false,
-    };
+    let kill = |kind: &str| fault(kind, &["gw1"], 1, 3);
     input.faults.push(kill("gateway-kill-slow-upstream"));
     let report = check(&input);
     assert_eq!((rules(&report), report.crash_hits.len()), (vec![], 1), "{:?}", report.violations);
@@ -261,17 +246,7 @@ fn a_refusal_after_the_heal_is_explained_while_the_fault_still_lingers() {
     let mut undecided = write("u1", "/t/pin-gw1/0", "gw1", 20, 50, 503);
     undecided.body = "cannot decide on \"/t/pin-gw1/0\": timed out at the ordering gate ...".into();
     input.writes.push(undecided);
-    let mut fault = Fault {
-        n: 1,
-        kind: "envoy-kill".into(),
-        targets: vec!["gw1".into(), "envoy1".into()],
-        start: 25 * MS,
-        healed: 30 * MS,
-        injected: true,
-        detail: String::new(),
-        lingers_ms: 0,
-        observed: false,
-    };
+    let mut fault = fault("envoy-kill", &["gw1", "envoy1"], 25, 30);
     let mut probe = write("p1", "/t/pin-gw1/0", "gw1", 20, 31, 201);
     probe.kind = Kind::Probe;
     probe.fault = Some(1);
@@ -294,14 +269,9 @@ fn a_refusal_during_a_stall_the_watch_saw_is_explained_and_one_after_its_linger_
     assert_eq!(rules(&check(&input)), vec![5]);
     let stall = Fault {
         n: crate::stall::FIRST + 1,
-        kind: "observed-etcd-stall".into(),
-        targets: vec!["gw1".into()],
-        start: 40 * MS,
-        healed: 45 * MS,
-        injected: true,
-        detail: String::new(),
         lingers_ms: 10,
         observed: true,
+        ..fault("observed-etcd-stall", &["gw1"], 40, 45)
     };
     input.faults.push(stall.clone());
     // Over at 55 ms with its linger; the write began at 50.
