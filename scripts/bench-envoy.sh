@@ -92,7 +92,7 @@ PY
 }
 # Synthetic filters with the same proxy-wasm SDK as ours, each doing only what its
 # comment says: floors our filter's rows are held against.
-sdk=$(awk '/^name = "proxy-wasm"$/ { getline; print $3 }' guest/proxy-wasm/Cargo.lock | tr -d '"')
+sdk=$(awk '/^name = "proxy-wasm"$/ { getline; print $3 }' guest/filter/Cargo.lock | tr -d '"')
 # build_filter NAME: the Rust source of `configure`, `queue_ready` and `impl
 # HttpContext for Http` on stdin, inside the template below; build_filter NAME
 # --whole: the whole lib.rs on stdin. Prints the .wasm's path.

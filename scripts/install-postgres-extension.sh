@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the fencekeeper PostgreSQL extension (host/postgres) and install it into the
+# Build the fencekeeper PostgreSQL extension (host/databases/postgres) and install it into the
 # server that pg_config names (default: Debian's PostgreSQL 15):
 #   scripts/install-postgres-extension.sh [--no-build]
 # It copies the shared object as `fencekeeper.so` into `pg_config --pkglibdir` and the
@@ -22,5 +22,5 @@ extdir="$("$pg_config" --sharedir)/extension"
 # A script left from another build would shadow the update path: replace them all.
 $SUDO rm -f "$extdir"/fencekeeper--*.sql
 $SUDO install -m 755 target/release/libfencekeeper_postgres.so "$libdir/fencekeeper.so"
-$SUDO install -m 644 host/postgres/fencekeeper.control host/postgres/sql/fencekeeper--*.sql "$extdir/"
+$SUDO install -m 644 host/databases/postgres/fencekeeper.control host/databases/postgres/sql/fencekeeper--*.sql "$extdir/"
 echo "install-postgres-extension: installed $libdir/fencekeeper.so and $extdir/fencekeeper.control" >&2

@@ -14,7 +14,7 @@ export PATH
 
 echo "== format" >&2
 if cargo fmt --version >/dev/null 2>&1; then
-    for ws in . guest/component guest/proxy-wasm fuzz host/capi/fuzz; do
+    for ws in . guest/validator guest/filter fuzz host/capi/fuzz; do
         (cd "$ws" && cargo fmt --all --check >/dev/null) \
             || { echo "$ws is not formatted: run cargo fmt --all there" >&2; exit 1; }
     done
@@ -52,7 +52,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # The proxy-wasm filter is its own workspace (it builds for wasm32); its unit tests
 # run natively.
-(cd guest/proxy-wasm && cargo test --release --locked) 2>&1 | tee -a "$log"
+(cd guest/filter && cargo test --release --locked) 2>&1 | tee -a "$log"
 cargo test --release --workspace --locked 2>&1 | tee -a "$log"
 
 echo "== callers of the C ABI outside Rust (the C programs ran above, in host/capi/tests)" >&2
@@ -61,8 +61,8 @@ echo "== callers of the C ABI outside Rust (the C programs ran above, in host/ca
 (cd host/capi/go && go test -count=1 -v ./...) 2>&1 | grep -v '^=== RUN' | tee -a "$log"
 
 echo "== the committed validator component in other hosts: wasmtime-py, Node (jco, bare core module)" >&2
-(cd host/component-py && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
-(cd host/component-js && npm test --silent) 2>&1 | tee -a "$log" | grep -E '^(not ok|# (pass|fail))'
+(cd host/runtimes/python && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
+(cd host/runtimes/node && npm test --silent) 2>&1 | tee -a "$log" | grep -E '^(not ok|# (pass|fail))'
 
 echo "== torture: lock holders, a nemesis and a checker (tests/README.md, Torture)" >&2
 # Four minutes of load under faults, at least 80,000 checked writes (about 400 a second

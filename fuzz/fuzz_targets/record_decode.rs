@@ -4,7 +4,7 @@
 //! the case: a token to encode, and a byte to damage.
 //!
 //! Needs the record codec of the store-integrity work: `scripts/fuzz.sh` skips this
-//! target while `guest/core/src/lib.rs` has no `pub mod record`.
+//! target while `crates/core/src/lib.rs` has no `pub mod record`.
 //!
 //! * `decode` never panics, and accepts only what `encode` writes: a value that
 //!   decodes to a token under a resource is byte for byte that token's record under

@@ -162,7 +162,7 @@ pub fn check_extension_installed() -> Result<()> {
         Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
     };
     let built = crate::workspace_bin("libfencekeeper_postgres.so")?;
-    let source = crate::repo_root().join("host/postgres");
+    let source = crate::repo_root().join("host/databases/postgres");
     let mut pairs = vec![(built, dir("--pkglibdir")?.join("fencekeeper.so"))];
     let extension = dir("--sharedir")?.join("extension");
     pairs.push((source.join("fencekeeper.control"), extension.join("fencekeeper.control")));

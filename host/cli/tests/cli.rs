@@ -423,7 +423,7 @@ fn conformance_cannot_load_a_file_that_is_not_a_guest_component_or_vectors() {
 }
 
 /// The fault-injection guest: reserved token texts (`fault-trap`, ...) trap, loop or
-/// grow memory; tokens 64023.K.*.* make it lie (guest/component/src/faults.rs).
+/// grow memory; tokens 64023.K.*.* make it lie (guest/validator/src/faults.rs).
 fn fault_guest() -> PathBuf {
     guest_path("test-guests/guest_faults.wasm")
 }

@@ -1,7 +1,7 @@
 //! The validator component under fault: the fault-injection guest
 //! (guest/artifacts/test-guests/guest_faults.wasm, the bundled guest built with the
 //! `faults` feature) traps, loops, grows memory, floods its reasons, or lies about
-//! its verdicts on reserved inputs (guest/component/src/faults.rs). The host's
+//! its verdicts on reserved inputs (guest/validator/src/faults.rs). The host's
 //! limits stop each fault and the same Validator keeps serving; the host checks
 //! every verdict, so no lie forwards a write or moves a mark, in either mode. Also:
 //! the fuel budget measured against the worst accepted input, over-long tokens, and

@@ -208,7 +208,7 @@ fn start_up_errors_exit_2_with_one_clear_line() {
     assert!(stderr(&etcd).contains("mark store unavailable: etcd at http://127.0.0.1:1"), "{}", stderr(&etcd));
 }
 
-/// The fault-injection guest (guest/component/src/faults.rs): canonical tokens
+/// The fault-injection guest (guest/validator/src/faults.rs): canonical tokens
 /// 64023.K.*.* make it lie, `fault-trap` makes it trap.
 fn fault_guest() -> String {
     fencekeeper::validator::guest_path("test-guests/guest_faults.wasm").display().to_string()

@@ -202,7 +202,7 @@ fn a_guest_that_traps_loops_or_grows_is_stopped_and_the_server_carries_on() {
 #[test]
 fn a_lying_guest_never_gets_a_write_through_or_moves_a_mark() {
     let (redis, mut c) = fault_server();
-    // Reserved inputs of the fault guest (guest/component/src/faults.rs): it admits a
+    // Reserved inputs of the fault guest (guest/validator/src/faults.rs): it admits a
     // token below the mark, raises a mark to the maximum, answers out of contract.
     assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:lie", "64023.1.0.34", "kept"]).unwrap(), ok());
     let e = error(c.cmd(&["FENCE.SET", "k", "fence:lie", "64023.1.0.33", "stale"]).unwrap());

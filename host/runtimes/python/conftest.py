@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-CHECKOUT = HERE.parents[1]
+CHECKOUT = HERE.parents[2]
 sys.path.insert(0, str(HERE))
 
 

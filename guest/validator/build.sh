@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the validator component: guest/component/build.sh OUTDIR
+# Build the validator component: guest/validator/build.sh OUTDIR
 # Writes OUTDIR/fencekeeper_validator.wasm (the bundled guest) and
 # OUTDIR/test-guests/guest_faults.wasm (the fault-injection guest used by
 # host/fencekeeper/tests/guest_faults.rs). Environment (set by scripts/build-guests.sh):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the proxy-wasm filter: guest/proxy-wasm/build.sh OUTDIR
+# Build the proxy-wasm filter: guest/filter/build.sh OUTDIR
 # Writes OUTDIR/fencekeeper_filter.wasm, and OUTDIR/test-guests/filter_faults.wasm (the
 # `faults` build, for tests/tests/all/e2e_filter_faults.rs). Environment (set by
 # scripts/build-guests.sh):
@@ -14,7 +14,7 @@
 #
 # Reproducible bytes: paths are remapped (--remap-path-prefix), and the sources are
 # built from one fixed directory. Cargo hashes the absolute path of a path
-# dependency that lies outside the building workspace (the core, ../core) into its
+# dependency that lies outside the building workspace (the core, ../../crates/core) into its
 # symbol names, and the symbol order decides the function order in the module; a
 # fixed source path keeps that order the same in every clone.
 set -euo pipefail
@@ -25,7 +25,7 @@ repo=$(cd "$here/../.." && pwd)
 cargo_cmd=${FK_CARGO:-cargo}
 cargo_home=${CARGO_HOME:-$HOME/.cargo}
 sysroot=$(${RUSTC:-rustc} --print sysroot)
-src=/tmp/fencekeeper-proxy-wasm-src
+src=/tmp/fencekeeper-filter-src
 
 extra=()
 if [[ ${FK_BUILD_STD:-0} == 1 ]]; then
@@ -36,15 +36,15 @@ fi
 exec 9>"$src.lock"
 flock 9
 rm -rf "$src"
-mkdir -p "$src/guest/proxy-wasm"
+mkdir -p "$src/guest/filter" "$src/crates"
 cp "$repo/Cargo.toml" "$src/"   # the core inherits workspace.package fields from it
-cp -R "$repo/guest/core" "$src/guest/core"
-cp -R "$repo/guest/etcd-wire" "$src/guest/etcd-wire"
-cp -R "$here/Cargo.toml" "$here/Cargo.lock" "$here/src" "$src/guest/proxy-wasm/"
+cp -R "$repo/crates/core" "$src/crates/core"
+cp -R "$repo/crates/etcd-wire" "$src/crates/etcd-wire"
+cp -R "$here/Cargo.toml" "$here/Cargo.lock" "$here/src" "$src/guest/filter/"
 
 # The last matching prefix wins, so the most specific come last.
 flags="--remap-path-prefix=$cargo_home=/cargo --remap-path-prefix=$sysroot=/rustc-sysroot --remap-path-prefix=$src=/fencekeeper"
-cd "$src/guest/proxy-wasm"
+cd "$src/guest/filter"
 build() { # build FEATURES DEST
   RUSTFLAGS="$flags" $cargo_cmd build --release --locked --target wasm32-unknown-unknown \
     --target-dir "$here/target" --features "$1" ${extra[@]+"${extra[@]}"}

@@ -111,7 +111,7 @@ pub unsafe fn raise(refusal: Refusal) -> ! {
                 errhint(c"%s".as_ptr(), hint.as_ptr());
             }
             drop((message, detail, hint));
-            errfinish(c"host/postgres/src/refusal.rs".as_ptr(), line!() as c_int, c"fencekeeper".as_ptr());
+            errfinish(c"host/databases/postgres/src/refusal.rs".as_ptr(), line!() as c_int, c"fencekeeper".as_ptr());
         }
     }
     // errfinish does not return at ERROR; were it ever to, aborting is the safe end.

@@ -9,7 +9,7 @@ import { admit, conformance, Breach } from './host.mjs';
 import * as jco from './jco.mjs';
 import * as core from './core_module.mjs';
 
-const VECTORS = new URL('../fencekeeper/conformance/vectors.json', import.meta.url);
+const VECTORS = new URL('../../fencekeeper/conformance/vectors.json', import.meta.url);
 const COUNT = JSON.parse(readFileSync(VECTORS, 'utf8')).vectors.length;
 const coreOf = (name) => new URL(`./build/${name}/${name}.core.wasm`, import.meta.url);
 const hosts = {
@@ -58,7 +58,7 @@ for (const [host, load] of Object.entries(hosts)) {
 }
 
 test('the bare core module is the committed component\'s own, byte for byte', () => {
-  const component = readFileSync(new URL('../../guest/artifacts/fencekeeper_validator.wasm', import.meta.url));
+  const component = readFileSync(new URL('../../../guest/artifacts/fencekeeper_validator.wasm', import.meta.url));
   const module = readFileSync(coreOf('fencekeeper_validator'));
   assert.ok(module.length > 10000);
   assert.ok(component.includes(module), 'jco wrote out a module the component does not hold');
