@@ -14,7 +14,7 @@
 #
 # Reproducible bytes: paths are remapped (--remap-path-prefix), and the sources are
 # built from one fixed directory. Cargo hashes the absolute path of a path
-# dependency that lies outside the building workspace (the core, ../../crates/core) into its
+# dependency that lies outside the building workspace (crates/*) into its
 # symbol names, and the symbol order decides the function order in the module; a
 # fixed source path keeps that order the same in every clone.
 set -euo pipefail
@@ -36,10 +36,9 @@ fi
 exec 9>"$src.lock"
 flock 9
 rm -rf "$src"
-mkdir -p "$src/guest/filter" "$src/crates"
-cp "$repo/Cargo.toml" "$src/"   # the core inherits workspace.package fields from it
-cp -R "$repo/crates/core" "$src/crates/core"
-cp -R "$repo/crates/etcd-wire" "$src/crates/etcd-wire"
+mkdir -p "$src/guest/filter"
+cp "$repo/Cargo.toml" "$src/"   # the crates inherit workspace.package fields from it
+cp -R "$repo/crates" "$src/crates"   # core, etcd-wire, filter-config
 cp -R "$here/Cargo.toml" "$here/Cargo.lock" "$here/src" "$src/guest/filter/"
 
 # The last matching prefix wins, so the most specific come last.

@@ -58,28 +58,6 @@ pub fn call(e: &Etcd, method: Method, token: Option<&str>, message: &[u8]) -> Re
     })
 }
 
-/// The `GrpcService` (Envoy's `envoy.config.core.v3.GrpcService`, protobuf) that names
-/// `cluster` and `authority`: what the filter hands the host as the call's upstream.
-/// Envoy would take a bare cluster name too, but only after failing to parse it as
-/// this message, and some names parse. Both are short (the configuration bounds
-/// them), so every length is one byte and the message is ASCII.
-pub fn service(cluster: &str, authority: &str) -> String {
-    // GrpcService { envoy_grpc (1): EnvoyGrpc { cluster_name (1), authority (2) } }
-    let mut inner = String::new();
-    for (field, text) in [(1u8, cluster), (2, authority)] {
-        if !text.is_empty() {
-            inner.push(char::from(field << 3 | 2));
-            inner.push(char::from(text.len() as u8));
-            inner.push_str(text);
-        }
-    }
-    format!("{}{}{inner}", char::from(1u8 << 3 | 2), char::from(inner.len() as u8))
-}
-
-/// The longest cluster name or authority: the [`service`] message stays one with
-/// one-byte lengths.
-pub const MAX_SERVICE_NAME_BYTES: usize = 60;
-
 /// What etcd answered a call: its message, or a status other than OK (etcd's, or
 /// Envoy's own when it could not reach etcd).
 pub type Response = Result<Vec<u8>, Status>;
@@ -269,15 +247,6 @@ mod tests {
     /// etcd's answer to a failed compare whose read-back found `value`.
     fn lost(value: &[u8]) -> Response {
         Ok(grpc::txn_answer(false, 7, &[Some(&[kv("x", value, 3)])]))
-    }
-
-    #[test]
-    fn the_upstream_names_the_cluster_and_the_authority_as_envoy_reads_it() {
-        let s = service("fencekeeper_etcd", "etcd");
-        assert_eq!(s.as_bytes(), b"\x0a\x18\x0a\x10fencekeeper_etcd\x12\x04etcd");
-        let long = service(&"c".repeat(MAX_SERVICE_NAME_BYTES), &"a".repeat(MAX_SERVICE_NAME_BYTES));
-        assert_eq!(long.as_bytes()[1] as usize, long.len() - 2, "one-byte lengths at the bounds");
-        assert_eq!(service("c", "").as_bytes(), b"\x0a\x03\x0a\x01c");
     }
 
     #[test]

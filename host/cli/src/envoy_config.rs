@@ -11,8 +11,12 @@
 //! so a generated configuration never points into a build tree.
 
 use crate::provenance::{etcd_check, ProvenanceArg};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use fencekeeper_core::http::UNFENCED_BY_DEFAULT;
+use fencekeeper_filter_config::{
+    Config, EtcdSettings, GateSettings, KeyFrom, ModeName, ProvenanceName, ResourceSettings, Settings, Switch,
+    DEFAULT_ETCD_CLUSTER,
+};
 use fencekeeper_gateway::config::methods;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -260,66 +264,55 @@ fn regex_escape(s: &str) -> String {
     out
 }
 
-/// The filter's JSON configuration (keys sorted, so the output is stable).
-fn plugin_config(args: &Args, fenced: Option<&[String]>) -> serde_json::Value {
-    let mut c = serde_json::Map::new();
-    // The filter checks the method too, in case the routes are edited.
-    if let Some(list) = fenced {
-        c.insert("fenced_methods".into(), list.into());
-    }
-    c.insert("mode".into(), args.mode.clone().into());
-    c.insert("strict".into(), args.strict.into());
-    if args.no_etcd {
-        c.insert("etcd".into(), serde_json::Value::Null);
+/// The filter's configuration, in the type the filter parses.
+fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
+    let etcd = if args.no_etcd {
+        Switch::Off
     } else {
-        let mut etcd = serde_json::json!({"cluster": "fencekeeper_etcd", "timeout_ms": 1000});
-        if let (Some(user), Some(var)) = (&args.etcd_user, &args.etcd_password_env) {
-            etcd["user"] = user.clone().into();
-            etcd["password_env"] = var.clone().into();
-        }
-        c.insert("etcd".into(), etcd);
-        c.insert("provenance".into(), provenance(args).name().into());
-        if let Some(prefix) = &args.lock_prefix {
-            c.insert("lock_prefix".into(), prefix.clone().into());
-        }
-    }
-    let mut resource = serde_json::Map::new();
-    match &args.resource_header {
-        Some(h) => {
-            resource.insert("from".into(), "header".into());
-            resource.insert("header".into(), h.clone().into());
-        }
-        None => {
-            resource.insert("from".into(), "path".into());
-            if let Some(p) = &args.strip_prefix {
-                resource.insert("strip_prefix".into(), p.clone().into());
-            }
-        }
-    }
-    c.insert("resource".into(), resource.into());
-    if args.no_gate {
-        c.insert("gate".into(), serde_json::Value::Null);
+        Switch::On(EtcdSettings {
+            cluster: Some(DEFAULT_ETCD_CLUSTER.to_owned()),
+            timeout_ms: Some(1000),
+            user: args.etcd_user.clone(),
+            password_env: args.etcd_password_env.clone(),
+            ..EtcdSettings::default()
+        })
+    };
+    let resource = match &args.resource_header {
+        Some(h) => ResourceSettings { from: Some(KeyFrom::Header), header: Some(h.clone()), strip_prefix: None },
+        None => ResourceSettings { from: Some(KeyFrom::Path), header: None, strip_prefix: args.strip_prefix.clone() },
+    };
+    let gate = if args.no_gate {
+        Switch::Off
     } else {
         let bound = args.store_apply_bound.unwrap_or(args.route_timeout);
-        let mut gate = serde_json::json!({
-            "apply_bound_ms": bound.as_millis() as u64,
-            "budget_ms": args.gate_budget.as_millis() as u64,
-        });
-        if args.shared_gate {
-            gate["shared"] = true.into();
+        Switch::On(GateSettings {
+            apply_bound_ms: Some(bound.as_millis() as u64),
+            budget_ms: Some(args.gate_budget.as_millis() as u64),
             // A worker's lease outlives each flight by the route timeout (Envoy gives
             // up by then) plus the bound.
-            gate["flight_ms"] = (args.route_timeout.as_millis() as u64).into();
-        }
-        c.insert("gate".into(), gate);
+            shared: args.shared_gate.then_some(true),
+            flight_ms: args.shared_gate.then_some(args.route_timeout.as_millis() as u64),
+            ..GateSettings::default()
+        })
+    };
+    Settings {
+        // The filter checks the method too, in case the routes are edited.
+        fenced_methods: fenced.map(<[String]>::to_vec),
+        mode: Some(if args.mode == "efficiency" { ModeName::Efficiency } else { ModeName::Correctness }),
+        strict: Some(args.strict),
+        provenance: (!args.no_etcd).then(|| match provenance(args) {
+            ProvenanceArg::Off => ProvenanceName::Off,
+            ProvenanceArg::Weak => ProvenanceName::Weak,
+            ProvenanceArg::Strong => ProvenanceName::Strong,
+        }),
+        lock_prefix: if args.no_etcd { None } else { args.lock_prefix.clone() },
+        etcd,
+        resource: Some(resource),
+        gate,
+        start_grace_ms: (!args.start_grace.is_zero()).then_some(args.start_grace.as_millis() as u64),
+        test_fault_header: args.test_fault_header.clone(),
+        ..Settings::default()
     }
-    if !args.start_grace.is_zero() {
-        c.insert("start_grace_ms".into(), (args.start_grace.as_millis() as u64).into());
-    }
-    if let Some(h) = &args.test_fault_header {
-        c.insert("test_fault_header".into(), h.clone().into());
-    }
-    c.into()
 }
 
 /// The provenance check: asked for, or weak wherever there is etcd to ask.
@@ -505,7 +498,11 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
         bail!("--etcd-user {user:?} is not a user name");
     }
     let fenced = fenced_methods(args)?;
-    let config = serde_json::to_string(&plugin_config(args, fenced.as_deref()))?;
+    let settings = plugin_config(args, fenced.as_deref());
+    // What the filter would refuse is refused here, before Envoy loads it.
+    Config::from_settings(settings.clone()).map_err(|e| anyhow!("the filter would refuse this configuration: {e}"))?;
+    // Keys sorted (serde_json's map), so the output is stable.
+    let config = serde_json::to_value(&settings)?.to_string();
     if args.gate_budget.is_zero() {
         bail!("--gate-budget must be above 0 (it is how long a write may wait at the ordering gate)");
     }
@@ -586,7 +583,7 @@ static_resources:
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;
         let tls = if args.etcd_cacert.is_some() { Tls::On } else { Tls::Off };
-        cluster(&mut out, "fencekeeper_etcd", &members, Some(tls))?;
+        cluster(&mut out, DEFAULT_ETCD_CLUSTER, &members, Some(tls))?;
         if let Some(ca) = &args.etcd_cacert {
             etcd_tls(&mut out, &members, ca, args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()))?;
         }

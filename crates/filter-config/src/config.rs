@@ -1,0 +1,647 @@
+//! The parsed and validated configuration, and the rules that validate it.
+//!
+//! An empty configuration means: token in `fencing-token`, resource = the request
+//! path, every method but GET/HEAD/OPTIONS fenced, correctness mode, not strict,
+//! marks in etcd through the Envoy cluster `fencekeeper_etcd`, no provenance check
+//! (`fencekeeper envoy-config` writes `"provenance": "weak"`), the ordering gate on.
+//! docs/envoy.md is the reference for each field.
+
+use crate::settings::{
+    EtcdSettings, GateSettings, KeyFrom, ModeName, ProvenanceName, ResourceSettings, Settings, Switch,
+};
+use fencekeeper_core::http;
+use fencekeeper_core::{Mode, Policy};
+use std::fmt;
+
+/// The parsed and validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The request header carrying the token (lower case).
+    pub token_header: String,
+    /// How the resource key is derived from a request.
+    pub resource: ResourceFrom,
+    /// Methods that are fenced; `None` = every method but GET, HEAD and OPTIONS.
+    pub fenced_methods: Option<Vec<String>>,
+    /// Mode and strictness, for the core.
+    pub policy: Policy,
+    /// The durable shared mark store; `None` = proxy shared data only.
+    pub etcd: Option<Etcd>,
+    /// How many shared-data slot keys hold the local marks.
+    pub shared_slots: u32,
+    /// Whether etcd must vouch for a token before it advances a mark.
+    pub provenance: Provenance,
+    /// The ordering gate (`gate`); `None`: off (UNSAFE: a slow lower-token write can
+    /// land after a higher one).
+    pub gate: Option<GateConfig>,
+    /// For this long after the process's shared data was made (Envoy's start), fenced
+    /// writes are refused (503, `Retry-After`): writes a previous Envoy had in flight
+    /// when it died may still reach the store, and its gate died with it. 0: off.
+    pub start_grace_ms: u64,
+    /// Testing only (the `faults` build, `test-guests/filter_faults.wasm`): a request
+    /// carrying this header makes the filter trap. The shipped filter has no such
+    /// field and refuses a configuration that sets it.
+    #[cfg(feature = "faults")]
+    pub test_fault_header: Option<String>,
+}
+
+/// Where the resource key comes from: the core's rule, shared with the gateway.
+pub type ResourceFrom = http::ResourceFrom<String>;
+
+/// How the filter reaches etcd's gRPC API.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Etcd {
+    /// The Envoy cluster that routes to etcd's client port (HTTP/2).
+    pub cluster: String,
+    /// The `:authority` sent to etcd.
+    pub authority: String,
+    /// Both, as the upstream of a gRPC call ([`service`]).
+    pub service: String,
+    /// Prefix of mark keys; the resource key follows it.
+    pub key_prefix: String,
+    /// Prefix of the shared in-flight registry's keys (`gate.shared`).
+    pub flight_prefix: String,
+    /// How long one etcd call may take before the request is undecided.
+    pub timeout_ms: u64,
+    /// etcd's user/password authentication; `None`: no authentication.
+    pub auth: Option<EtcdAuth>,
+    /// Concurrent checks of a token equal to the mark, on one resource, share one
+    /// etcd Txn (`confirms`). Off with etcd authentication (a batch's Txn is the
+    /// VM's, not a request's, and carries no token).
+    pub batch_confirms: bool,
+}
+
+/// The ordering gate's settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateConfig {
+    /// The longest an admitted write is held back for lower-token writes (then 503
+    /// with `Retry-After`).
+    pub budget_ms: u64,
+    /// The store apply bound: how long after the filter gave up on a write (a timeout,
+    /// a reset, a client gone, a worker gone) the store may still apply it. Until
+    /// then the write holds its resource. Set it at or above the store's own request
+    /// timeout; `fencekeeper envoy-config` writes the route's timeout.
+    pub apply_bound_ms: u64,
+    /// How often each worker's root re-checks the writes it holds and stamps its
+    /// heartbeat.
+    pub tick_ms: u64,
+    /// Order writes across instances too, through the in-flight registry in etcd
+    /// (`shared`): for a store written through several Envoys and gateways.
+    pub shared: bool,
+    /// With `shared`: the longest Envoy takes to give up on a write it sent (the
+    /// route timeout). A worker's lease in etcd outlives each of its flights by this
+    /// plus the apply bound.
+    pub flight_ms: u64,
+}
+
+impl Default for GateConfig {
+    fn default() -> GateConfig {
+        GateConfig { budget_ms: 5_000, apply_bound_ms: 60_000, tick_ms: 100, shared: false, flight_ms: 60_000 }
+    }
+}
+
+/// The etcd user the filter authenticates as. The password is not in the
+/// configuration (Envoy shows that to anyone with its admin `/config_dump`): it is
+/// read from the VM's environment, which Envoy fills from its own process
+/// environment with the variables `vm_config.environment_variables.host_env_keys`
+/// names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EtcdAuth {
+    /// The etcd user name.
+    pub user: String,
+    /// The environment variable that holds the password.
+    pub password_env: String,
+}
+
+/// The longest etcd user name or environment variable name accepted.
+const MAX_NAME_BYTES: usize = 256;
+
+/// The provenance check: before a token advances a mark, ask the marks' etcd whether
+/// it issued it (`fencekeeper_etcd_wire::provenance` holds the rules).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Provenance {
+    /// No check.
+    Off,
+    /// The token is not above etcd's revision.
+    Weak,
+    /// The token is the current holder's, of the lock `lock_prefix + resource`.
+    Strong {
+        /// Prepended to the resource to name its lock.
+        lock_prefix: String,
+    },
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, PartialEq)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The etcd key prefix shared with the gateway (host/fencekeeper's etcd store).
+pub const DEFAULT_KEY_PREFIX: &str = fencekeeper_etcd_wire::DEFAULT_PREFIX;
+/// The default name of the etcd cluster in the Envoy configuration.
+pub const DEFAULT_ETCD_CLUSTER: &str = "fencekeeper_etcd";
+
+/// The longest budget, apply bound or start grace accepted: a day. Longer is a typo.
+const MAX_GATE_MS: u64 = 86_400_000;
+/// The default `:authority` of the filter's calls to etcd.
+const DEFAULT_AUTHORITY: &str = "etcd";
+/// The default bound on one etcd call.
+const DEFAULT_ETCD_TIMEOUT_MS: u64 = 1000;
+/// The default number of shared-data slot keys.
+const DEFAULT_SHARED_SLOTS: u32 = 256;
+
+/// The gRPC upstream of the filter's calls to etcd, as proxy-wasm's
+/// `dispatch_grpc_call` takes it: a serialized `envoy.config.core.v3.GrpcService`
+/// naming the cluster and the `:authority` (Envoy's own `GrpcService` field order).
+/// Envoy would take a bare cluster name too, but only after failing to parse it as
+/// this message, and some names parse. Both are short (the configuration bounds
+/// them to [`MAX_SERVICE_NAME_BYTES`]), so every length is one byte and the message
+/// is ASCII.
+pub fn service(cluster: &str, authority: &str) -> String {
+    // GrpcService { envoy_grpc (1): EnvoyGrpc { cluster_name (1), authority (2) } }
+    let mut inner = String::new();
+    for (field, text) in [(1u8, cluster), (2, authority)] {
+        if !text.is_empty() {
+            inner.push(char::from(field << 3 | 2));
+            inner.push(char::from(text.len() as u8));
+            inner.push_str(text);
+        }
+    }
+    format!("{}{}{inner}", char::from(1u8 << 3 | 2), char::from(inner.len() as u8))
+}
+
+/// The longest cluster name or authority: the [`service`] message stays one with
+/// one-byte lengths.
+pub const MAX_SERVICE_NAME_BYTES: usize = 60;
+
+fn etcd_auth(user: Option<String>, password_env: Option<String>) -> Result<Option<EtcdAuth>, ConfigError> {
+    let (user, password_env) = match (user, password_env) {
+        (None, None) => return Ok(None),
+        (Some(user), Some(env)) => (user, env),
+        (Some(_), None) => {
+            return Err(ConfigError(
+                "etcd.user needs etcd.password_env (the environment variable that holds the password)".into(),
+            ))
+        }
+        (None, Some(_)) => return Err(ConfigError("etcd.password_env needs etcd.user".into())),
+    };
+    if user.is_empty() || user.len() > MAX_NAME_BYTES || user.chars().any(char::is_control) {
+        return Err(ConfigError(format!("etcd.user {:?} is not a user name", fencekeeper_etcd_wire::excerpt(&user))));
+    }
+    // A POSIX environment variable name: what Envoy's host_env_keys can name.
+    let mut bytes = password_env.bytes();
+    let valid = password_env.len() <= MAX_NAME_BYTES
+        && bytes.next().is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_');
+    if !valid {
+        return Err(ConfigError(format!(
+            "etcd.password_env {} is not an environment variable name",
+            fencekeeper_etcd_wire::excerpt(&password_env)
+        )));
+    }
+    Ok(Some(EtcdAuth { user, password_env }))
+}
+
+fn header_name(what: &str, name: String) -> Result<String, ConfigError> {
+    let valid = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if !valid {
+        return Err(ConfigError(format!("{what} {name:?} is not an HTTP header name")));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// serde reads a struct from a JSON array too (its fields in order): a section
+/// written as `[...]` is refused, so every field a configuration sets is named.
+fn sections_are_objects(value: &serde_json::Value) -> Result<(), ConfigError> {
+    let serde_json::Value::Object(top) = value else {
+        return Err(ConfigError("configuration is not valid: not a JSON object".into()));
+    };
+    for section in ["resource", "etcd", "gate"] {
+        if let Some(v) = top.get(section).filter(|v| !v.is_object() && !v.is_null()) {
+            let kind = if v.is_array() { "an array" } else { "not an object" };
+            return Err(ConfigError(format!("configuration is not valid: {section} is {kind}, write it as {{...}}")));
+        }
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Parse the plugin configuration (empty or whitespace = all defaults).
+    pub fn parse(bytes: &[u8]) -> Result<Config, ConfigError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| ConfigError("configuration is not UTF-8".into()))?;
+        if text.trim().is_empty() {
+            return Config::from_settings(Settings::default());
+        }
+        let invalid = |e: serde_json::Error| ConfigError(format!("configuration is not valid: {e}"));
+        let value: serde_json::Value = serde_json::from_str(text).map_err(invalid)?;
+        sections_are_objects(&value)?;
+        Config::from_settings(serde_json::from_value(value).map_err(invalid)?)
+    }
+
+    /// Validate a configuration as written, filling in the defaults.
+    pub fn from_settings(settings: Settings) -> Result<Config, ConfigError> {
+        let mode = match settings.mode.unwrap_or(ModeName::Correctness) {
+            ModeName::Correctness => Mode::Correctness,
+            ModeName::Efficiency => Mode::Efficiency,
+        };
+        let raw_resource = settings.resource.unwrap_or_default();
+        let resource = match raw_resource.from.unwrap_or(KeyFrom::Path) {
+            KeyFrom::Path => {
+                if raw_resource.header.is_some() {
+                    return Err(ConfigError("resource.header needs resource.from = \"header\"".into()));
+                }
+                ResourceFrom::Path { strip_prefix: raw_resource.strip_prefix.unwrap_or_default() }
+            }
+            KeyFrom::Header => {
+                if raw_resource.strip_prefix.is_some() {
+                    return Err(ConfigError("resource.strip_prefix needs resource.from = \"path\"".into()));
+                }
+                let name = raw_resource
+                    .header
+                    .ok_or_else(|| ConfigError("resource.from = \"header\" needs resource.header".into()))?;
+                ResourceFrom::Header(header_name("resource.header", name)?)
+            }
+        };
+        let fenced_methods = match settings.fenced_methods {
+            Some(list) if list.is_empty() => {
+                return Err(ConfigError("fenced_methods is empty: nothing would be fenced".into()))
+            }
+            Some(list) => Some(list.into_iter().map(|m| m.to_ascii_uppercase()).collect()),
+            None => None,
+        };
+        let etcd = match settings.etcd {
+            Switch::Default => Some(etcd(EtcdSettings::default())?),
+            Switch::On(e) => Some(etcd(e)?),
+            Switch::Off if mode == Mode::Correctness => {
+                return Err(ConfigError(
+                    "correctness mode needs etcd (marks in shared data die with the proxy); set \"mode\": \"efficiency\" to run without it".into(),
+                ))
+            }
+            Switch::Off => None,
+        };
+        let provenance = match (settings.provenance.unwrap_or(ProvenanceName::Off), settings.lock_prefix) {
+            (ProvenanceName::Off, None) => Provenance::Off,
+            (_, _) if etcd.is_none() => {
+                return Err(ConfigError("provenance and lock_prefix need etcd: the check asks etcd".into()))
+            }
+            (ProvenanceName::Weak, None) => Provenance::Weak,
+            (ProvenanceName::Strong, Some(lock_prefix)) => Provenance::Strong { lock_prefix },
+            (ProvenanceName::Strong, None) => {
+                return Err(ConfigError(
+                    "provenance \"strong\" needs lock_prefix (a resource's lock is lock_prefix + resource)".into(),
+                ))
+            }
+            (_, Some(_)) => return Err(ConfigError("lock_prefix goes with provenance \"strong\"".into())),
+        };
+        let gate = match settings.gate {
+            Switch::Off => None,
+            Switch::Default => Some(gate(GateSettings::default(), etcd.is_some())?),
+            Switch::On(g) => Some(gate(g, etcd.is_some())?),
+        };
+        let start_grace_ms = settings.start_grace_ms.unwrap_or(0);
+        if start_grace_ms > MAX_GATE_MS {
+            return Err(ConfigError(format!("start_grace_ms must be at most {MAX_GATE_MS}")));
+        }
+        let shared_slots = settings.shared_slots.unwrap_or(DEFAULT_SHARED_SLOTS);
+        if !(1..=65536).contains(&shared_slots) {
+            return Err(ConfigError("shared_slots must be between 1 and 65536".into()));
+        }
+        let token_header = settings.token_header.unwrap_or_else(|| http::TOKEN_HEADER.to_owned());
+        Ok(Config {
+            token_header: header_name("token_header", token_header)?,
+            resource,
+            fenced_methods,
+            policy: Policy { mode, strict: settings.strict.unwrap_or(false) },
+            etcd,
+            shared_slots,
+            provenance,
+            gate,
+            start_grace_ms,
+            #[cfg(feature = "faults")]
+            test_fault_header: settings.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
+        })
+    }
+
+    /// The configuration written back, every field spelled out: it parses to itself.
+    pub fn to_settings(&self) -> Settings {
+        let Config {
+            token_header,
+            resource,
+            fenced_methods,
+            policy,
+            etcd,
+            shared_slots,
+            provenance,
+            gate,
+            start_grace_ms,
+            #[cfg(feature = "faults")]
+            test_fault_header,
+        } = self;
+        let resource = match resource {
+            ResourceFrom::Path { strip_prefix } => {
+                ResourceSettings { from: Some(KeyFrom::Path), header: None, strip_prefix: Some(strip_prefix.clone()) }
+            }
+            ResourceFrom::Header(h) => {
+                ResourceSettings { from: Some(KeyFrom::Header), header: Some(h.clone()), strip_prefix: None }
+            }
+        };
+        let etcd = match etcd {
+            None => Switch::Off,
+            Some(e) => {
+                // `service` is derived from the cluster and the authority: not written.
+                let Etcd {
+                    cluster,
+                    authority,
+                    service: _,
+                    key_prefix,
+                    flight_prefix,
+                    timeout_ms,
+                    auth,
+                    batch_confirms,
+                } = e;
+                Switch::On(EtcdSettings {
+                    cluster: Some(cluster.clone()),
+                    authority: Some(authority.clone()),
+                    key_prefix: Some(key_prefix.clone()),
+                    flight_prefix: Some(flight_prefix.clone()),
+                    timeout_ms: Some(*timeout_ms),
+                    user: auth.as_ref().map(|a| a.user.clone()),
+                    password_env: auth.as_ref().map(|a| a.password_env.clone()),
+                    batch_confirms: Some(*batch_confirms),
+                })
+            }
+        };
+        let (provenance, lock_prefix) = match provenance {
+            Provenance::Off => (ProvenanceName::Off, None),
+            Provenance::Weak => (ProvenanceName::Weak, None),
+            Provenance::Strong { lock_prefix } => (ProvenanceName::Strong, Some(lock_prefix.clone())),
+        };
+        let gate = match gate {
+            None => Switch::Off,
+            Some(GateConfig { budget_ms, apply_bound_ms, tick_ms, shared, flight_ms }) => Switch::On(GateSettings {
+                budget_ms: Some(*budget_ms),
+                apply_bound_ms: Some(*apply_bound_ms),
+                tick_ms: Some(*tick_ms),
+                shared: Some(*shared),
+                flight_ms: Some(*flight_ms),
+            }),
+        };
+        Settings {
+            token_header: Some(token_header.clone()),
+            resource: Some(resource),
+            fenced_methods: fenced_methods.clone(),
+            mode: Some(match policy.mode {
+                Mode::Correctness => ModeName::Correctness,
+                Mode::Efficiency => ModeName::Efficiency,
+            }),
+            strict: Some(policy.strict),
+            etcd,
+            shared_slots: Some(*shared_slots),
+            provenance: Some(provenance),
+            lock_prefix,
+            gate,
+            start_grace_ms: Some(*start_grace_ms),
+            #[cfg(feature = "faults")]
+            test_fault_header: test_fault_header.clone(),
+        }
+    }
+
+    /// Whether requests with this method are fenced (the core's rule).
+    pub fn fences(&self, method: &str) -> bool {
+        http::fences(method, self.fenced_methods.as_deref())
+    }
+}
+
+fn etcd(e: EtcdSettings) -> Result<Etcd, ConfigError> {
+    let cluster = e.cluster.unwrap_or_else(|| DEFAULT_ETCD_CLUSTER.to_owned());
+    let authority = e.authority.unwrap_or_else(|| DEFAULT_AUTHORITY.to_owned());
+    let timeout_ms = e.timeout_ms.unwrap_or(DEFAULT_ETCD_TIMEOUT_MS);
+    if cluster.is_empty() {
+        return Err(ConfigError("etcd.cluster is empty".into()));
+    }
+    if timeout_ms == 0 {
+        return Err(ConfigError("etcd.timeout_ms must be above 0".into()));
+    }
+    if [&cluster, &authority].iter().any(|n| n.len() > MAX_SERVICE_NAME_BYTES) {
+        return Err(ConfigError(format!(
+            "etcd.cluster and etcd.authority are at most {MAX_SERVICE_NAME_BYTES} bytes each"
+        )));
+    }
+    Ok(Etcd {
+        service: service(&cluster, &authority),
+        batch_confirms: e.batch_confirms.unwrap_or(true),
+        auth: etcd_auth(e.user, e.password_env)?,
+        cluster,
+        authority,
+        key_prefix: e.key_prefix.unwrap_or_else(|| DEFAULT_KEY_PREFIX.to_owned()),
+        flight_prefix: e
+            .flight_prefix
+            .unwrap_or_else(|| fencekeeper_etcd_wire::flights::DEFAULT_FLIGHT_PREFIX.to_owned()),
+        timeout_ms,
+    })
+}
+
+fn gate(g: GateSettings, has_etcd: bool) -> Result<GateConfig, ConfigError> {
+    let d = GateConfig::default();
+    let gate = GateConfig {
+        budget_ms: g.budget_ms.unwrap_or(d.budget_ms),
+        apply_bound_ms: g.apply_bound_ms.unwrap_or(d.apply_bound_ms),
+        tick_ms: g.tick_ms.unwrap_or(d.tick_ms),
+        shared: g.shared.unwrap_or(d.shared),
+        flight_ms: g.flight_ms.unwrap_or(d.flight_ms),
+    };
+    if gate.budget_ms == 0 || gate.budget_ms > MAX_GATE_MS {
+        return Err(ConfigError(format!("gate.budget_ms must be between 1 and {MAX_GATE_MS}")));
+    }
+    if gate.apply_bound_ms > MAX_GATE_MS {
+        return Err(ConfigError(format!("gate.apply_bound_ms must be at most {MAX_GATE_MS}")));
+    }
+    if !(10..=10_000).contains(&gate.tick_ms) {
+        return Err(ConfigError("gate.tick_ms must be between 10 and 10000".into()));
+    }
+    if gate.flight_ms > MAX_GATE_MS {
+        return Err(ConfigError(format!("gate.flight_ms must be at most {MAX_GATE_MS}")));
+    }
+    if gate.shared && !has_etcd {
+        return Err(ConfigError("gate.shared needs etcd: the in-flight registry lives there".into()));
+    }
+    Ok(gate)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_configuration_is_all_defaults() {
+        let c = Config::parse(b"").unwrap();
+        assert_eq!(c.token_header, "fencing-token");
+        assert_eq!(c.resource, ResourceFrom::Path { strip_prefix: String::new() });
+        assert_eq!(c.policy, Policy::default());
+        assert_eq!(c.etcd.as_ref().unwrap().cluster, DEFAULT_ETCD_CLUSTER);
+        assert_eq!(c.etcd.as_ref().unwrap().key_prefix, "/fencekeeper/marks/");
+        assert!(c.fences("PUT") && c.fences("DELETE") && c.fences("POST"));
+        assert!(!c.fences("GET") && !c.fences("HEAD") && !c.fences("OPTIONS"));
+        assert_eq!(c.gate, Some(GateConfig::default()), "the ordering gate is on by default");
+        assert_eq!(c.start_grace_ms, 0);
+        assert_eq!(Config::parse(b"{}").unwrap(), c);
+    }
+
+    #[test]
+    fn the_gate_takes_its_bounds_and_only_null_turns_it_off() {
+        let c = Config::parse(br#"{"gate":{"budget_ms":200,"apply_bound_ms":0},"start_grace_ms":1500}"#).unwrap();
+        assert_eq!(c.gate, Some(GateConfig { budget_ms: 200, apply_bound_ms: 0, ..GateConfig::default() }));
+        assert_eq!(c.start_grace_ms, 1500);
+        assert_eq!(Config::parse(br#"{"gate":null}"#).unwrap().gate, None);
+        assert_eq!(Config::parse(br#"{"gate":{}}"#).unwrap().gate, Some(GateConfig::default()));
+        for (json, needle) in [
+            (r#"{"gate":{"budget_ms":0}}"#, "gate.budget_ms"),
+            (r#"{"gate":{"apply_bound_ms":86400001}}"#, "gate.apply_bound_ms"),
+            (r#"{"gate":{"tick_ms":1}}"#, "gate.tick_ms"),
+            (r#"{"gate":{"budget":5}}"#, "unknown field"),
+            (r#"{"start_grace_ms":86400001}"#, "start_grace_ms"),
+            (r#"{"mode":"efficiency","etcd":null,"gate":{"shared":true}}"#, "gate.shared needs etcd"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn efficiency_mode_may_drop_etcd_but_correctness_may_not() {
+        let c = Config::parse(br#"{"mode":"efficiency","etcd":null}"#).unwrap();
+        assert_eq!(c.etcd, None);
+        let e = Config::parse(br#"{"etcd":null}"#).unwrap_err();
+        assert!(e.0.contains("correctness mode needs etcd"), "{e}");
+    }
+
+    #[test]
+    fn bad_configurations_say_why() {
+        for (json, needle) in [
+            (r#"{"mode":"fast"}"#, "unknown variant"),
+            (r#"{"tokenheader":"x"}"#, "unknown field"),
+            (r#"{"resource":{"from":"header"}}"#, "needs resource.header"),
+            (r#"{"token_header":"a b"}"#, "not an HTTP header name"),
+            (r#"{"fenced_methods":[]}"#, "nothing would be fenced"),
+            (r#"{"shared_slots":0}"#, "shared_slots"),
+            ("{", "not valid"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn provenance_is_off_by_default_and_asks_etcd_when_on() {
+        assert_eq!(Config::parse(b"").unwrap().provenance, Provenance::Off);
+        assert_eq!(Config::parse(br#"{"provenance":"weak"}"#).unwrap().provenance, Provenance::Weak);
+        let strong = Config::parse(br#"{"provenance":"strong","lock_prefix":"/locks/"}"#).unwrap();
+        assert_eq!(strong.provenance, Provenance::Strong { lock_prefix: "/locks/".into() });
+        for (json, needle) in [
+            (r#"{"provenance":"strong"}"#, "needs lock_prefix"),
+            (r#"{"provenance":"weak","lock_prefix":"/l/"}"#, "goes with provenance"),
+            (r#"{"mode":"efficiency","etcd":null,"provenance":"weak"}"#, "need etcd"),
+            (r#"{"provenance":"yes"}"#, "unknown variant"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn etcd_auth_takes_a_user_and_the_variable_of_its_password_both_or_neither() {
+        assert_eq!(Config::parse(b"").unwrap().etcd.unwrap().auth, None);
+        let c = Config::parse(br#"{"etcd":{"user":"fk","password_env":"FK_ETCD_PASSWORD"}}"#).unwrap();
+        let auth = EtcdAuth { user: "fk".into(), password_env: "FK_ETCD_PASSWORD".into() };
+        assert_eq!(c.etcd.unwrap().auth, Some(auth));
+        for (json, needle) in [
+            (r#"{"etcd":{"user":"fk"}}"#, "etcd.user needs etcd.password_env"),
+            (r#"{"etcd":{"password_env":"P"}}"#, "etcd.password_env needs etcd.user"),
+            (r#"{"etcd":{"user":"","password_env":"P"}}"#, "is not a user name"),
+            (r#"{"etcd":{"user":"fk","password_env":"1P"}}"#, "not an environment variable name"),
+            (r#"{"etcd":{"user":"fk","password_env":"A=B"}}"#, "not an environment variable name"),
+            (r#"{"etcd":{"user":"fk","password":"hunter2"}}"#, "unknown field"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle) && !e.0.contains('\n'), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn header_resource_and_method_list() {
+        let c = Config::parse(
+            br#"{"resource":{"from":"header","header":"Fencing-Resource"},"fenced_methods":["put"],"strict":true}"#,
+        )
+        .unwrap();
+        assert_eq!(c.resource, ResourceFrom::Header("fencing-resource".into()));
+        assert!(c.fences("PUT") && !c.fences("DELETE"));
+        assert!(c.policy.strict);
+    }
+
+    #[test]
+    fn a_section_written_as_an_array_or_a_scalar_is_refused() {
+        // serde would read `[200, 0]` as the gate's first two fields.
+        for (json, needle) in [
+            (r#"{"gate":[200,0]}"#, "gate is an array"),
+            (r#"{"etcd":["c"]}"#, "etcd is an array"),
+            (r#"{"resource":["header","x"]}"#, "resource is an array"),
+            (r#"{"gate":5}"#, "gate is not an object"),
+            ("[]", "not a JSON object"),
+            ("5", "not a JSON object"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
+    fn null_means_none_only_where_none_is_a_choice() {
+        for json in [
+            r#"{"mode":null}"#,
+            r#"{"token_header":null}"#,
+            r#"{"resource":null}"#,
+            r#"{"gate":{"budget_ms":null}}"#,
+            r#"{"etcd":{"cluster":null}}"#,
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains("invalid type: null"), "{json}: {e}");
+        }
+        let c = Config::parse(br#"{"fenced_methods":null,"lock_prefix":null,"etcd":{"user":null}}"#).unwrap();
+        assert_eq!(c, Config::parse(b"").unwrap());
+    }
+
+    #[test]
+    fn written_back_a_configuration_parses_to_itself() {
+        for json in [
+            "",
+            r#"{"mode":"efficiency","etcd":null,"gate":null,"strict":true,"fenced_methods":["put"]}"#,
+            r#"{"provenance":"strong","lock_prefix":"/l/","etcd":{"user":"u","password_env":"P"}}"#,
+            r#"{"resource":{"from":"header","header":"X-R"},"gate":{"shared":true,"flight_ms":7},"start_grace_ms":9}"#,
+        ] {
+            let c = Config::parse(json.as_bytes()).unwrap();
+            let written = serde_json::to_string(&c.to_settings()).unwrap();
+            assert_eq!(Config::parse(written.as_bytes()).unwrap(), c, "{json} -> {written}");
+        }
+    }
+
+    #[test]
+    fn absent_sections_are_not_written() {
+        assert_eq!(serde_json::to_string(&Settings::default()).unwrap(), "{}");
+        let off = Settings { etcd: Switch::Off, gate: Switch::Off, ..Settings::default() };
+        assert_eq!(serde_json::to_value(&off).unwrap(), serde_json::json!({"etcd": null, "gate": null}));
+    }
+
+    #[test]
+    fn the_upstream_names_the_cluster_and_the_authority_as_envoy_reads_it() {
+        let s = service("fencekeeper_etcd", "etcd");
+        assert_eq!(s.as_bytes(), b"\x0a\x18\x0a\x10fencekeeper_etcd\x12\x04etcd");
+        let long = service(&"c".repeat(MAX_SERVICE_NAME_BYTES), &"a".repeat(MAX_SERVICE_NAME_BYTES));
+        assert_eq!(long.as_bytes()[1] as usize, long.len() - 2, "one-byte lengths at the bounds");
+        assert_eq!(service("c", "").as_bytes(), b"\x0a\x03\x0a\x01c");
+    }
+}
