@@ -307,52 +307,22 @@ start_envoy etcd-nogate --etcd "127.0.0.1:$ec" --provenance off --no-gate
 start_envoy etcd-sharedgate --etcd "127.0.0.1:$ec" --provenance off --shared-gate
 start_envoy confirm-floor --etcd "127.0.0.1:$ec" --provenance off --filter "$confirm_wasm"
 
-cat >"$work/fixed.lua" <<'LUA'
-wrk.method = "PUT"
-wrk.body = "x"
-wrk.headers["fencing-token"] = "1"
-LUA
-cat >"$work/get.lua" <<'LUA'
-wrk.method = "GET"
-LUA
-cat >"$work/spread.lua" <<'LUA'
--- One fixed token on 64 resources in turn: holders of different resources, whose
--- confirms can only share a Txn across resources.
-wrk.method = "PUT"
-wrk.body = "x"
-wrk.headers["fencing-token"] = "1"
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format(nil, "/spread/" .. (n % 64))
-end
-LUA
-cat >"$work/rising.lua" <<'LUA'
--- Start above every token an earlier run sent (runs are seconds apart, and one
--- run sends far fewer than 100000 requests a second). The path is the URL's: each
--- run writes its own resource, because the writes wrk abandons when it stops are
--- given up on, and hold their resource for the store apply bound.
-local n = os.time() * 100000
-request = function()
-  n = n + 1
-  return wrk.format("PUT", wrk.path, { ["fencing-token"] = string.format("%.0f", n) }, "x")
-end
-LUA
-
 # One row: NAME SCRIPT CONNECTIONS PATH -> "p50_us p99_us rps non2xx envoy_ticks etcd_ticks"
 # (the CPU that row's Envoy and etcd used while it ran). Each run writes a resource of
 # its own: the writes wrk abandons when it stops are given up on, and hold their
 # resource at the ordering gate for the store apply bound.
+# SCRIPT is a workload in scripts/lib/: fixed, spread and rising are put-*.lua, get is get.lua.
 run() {
-  local e0 d0 numbers
+  local e0 d0 numbers lua=scripts/lib/put-$2.lua
+  [[ $2 == get ]] && lua=scripts/lib/get.lua
   e0=$(ticks "${envoypid[$1]}") d0=$(ticks "$etcdpid")
-  numbers=$(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "http://127.0.0.1:${listen[$1]}/$4" | wrk_numbers)
+  numbers=$(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$lua" "http://127.0.0.1:${listen[$1]}/$4" | wrk_numbers)
   echo "$numbers $(($(ticks "${envoypid[$1]}") - e0)) $(($(ticks "$etcdpid") - d0))"
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd writes).
-for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-single etcd-nogate etcd-sharedgate confirm-floor; do wrk -t1 -c1 -d2s -s "$work/fixed.lua" "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
-wrk -t1 -c1 -d1s -s "$work/spread.lua" "http://127.0.0.1:${listen[etcd]}/" >/dev/null
+for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-single etcd-nogate etcd-sharedgate confirm-floor; do wrk -t1 -c1 -d2s -s scripts/lib/put-fixed.lua "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+wrk -t1 -c1 -d1s -s scripts/lib/put-spread.lua "http://127.0.0.1:${listen[etcd]}/" >/dev/null
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the
 # machine is shared, interleaving spreads its drift over every row alike, and the

@@ -64,16 +64,6 @@ curl -fsS -o /dev/null -X PUT -H 'fencing-token: 1' --data x "http://127.0.0.1:$
 key=$(b64 "/fencekeeper/marks//fixed")
 value=$(curl -fsS -X POST "http://$etcd/v3/kv/range" -d "{\"key\":\"$key\"}" | python3 -c 'import json,sys; print(json.load(sys.stdin)["kvs"][0]["value"])')
 
-cat >"$work/gw-fixed.lua" <<'LUA'
-wrk.method = "PUT"; wrk.body = "x"; wrk.headers["fencing-token"] = "1"
-LUA
-cat >"$work/gw-rising.lua" <<'LUA'
-local n = os.time() * 100000
-request = function()
-  n = n + 1
-  return wrk.format("PUT", "/rising", { ["fencing-token"] = string.format("%.0f", n) }, "x")
-end
-LUA
 cat >"$work/etcd-fixed.lua" <<LUA
 wrk.method = "POST"
 wrk.body = '{"compare":[{"key":"$key","target":"VALUE","result":"EQUAL","value":"$value"}],"success":[],"failure":[{"request_range":{"key":"$key"}}]}'
@@ -95,11 +85,6 @@ done
   echo 'local n = 0'
   echo 'request = function() n = n + 1; return wrk.format("POST", "/v3/kv/txn", nil, bodies[(n % 64) + 1]) end'
 } >"$work/etcd-spread.lua"
-cat >"$work/gw-spread.lua" <<'LUA'
-wrk.method = "PUT"; wrk.body = "x"; wrk.headers["fencing-token"] = "1"
-local n = 0
-request = function() n = n + 1; return wrk.format(nil, "/spread/" .. (n % 64)) end
-LUA
 rising_key=$(b64 "/bench/rising")
 cat >"$work/etcd-rising.lua" <<LUA
 local n = os.time() * 100000
@@ -112,9 +97,12 @@ end
 LUA
 
 # One row: URL SCRIPT CONNECTIONS -> "requests/s non-2xx"
-run() {
-  local n
-  read -ra n < <(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$work/$2.lua" "$1" | wrk_numbers)
+# SCRIPT etcd-* is written above (it carries the keys and records); gw-* is the
+# gateway's workload, scripts/lib/put-*.lua.
+run() { # URL SCRIPT CONNECTIONS
+  local n lua=$work/$2.lua
+  [[ $2 == gw-* ]] && lua=scripts/lib/put-${2#gw-}.lua
+  read -ra n < <(wrk -t1 -c"$3" -d"${duration}s" --latency -s "$lua" "$1" | wrk_numbers)
   echo "${n[2]} ${n[3]}"
 }
 

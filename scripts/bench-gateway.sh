@@ -50,11 +50,7 @@ else
     echo "envoy or guest/artifacts/fencekeeper_filter.wasm missing: Envoy rows skipped" >&2
 fi
 
-cat >"$work/steady.lua" <<'EOF'
-wrk.method = "PUT"
-wrk.body = "x"
-wrk.headers["fencing-token"] = "1000"
-EOF
+cp scripts/lib/put-fixed.lua "$work/steady.lua"
 cat >"$work/advancing.lua" <<'EOF'
 local threads, next_id, n = {}, 0, 0
 function setup(thread) thread:set("id", next_id); next_id = next_id + 1 end

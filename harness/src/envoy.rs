@@ -3,7 +3,7 @@
 //! Envoy runs on free loopback ports in a temporary directory, with hot restart
 //! disabled (so several can run at once); readiness is its admin `/ready`.
 
-use crate::services::{free_port, http, wait_until, Process};
+use crate::services::{free_port, http, wait_until, Etcd, NginxDav, Process, WorkDir};
 use anyhow::{bail, Context, Result};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -138,8 +138,8 @@ impl Envoy {
     }
 
     /// A PUT of `body` to `path` carrying fencing token `token`.
-    pub fn put(&self, path: &str, token: &str, body: &[u8]) -> Result<Reply> {
-        self.send("PUT", path, &[("fencing-token", token)], body)
+    pub fn put(&self, path: &str, token: &str, body: impl AsRef<[u8]>) -> Result<Reply> {
+        self.send("PUT", path, &[("fencing-token", token)], body.as_ref())
     }
 
     /// Wait (at most 10 s) until counter `name` reaches `n`: the filter's own account
@@ -186,6 +186,28 @@ fn spawn(
         // The filter's own log at info: its audit records (`fencekeeper-audit: ...`).
         .args(["--log-level", "warn", "--component-log-level", "wasm:info"]);
     Process::spawn("envoy", cmd, log)
+}
+
+/// What most Envoy tests stand on, started side by side: nginx with WebDAV (the store)
+/// and etcd (the marks), the latter started with `etcd_flags` (e.g. a token TTL).
+pub fn store_and_etcd(etcd_flags: &[&str]) -> Result<(NginxDav, Etcd)> {
+    std::thread::scope(|s| {
+        let nginx = s.spawn(NginxDav::start);
+        let etcd = s.spawn(|| Etcd::start_with(WorkDir::temporary()?, etcd_flags));
+        let nginx = nginx.join().map_err(|_| anyhow::anyhow!("starting nginx panicked"))??;
+        let etcd = etcd.join().map_err(|_| anyhow::anyhow!("starting etcd panicked"))??;
+        Ok((nginx, etcd))
+    })
+}
+
+/// Assert that the store took the write: 201 (created) or 204 (replaced), the two
+/// answers nginx's WebDAV gives a PUT.
+#[track_caller]
+#[allow(clippy::panic)]
+pub fn assert_admitted(reply: &Reply) {
+    if !matches!(reply.status, 201 | 204) {
+        panic!("expected an admit, got {} {}", reply.status, reply.text());
+    }
 }
 
 /// A response with its headers (names lower-cased).

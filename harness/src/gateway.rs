@@ -299,6 +299,12 @@ impl RecordingUpstream {
         self.lock().applied.clone()
     }
 
+    /// The tokens of the writes applied so far, in the order the store applied them:
+    /// what the gate tests' "never lands after a higher one" is asserted on.
+    pub fn tokens(&self) -> Vec<String> {
+        self.lock().applied.iter().map(|a| a.token.clone()).collect()
+    }
+
     fn wait(&self, done: impl Fn(&Shared) -> bool) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut shared = self.lock();

@@ -4,21 +4,12 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_harness::envoy::{exchange_on, Envoy, Reply};
+use fencekeeper_harness::envoy::{assert_admitted, exchange_on, store_and_etcd, Envoy, Reply};
 use fencekeeper_harness::services::{Etcd, NginxDav};
 use std::collections::HashSet;
 
 const STALE: &str = "wasmcustom.fencekeeper.stale";
 const FAILED_OPEN: &str = "wasmcustom.fencekeeper.failed_open";
-
-/// nginx and etcd, started side by side.
-fn store_and_etcd() -> (NginxDav, Etcd) {
-    std::thread::scope(|s| {
-        let nginx = s.spawn(NginxDav::start);
-        let etcd = s.spawn(Etcd::start);
-        (nginx.join().unwrap().unwrap(), etcd.join().unwrap().unwrap())
-    })
-}
 
 /// Start one Envoy per argument list, in parallel.
 fn envoys(concurrency: usize, configs: Vec<Vec<String>>) -> Vec<Envoy> {
@@ -49,14 +40,6 @@ fn args(nginx: &NginxDav, etcd: Option<&Etcd>, extra: &[&str]) -> Vec<String> {
     a
 }
 
-fn put(envoy: &Envoy, path: &str, token: &str, body: &str) -> Reply {
-    envoy.send("PUT", path, &[("fencing-token", token)], body.as_bytes()).unwrap()
-}
-
-fn assert_admitted(r: &Reply) {
-    assert!(r.status == 201 || r.status == 204, "expected an admit, got {} {}", r.status, r.text());
-}
-
 fn assert_stale(r: &Reply, highest: &str) {
     assert_eq!(r.status, 409, "{}", r.text());
     assert_eq!(r.header("fencing-highest"), Some(highest), "{}", r.text());
@@ -65,41 +48,41 @@ fn assert_stale(r: &Reply, highest: &str) {
 
 #[test]
 fn seed_scenario_late_write_of_the_paused_holder_is_refused_and_the_file_keeps_the_newer_content() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = &envoys(2, vec![args(&nginx, Some(&etcd), &[])])[0];
     // Holder 33 writes, then pauses (GC, VM suspension) while its lease expires.
-    assert_admitted(&put(envoy, "/orders/2026.csv", "33", "from 33, first"));
+    assert_admitted(&envoy.put("/orders/2026.csv", "33", "from 33, first").unwrap());
     // Holder 34 acquires the lock and writes.
-    assert_admitted(&put(envoy, "/orders/2026.csv", "34", "from 34"));
+    assert_admitted(&envoy.put("/orders/2026.csv", "34", "from 34").unwrap());
     // 33 wakes up and writes late: refused, and the store never sees it.
-    let late = put(envoy, "/orders/2026.csv", "33", "from 33, late");
+    let late = envoy.put("/orders/2026.csv", "33", "from 33, late").unwrap();
     assert_stale(&late, "34");
     assert!(late.text().contains("stale fencing token"), "{}", late.text());
     // The same file spelled another way is the same resource.
-    assert_stale(&put(envoy, "/%6frders/2026.csv?v=1", "33", "from 33, re-encoded"), "34");
+    assert_stale(&envoy.put("/%6frders/2026.csv?v=1", "33", "from 33, re-encoded").unwrap(), "34");
     assert_eq!(nginx.read("/orders/2026.csv").as_deref(), Some(&b"from 34"[..]));
     assert_eq!(envoy.stat(STALE).unwrap(), 2);
 }
 
 #[test]
 fn missing_and_malformed_tokens_are_refused_grpc_gets_grpc_statuses_and_reads_pass_unfenced() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = &envoys(2, vec![args(&nginx, Some(&etcd), &[])])[0];
     let missing = envoy.send("PUT", "/a.txt", &[], b"x").unwrap();
     assert_eq!(missing.status, 428, "{}", missing.text());
     assert!(missing.text().contains("missing fencing token"));
     for bad in ["-1", "abc", "1..2", "18446744073709551616", "1.2.3.4.5", ""] {
-        let r = put(envoy, "/a.txt", bad, "x");
+        let r = envoy.put("/a.txt", bad, "x").unwrap();
         assert_eq!(r.status, 400, "token {bad:?}: {}", r.text());
         assert!(r.text().starts_with("malformed request"), "{}", r.text());
     }
     assert!(nginx.read("/a.txt").is_none(), "no refused write reached the store");
     // A read needs no token and reaches the store.
-    assert_admitted(&put(envoy, "/a.txt", "7.1", "v1"));
+    assert_admitted(&envoy.put("/a.txt", "7.1", "v1").unwrap());
     let get = envoy.send("GET", "/a.txt", &[], b"").unwrap();
     assert_eq!((get.status, get.text().as_str()), (200, "v1"));
     // Arity is fixed by the first admit.
-    assert_eq!(put(envoy, "/a.txt", "8", "x").status, 400);
+    assert_eq!(envoy.put("/a.txt", "8", "x").unwrap().status, 400);
     // gRPC callers get gRPC statuses, with the mark in the trailers-only response.
     let grpc = [("content-type", "application/grpc")];
     let stale = envoy.send("POST", "/a.txt", &[grpc[0], ("fencing-token", "7.0")], b"").unwrap();
@@ -152,7 +135,7 @@ fn first_writes_race(envoy: &Envoy, resources: usize, tokens: u64) {
     let mut lowered = Vec::new();
     for (r, &max) in admitted.iter().enumerate() {
         assert_eq!(max, tokens, "resource {r}: the highest token is always admitted");
-        let late = put(envoy, &format!("/race/{r}"), &(tokens - 1).to_string(), "late");
+        let late = envoy.put(&format!("/race/{r}"), &(tokens - 1).to_string(), "late").unwrap();
         if late.status != 409 || late.header("fencing-highest") != Some(&tokens.to_string()) {
             lowered.push((r, late.status, late.header("fencing-highest").map(str::to_owned)));
         }
@@ -169,84 +152,84 @@ fn concurrent_first_writes_on_fresh_resources_never_let_a_lower_token_win_in_sha
 
 #[test]
 fn concurrent_first_writes_on_fresh_resources_never_let_a_lower_token_win_in_etcd() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = &envoys(2, vec![args(&nginx, Some(&etcd), &[])])[0];
     first_writes_race(envoy, 20, 6);
 }
 
 #[test]
 fn restarted_envoy_refuses_a_token_lower_than_one_admitted_before_but_shared_data_alone_forgets() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let mut both = envoys(2, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, None, &[])]);
     for envoy in &both {
-        assert_admitted(&put(envoy, "/r.txt", "10", "ten"));
+        assert_admitted(&envoy.put("/r.txt", "10", "ten").unwrap());
     }
     for envoy in &mut both {
         envoy.restart().unwrap();
     }
     // Correctness mode: the mark lives in etcd.
-    assert_stale(&put(&both[0], "/r.txt", "9", "nine"), "10");
+    assert_stale(&both[0].put("/r.txt", "9", "nine").unwrap(), "10");
     // Efficiency mode on shared data alone: the restart forgot the mark (docs/envoy.md).
-    assert_admitted(&put(&both[1], "/r.txt", "9", "nine"));
+    assert_admitted(&both[1].put("/r.txt", "9", "nine").unwrap());
 }
 
 #[test]
 fn two_envoys_on_one_etcd_refuse_a_token_lower_than_one_the_other_admitted() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let pair = envoys(2, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, Some(&etcd), &[])]);
-    assert_admitted(&put(&pair[0], "/shared", "20", "a20"));
-    assert_stale(&put(&pair[1], "/shared", "19", "b19"), "20");
-    assert_admitted(&put(&pair[1], "/shared", "21", "b21"));
+    assert_admitted(&pair[0].put("/shared", "20", "a20").unwrap());
+    assert_stale(&pair[1].put("/shared", "19", "b19").unwrap(), "20");
+    assert_admitted(&pair[1].put("/shared", "21", "b21").unwrap());
     // Envoy 0's local copy still says 20: an equal token must be confirmed by etcd.
-    assert_stale(&put(&pair[0], "/shared", "20", "a20 again"), "21");
+    assert_stale(&pair[0].put("/shared", "20", "a20 again").unwrap(), "21");
     assert_eq!(nginx.read("/shared").as_deref(), Some(&b"b21"[..]));
 }
 
 #[test]
 fn etcd_down_or_frozen_refuses_with_503_in_correctness_mode_passes_in_efficiency_mode_and_recovers() {
-    let (nginx, mut etcd) = store_and_etcd();
+    let (nginx, mut etcd) = store_and_etcd(&[]).unwrap();
     let pair = envoys(2, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, Some(&etcd), &["--mode", "efficiency"])]);
     let (correct, efficient) = (&pair[0], &pair[1]);
-    assert_admitted(&put(correct, "/d", "5", "five"));
-    assert_admitted(&put(efficient, "/e", "1", "one"));
+    assert_admitted(&correct.put("/d", "5", "five").unwrap());
+    assert_admitted(&efficient.put("/e", "1", "one").unwrap());
     // A frozen etcd: the call times out (etcd.timeout_ms) and the request is undecided.
     etcd.process.signal("STOP").unwrap();
-    let frozen = put(correct, "/d", "6", "six");
+    let frozen = correct.put("/d", "6", "six").unwrap();
     etcd.process.signal("CONT").unwrap();
     assert_eq!(frozen.status, 503, "{}", frozen.text());
     etcd.stop();
-    let down = put(correct, "/d", "6", "six");
+    let down = correct.put("/d", "6", "six").unwrap();
     assert_eq!(down.status, 503, "{}", down.text());
     assert!(down.text().contains("cannot decide"), "{}", down.text());
     assert_eq!(nginx.read("/d").as_deref(), Some(&b"five"[..]));
     // Efficiency mode: a token its local copy knows to be stale is still refused
     // without etcd; one it cannot decide passes, and is counted.
-    assert_stale(&put(efficient, "/e", "0", "zero"), "1");
-    assert_admitted(&put(efficient, "/e", "2", "two"));
+    assert_stale(&efficient.put("/e", "0", "zero").unwrap(), "1");
+    assert_admitted(&efficient.put("/e", "2", "two").unwrap());
     assert_eq!(efficient.stat(FAILED_OPEN).unwrap(), 1);
     etcd.restart().unwrap();
-    assert_admitted(&put(correct, "/d", "6", "six"));
-    assert_stale(&put(correct, "/d", "5", "five again"), "6");
-    assert_admitted(&put(efficient, "/e", "3", "three"));
-    assert_stale(&put(efficient, "/e", "2", "two again"), "3");
+    assert_admitted(&correct.put("/d", "6", "six").unwrap());
+    assert_stale(&correct.put("/d", "5", "five again").unwrap(), "6");
+    assert_admitted(&efficient.put("/e", "3", "three").unwrap());
+    assert_stale(&efficient.put("/e", "2", "two again").unwrap(), "3");
 }
 
 #[test]
 fn what_a_request_carries_never_passes_in_either_mode() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     // Correctness with etcd, and efficiency with marks in shared data only.
     let pair = envoys(1, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, None, &[])]);
     for (i, envoy) in pair.iter().enumerate() {
         let file = format!("/long{i}");
-        assert_admitted(&put(envoy, &file, "50", "fifty"));
+        assert_admitted(&envoy.put(&file, "50", "fifty").unwrap());
         // A stale token padded with leading zeros far past the length limit.
         let padded = format!("{}49", "0".repeat(4096));
-        let long = put(envoy, &file, &padded, "stale");
+        let long = envoy.put(&file, &padded, "stale").unwrap();
         assert_eq!(long.status, 400, "envoy {i}: {}", long.text());
         assert!(long.text().contains("the limit is 128"), "{}", long.text());
         // Two distinct paths that a lossy decoding would merge into one key.
         for path in ["/%FF%FE", "/%FE%FF"] {
-            let r = put(envoy, path, "5", "x");
+            let r = envoy.put(path, "5", "x").unwrap();
             assert_eq!(r.status, 400, "envoy {i} {path}: {}", r.text());
             assert!(r.text().contains("not UTF-8"), "{}", r.text());
         }
@@ -261,7 +244,7 @@ fn what_a_request_carries_never_passes_in_either_mode() {
 /// from a header), its mark set up by a first request, then the presented token.
 #[test]
 fn conformance_vectors_hold_through_envoy() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let header = ["--resource-header", "fencing-resource"];
     let pair = envoys(
         2,
@@ -414,11 +397,11 @@ fn holders_of_different_resources_share_etcd_confirms_and_each_is_decided_on_its
 fn confirms_under_advances(resources: &[&str], per_resource: usize, rounds: u64, min_refused: usize) {
     use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     use std::time::Instant;
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let pair = envoys(1, vec![args(&nginx, Some(&etcd), &[]), args(&nginx, Some(&etcd), &[])]);
     let (a, b) = (&pair[0], &pair[1]);
     for r in resources {
-        assert_admitted(&put(a, r, "10", "a10"));
+        assert_admitted(&a.put(r, "10", "a10").unwrap());
     }
     let (stop, answered) = (AtomicBool::new(false), AtomicUsize::new(0));
     let holders: Vec<AtomicU64> = resources.iter().map(|_| AtomicU64::new(10)).collect();
@@ -432,7 +415,7 @@ fn confirms_under_advances(resources: &[&str], per_resource: usize, rounds: u64,
                     while !stop.load(Ordering::SeqCst) {
                         let token = holders[r].load(Ordering::SeqCst);
                         let start = Instant::now();
-                        let status = put(a, resources[r], &token.to_string(), "a").status;
+                        let status = a.put(resources[r], &token.to_string(), "a").unwrap().status;
                         mine.push((r, token, start, Instant::now(), status));
                         answered.fetch_add(1, Ordering::SeqCst);
                     }
@@ -453,7 +436,7 @@ fn confirms_under_advances(resources: &[&str], per_resource: usize, rounds: u64,
             for (r, resource) in resources.iter().enumerate() {
                 wait_for(answered.load(Ordering::SeqCst) + 100);
                 let start = Instant::now();
-                assert_admitted(&put(b, resource, &token.to_string(), "b"));
+                assert_admitted(&b.put(resource, &token.to_string(), "b").unwrap());
                 advances[r].push((start, Instant::now()));
                 // The holder learns late that it lost the lock: its writes go on with
                 // the old token for a while, and all of them must be refused.

@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_harness::envoy::{Envoy, Reply};
-use fencekeeper_harness::services::{http, poll_until, Etcd, NginxDav, WorkDir};
+use fencekeeper_harness::envoy::{assert_admitted, store_and_etcd, Envoy, Reply};
+use fencekeeper_harness::services::{http, poll_until, Etcd, NginxDav};
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,13 +20,9 @@ const AUTHENTICATED: &str = "fencekeeper: authenticated to etcd as";
 
 /// nginx, and an etcd with users whose tokens live [`TOKEN_TTL_SECS`] (the lowest
 /// bcrypt cost: the tests authenticate often).
-fn store_and_etcd() -> (NginxDav, Etcd) {
+fn store_and_etcd_with_users() -> (NginxDav, Etcd) {
     let ttl = format!("--auth-token-ttl={TOKEN_TTL_SECS}");
-    let (nginx, etcd) = std::thread::scope(|s| {
-        let nginx = s.spawn(NginxDav::start);
-        let etcd = s.spawn(|| Etcd::start_with(WorkDir::temporary()?, &[&ttl, "--bcrypt-cost=4"]));
-        (nginx.join().unwrap().unwrap(), etcd.join().unwrap().unwrap())
-    });
+    let (nginx, etcd) = store_and_etcd(&[&ttl, "--bcrypt-cost=4"]).unwrap();
     etcd.enable_auth(USER, PASSWORD, PREFIX).unwrap();
     (nginx, etcd)
 }
@@ -45,12 +41,9 @@ fn start(args: &[String], env: &[(&str, &str)]) -> anyhow::Result<Envoy> {
     Envoy::start_in_env(1, &args.iter().map(String::as_str).collect::<Vec<_>>(), env)
 }
 
+/// A PUT whose body names its token.
 fn put(envoy: &Envoy, path: &str, token: &str) -> Reply {
-    envoy.send("PUT", path, &[("fencing-token", token)], format!("from {token}").as_bytes()).unwrap()
-}
-
-fn assert_admitted(r: &Reply) {
-    assert!(r.status == 201 || r.status == 204, "expected an admit, got {} {}", r.status, r.text());
+    envoy.put(path, token, format!("from {token}")).unwrap()
 }
 
 /// The mark etcd holds for `resource`, read as root.
@@ -91,7 +84,7 @@ fn accepted(etcd: &Etcd, token: &str) -> bool {
 /// token, the filter authenticates again and retries.
 #[test]
 fn envoy_fences_as_an_etcd_user_with_the_password_from_its_environment_and_survives_the_token_expiring() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd_with_users();
     let envoy = start(&args(&nginx, &etcd.client.to_string()), &[(VAR, PASSWORD)]).unwrap();
 
     assert_admitted(&put(&envoy, "/orders", "34"));
@@ -130,7 +123,7 @@ fn envoy_fences_as_an_etcd_user_with_the_password_from_its_environment_and_survi
 /// sees nothing.
 #[test]
 fn a_wrong_password_is_a_503_saying_authentication_failed_and_nothing_reaches_the_store() {
-    let (nginx, etcd) = store_and_etcd();
+    let (nginx, etcd) = store_and_etcd_with_users();
     let wrong = "not-the-password-5c1d";
     let envoy = start(&args(&nginx, &etcd.client.to_string()), &[(VAR, wrong)]).unwrap();
     let refused = put(&envoy, "/orders", "34");

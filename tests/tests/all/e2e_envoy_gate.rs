@@ -42,10 +42,6 @@ fn put_in_background(envoy: &Envoy, token: &str) -> JoinHandle<Reply> {
     std::thread::spawn(move || exchange_on(s, "PUT", "/r", &[("fencing-token", &token)], token.as_bytes()).unwrap())
 }
 
-fn tokens(upstream: &RecordingUpstream) -> Vec<String> {
-    upstream.applied().into_iter().map(|a| a.token).collect()
-}
-
 fn stored(r: &Reply) -> bool {
     r.status == 201
 }
@@ -54,7 +50,7 @@ fn stored(r: &Reply) -> bool {
 fn wait_applied(upstream: &RecordingUpstream, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while upstream.applied().len() < n {
-        assert!(Instant::now() < deadline, "the store applied {:?}, not {n} writes", tokens(upstream));
+        assert!(Instant::now() < deadline, "the store applied {:?}, not {n} writes", upstream.tokens());
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -75,7 +71,7 @@ fn a_slow_lower_token_write_never_lands_after_a_higher_one() {
         let b = b.join().unwrap();
         assert!(stored(&b), "{} {}", b.status, b.text());
     }
-    assert_eq!(tokens(&upstream), ["33", "34", "34", "34", "34"]);
+    assert_eq!(upstream.tokens(), ["33", "34", "34", "34", "34"]);
 }
 
 #[test]
@@ -88,7 +84,7 @@ fn without_the_gate_the_slow_lower_token_write_lands_last() {
     upstream.release("33");
     assert!(stored(&a.join().unwrap()));
     // The window: the store ends up holding the stale holder's data.
-    assert_eq!(tokens(&upstream), ["34", "33"]);
+    assert_eq!(upstream.tokens(), ["34", "33"]);
 }
 
 #[test]
@@ -106,7 +102,7 @@ fn a_held_write_overtaken_by_a_higher_token_is_refused_as_stale() {
     assert!(stored(&a) && stored(&c), "{} {}", a.status, c.status);
     assert_eq!(b.status, 409, "{}", b.text());
     assert_eq!(b.header("fencing-highest"), Some("35"));
-    assert_eq!(tokens(&upstream), ["33", "35"]);
+    assert_eq!(upstream.tokens(), ["33", "35"]);
 }
 
 #[test]
@@ -122,7 +118,7 @@ fn a_write_held_past_the_budget_gets_503_with_retry_after_and_never_lands() {
     assert_eq!(envoy.stat(TIMED_OUT).unwrap(), 1);
     upstream.release("33");
     assert!(stored(&a.join().unwrap()));
-    assert_eq!(tokens(&upstream), ["33"]);
+    assert_eq!(upstream.tokens(), ["33"]);
 }
 
 /// Holder 33's write reaches the store, then its exchange is given up on by `give_up`
@@ -144,7 +140,7 @@ fn given_up_then_34(extra: &[&str], give_up: impl FnOnce(&RecordingUpstream, &En
     upstream.release("33");
     let b = b.join().unwrap();
     wait_applied(&upstream, 1 + usize::from(stored(&b)));
-    (tokens(&upstream), b)
+    (upstream.tokens(), b)
 }
 
 /// 33 is sent from a client that hangs up once the store has it.

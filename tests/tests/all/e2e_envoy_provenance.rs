@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_harness::envoy::{Envoy, Reply};
+use fencekeeper_harness::envoy::{assert_admitted, store_and_etcd, Envoy, Reply};
 use fencekeeper_harness::etcdctl_lock::EtcdctlLock;
 use fencekeeper_harness::services::{Etcd, NginxDav};
 use std::time::{Duration, Instant};
@@ -15,25 +15,9 @@ use std::time::{Duration, Instant};
 const MAX: &str = "18446744073709551615";
 const UNVERIFIED: &str = "wasmcustom.fencekeeper.unverified";
 
-fn services() -> (NginxDav, Etcd) {
-    std::thread::scope(|s| {
-        let nginx = s.spawn(NginxDav::start);
-        let etcd = s.spawn(Etcd::start);
-        (nginx.join().unwrap().unwrap(), etcd.join().unwrap().unwrap())
-    })
-}
-
 fn envoy(nginx: &NginxDav, etcd: &Etcd, extra: &[&str]) -> Envoy {
     let (upstream, etcd) = (nginx.addr.to_string(), etcd.client.to_string());
     Envoy::start(1, &[&["--upstream", &upstream, "--etcd", &etcd][..], extra].concat()).unwrap()
-}
-
-fn put(envoy: &Envoy, path: &str, token: &str, body: &str) -> Reply {
-    envoy.send("PUT", path, &[("fencing-token", token)], body.as_bytes()).unwrap()
-}
-
-fn assert_admitted(r: &Reply) {
-    assert!(matches!(r.status, 201 | 204), "expected an admit, got {} {}", r.status, r.text());
 }
 
 fn assert_unverified(r: &Reply) {
@@ -44,11 +28,11 @@ fn assert_unverified(r: &Reply) {
 
 #[test]
 fn a_forged_maximum_token_is_refused_with_the_generated_weak_check_and_the_holder_writes_on() {
-    let (nginx, etcd) = services();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = envoy(&nginx, &etcd, &[]);
     let mut holder = EtcdctlLock::take(&etcd.url(), "report").unwrap();
-    assert_admitted(&put(&envoy, "/report.txt", &holder.token, "from the holder"));
-    let forged = put(&envoy, "/report.txt", MAX, "forged");
+    assert_admitted(&envoy.put("/report.txt", &holder.token, "from the holder").unwrap());
+    let forged = envoy.put("/report.txt", MAX, "forged").unwrap();
     assert_unverified(&forged);
     assert!(forged.text().contains("above the cluster's revision"), "{}", forged.text());
     let grpc = [("content-type", "application/grpc"), ("fencing-token", MAX)];
@@ -57,58 +41,58 @@ fn a_forged_maximum_token_is_refused_with_the_generated_weak_check_and_the_holde
     assert_eq!(envoy.stat(UNVERIFIED).unwrap(), 2);
     assert!(envoy.log().contains("fencekeeper: refused a token from 127.0.0.1:"), "logged with the client's address");
     // The mark did not move: the holder writes again, the next holder after it.
-    assert_admitted(&put(&envoy, "/report.txt", &holder.token, "the holder again"));
+    assert_admitted(&envoy.put("/report.txt", &holder.token, "the holder again").unwrap());
     holder.release().unwrap();
     let next = EtcdctlLock::take(&etcd.url(), "report").unwrap();
-    assert_admitted(&put(&envoy, "/report.txt", &next.token, "the next holder"));
+    assert_admitted(&envoy.put("/report.txt", &next.token, "the next holder").unwrap());
     assert_eq!(nginx.read("/report.txt").as_deref(), Some(&b"the next holder"[..]));
 }
 
 #[test]
 fn without_the_check_the_same_forged_token_locks_every_honest_holder_out() {
-    let (nginx, etcd) = services();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = envoy(&nginx, &etcd, &["--provenance", "off"]);
     let mut holder = EtcdctlLock::take(&etcd.url(), "report").unwrap();
-    assert_admitted(&put(&envoy, "/report.txt", &holder.token, "from the holder"));
-    assert_admitted(&put(&envoy, "/report.txt", MAX, "forged"));
+    assert_admitted(&envoy.put("/report.txt", &holder.token, "from the holder").unwrap());
+    assert_admitted(&envoy.put("/report.txt", MAX, "forged").unwrap());
     holder.release().unwrap();
     let next = EtcdctlLock::take(&etcd.url(), "report").unwrap();
-    let locked_out = put(&envoy, "/report.txt", &next.token, "the next holder");
+    let locked_out = envoy.put("/report.txt", &next.token, "the next holder").unwrap();
     assert_eq!((locked_out.status, locked_out.header("fencing-highest")), (409, Some(MAX)), "{}", locked_out.text());
     assert_eq!(nginx.read("/report.txt").as_deref(), Some(&b"forged"[..]));
 }
 
 #[test]
 fn the_strong_check_admits_only_the_current_holder_of_the_resources_lock() {
-    let (nginx, etcd) = services();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = envoy(&nginx, &etcd, &["--provenance", "strong", "--lock-prefix", "/locks"]);
     let mut first = EtcdctlLock::take(&etcd.url(), "/locks/a.txt").unwrap();
     let a = first.token.clone();
-    assert_unverified(&put(&envoy, "/b.txt", &a, "not b's holder"));
+    assert_unverified(&envoy.put("/b.txt", &a, "not b's holder").unwrap());
     first.release().unwrap();
     let second = EtcdctlLock::take(&etcd.url(), "/locks/a.txt").unwrap();
     // The first holder never wrote, and wakes up now: its token is above the mark
     // (there is none) and below the current revision, yet not the holder's.
-    let late = put(&envoy, "/a.txt", &a, "the first holder, late");
+    let late = envoy.put("/a.txt", &a, "the first holder, late").unwrap();
     assert_unverified(&late);
     assert!(late.text().contains("belongs to an earlier holder"), "{}", late.text());
-    assert_admitted(&put(&envoy, "/a.txt", &second.token, "the holder"));
-    assert_unverified(&put(&envoy, "/a.txt", MAX, "forged"));
+    assert_admitted(&envoy.put("/a.txt", &second.token, "the holder").unwrap());
+    assert_unverified(&envoy.put("/a.txt", MAX, "forged").unwrap());
     assert_eq!(nginx.read("/a.txt").as_deref(), Some(&b"the holder"[..]));
 }
 
 #[test]
 fn every_mark_the_filter_raises_is_an_audit_record_in_envoys_log() {
-    let (nginx, etcd) = services();
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
     let envoy = envoy(&nginx, &etcd, &[]);
     let mut first = EtcdctlLock::take(&etcd.url(), "audited").unwrap();
     let one = first.token.clone();
-    assert_admitted(&put(&envoy, "/audited", &one, "one"));
-    assert_admitted(&put(&envoy, "/audited", &one, "one again: no change, no record"));
+    assert_admitted(&envoy.put("/audited", &one, "one").unwrap());
+    assert_admitted(&envoy.put("/audited", &one, "one again: no change, no record").unwrap());
     first.release().unwrap();
     let second = EtcdctlLock::take(&etcd.url(), "audited").unwrap();
     let padded = format!("00{}", second.token);
-    assert_admitted(&put(&envoy, "/audited", &padded, "two"));
+    assert_admitted(&envoy.put("/audited", &padded, "two").unwrap());
     let deadline = Instant::now() + Duration::from_secs(10);
     let records = loop {
         let records: Vec<serde_json::Value> = envoy

@@ -7,13 +7,9 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use fencekeeper::validator::guest_path;
-use fencekeeper_harness::envoy::{generate, Envoy, Reply};
+use fencekeeper_harness::envoy::{generate, Envoy};
 use fencekeeper_harness::services::{free_port, NginxDav};
 use std::time::{Duration, Instant};
-
-fn put(envoy: &Envoy, path: &str, token: &str, body: &str) -> Reply {
-    envoy.send("PUT", path, &[("fencing-token", token)], body.as_bytes()).unwrap()
-}
 
 #[test]
 fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
@@ -34,14 +30,14 @@ fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
         "x-fencekeeper-fault",
     ];
     let envoy = Envoy::start(1, &args).unwrap();
-    assert_eq!(put(&envoy, "/g", "5", "five").status, 201);
+    assert_eq!(envoy.put("/g", "5", "five").unwrap().status, 201);
     let fault = envoy.send("PUT", "/g", &[("fencing-token", "6"), ("x-fencekeeper-fault", "1")], b"boom").unwrap();
     assert_eq!(fault.status, 503, "{}", fault.text());
     // While the VM reloads, Envoy answers 503; never does the stale write pass.
     // Polled: Envoy exposes no signal for "reloaded" but the answers themselves.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let r = put(&envoy, "/g", "4", "four");
+        let r = envoy.put("/g", "4", "four").unwrap();
         if r.status == 409 {
             assert_eq!(r.header("fencing-highest"), Some("5"), "{}", r.text());
             break;
@@ -52,7 +48,7 @@ fn guest_fault_reloads_the_filter_and_fencing_stays_on_with_the_marks_kept() {
     }
     assert!(envoy.stat("wasm.fencekeeper.vm_reload_success").unwrap() >= 1);
     assert_eq!(nginx.read("/g").as_deref(), Some(&b"five"[..]));
-    assert_eq!(put(&envoy, "/g", "6", "six").status, 204);
+    assert_eq!(envoy.put("/g", "6", "six").unwrap().status, 204);
 }
 
 /// Which requests enter the filter's VM, seen from outside: the test build traps on
@@ -86,7 +82,7 @@ fn only_fenced_methods_enter_the_filter() {
         (d.join().unwrap(), p.join().unwrap())
     });
     for (envoy, path) in [(&default, "/d"), (&put_only, "/p")] {
-        assert_eq!(put(envoy, path, "1", "one").status, 201);
+        assert_eq!(envoy.put(path, "1", "one").unwrap().status, 201);
         let get = envoy.send("GET", path, &[fault], b"").unwrap();
         assert_eq!((get.status, get.text().as_str()), (200, "one"), "a read never enters the VM");
     }

@@ -21,10 +21,6 @@ fn join(handle: JoinHandle<Result<Reply>>) -> Reply {
     handle.join().expect("client thread").expect("request")
 }
 
-fn tokens(upstream: &RecordingUpstream) -> Vec<String> {
-    upstream.applied().into_iter().map(|a| a.token).collect()
-}
-
 /// A gateway (started with `args`) whose write with token 33 on `/r` has been
 /// forwarded and is held by the upstream, unanswered: the in-flight write of every
 /// schedule below.
@@ -57,7 +53,7 @@ fn late_lower_token_write_never_lands_after_a_higher_one() {
     upstream.release("33");
     assert_eq!(join(a).status, 201);
     assert_eq!(join(b).status, 201);
-    assert_eq!(tokens(&upstream), ["33", "34"]);
+    assert_eq!(upstream.tokens(), ["33", "34"]);
     assert_eq!(gateway.metric("fencekeeper_gateway_gate_waits_total").unwrap(), 1);
 }
 
@@ -68,7 +64,7 @@ fn without_the_gate_a_late_lower_token_write_lands_last() {
     upstream.release("33");
     assert_eq!(join(a).status, 201);
     // The window: the store applied the stale holder's write after the newer one.
-    assert_eq!(tokens(&upstream), ["34", "33"]);
+    assert_eq!(upstream.tokens(), ["34", "33"]);
 }
 
 #[test]
@@ -83,7 +79,7 @@ fn waiting_write_overtaken_by_a_higher_token_is_refused_as_stale() {
     assert_eq!((a.status, c.status), (201, 201));
     assert_eq!(b.status, 409, "{}", b.body);
     assert_eq!(b.header("fencing-highest"), Some("35"));
-    assert_eq!(tokens(&upstream), ["33", "35"]);
+    assert_eq!(upstream.tokens(), ["33", "35"]);
 }
 
 #[test]
@@ -94,7 +90,7 @@ fn write_waiting_past_the_gate_timeout_gets_503_and_never_lands() {
     assert!(b.body.contains("ordering gate"), "{}", b.body);
     upstream.release("33");
     assert_eq!(join(a).status, 201);
-    assert_eq!(tokens(&upstream), ["33"]);
+    assert_eq!(upstream.tokens(), ["33"]);
     assert_eq!(gateway.metric("fencekeeper_gateway_gate_timeouts_total").unwrap(), 1);
 }
 
@@ -122,7 +118,7 @@ fn given_up_then_34(args: &[&str], give_up: impl FnOnce(&RecordingUpstream, &Gat
     upstream.release("33");
     let b = join(b);
     poll(|| upstream.applied().len() == 1 + usize::from(b.status == 201));
-    (tokens(&upstream), b)
+    (upstream.tokens(), b)
 }
 
 /// Poll `done` (at most 10 s): the gateway's gauge and the store's record are the

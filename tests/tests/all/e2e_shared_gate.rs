@@ -26,10 +26,6 @@ fn put_in_background(url: String, token: &str) -> JoinHandle<Reply> {
     std::thread::spawn(move || request(&url, "PUT", "/r", &[("fencing-token", &token)], token.as_bytes()).unwrap())
 }
 
-fn tokens(upstream: &RecordingUpstream) -> Vec<String> {
-    upstream.applied().into_iter().map(|a| a.token).collect()
-}
-
 /// Poll `done` (at most 20 s): the gauges and the store's record are the signals.
 fn poll(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -52,7 +48,7 @@ fn slow_33_on_a_then_34_on_b(upstream: &RecordingUpstream, a: &Gateway, b: &Gate
     upstream.release("33");
     assert_eq!(first.join().unwrap().status, 201);
     assert_eq!(second.join().unwrap().status, 201);
-    tokens(upstream)
+    upstream.tokens()
 }
 
 #[test]
@@ -90,7 +86,7 @@ fn a_gateway_killed_with_a_write_in_flight_holds_the_resource_through_its_lease(
     upstream.release("33");
     let second = second.join().unwrap();
     assert_eq!(second.status, 201, "{}", second.body);
-    assert_eq!(tokens(&upstream), ["33", "34"]);
+    assert_eq!(upstream.tokens(), ["33", "34"]);
     // It waited for the lease (1 s + 2 s + margin), not for the 20 s gate timeout.
     let waited = killed.elapsed();
     assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(15), "{waited:?}");
@@ -121,7 +117,7 @@ fn a_flight_whose_delete_was_lost_holds_the_resource_only_until_its_lease_expire
     });
     let second = second.join().unwrap();
     assert_eq!(second.status, 201, "{}", second.body);
-    assert_eq!(tokens(&upstream), ["5", "6"]);
+    assert_eq!(upstream.tokens(), ["5", "6"]);
     let waited = lost.elapsed();
     assert!(waited < Duration::from_secs(30), "{waited:?}");
 }
@@ -179,7 +175,7 @@ fn two_envoys_and_a_gateway_with_the_shared_gate_never_land_a_lower_write_after_
     // 34 was overtaken by 35 while it waited: refused, never sent after 35.
     assert_eq!(b.status, 409, "{}", b.body);
     assert_eq!(b.header("fencing-highest"), Some("35"));
-    assert_eq!(tokens(&upstream), ["33", "35"]);
+    assert_eq!(upstream.tokens(), ["33", "35"]);
 }
 
 #[test]
@@ -191,7 +187,7 @@ fn two_envoys_without_the_shared_gate_land_the_lower_write_last() {
     assert_eq!(e2.put("/r", "34", b"34").unwrap().status, 201);
     upstream.release("33");
     assert_eq!(a.join().unwrap().status, 201);
-    assert_eq!(tokens(&upstream), ["34", "33"]);
+    assert_eq!(upstream.tokens(), ["34", "33"]);
 }
 
 #[test]
@@ -209,7 +205,7 @@ fn an_envoy_killed_with_a_write_in_flight_holds_the_resource_through_its_lease()
     upstream.release("33");
     let b = b.join().unwrap();
     assert_eq!(b.status, 201, "{}", b.text());
-    assert_eq!(tokens(&upstream), ["33", "34"]);
+    assert_eq!(upstream.tokens(), ["33", "34"]);
     let waited = killed.elapsed();
     assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(15), "{waited:?}");
 }

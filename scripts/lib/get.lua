@@ -1,0 +1,2 @@
+-- wrk: GET the URL's path, an unfenced read.
+wrk.method = "GET"
