@@ -2,7 +2,7 @@
 # Build the validator component: guest/validator/build.sh OUTDIR
 # Writes OUTDIR/fencekeeper_validator.wasm (the bundled guest) and
 # OUTDIR/test-guests/guest_faults.wasm (the fault-injection guest used by
-# host/fencekeeper/tests/guest_faults.rs). Environment (set by scripts/build-guests.sh):
+# host/fencekeeper/tests/all/guest_faults.rs). Environment (set by scripts/build-guests.sh):
 #   FK_CARGO         the cargo command (default: cargo)
 #   FK_BUILD_STD=1   add -Z build-std=core,alloc (the Debian rustc-web fallback)
 #   FK_COMPONENTIZE  the native fencekeeper-componentize binary (core module -> component)

@@ -1,5 +1,5 @@
 //! Fault injection, compiled only with the `faults` feature into the test guest
-//! `guest_faults.wasm` (host/fencekeeper/tests/guest_faults.rs). Otherwise the
+//! `guest_faults.wasm` (host/fencekeeper/tests/all/guest_faults.rs). Otherwise the
 //! bundled guest; reserved inputs make it break one promise each, so the host's
 //! limits and verification can be shown to hold against a real Rust guest:
 //!

@@ -28,7 +28,7 @@ fn the_committed_header_is_generated_from_the_source() {
         let line = committed.lines().zip(generated.lines()).position(|(a, b)| a != b);
         panic!(
             "{} differs from the header the source generates (first difference at line {}); \
-             re-bless with BLESS=1 cargo test --release -p fencekeeper-capi --test header",
+             re-bless with BLESS=1 cargo test --release -p fencekeeper-capi --test all header::",
             committed_path.display(),
             line.map_or_else(|| "the end".to_owned(), |l| (l + 1).to_string())
         );

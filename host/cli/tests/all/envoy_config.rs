@@ -1,5 +1,5 @@
 //! `fencekeeper envoy-config` output, pinned by golden files (re-bless with
-//! `BLESS=1 cargo test --release -p fencekeeper-cli --test envoy_config`).
+//! `BLESS=1 cargo test --release -p fencekeeper-cli --test all envoy_config::`).
 //! tests/tests/all/e2e_envoy_config.rs runs `envoy --mode validate` on the same output.
 
 #![allow(clippy::unwrap_used, clippy::panic)]

@@ -107,7 +107,7 @@ pub struct Limits {
     /// bundled guest takes about 1,000; its worst accepted input (a token of
     /// [`MAX_TOKEN_BYTES`](fencekeeper_core::token::MAX_TOKEN_BYTES), four
     /// components) about 8,000. The default, 200,000, is more than ten times that
-    /// (`tests/guest_faults.rs` measures it), so an honest guest never runs out on
+    /// (`tests/all/guest_faults.rs` measures it), so an honest guest never runs out on
     /// anything a client can send.
     pub fuel: u64,
     /// The most bytes one instance may hold: all its linear memories and table

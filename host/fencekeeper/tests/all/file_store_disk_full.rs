@@ -25,7 +25,7 @@ const LIMIT_BLOCKS: u64 = 4096;
 fn a_full_disk_refuses_advances_loses_nothing_and_the_store_writes_again_once_there_is_room() {
     let dir = tempfile::tempdir().unwrap();
     let script = format!(
-        "trap '' XFSZ; ulimit -S -f {LIMIT_BLOCKS} && exec \"$0\" disk_full_child --exact --ignored --nocapture --test-threads=1"
+        "trap '' XFSZ; ulimit -S -f {LIMIT_BLOCKS} && exec \"$0\" file_store_disk_full::disk_full_child --exact --ignored --nocapture --test-threads=1"
     );
     let out = Command::new("sh")
         .args(["-c", &script])

@@ -7,14 +7,11 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-#[path = "support/wat_guest.rs"]
-mod wat_guest;
-
+use crate::wat_guest::{component, encode};
 use fencekeeper::validator::{Conformance, GuestSource, Limits, LoadError, Validator};
 use fencekeeper::{Class, Guard, MemoryStore, Mode, Policy};
 use std::path::Path;
 use std::sync::Arc;
-use wat_guest::{component, encode};
 
 fn load(bytes: &[u8], limits: Limits) -> Result<Validator, LoadError> {
     // These guests answer nothing right; what is tested is what they hold.

@@ -1,7 +1,7 @@
 //! Hand-written guests: core modules in WAT, made components against
 //! wit/fencekeeper.wit, so a test or a bench can hold the host to a guest that does
 //! exactly one thing (escape a limit, answer at once). Shared by
-//! tests/hostile_guests.rs and benches/admit.rs.
+//! tests/all/hostile_guests.rs and benches/admit.rs.
 
 #![allow(dead_code, clippy::unwrap_used)]
 
