@@ -1,11 +1,11 @@
-//! Target 5: the Envoy filter's parser of etcd's gRPC answers (`etcd::parse`), the
-//! etcd wire's parsers of an authentication's answer (gRPC for the filter, JSON for
-//! the library), and the wire's parser of the JSON gateway's Txn answers (the
-//! library's).
+//! Target 5: the Envoy filter's parser of etcd's gRPC answers (`etcd::parse`), and
+//! the etcd wire's parsers the library uses (Txn, vouching read, authentication,
+//! leases).
 //!
-//! An input that starts with `{` is a JSON body etcd's gateway answered with status
-//! 200 (the seeds are real answers of etcd 3.4); any other input is read as one of
-//! the cases below.
+//! An input that starts with `0x0a` (field 1, the `ResponseHeader` every etcd answer
+//! opens with) is one answer body, status OK, given to every parser (the seeds are
+//! etcd's answers to Fencekeeper's calls, as etcd writes them); any other input is
+//! read as one of the cases below.
 //!
 //! * Any status, message and body: no panic; anything but gRPC status 0 is an error;
 //!   and every error is one printable line, no longer than a bound plus the quoted
@@ -119,13 +119,36 @@ fn token_or_error(result: Result<String, wire::AuthRefusal>) {
     }
 }
 
+/// An error one printable line, no longer than the bound.
+fn bounded_error<T>(result: Result<T, wire::WireError>) {
+    if let Err(e) = result {
+        assert!(is_printable_line(&e.0) && e.0.len() <= MAX_ERROR_BYTES, "{:?}", e.0);
+    }
+}
+
+/// One answer body, status OK, through every parser of the library and the filter.
+fn answer_body(body: &[u8]) {
+    const RESOURCE: &str = "orders/2026.csv";
+    let txn = grpc::parse_txn(body);
+    if let Ok(answer) = &txn {
+        for i in 0..answer.operations() + 1 {
+            bounded_error(answer.read(i));
+        }
+    }
+    bounded_error(txn);
+    bounded_error(grpc::parse_vouch_txn(body));
+    token_or_error(grpc::parse_authentication(Ok(body)));
+    bounded_error(grpc::parse_lease_grant(body).map(|id| assert!(id > 0, "{id}")));
+    bounded_error(grpc::parse_keepalive(body));
+    if let Err(e) = parse(&Ok(body.to_vec()), RESOURCE) {
+        let bound = MAX_ERROR_BYTES + format!("{RESOURCE:?}").len();
+        assert!(is_printable_line(&e.0) && e.0.len() <= bound, "{:?}", e.0);
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
-    if data.first() == Some(&b'{') {
-        // The JSON gateway's answers (the wire crate still parses them).
-        let _ = wire::parse_txn(data).map(|a| a.read(0));
-        let _ = wire::token_refused(200, data);
-        let token = wire::parse_authentication(Some(200), data);
-        token_or_error(token);
+    if data.first() == Some(&0x0a) {
+        answer_body(data);
         return;
     }
     let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else { return };
@@ -153,18 +176,8 @@ fuzz_target!(|data: &[u8]| {
                 let _ = grpc::token_refused(&Status { code: *code, message: message.clone() });
             }
             token_or_error(grpc::parse_authentication(response.as_deref()));
-            // The same bytes as `fencekeeper lock`'s lease answers: a lease ID is
-            // positive, every error one bounded line.
-            match grpc::parse_lease_grant(body) {
-                Ok(id) => assert!(id > 0, "{id}"),
-                Err(e) => assert!(is_printable_line(&e.0) && e.0.len() <= MAX_ERROR_BYTES, "{:?}", e.0),
-            }
-            if let Err(e) = grpc::parse_keepalive(body) {
-                assert!(is_printable_line(&e.0) && e.0.len() <= MAX_ERROR_BYTES, "{:?}", e.0);
-            }
-            // The same bytes as the JSON gateway's answers.
-            let status = Some((*code % 1000) as u16);
-            token_or_error(wire::parse_authentication(status, body));
+            // The same bytes as an answer to any other of the library's calls.
+            answer_body(body);
             (result, resource)
         }
         Input::Shaped(answer) => {

@@ -37,7 +37,8 @@
 //! * `src/bin/fencekeeper-lock-worker.rs`: the command a lock client runs in the
 //!   token tests: two writes through the gateway with the token it was given.
 //! * `src/bin/fencekeeper-demo`: the lock-and-pause scenario with and without fencing;
-//!   its lease-lock client (`lock.rs`) talks to etcd's JSON gateway by itself.
+//!   its lease-lock client (`lock.rs`) speaks etcd's gRPC API through the library's
+//!   `EtcdClient`.
 
 pub mod commit_order;
 pub mod envoy;

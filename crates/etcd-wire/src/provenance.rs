@@ -21,13 +21,12 @@
 //!   exact match. Neither client stores its token in etcd, so a token anywhere in that
 //!   interval passes (see docs/operations.md for what that leaves open).
 //!
-//! The bodies here are the reads those checks need; the rules are [`weak`] and
-//! [`strong`], pure functions, shared by the library and the Envoy filter.
+//! Here are the read those checks need ([`holder_op`]; [`crate::grpc::vouch_txn`]
+//! sends it with the mark's read in one transaction) and the rules, [`weak`] and
+//! [`strong`]: pure functions, shared by the library and the Envoy filter.
 
-use crate::{header_revision, key_values, KeyValue, Op, Range, RawTxn, WireError, B64};
-use base64::Engine as _;
+use crate::{KeyValue, Op, Range};
 use fencekeeper_core::Token;
-use serde_json::json;
 use std::fmt;
 
 /// Which provenance check a host runs for etcd tokens.
@@ -45,52 +44,7 @@ pub fn lock_name(lock_prefix: &str, resource: &str) -> String {
     format!("{lock_prefix}{resource}")
 }
 
-/// The range read of the holder of lock `name`: the key under `name/` with the
-/// lowest create revision, keys only (etcd's `Mutex` calls it the owner).
-fn holder_read(keys: &str) -> Range<'_> {
-    Range {
-        key: keys.as_bytes(),
-        prefix: true,
-        limit: 1,
-        by_create_revision: Some(true),
-        keys_only: true,
-        ..Range::default()
-    }
-}
-
-/// A range read of the holder of lock `name` (`POST /v3/kv/range`).
-pub fn holder_range(name: &str) -> String {
-    holder_read(&format!("{name}/")).body()
-}
-
-/// A read that answers nothing but the cluster's revision (`POST /v3/kv/range`): a
-/// count of one key.
-pub fn revision_read() -> String {
-    json!({ "key": B64.encode("/"), "count_only": true }).to_string()
-}
-
-/// One read-only transaction that reads `mark_key` and, for the strong check, the
-/// holder of lock `lock` (`POST /v3/kv/txn`): what the Envoy filter sends before it
-/// advances a mark, so the exact mark, the revision and the holder come back in one
-/// round trip.
-pub fn vouch_txn(mark_key: &str, lock: Option<&str>) -> String {
-    vouch_ops(mark_key, lock, |reads| {
-        let ops: Vec<serde_json::Value> = reads.iter().map(Op::json).collect();
-        json!({ "compare": [], "success": ops }).to_string()
-    })
-}
-
-/// The reads of [`vouch_txn`], handed to `render` (JSON or [`crate::grpc`]).
-pub(crate) fn vouch_ops<T>(mark_key: &str, lock: Option<&str>, render: impl FnOnce(&[Op<'_>]) -> T) -> T {
-    let keys = lock.map(|name| format!("{name}/"));
-    let mut reads = vec![Op::Range(Range { key: mark_key.as_bytes(), ..Range::default() })];
-    if let Some(keys) = &keys {
-        reads.push(Op::Range(holder_read(keys)));
-    }
-    render(&reads)
-}
-
-/// What [`vouch_txn`] answered.
+/// What [`crate::grpc::vouch_txn`] answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VouchAnswer {
     /// The mark key (its raw value is the caller's to verify), if it exists.
@@ -99,17 +53,6 @@ pub struct VouchAnswer {
     pub holder: Option<KeyValue>,
     /// The cluster's revision at the read.
     pub revision: u64,
-}
-
-/// Parse the answer to [`vouch_txn`].
-pub fn parse_vouch_txn(body: &[u8]) -> Result<VouchAnswer, WireError> {
-    let raw: RawTxn =
-        serde_json::from_slice(body).map_err(|e| WireError(format!("etcd's read answer does not parse: {e}")))?;
-    let revision = header_revision(raw.header.as_ref())?;
-    let mut ranges = raw.responses.into_iter().map(|op| op.response_range.map(|r| r.kvs).unwrap_or_default());
-    let mark = key_values(ranges.next().unwrap_or_default())?.into_iter().next();
-    let holder = key_values(ranges.next().unwrap_or_default())?.into_iter().next();
-    Ok(VouchAnswer { mark, holder, revision })
 }
 
 /// Why etcd did not issue a token (to this holder).
@@ -199,10 +142,18 @@ pub fn holder_keys(name: &str) -> String {
     format!("{name}/")
 }
 
-/// The strong check's read of a lock's holder as a Txn's operation: the first key
-/// under `keys` ([`holder_keys`]) by create revision, key only.
+/// The strong check's read of a lock's holder as a Txn's operation: the key under
+/// `keys` ([`holder_keys`]) with the lowest create revision, key only (etcd's `Mutex`
+/// calls it the owner).
 pub fn holder_op(keys: &str) -> Op<'_> {
-    Op::Range(holder_read(keys))
+    Op::Range(Range {
+        key: keys.as_bytes(),
+        prefix: true,
+        limit: 1,
+        by_create_revision: Some(true),
+        keys_only: true,
+        ..Range::default()
+    })
 }
 
 #[cfg(test)]
@@ -239,26 +190,5 @@ mod tests {
         assert!(matches!(strong(&token!("58"), Some(&holder(40)), &lock, 57), Err(Unissued::AboveRevision { .. })));
         let free = strong(&token!("45"), None, &lock, 57).unwrap_err();
         assert!(free.to_string().contains("nobody holds the lock \"/locks/r\""), "{free}");
-    }
-
-    #[test]
-    fn the_vouching_read_asks_for_the_mark_and_the_holder_in_one_transaction() {
-        let body: serde_json::Value =
-            serde_json::from_str(&vouch_txn("/fencekeeper/marks/r", Some("/locks/r"))).unwrap();
-        assert_eq!(body["compare"], json!([]));
-        assert_eq!(body["success"][0]["request_range"]["key"], B64.encode("/fencekeeper/marks/r"));
-        let read = &body["success"][1]["request_range"];
-        assert_eq!(read["key"], B64.encode("/locks/r/"));
-        assert_eq!(read["range_end"], B64.encode("/locks/r0"));
-        assert_eq!((read["sort_target"].as_str(), read["limit"].as_u64()), (Some("CREATE"), Some(1)));
-        let weak_only: serde_json::Value = serde_json::from_str(&vouch_txn("k", None)).unwrap();
-        assert_eq!(weak_only["success"].as_array().map(Vec::len), Some(1));
-        let answer = br#"{"header":{"revision":"57"},"succeeded":true,"responses":[
-            {"response_range":{"header":{}}},
-            {"response_range":{"kvs":[{"key":"L2xvY2tzL3IvNjk0ZDhh","create_revision":"40"}],"count":"2"}}]}"#;
-        let parsed = parse_vouch_txn(answer).unwrap();
-        assert_eq!((parsed.mark, parsed.revision), (None, 57));
-        assert_eq!(parsed.holder, Some(holder(40)));
-        assert!(parse_vouch_txn(b"[").is_err());
     }
 }

@@ -6,14 +6,15 @@
 //! higher token. When the holder stops (SIGSTOP), so does its keep-alive; the lease
 //! expires, etcd deletes the key, and the next client acquires.
 
-use anyhow::{bail, Context, Result};
-use fencekeeper_etcd_wire::{self as wire, Expect};
+use anyhow::{bail, Result};
+use fencekeeper::etcd::{EtcdClient, EtcdOptions};
+use fencekeeper_etcd_wire::{grpc, Expect, Op};
 use std::time::{Duration, Instant};
 
-/// A client of etcd's v3 JSON gateway.
+/// A client of etcd's gRPC API (the library's, as the mark store uses it).
 pub struct Etcd {
     url: String,
-    agent: ureq::Agent,
+    client: EtcdClient,
 }
 
 /// A held lock: its lease and fencing token.
@@ -26,24 +27,24 @@ pub struct Held {
 
 impl Etcd {
     /// A client for `url` (`http://HOST:PORT`).
-    pub fn new(url: &str) -> Etcd {
-        let config = ureq::Agent::config_builder().timeout_global(Some(Duration::from_secs(5))).build();
-        Etcd { url: url.trim_end_matches('/').to_owned(), agent: ureq::Agent::new_with_config(config) }
+    pub fn new(url: &str) -> Result<Etcd> {
+        let options = EtcdOptions { timeout: Duration::from_secs(5), ..EtcdOptions::default() };
+        Ok(Etcd { url: url.to_owned(), client: EtcdClient::new(url, &options)? })
     }
 
-    fn call(&self, path: &str, body: String) -> Result<Vec<u8>> {
-        let url = format!("{}{path}", self.url);
-        Ok(self.agent.post(&url).send(body).with_context(|| format!("etcd {url}"))?.body_mut().read_to_vec()?)
+    fn lease_call(&self, method: &str, message: &[u8]) -> Result<Vec<u8>> {
+        Ok(self.client.unary(grpc::LEASE_SERVICE, method, message)?)
     }
 
     /// Acquire the lock `key`, waiting (at most `patience`) while someone else holds it.
     pub fn acquire(&self, key: &str, owner: &str, ttl: u64, patience: Duration) -> Result<Held> {
-        let lease = wire::parse_lease_grant(&self.call(wire::LEASE_GRANT_PATH, wire::lease_grant(ttl))?)?;
-        self.keep_alive(lease, ttl);
+        let lease = grpc::parse_lease_grant(&self.lease_call(grpc::LEASE_GRANT_METHOD, &grpc::lease_grant(ttl))?)?;
+        self.keep_alive(lease, ttl)?;
         let deadline = Instant::now() + patience;
+        let key = key.as_bytes();
         loop {
-            let txn = wire::txn(key.as_bytes(), Expect::Absent, Some(owner.as_bytes()), Some(lease), false);
-            let answer = wire::parse_txn(&self.call(wire::TXN_PATH, txn)?)?;
+            let put = Op::Put { key, value: owner.as_bytes(), lease: Some(lease) };
+            let answer = self.client.txn(&grpc::txn(&[(key, Expect::Absent)], &[put], &[]))?;
             if answer.succeeded {
                 return Ok(Held { lease, token: answer.revision });
             }
@@ -56,17 +57,19 @@ impl Etcd {
 
     /// Give the lock back (revoking the lease deletes the key); an expired lease is fine.
     pub fn release(&self, held: &Held) {
-        let _ = self.call(wire::LEASE_REVOKE_PATH, wire::lease(held.lease));
+        let _ = self.lease_call(grpc::LEASE_REVOKE_METHOD, &grpc::lease(held.lease));
     }
 
-    /// Refresh the lease from a thread, a third of the TTL apart. The thread stops
-    /// with the process: a paused holder stops refreshing, which is the point.
-    fn keep_alive(&self, lease: i64, ttl: u64) {
-        let etcd = Etcd::new(&self.url);
+    /// Refresh the lease from a thread (its own connection), a third of the TTL
+    /// apart. The thread stops with the process: a paused holder stops refreshing,
+    /// which is the point.
+    fn keep_alive(&self, lease: i64, ttl: u64) -> Result<()> {
+        let etcd = Etcd::new(&self.url)?;
         let period = Duration::from_millis(ttl * 1000 / 3);
         std::thread::spawn(move || loop {
             std::thread::sleep(period);
-            let _ = etcd.call(wire::LEASE_KEEPALIVE_PATH, wire::lease(lease));
+            let _ = etcd.lease_call(grpc::LEASE_KEEPALIVE_METHOD, &grpc::lease(lease));
         });
+        Ok(())
     }
 }

@@ -28,7 +28,7 @@ pub struct Job {
 
 /// Run the job; one stdout line per event: `acquired T`, `sending I`, `wrote I STATUS`, `done`.
 pub fn run(job: &Job) -> Result<()> {
-    let etcd = Etcd::new(&job.etcd);
+    let etcd = Etcd::new(&job.etcd)?;
     let held = etcd.acquire(&format!("/demo/lock{}", job.prefix), &job.name, job.ttl, Duration::from_secs(60))?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "acquired {}", held.token)?;

@@ -1,12 +1,12 @@
-//! etcd's gRPC API: the same transactions as the JSON gateway's ([`Expect`], [`Op`],
-//! [`Range`]) as protobuf messages (`etcdserverpb.KV/Txn`), the authentication
-//! (`etcdserverpb.Auth/Authenticate`), and their answers parsed as hostile bytes into
-//! the same [`TxnAnswer`].
+//! etcd's gRPC API: transactions ([`Expect`], [`Op`], [`Range`]) as protobuf
+//! messages (`etcdserverpb.KV/Txn`), the transactions Fencekeeper sends (a mark's
+//! advance or confirm, several confirms at once, a vouching read, a forced repair),
+//! leases (`etcdserverpb.Lease`), the authentication (`etcdserverpb.Auth`), and their
+//! answers parsed as hostile bytes into a [`TxnAnswer`].
 //!
-//! Why a second encoding: etcd's JSON gateway decodes the JSON and then calls etcd's
-//! own gRPC server, so a Txn through it costs etcd about twice the CPU of the same Txn
-//! over gRPC (260 against 140 µs, measured with etcd 3.4; BENCHMARKS.md). The Envoy
-//! filter, whose every admit is an etcd Txn on the proxy's own machine, speaks gRPC.
+//! Why gRPC and not etcd's JSON gateway: the gateway decodes the JSON and then calls
+//! etcd's own gRPC server, so a Txn through it costs etcd about twice the CPU of the
+//! same Txn over gRPC (260 against 140 µs, measured with etcd 3.4; BENCHMARKS.md).
 //!
 //! A message is the protobuf encoding alone; the transport (Envoy's gRPC client)
 //! frames it. Only the fields Fencekeeper writes and reads are known here (field
@@ -14,11 +14,15 @@
 //! answer's other fields are skipped, as protobuf requires, and a known field with
 //! the wrong wire type, a truncated field or an over-long answer is an error.
 
+mod protobuf;
+
+use crate::auth::checked_token;
+use crate::provenance::{holder_keys, holder_op, VouchAnswer};
 pub use crate::MAX_CONFIRMS_PER_TXN;
-use crate::{
-    checked_token, excerpt, prefix_end, AuthRefusal, Expect, KeyValue, Op, Range, Reads, TxnAnswer, WireError,
-};
+use crate::{excerpt, prefix_end, AuthRefusal, Expect, KeyValue, Op, Range, TxnAnswer, WireError};
+use fencekeeper_core::record;
 use fencekeeper_core::Token;
+use protobuf::{fields, wrong_type, Message, Value};
 
 /// etcd's key-value service.
 pub const KV_SERVICE: &str = "etcdserverpb.KV";
@@ -72,60 +76,6 @@ impl Status {
     pub fn error(&self) -> WireError {
         let name = CODES.get(self.code as usize).copied().unwrap_or("unknown code");
         WireError(format!("etcd answered gRPC status {} ({name}): {}", self.code, excerpt(self.message.trim())))
-    }
-}
-
-/// A protobuf message being written.
-#[derive(Default)]
-struct Message(Vec<u8>);
-
-impl Message {
-    fn varint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8 & 0x7f) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-
-    fn key(&mut self, field: u32, wire: u8) {
-        self.varint(u64::from(field) << 3 | u64::from(wire));
-    }
-
-    /// A varint field, always written (a `oneof` member has presence even at 0).
-    fn set_uint(&mut self, field: u32, v: u64) {
-        self.key(field, 0);
-        self.varint(v);
-    }
-
-    /// A varint field; proto3 leaves out zero.
-    fn uint(&mut self, field: u32, v: u64) {
-        if v != 0 {
-            self.set_uint(field, v);
-        }
-    }
-
-    /// An int64 field (two's complement, as protobuf writes a negative int64).
-    fn int(&mut self, field: u32, v: i64) {
-        self.uint(field, v as u64);
-    }
-
-    /// A length-delimited field, always written.
-    fn set_bytes(&mut self, field: u32, b: &[u8]) {
-        self.key(field, 2);
-        self.varint(b.len() as u64);
-        self.0.extend_from_slice(b);
-    }
-
-    /// A bytes or string field; proto3 leaves out empty ones.
-    fn bytes(&mut self, field: u32, b: &[u8]) {
-        if !b.is_empty() {
-            self.set_bytes(field, b);
-        }
-    }
-
-    fn message(&mut self, field: u32, m: Message) {
-        self.set_bytes(field, &m.0);
     }
 }
 
@@ -226,22 +176,45 @@ pub fn txn(compares: &[(&[u8], Expect<'_>)], success: &[Op<'_>], failure: &[Op<'
     m.0
 }
 
-/// [`crate::mark_txn`] as a `TxnRequest`.
+/// The mark transaction on `resource` at `key`: compare the expected mark's record
+/// (absent when `None`), put `new`'s record, or put nothing when `new` is the expected
+/// mark (a confirm), and read the current value back on failure, so a lost race costs
+/// no second round trip.
 pub fn mark_txn(key: &str, resource: &str, expected: Option<&Token>, new: &Token) -> Vec<u8> {
-    crate::mark_ops(key, resource, expected, new, |compare_with, success, failure| {
-        txn(&[compare_with], success, failure)
-    })
+    let record_of = |t: &Token| record::encode(resource.as_bytes(), t);
+    let old = expected.map(record_of);
+    let expect = match &old {
+        Some(r) => Expect::Value(r.as_bytes()),
+        None => Expect::Absent,
+    };
+    let key = key.as_bytes();
+    let put = (expected != Some(new)).then(|| record_of(new));
+    let success: Vec<Op<'_>> = put.iter().map(|r| Op::Put { key, value: r.as_bytes(), lease: None }).collect();
+    txn(&[(key, expect)], &success, &[Op::Range(Range::of(key))])
 }
 
-/// [`crate::provenance::vouch_txn`] as a `TxnRequest`.
+/// One read-only transaction that reads `mark_key` and, for the strong check, the
+/// holder of lock `lock` ([`holder_op`]): what the Envoy filter sends before it
+/// advances a mark, so the exact mark, the revision and the holder come back in one
+/// round trip.
 pub fn vouch_txn(mark_key: &str, lock: Option<&str>) -> Vec<u8> {
-    crate::provenance::vouch_ops(mark_key, lock, |reads| txn(&[], reads, &[]))
+    let keys = lock.map(holder_keys);
+    let mut reads = vec![Op::Range(Range::of(mark_key.as_bytes()))];
+    reads.extend(keys.as_deref().map(holder_op));
+    txn(&[], &reads, &[])
 }
 
-/// [`crate::confirm_txn`] as a `TxnRequest`: several marks confirmed in one
-/// read-only Txn, each key read back when any moved.
+/// One read-only transaction that confirms several marks at once: each `(key,
+/// resource, mark)`'s record compared with what `key` holds; when any differs, every
+/// key is read back, in order (so each resource is decided on its own current mark).
+/// With one mark it is [`mark_txn`]'s confirm. etcd ANDs the compares: success means
+/// every mark held.
 pub fn confirm_txn(marks: &[(&str, &str, &Token)]) -> Vec<u8> {
-    crate::confirm_ops(marks, txn)
+    let records: Vec<_> = marks.iter().map(|(_, resource, mark)| record::encode(resource.as_bytes(), mark)).collect();
+    let compares: Vec<(&[u8], Expect<'_>)> =
+        marks.iter().zip(&records).map(|((key, _, _), r)| (key.as_bytes(), Expect::Value(r.as_bytes()))).collect();
+    let reads: Vec<Op<'_>> = marks.iter().map(|(key, _, _)| Op::Range(Range::of(key.as_bytes()))).collect();
+    txn(&compares, &[], &reads)
 }
 
 /// An `AuthenticateRequest` (name 1, password 2). The caller wipes it once sent.
@@ -300,85 +273,6 @@ pub fn authentication_answer(token: &[u8]) -> Vec<u8> {
     m.message(1, Message::default());
     m.bytes(2, token);
     m.0
-}
-
-/// One field of an answer.
-enum Value<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
-
-/// The fields of a message, in order.
-struct Fields<'a> {
-    rest: &'a [u8],
-    what: &'static str,
-}
-
-fn fields<'a>(bytes: &'a [u8], what: &'static str) -> Fields<'a> {
-    Fields { rest: bytes, what }
-}
-
-impl<'a> Fields<'a> {
-    fn truncated(&mut self) -> WireError {
-        self.rest = &[];
-        WireError(format!("etcd's {} answer is cut short or not protobuf", self.what))
-    }
-
-    fn varint(&mut self) -> Result<u64, WireError> {
-        let mut v = 0u64;
-        for shift in (0..70).step_by(7) {
-            let Some((&b, rest)) = self.rest.split_first() else { return Err(self.truncated()) };
-            self.rest = rest;
-            if shift == 63 && b > 1 {
-                return Err(self.truncated());
-            }
-            v |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return Ok(v);
-            }
-        }
-        Err(self.truncated())
-    }
-
-    fn take(&mut self, n: u64) -> Result<&'a [u8], WireError> {
-        match usize::try_from(n).ok().filter(|&n| n <= self.rest.len()) {
-            Some(n) => {
-                let (taken, rest) = self.rest.split_at(n);
-                self.rest = rest;
-                Ok(taken)
-            }
-            None => Err(self.truncated()),
-        }
-    }
-
-    fn field(&mut self) -> Result<(u64, Value<'a>), WireError> {
-        let key = self.varint()?;
-        let value = match key & 7 {
-            0 => Value::Varint(self.varint()?),
-            1 => self.take(8).map(|_| Value::Fixed)?,
-            2 => {
-                let n = self.varint()?;
-                Value::Bytes(self.take(n)?)
-            }
-            5 => self.take(4).map(|_| Value::Fixed)?,
-            // Groups (3, 4) are not in etcd's messages; 6 and 7 are not wire types.
-            _ => return Err(self.truncated()),
-        };
-        Ok((key >> 3, value))
-    }
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Result<(u64, Value<'a>), WireError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        (!self.rest.is_empty()).then(|| self.field())
-    }
-}
-
-fn wrong_type(what: &str, field: u64) -> WireError {
-    WireError(format!("etcd's {what} answer has field {field} of the wrong type"))
 }
 
 /// An int64 that must not be negative (a revision).
@@ -459,7 +353,7 @@ pub fn parse_txn(answer: &[u8]) -> Result<TxnAnswer, WireError> {
         match f? {
             (1, Value::Bytes(h)) => parsed.revision = header_revision(h)?,
             (2, Value::Varint(v)) => parsed.succeeded = v != 0,
-            (3, Value::Bytes(op)) => parsed.ranges.push(response_op(op)?.map(Reads::Decoded)),
+            (3, Value::Bytes(op)) => parsed.ranges.push(response_op(op)?),
             (n @ (1..=3), _) => return Err(wrong_type("Txn", n)),
             _ => {}
         }
@@ -467,14 +361,14 @@ pub fn parse_txn(answer: &[u8]) -> Result<TxnAnswer, WireError> {
     Ok(parsed)
 }
 
-/// Parse the answer to [`vouch_txn`]. Unlike the JSON gateway's answer, a missing
-/// read is an error here: etcd answers every operation of the branch that ran.
-pub fn parse_vouch_txn(answer: &[u8]) -> Result<crate::provenance::VouchAnswer, WireError> {
+/// Parse the answer to [`vouch_txn`]. A missing read is an error: etcd answers every
+/// operation of the branch that ran.
+pub fn parse_vouch_txn(answer: &[u8]) -> Result<VouchAnswer, WireError> {
     let parsed = parse_txn(answer)?;
     let first = |i| parsed.read(i).map(|kvs| kvs.into_iter().next());
     let mark = first(0)?;
     let holder = if parsed.operations() > 1 { first(1)? } else { None };
-    Ok(crate::provenance::VouchAnswer { mark, holder, revision: parsed.revision })
+    Ok(VouchAnswer { mark, holder, revision: parsed.revision })
 }
 
 /// The answer to [`authenticate`]: the token (`AuthenticateResponse.token`, field 2),
@@ -515,10 +409,16 @@ pub fn token_refused(status: &Status) -> bool {
         || (status.code == INVALID_ARGUMENT && status.message.contains("revision of auth store is old"))
 }
 
-/// [`crate::replace_txn`] as a `TxnRequest`: put `new` (or delete the key) if the
-/// key is still as `expect`ed.
+/// A transaction on one key that replaces its value whatever it is, provided it is
+/// still as `expect`ed: put `new`, or delete the key when `new` is `None`. What an
+/// operator's forced repair sends; it never reads back (a lost race is read again by
+/// the caller).
 pub fn replace_txn(key: &[u8], expect: Expect<'_>, new: Option<&[u8]>) -> Vec<u8> {
-    crate::replace_ops(key, expect, new, |compare, write| txn(&[compare], &[write], &[]))
+    let write = match new {
+        Some(value) => Op::Put { key, value, lease: None },
+        None => Op::Delete { key },
+    };
+    txn(&[(key, expect)], &[write], &[])
 }
 
 /// etcd's lease service (`fencekeeper lock --etcd`).
@@ -590,27 +490,16 @@ pub fn lease_answer(id: i64, ttl: i64, error: &str) -> Vec<u8> {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use super::protobuf::tests::decoded;
     use super::*;
-    use fencekeeper_core::record;
     use fencekeeper_core::token;
-
-    /// Decode a message into (field, value) pairs: nested ones as bytes.
-    fn decoded(m: &[u8]) -> Vec<(u64, Result<u64, Vec<u8>>)> {
-        fields(m, "test")
-            .map(|f| match f.unwrap() {
-                (n, Value::Varint(v)) => (n, Ok(v)),
-                (n, Value::Bytes(b)) => (n, Err(b.to_vec())),
-                (n, Value::Fixed) => (n, Ok(u64::MAX)),
-            })
-            .collect()
-    }
 
     fn nested(m: &[u8], field: u64) -> Vec<Vec<u8>> {
         decoded(m).into_iter().filter(|(n, _)| *n == field).filter_map(|(_, v)| v.err()).collect()
     }
 
     #[test]
-    fn the_mark_txn_is_the_gateways_transaction_in_protobuf() {
+    fn the_mark_txn_compares_the_record_and_reads_back() {
         // Field numbers as etcd's rpc.proto gives them (the e2e tests run these against etcd).
         let confirm = mark_txn("/k", "k", Some(&token!("5")), &token!("5"));
         let compare = &nested(&confirm, 1)[0];
@@ -659,6 +548,27 @@ mod tests {
                 (8, Ok(1)),
             ]
         );
+    }
+
+    #[test]
+    fn a_lock_queue_read_sorts_by_create_revision_and_bounds_it() {
+        let head = op(&Op::Range(Range::lock_queue_head(b"orders/", None))).0;
+        let range = &nested(&head, 1)[0];
+        assert_eq!(
+            decoded(range),
+            vec![
+                (1, Err(b"orders/".to_vec())),
+                (2, Err(b"orders0".to_vec())),
+                (3, Ok(1)),
+                (5, Ok(SORT_ASCEND)),
+                (6, Ok(SORT_BY_CREATE))
+            ]
+        );
+        let earlier = op(&Op::Range(Range::lock_queue_head(b"orders/", Some(41)))).0;
+        let range = decoded(&nested(&earlier, 1)[0]);
+        assert!(range.contains(&(5, Ok(SORT_DESCEND))) && range.contains(&(13, Ok(41))), "{range:?}");
+        let put = op(&Op::Put { key: b"orders/1a", value: b"", lease: Some(26) }).0;
+        assert_eq!(decoded(&nested(&put, 2)[0]), vec![(1, Err(b"orders/1a".to_vec())), (3, Ok(26))]);
     }
 
     /// A key, its value and its create revision.
@@ -751,17 +661,6 @@ mod tests {
         assert!(long.0.len() < 300 && !long.0.contains('\n') && !long.0.contains('\u{202e}'), "{long}");
     }
 
-    #[test]
-    fn encoding_writes_negative_and_large_numbers_as_protobuf_does() {
-        let mut m = Message::default();
-        m.int(1, -1);
-        assert_eq!(m.0, [0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]);
-        let parsed = decoded(&m.0);
-        assert_eq!(parsed, vec![(1, Ok(u64::MAX))]);
-        let mut big = Message::default();
-        big.set_bytes(1, &[7; 300]);
-        assert_eq!(&big.0[..3], &[0x0a, 0xac, 0x02]);
-    }
     #[test]
     fn lease_messages_round_trip_and_a_refusal_is_an_error() {
         assert_eq!(lease_grant(10), vec![0x08, 10]);
