@@ -87,7 +87,7 @@ pub fn pass_txn(
     let read = Op::Range(Range { key: flights.as_bytes(), prefix: true, ..Range::default() });
     let put = put.map(|lease| Op::Put { key: key.as_bytes(), value: value.as_bytes(), lease: Some(lease) });
     let success: Vec<Op<'_>> = put.into_iter().chain([read]).collect();
-    let read_mark = Op::Range(Range { key: mark_key.as_bytes(), ..Range::default() });
+    let read_mark = Op::Range(Range::of(mark_key.as_bytes()));
     grpc::txn(&[(mark_key.as_bytes(), Expect::Value(mark.as_bytes()))], &success, &[read_mark])
 }
 

@@ -21,7 +21,7 @@
 //!   exact match. Neither client stores its token in etcd, so a token anywhere in that
 //!   interval passes (see docs/operations.md for what that leaves open).
 //!
-//! Here are the read those checks need ([`holder_op`]; [`crate::grpc::vouch_txn`]
+//! Here is the read those checks need ([`holder_op`]; [`crate::grpc::vouch_txn`]
 //! sends it with the mark's read in one transaction) and the rules, [`weak`] and
 //! [`strong`]: pure functions, shared by the library and the Envoy filter.
 

@@ -96,7 +96,7 @@ fn wait_turn(etcd: &Etcd, lock: &mut Lock, ttl: u64, deadline: Instant) -> Resul
     let key = key.as_bytes();
     let prefix = lock.prefix.clone();
     let put = Op::Put { key, value: b"", lease: Some(lock.lease) };
-    let own = Op::Range(Range { key, ..Range::default() });
+    let own = Op::Range(Range::of(key));
     let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
     let queued = etcd.txn(&grpc::txn(&[(key, Expect::Absent)], &[put, first.clone()], &[own, first]))?;
     let created = |kvs: &[wire::KeyValue]| kvs.first().map(|kv| kv.create_revision as i64);
@@ -145,7 +145,7 @@ impl Lock {
 
     /// True once the lock key is gone (its lease expired or was revoked).
     pub fn lost(&self, etcd: &Etcd) -> Result<bool> {
-        Ok(etcd.read(Range { key: self.key.as_bytes(), ..Range::default() })?.is_empty())
+        Ok(etcd.read(Range::of(self.key.as_bytes()))?.is_empty())
     }
 
     /// True once another holder's key is first in the queue.

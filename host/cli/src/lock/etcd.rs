@@ -89,7 +89,7 @@ impl EtcdLock {
         let owned_key = self.key.clone();
         let key = owned_key.as_bytes();
         let put = Op::Put { key, value: b"", lease: Some(self.id) };
-        let own = Op::Range(Range { key, ..Range::default() });
+        let own = Op::Range(Range::of(key));
         let first = Op::Range(Range::lock_queue_head(prefix.as_bytes(), None));
         let queued = self.txn(key, Expect::Absent, &[put, first.clone()], &[own, first])?;
         let mine = if queued.succeeded {
@@ -150,7 +150,7 @@ impl Held for EtcdLock {
         if grpc::parse_keepalive(&kept).map_err(|e| unreachable(&e))? <= 0 {
             return Err(Renewal::Lost(format!("etcd lease {:x} expired", self.id)));
         }
-        let own = Op::Range(Range { key: self.key.as_bytes(), ..Range::default() });
+        let own = Op::Range(Range::of(self.key.as_bytes()));
         let read = self.client.txn(&grpc::txn(&[], &[own], &[])).map_err(|e| unreachable(&e))?;
         if read.read(0).map_err(|e| unreachable(&e))?.is_empty() {
             return Err(Renewal::Lost(format!("the lock key {:?} was deleted", self.key)));

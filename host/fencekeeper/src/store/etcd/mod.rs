@@ -140,7 +140,7 @@ impl EtcdStore {
     }
 
     fn range(&self, key: &str) -> Result<Vec<KeyValue>, StoreError> {
-        self.read_range(Range { key: key.as_bytes(), ..Range::default() })
+        self.read_range(Range::of(key.as_bytes()))
     }
 
     /// A Txn (a `TxnRequest`), over gRPC.
