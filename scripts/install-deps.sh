@@ -12,6 +12,9 @@
 #   libclang                 bindgen, which the redis-module crate runs at build time to
 #                            bind Redis's module API (Debian libclang-dev)
 #   nginx (WebDAV module)    a real store that accepts any write (Debian nginx-full)
+#   apache2 (mod_dav), rclone, curl
+#                            a full WebDAV server and the real clients the client tests
+#                            drive the fence with (Debian apache2, rclone, curl)
 #   wrk                      the load tool of the benchmark scripts (Debian)
 #   postgresql-15, -server-dev-15, libclang-dev, clang
 #                            PostgreSQL 15 for the extension's tests, and what pgrx needs
@@ -55,6 +58,9 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx-full)
 command -v wrk >/dev/null || missing+=(wrk)
+[ -x /usr/sbin/apache2 ] && [ -e /usr/lib/apache2/modules/mod_dav_fs.so ] || missing+=(apache2)
+command -v rclone >/dev/null || missing+=(rclone)
+command -v curl >/dev/null || missing+=(curl)
 [ -e /usr/share/java/zookeeper.jar ] || missing+=(zookeeperd)
 /usr/bin/python3 -c 'import kazoo' 2>/dev/null || missing+=(python3-kazoo)
 command -v redis-server >/dev/null || missing+=(redis-server)
@@ -70,6 +76,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     # Debian starts nginx (port 80), ZooKeeper (2181) and Redis (6379) after installing
     # them where services may start; the tests run their own, on free ports.
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    # Debian starts apache2 on port 80: the tests run their own httpd.
+    if [[ " ${missing[*]} " == *" apache2 "* ]]; then
+        $SUDO service apache2 stop >/dev/null 2>&1 || true
+    fi
     # The system's ZooKeeper is a JVM the tests never use: stop the one this installed.
     if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then
         $SUDO service zookeeper stop >/dev/null 2>&1 || true

@@ -16,6 +16,8 @@
 //! * [`redis`]: redis-server, as a lock service and as the host of the Fencekeeper
 //!   module (`--loadmodule`, AOF, replicas, restarts in place); [`resp`]: a small
 //!   client for it.
+//! * [`apache`]: Apache httpd with mod_dav, a full WebDAV server (what nginx's module
+//!   is not), for real WebDAV clients; [`rclone`]: one of them.
 //! * [`gateway`]: `fencekeeper serve` as a child process, a client that sees response
 //!   headers, and an upstream store the caller controls.
 //! * [`envoy`]: Envoy configured by `fencekeeper envoy-config`.
@@ -40,6 +42,7 @@
 //!   its lease-lock client (`lock.rs`) speaks etcd's gRPC API through the library's
 //!   `EtcdClient`.
 
+pub mod apache;
 pub mod commit_order;
 pub mod envoy;
 pub mod etcd_cluster;
@@ -49,6 +52,7 @@ pub mod holder;
 pub mod max_register;
 pub mod pg_wire;
 pub mod postgres;
+pub mod rclone;
 pub mod redis;
 pub mod relay;
 pub mod resp;

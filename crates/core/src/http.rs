@@ -1,7 +1,8 @@
-//! The HTTP vocabulary every HTTP host shares (the gateway, the Envoy filter): which
-//! requests are fenced, where a request's resource key comes from, and how a
-//! refusal is rendered. A host only moves bytes between its HTTP library and these
-//! functions, so that two hosts cannot answer the same request differently.
+//! The HTTP vocabulary every HTTP host shares (the gateway, the Envoy filter): where
+//! a request's resource key comes from, and how a refusal is rendered (which
+//! requests are fenced is the store's [`crate::protocol`]). A host only moves bytes
+//! between its HTTP library and these functions, so that two hosts cannot answer the
+//! same request differently.
 
 use crate::refusal::{Action, Class};
 use crate::resource::{key_from_bytes, path_key_bytes, ResourceError};
@@ -15,21 +16,6 @@ pub const HIGHEST_HEADER: &str = "fencing-highest";
 /// The header added to a forwarded request: the token that was admitted. Only the
 /// host sets it; a value a client sent is removed.
 pub const ADMITTED_HEADER: &str = "fencing-admitted-token";
-
-/// The methods never fenced by default: the ones that do not write. Every other
-/// method (PUT, POST, PATCH, DELETE, WebDAV's MKCOL, COPY, MOVE, LOCK, ...) is fenced
-/// unless a host is configured with a list.
-pub const UNFENCED_BY_DEFAULT: [&str; 3] = ["GET", "HEAD", "OPTIONS"];
-
-/// Whether a request with `method` is fenced, given the configured list of fenced
-/// methods (`None`: every method but [`UNFENCED_BY_DEFAULT`]). Methods compare
-/// without regard to case.
-pub fn fences<S: AsRef<str>>(method: &str, fenced: Option<&[S]>) -> bool {
-    match fenced {
-        Some(list) => list.iter().any(|m| m.as_ref().eq_ignore_ascii_case(method)),
-        None => !UNFENCED_BY_DEFAULT.iter().any(|m| m.eq_ignore_ascii_case(method)),
-    }
-}
 
 /// True for a gRPC request, by its `content-type` (`application/grpc`, `+proto`, ...).
 pub fn is_grpc(content_type: &[u8]) -> bool {
@@ -140,18 +126,6 @@ mod tests {
 
     fn decoded(p: &str) -> Vec<u8> {
         decoded_path(p.as_bytes()).collect()
-    }
-
-    #[test]
-    fn default_fencing_is_every_method_that_writes() {
-        let none: Option<&[&str]> = None;
-        for m in ["PUT", "POST", "DELETE", "PATCH", "MKCOL", "LOCK", "put"] {
-            assert!(fences(m, none), "{m}");
-        }
-        for m in ["GET", "HEAD", "OPTIONS", "get"] {
-            assert!(!fences(m, none), "{m}");
-        }
-        assert!(fences("put", Some(&["PUT"][..])) && !fences("DELETE", Some(&["PUT"][..])));
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! * [`decision`]: the verdict for a presented token against a mark.
 //! * [`gate`]: when an admitted write may go to the store (the ordering gate's rule:
 //!   no lower-token write may still land after it).
-//! * [`http`]: the HTTP vocabulary of every HTTP host: what is fenced, the resource
-//!   key of a request, the rendering of a refusal.
+//! * [`http`]: the HTTP vocabulary of every HTTP host: the resource key of a
+//!   request, the rendering of a refusal.
+//! * [`protocol`]: the store's protocol (plain HTTP, WebDAV): which methods are
+//!   fenced, and which resources a write names.
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
 //!   HTTP / gRPC status, under which mode.
 //! * [`verify`]: a host's check of a validator's verdict against what it knows.
@@ -33,6 +35,7 @@ pub mod audit;
 pub mod decision;
 pub mod gate;
 pub mod http;
+pub mod protocol;
 pub mod record;
 pub mod refusal;
 pub mod resource;
@@ -41,6 +44,7 @@ pub mod token;
 pub mod verify;
 
 pub use decision::{decide, precheck, Mode, Policy, Verdict};
+pub use protocol::{Protocol, Writes};
 pub use refusal::{Action, Class, NoVerdict};
 pub use resource::ResourceError;
 pub use token::{Malformed, Token};

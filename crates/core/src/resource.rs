@@ -14,6 +14,12 @@ pub enum ResourceError {
     TooLong(usize),
     /// The key's bytes (a percent-decoded path, a header value) are not UTF-8.
     NotUtf8,
+    /// A WebDAV COPY or MOVE without a `Destination` header that names a path (an
+    /// absolute URI or an absolute path): the resource it writes is unknown.
+    Destination,
+    /// A request that writes two resources (WebDAV's MOVE) at a host that fences one
+    /// per request (the Envoy filter).
+    TwoResources,
 }
 
 impl fmt::Display for ResourceError {
@@ -27,6 +33,14 @@ impl fmt::Display for ResourceError {
             ResourceError::NotUtf8 => {
                 f.write_str("resource key is not UTF-8 (after percent-decoding); name resources in UTF-8")
             }
+            ResourceError::Destination => f.write_str(
+                "COPY and MOVE name the resource they write in a Destination header, an absolute URI or path; \
+                 it is missing or is neither",
+            ),
+            ResourceError::TwoResources => f.write_str(
+                "MOVE writes two resources (its path and its Destination) and this host fences one per request; \
+                 COPY then DELETE, or write through fencekeeper serve",
+            ),
         }
     }
 }

@@ -7,10 +7,10 @@
 //! docs/envoy.md is the reference for each field.
 
 use crate::settings::{
-    EtcdSettings, GateSettings, KeyFrom, ModeName, ProvenanceName, ResourceSettings, Settings, Switch,
+    EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings, Switch,
 };
 use fencekeeper_core::http;
-use fencekeeper_core::{Mode, Policy};
+use fencekeeper_core::{Mode, Policy, Protocol, Writes};
 use std::fmt;
 
 /// The parsed and validated configuration.
@@ -20,7 +20,9 @@ pub struct Config {
     pub token_header: String,
     /// How the resource key is derived from a request.
     pub resource: ResourceFrom,
-    /// Methods that are fenced; `None` = every method but GET, HEAD and OPTIONS.
+    /// The store's protocol: which methods read, which resources a write names.
+    pub protocol: Protocol,
+    /// Methods that are fenced; `None` = every method but the protocol's reads.
     pub fenced_methods: Option<Vec<String>>,
     /// Mode and strictness, for the core.
     pub policy: Policy,
@@ -266,6 +268,17 @@ impl Config {
                 ResourceFrom::Header(header_name("resource.header", name)?)
             }
         };
+        let protocol = match settings.protocol.unwrap_or(ProtocolName::Http) {
+            ProtocolName::Http => Protocol::Http,
+            ProtocolName::Webdav => Protocol::Webdav,
+        };
+        if protocol == Protocol::Webdav && matches!(resource, ResourceFrom::Header(_)) {
+            return Err(ConfigError(
+                "protocol \"webdav\" names resources by path (COPY and MOVE write their Destination's path); \
+                 it cannot take them from resource.header"
+                    .into(),
+            ));
+        }
         let fenced_methods = match settings.fenced_methods {
             Some(list) if list.is_empty() => {
                 return Err(ConfigError("fenced_methods is empty: nothing would be fenced".into()))
@@ -314,6 +327,7 @@ impl Config {
         Ok(Config {
             token_header: header_name("token_header", token_header)?,
             resource,
+            protocol,
             fenced_methods,
             policy: Policy { mode, strict: settings.strict.unwrap_or(false) },
             etcd,
@@ -331,6 +345,7 @@ impl Config {
         let Config {
             token_header,
             resource,
+            protocol,
             fenced_methods,
             policy,
             etcd,
@@ -393,6 +408,10 @@ impl Config {
         Settings {
             token_header: Some(token_header.clone()),
             resource: Some(resource),
+            protocol: Some(match protocol {
+                Protocol::Http => ProtocolName::Http,
+                Protocol::Webdav => ProtocolName::Webdav,
+            }),
             fenced_methods: fenced_methods.clone(),
             mode: Some(match policy.mode {
                 Mode::Correctness => ModeName::Correctness,
@@ -410,9 +429,14 @@ impl Config {
         }
     }
 
-    /// Whether requests with this method are fenced (the core's rule).
+    /// Whether requests with this method are fenced (the protocol's rule).
     pub fn fences(&self, method: &str) -> bool {
-        http::fences(method, self.fenced_methods.as_deref())
+        self.protocol.fences(method, self.fenced_methods.as_deref())
+    }
+
+    /// The resources a fenced request with this method writes (the protocol's rule).
+    pub fn writes(&self, method: &str) -> Writes {
+        self.protocol.writes(method)
     }
 }
 
@@ -584,6 +608,18 @@ mod tests {
     }
 
     #[test]
+    fn webdav_reads_pass_and_resources_come_from_paths() {
+        let c = Config::parse(br#"{"protocol":"webdav"}"#).unwrap();
+        assert!(!c.fences("PROPFIND") && c.fences("MKCOL") && c.fences("PUT"));
+        assert_eq!(c.writes("COPY"), Writes::Destination);
+        assert!(Config::parse(b"").unwrap().fences("PROPFIND"), "plain HTTP fences PROPFIND");
+        let e = Config::parse(br#"{"protocol":"webdav","resource":{"from":"header","header":"x-r"}}"#).unwrap_err();
+        assert!(e.0.contains("names resources by path"), "{e}");
+        let e = Config::parse(br#"{"protocol":"s4"}"#).unwrap_err();
+        assert!(e.0.contains("unknown variant"), "{e}");
+    }
+
+    #[test]
     fn a_section_written_as_an_array_or_a_scalar_is_refused() {
         // serde would read `[200, 0]` as the gate's first two fields.
         for (json, needle) in [
@@ -622,6 +658,7 @@ mod tests {
             r#"{"mode":"efficiency","etcd":null,"gate":null,"strict":true,"fenced_methods":["put"]}"#,
             r#"{"provenance":"strong","lock_prefix":"/l/","etcd":{"user":"u","password_env":"P"}}"#,
             r#"{"resource":{"from":"header","header":"X-R"},"gate":{"shared":true,"flight_ms":7},"start_grace_ms":9}"#,
+            r#"{"protocol":"webdav","resource":{"strip_prefix":"/dav"}}"#,
         ] {
             let c = Config::parse(json.as_bytes()).unwrap();
             let written = serde_json::to_string(&c.to_settings()).unwrap();

@@ -19,4 +19,6 @@ pub use config::{
     service, Config, ConfigError, Etcd, EtcdAuth, GateConfig, Provenance, ResourceFrom, DEFAULT_ETCD_CLUSTER,
     DEFAULT_KEY_PREFIX, MAX_SERVICE_NAME_BYTES,
 };
-pub use settings::{EtcdSettings, GateSettings, KeyFrom, ModeName, ProvenanceName, ResourceSettings, Settings, Switch};
+pub use settings::{
+    EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings, Switch,
+};

@@ -21,7 +21,11 @@ pub struct Settings {
     /// How the resource key is derived from a request.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceSettings>,
-    /// The fenced methods; absent or `null`: every method but GET, HEAD and OPTIONS.
+    /// The store's protocol, `http` (the default) or `webdav`: which methods read, and
+    /// which resources a write names.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ProtocolName>,
+    /// The fenced methods; absent or `null`: every method but the protocol's reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced_methods: Option<Vec<String>>,
     /// `correctness` (fail closed, the default) or `efficiency` (fail open).
@@ -129,6 +133,16 @@ pub enum ModeName {
     Correctness,
     /// Fail open.
     Efficiency,
+}
+
+/// The store's protocol, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProtocolName {
+    /// Plain HTTP.
+    Http,
+    /// WebDAV (RFC 4918).
+    Webdav,
 }
 
 /// The provenance check, by name.

@@ -2,6 +2,7 @@
 
 use crate::Filter;
 use fencekeeper_core::http::ADMITTED_HEADER;
+use fencekeeper_core::protocol::DESTINATION_HEADER;
 
 /// The request headers the filter reads, taken in one host call: every call into
 /// Envoy crosses V8's boundary, and that crossing is most of the filter's cost.
@@ -17,6 +18,8 @@ pub struct Seen {
     pub resource: Option<Vec<u8>>,
     /// `content-type`.
     pub content_type: Option<Vec<u8>>,
+    /// WebDAV's `destination` (read only where the protocol names one).
+    pub destination: Option<Vec<u8>>,
     /// The client sent a `fencing-admitted-token` of its own.
     pub admitted: bool,
     /// The test build's fault header was sent.
@@ -47,6 +50,8 @@ impl Seen {
                 seen.resource.get_or_insert(value);
             } else if name == "content-type" {
                 seen.content_type.get_or_insert(value);
+            } else if name == DESTINATION_HEADER {
+                seen.destination.get_or_insert(value);
             } else if name == ADMITTED_HEADER {
                 seen.admitted = true;
             }

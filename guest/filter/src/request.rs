@@ -24,7 +24,8 @@ use crate::Filter;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::refusal::NoVerdict;
-use fencekeeper_core::{decide, decision::decide_token, precheck, Token, Verdict};
+use fencekeeper_core::protocol::{self, Writes};
+use fencekeeper_core::{decide, decision::decide_token, precheck, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -90,17 +91,13 @@ impl Request {
     fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
         self.reply.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
-        let path: Vec<u8> = http::decoded_path(&seen.path).collect();
-        let header = seen.resource;
         let presented = seen.token.map(|v| String::from_utf8_lossy(&v).into_owned());
         // The host's bounds first: a key that is not UTF-8, empty or too long, or an
         // over-long token, is malformed before any mark is read.
-        let checked = f
-            .config
-            .resource
-            .key(&path, header.as_deref())
+        let checked = written_path(&f, &seen.method, &seen.path, seen.destination.as_deref())
+            .and_then(|path| f.config.resource.key(&path, seen.resource.as_deref()).map(str::to_owned))
             .map_err(fencekeeper_core::Malformed::Resource)
-            .and_then(|r| precheck(r, presented.as_deref()).map(|()| r.to_owned()));
+            .and_then(|r| precheck(&r, presented.as_deref()).map(|()| r));
         let resource = match checked {
             Ok(r) => r,
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
@@ -442,6 +439,21 @@ impl Context for Request {
         if let Action::Continue = next {
             self.resume_http_request();
         }
+    }
+}
+
+/// The decoded path of the one resource a fenced request writes: its own, or for
+/// WebDAV's COPY its `Destination`'s. A write of two resources (WebDAV's MOVE) is
+/// refused: the filter decides one resource per request, and fencing only one of
+/// them would let a stale holder's MOVE overwrite the other.
+fn written_path(f: &Filter, method: &[u8], path: &[u8], destination: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
+    match f.config.writes(&String::from_utf8_lossy(method)) {
+        Writes::Target => Ok(http::decoded_path(path).collect()),
+        Writes::Destination => {
+            let target = destination.and_then(protocol::destination_path).ok_or(ResourceError::Destination)?;
+            Ok(http::decoded_path(target).collect())
+        }
+        Writes::TargetAndDestination => Err(ResourceError::TwoResources),
     }
 }
 

@@ -10,12 +10,13 @@
 //! installed `fencekeeper` writes it next to the configuration (`--write-filter`),
 //! so a generated configuration never points into a build tree.
 
+use crate::protocol::ProtocolArg;
 use crate::provenance::{etcd_check, ProvenanceArg};
 use anyhow::{anyhow, bail, Context, Result};
-use fencekeeper_core::http::UNFENCED_BY_DEFAULT;
+use fencekeeper_core::Protocol;
 use fencekeeper_filter_config::{
-    Config, EtcdSettings, GateSettings, KeyFrom, ModeName, ProvenanceName, ResourceSettings, Settings, Switch,
-    DEFAULT_ETCD_CLUSTER,
+    Config, EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings,
+    Switch, DEFAULT_ETCD_CLUSTER,
 };
 use fencekeeper_gateway::config::methods;
 use std::fmt::Write as _;
@@ -95,9 +96,13 @@ pub struct Args {
     /// With --provenance strong: a resource's lock is this prefix + the resource.
     #[arg(long)]
     lock_prefix: Option<String>,
+    /// The store's protocol: which methods read (and skip the filter) and which
+    /// resources a write names. webdav cannot take keys from --resource-header.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
+    protocol: ProtocolArg,
     /// The methods that are fenced (comma-separated): only these requests enter the
     /// filter; every other one skips it on its own route. Default: every method but
-    /// GET, HEAD and OPTIONS.
+    /// the protocol's reads (GET, HEAD, OPTIONS for http).
     #[arg(long, value_name = "METHOD[,METHOD...]")]
     fenced_methods: Option<String>,
     /// Take the resource key from this request header instead of the path.
@@ -204,7 +209,7 @@ fn fenced_methods(args: &Args) -> Result<Option<Vec<String>>> {
 /// With a list of fenced methods, only those enter the filter, matched without
 /// regard to case as the filter matches them: a method the route lets past must be
 /// one the filter would not fence, or a write would skip fencing.
-fn routes(fenced: Option<&[String]>, timeout: Duration) -> String {
+fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration) -> String {
     let timeout = envoy_duration(timeout);
     let pass = format!(
         "                route: {{ cluster: store, timeout: {timeout} }}
@@ -228,8 +233,10 @@ fn routes(fenced: Option<&[String]>, timeout: Duration) -> String {
     const EVERY: &str = "              - match: { prefix: \"/\" }\n";
     match fenced {
         None => format!(
-            "              # Reads are not fenced (GET, HEAD, OPTIONS: the filter's default).\n{}{pass}{EVERY}{fence}",
-            matching(&UNFENCED_BY_DEFAULT.join("|"))
+            "              # Reads are not fenced ({}: the filter's default for --protocol {}).\n{}{pass}{EVERY}{fence}",
+            protocol.reads().join(", "),
+            protocol.name(),
+            matching(&protocol.reads().join("|"))
         ),
         Some(list) => {
             // Method names are HTTP tokens, whose punctuation RE2 reads literally
@@ -298,6 +305,10 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
     Settings {
         // The filter checks the method too, in case the routes are edited.
         fenced_methods: fenced.map(<[String]>::to_vec),
+        protocol: match args.protocol {
+            ProtocolArg::Http => None,
+            ProtocolArg::Webdav => Some(ProtocolName::Webdav),
+        },
         mode: Some(if args.mode == "efficiency" { ModeName::Efficiency } else { ModeName::Correctness }),
         strict: Some(args.strict),
         provenance: (!args.no_etcd).then(|| match provenance(args) {
@@ -509,7 +520,7 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     if args.route_timeout.is_zero() {
         bail!("--route-timeout must be above 0: Envoy must give up on a store that does not answer");
     }
-    let routes = routes(fenced.as_deref(), args.route_timeout);
+    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout);
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);

@@ -11,6 +11,7 @@ mod envoy_config;
 mod etcd_connection;
 mod lock;
 mod marks;
+mod protocol;
 mod provenance;
 mod repair;
 mod serve;

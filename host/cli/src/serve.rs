@@ -5,6 +5,7 @@
 //! end the command with exit code 2 and one message; after that the gateway serves
 //! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
+use crate::protocol::ProtocolArg;
 use crate::provenance::{etcd_check, zookeeper_lock_prefix, ProvenanceArg};
 use anyhow::Context;
 use fencekeeper::etcd::{EtcdClient, EtcdOptions};
@@ -81,8 +82,12 @@ pub struct Args {
     /// Only paths (decoded) starting with this are fenced; others pass through.
     #[arg(long, default_value = "/")]
     path_prefix: String,
+    /// The store's protocol: which methods read (and pass unfenced) and which
+    /// resources a write names. webdav cannot take keys from --resource-header.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
+    protocol: ProtocolArg,
     /// The methods that are fenced (comma-separated); others pass through.
-    /// Default: every method but GET, HEAD and OPTIONS.
+    /// Default: every method but the protocol's reads (GET, HEAD, OPTIONS for http).
     #[arg(long)]
     fenced_methods: Option<String>,
     /// The largest request body, in bytes (k, m, g suffixes allowed); larger gets 413.
@@ -192,6 +197,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
         Some(name) => ResourceFrom::Header(config::header_name(name)?.as_str().to_owned()),
         None => ResourceFrom::Path { strip_prefix: args.strip_prefix.clone() },
     };
+    c.protocol = args.protocol.protocol();
     c.path_prefix = args.path_prefix.clone();
     c.fenced_methods = args.fenced_methods.as_deref().map(config::methods).transpose()?;
     c.max_body = args.max_body;

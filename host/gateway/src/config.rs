@@ -2,8 +2,9 @@
 //! header, where the resource key comes from, which paths and methods are fenced.
 
 use fencekeeper_core::http::{self, TOKEN_HEADER};
-use fencekeeper_core::Policy;
-use hyper::header::HeaderName;
+use fencekeeper_core::protocol::{self, DESTINATION_HEADER};
+use fencekeeper_core::{Policy, Protocol};
+use hyper::header::{HeaderMap, HeaderName};
 use hyper::{Method, Uri};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -108,11 +109,13 @@ pub struct Config {
     pub token_header: HeaderName,
     /// Where the resource key comes from.
     pub resource: ResourceFrom,
+    /// The store's protocol: which methods read, which resources a write names.
+    pub protocol: Protocol,
     /// Only paths whose decoded form starts with this are fenced; others pass
     /// through unchecked.
     pub path_prefix: String,
     /// Only these methods are fenced; others pass through unchecked. `None`: every
-    /// method but GET, HEAD and OPTIONS (the core's `http::UNFENCED_BY_DEFAULT`).
+    /// method but the protocol's reads (GET, HEAD and OPTIONS for plain HTTP).
     pub fenced_methods: Option<Vec<Method>>,
     /// The largest request body accepted (413 above it).
     pub max_body: usize,
@@ -151,6 +154,7 @@ impl Config {
             policy: Policy::default(),
             token_header: HeaderName::from_static(TOKEN_HEADER),
             resource: ResourceFrom::Path { strip_prefix: String::new() },
+            protocol: Protocol::Http,
             path_prefix: "/".to_owned(),
             fenced_methods: None,
             max_body: 16 << 20,
@@ -164,11 +168,26 @@ impl Config {
         }
     }
 
-    /// True when a request with this method and decoded path goes through the fence.
-    pub fn fences(&self, method: &Method, decoded_path: &[u8]) -> bool {
-        decoded_path.starts_with(self.path_prefix.as_bytes())
-            && http::fences(method.as_str(), self.fenced_methods.as_deref())
+    /// True when a request with this method goes through the fence: a method the
+    /// protocol (or the list) fences, writing a resource in the fenced path prefix.
+    /// `decoded_path` is the request's; WebDAV's COPY and MOVE are in scope when their
+    /// `Destination` is too (`headers` holds it).
+    pub fn fences(&self, method: &Method, decoded_path: &[u8], headers: &HeaderMap) -> bool {
+        if !self.protocol.fences(method.as_str(), self.fenced_methods.as_deref()) {
+            return false;
+        }
+        let in_scope = |path: &[u8]| path.starts_with(self.path_prefix.as_bytes());
+        in_scope(decoded_path)
+            || (self.protocol.writes(method.as_str()).destination()
+                && destination(headers).is_some_and(|path| in_scope(&path)))
     }
+}
+
+/// The decoded path of a request's `Destination` header (WebDAV's COPY and MOVE),
+/// `None` when it is absent or names no path.
+pub fn destination(headers: &HeaderMap) -> Option<Vec<u8>> {
+    let value = headers.get(DESTINATION_HEADER)?.as_bytes();
+    protocol::destination_path(value).map(|path| http::decoded_path(path).collect())
 }
 
 #[cfg(test)]
@@ -189,8 +208,9 @@ mod tests {
     fn a_re_encoded_path_is_still_in_the_fenced_prefix() {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         c.path_prefix = "/data/".into();
-        assert!(c.fences(&Method::PUT, &decoded_path("/dat%61/a?x=1")));
-        assert!(c.fences(&Method::PUT, &decoded_path("/data/%FF")), "an undecodable path stays in scope");
+        let none = HeaderMap::new();
+        assert!(c.fences(&Method::PUT, &decoded_path("/dat%61/a?x=1"), &none));
+        assert!(c.fences(&Method::PUT, &decoded_path("/data/%FF"), &none), "an undecodable path stays in scope");
         assert_eq!(decoded_path("/data/%61%62c"), b"/data/abc");
     }
 
@@ -198,13 +218,32 @@ mod tests {
     fn only_fenced_methods_under_the_prefix_are_fenced() {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         c.path_prefix = "/data/".into();
-        assert!(c.fences(&Method::PUT, b"/data/a"));
-        assert!(!c.fences(&Method::GET, b"/data/a"));
-        assert!(!c.fences(&Method::PUT, b"/other"));
+        let none = HeaderMap::new();
+        assert!(c.fences(&Method::PUT, b"/data/a", &none));
+        assert!(!c.fences(&Method::GET, b"/data/a", &none));
+        assert!(!c.fences(&Method::PUT, b"/other", &none));
         let lock = Method::from_bytes(b"LOCK").unwrap_or_default();
-        assert!(c.fences(&lock, b"/data/a"), "every method but GET, HEAD, OPTIONS by default");
+        assert!(c.fences(&lock, b"/data/a", &none), "every method but GET, HEAD, OPTIONS by default");
         c.fenced_methods = methods("PUT").ok();
-        assert!(!c.fences(&lock, b"/data/a"));
+        assert!(!c.fences(&lock, b"/data/a", &none));
+    }
+
+    #[test]
+    fn webdav_listings_pass_and_a_copy_into_the_prefix_is_fenced() {
+        let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
+        c.path_prefix = "/data/".into();
+        let method = |m: &str| Method::from_bytes(m.as_bytes()).unwrap_or_default();
+        let none = HeaderMap::new();
+        assert!(c.fences(&method("PROPFIND"), b"/data/", &none), "plain HTTP fences PROPFIND");
+        c.protocol = Protocol::Webdav;
+        assert!(!c.fences(&method("PROPFIND"), b"/data/", &none));
+        assert!(c.fences(&method("MKCOL"), b"/data/d", &none));
+        let mut into = HeaderMap::new();
+        into.insert(DESTINATION_HEADER, hyper::header::HeaderValue::from_static("http://store:1/d%61ta/b"));
+        assert!(c.fences(&method("COPY"), b"/public/a", &into), "the Destination is in scope");
+        assert!(!c.fences(&method("PUT"), b"/public/a", &into), "a PUT names no Destination");
+        assert!(!c.fences(&method("COPY"), b"/public/a", &none));
+        assert_eq!(destination(&into).as_deref(), Some(&b"/data/b"[..]));
     }
 
     #[test]

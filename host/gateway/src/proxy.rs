@@ -8,10 +8,10 @@
 //! The client's address (from the accepted connection) goes into every refusal's log
 //! line and into the audit record of every mark the gateway raises.
 
-use crate::config::{decoded_path, Config};
+use crate::config::{self, decoded_path, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
-use crate::ordered;
+use crate::ordered::{self, Ordered};
 use crate::refusal::{self, full};
 use crate::registry::Registry;
 use crate::Body;
@@ -108,11 +108,11 @@ impl Proxy {
         // Decoded once: the fenced prefix and the resource key are both judged on the
         // path as the store will see it.
         let path = decoded_path(request.uri().path());
-        let response = if self.config.fences(request.method(), &path) {
+        let response = if self.config.fences(request.method(), &path, request.headers()) {
             self.clone().fenced(request, path, client).await
         } else {
             self.metrics.event(Event::Passthrough);
-            self.forward(request.map(BodyExt::boxed), None).await
+            self.forward(request.map(BodyExt::boxed), Vec::new()).await
         };
         self.metrics.latency(start.elapsed());
         Ok(response)
@@ -158,22 +158,17 @@ impl Proxy {
         let token =
             parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let grace = self.start_grace_left();
-        let (resource, ordered) = match self.resource(&parts, path) {
-            Ok(resource) if grace.is_some() => {
+        let (resource, ordered, permits) = match self.resources(&parts, path) {
+            Ok(keys) if grace.is_some() => {
                 self.metrics.event(Event::StartGrace);
                 let (mode, since) = (self.config.policy.mode, self.started.elapsed());
+                let resource = keys.join(" and ");
                 let ordered = ordered::in_start_grace(mode, &resource, since, self.config.start_grace);
-                (resource, ordered)
+                (resource, ordered, Vec::new())
             }
-            Ok(resource) => {
-                let ordered = self.gate.order(&self.guard, &resource, token.as_deref()).await;
-                (resource, ordered)
-            }
-            Err(e) => (String::new(), ordered::malformed(self.config.policy.mode, e)),
+            Ok(keys) => self.order(keys, token.as_deref(), client).await,
+            Err(e) => (String::new(), ordered::malformed(self.config.policy.mode, e), Vec::new()),
         };
-        if let Some(advance) = ordered.advance {
-            self.audit(&resource, advance, token.as_deref(), client).await;
-        }
         let action = ordered.action;
         self.metrics.outcome(action.class, action.forward);
         if ordered.waited {
@@ -215,7 +210,42 @@ impl Proxy {
         }
         parts.headers.remove(TRANSFER_ENCODING);
         parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        self.forward(Request::from_parts(parts, full(bytes)), ordered.permit).await
+        self.forward(Request::from_parts(parts, full(bytes)), permits).await
+    }
+
+    /// Order a write of the resources `keys` (sorted: two writes of the same pair
+    /// take them in one order) at the gate, one after the other, auditing each mark
+    /// raised. The first refusal refuses the whole write; the permits taken before it
+    /// end unused (nothing was sent). Admitted everywhere, the write goes with every
+    /// permit. Returns the resource to log (the refused one, or all), the outcome and
+    /// the permits.
+    async fn order(
+        &self,
+        keys: Vec<String>,
+        token: Option<&str>,
+        client: SocketAddr,
+    ) -> (String, Ordered, Vec<Permit>) {
+        let mut permits = Vec::with_capacity(keys.len());
+        let mut waited = false;
+        let mut last = None;
+        for key in &keys {
+            let mut ordered = self.gate.order(&self.guard, key, token).await;
+            if let Some(advance) = ordered.advance {
+                self.audit(key, advance, token, client).await;
+            }
+            waited |= ordered.waited;
+            ordered.waited = waited;
+            if !ordered.action.forward {
+                return (key.clone(), ordered, Vec::new());
+            }
+            permits.extend(ordered.permit.take());
+            last = Some(ordered);
+        }
+        match last {
+            Some(ordered) => (keys.join(" and "), ordered, permits),
+            // `resources` names at least one key.
+            None => (String::new(), ordered::malformed(self.config.policy.mode, ResourceError::Empty), Vec::new()),
+        }
     }
 
     /// Append the mark this request raised to the audit log, before the write is
@@ -250,12 +280,25 @@ impl Proxy {
         tracing::error!(error, "a mark's change was not written to the audit log");
     }
 
-    /// The resource key, by the core's rule (the decoded `path`, or the configured
-    /// header; never converted lossily).
-    fn resource(&self, parts: &Parts, path: Vec<u8>) -> Result<String, ResourceError> {
+    /// The keys of the resources the write names, by the core's rules: the decoded
+    /// `path` (or the configured header), and for WebDAV's COPY and MOVE the
+    /// `Destination`'s decoded path; never converted lossily. Sorted, without repeats,
+    /// at least one.
+    fn resources(&self, parts: &Parts, path: Vec<u8>) -> Result<Vec<String>, ResourceError> {
         let from = &self.config.resource;
         let header = from.header().and_then(|name| parts.headers.get(name)).map(|v| v.as_bytes());
-        from.key(&path, header).map(str::to_owned)
+        let writes = self.config.protocol.writes(parts.method.as_str());
+        let mut keys = Vec::with_capacity(2);
+        if writes.target() {
+            keys.push(from.key(&path, header)?.to_owned());
+        }
+        if writes.destination() {
+            let destination = config::destination(&parts.headers).ok_or(ResourceError::Destination)?;
+            keys.push(from.key(&destination, header)?.to_owned());
+        }
+        keys.sort();
+        keys.dedup();
+        Ok(keys)
     }
 
     fn too_large(&self) -> Response<Body> {
@@ -264,9 +307,10 @@ impl Proxy {
         refusal::error(StatusCode::PAYLOAD_TOO_LARGE, &reason)
     }
 
-    /// Send `request` upstream. `permit` (the write's place at the gate) is released
-    /// once the upstream has answered, or given up on.
-    async fn forward(&self, mut request: Request<Body>, permit: Option<Permit>) -> Response<Body> {
+    /// Send `request` upstream. `permits` (the write's places at the gate, one for
+    /// each resource it writes) are released once the upstream has answered, or
+    /// given up on.
+    async fn forward(&self, mut request: Request<Body>, permits: Vec<Permit>) -> Response<Body> {
         let upstream = &self.config.upstream;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let target = format!("http://{}{path}", upstream.authority().map_or("", |a| a.as_str()));
@@ -280,17 +324,17 @@ impl Proxy {
         }
         let timeout = self.config.request_timeout;
         let answer = tokio::time::timeout(timeout, self.client.request(request)).await;
-        match (&answer, permit) {
-            (_, None) => {}
+        match &answer {
+            _ if permits.is_empty() => {}
             // Its response head is here: the store has applied it, or never will.
-            (Ok(Ok(_)), Some(p)) => p.answered(),
+            Ok(Ok(_)) => permits.into_iter().for_each(Permit::answered),
             // No connection was made: nothing was sent, nothing can land.
-            (Ok(Err(e)), Some(p)) if e.is_connect() => p.answered(),
+            Ok(Err(e)) if e.is_connect() => permits.into_iter().for_each(Permit::answered),
             // Given up on after it may have been sent: the store may still apply it,
-            // so it keeps holding its resource for the store apply bound.
-            (_, Some(p)) => {
+            // so it keeps holding its resources for the store apply bound.
+            _ => {
                 self.metrics.event(Event::GivenUp);
-                p.given_up();
+                permits.into_iter().for_each(Permit::given_up);
             }
         }
         match answer {

@@ -34,6 +34,7 @@ mod e2e_shared_gate;
 mod e2e_tokens_etcd;
 mod e2e_tokens_redis;
 mod e2e_tokens_zookeeper;
+mod e2e_webdav_clients;
 mod postgres_concurrency;
 mod postgres_crash;
 mod postgres_extension;
