@@ -11,6 +11,7 @@
 mod concurrency;
 mod conformance;
 mod crash;
+mod e2e_clients;
 mod e2e_envoy;
 mod e2e_envoy_auth;
 mod e2e_envoy_config;
@@ -34,7 +35,6 @@ mod e2e_shared_gate;
 mod e2e_tokens_etcd;
 mod e2e_tokens_redis;
 mod e2e_tokens_zookeeper;
-mod e2e_webdav_clients;
 mod postgres_concurrency;
 mod postgres_crash;
 mod postgres_extension;

@@ -1,9 +1,10 @@
-//! Real WebDAV clients through the fence, in front of a full WebDAV server: rclone
-//! (Debian's) against Apache httpd with mod_dav, through `fencekeeper serve
-//! --protocol webdav` and through Envoy (`envoy-config --protocol webdav`). The
-//! paused-holder story as a user lives it: the new holder's copy lands, the old
-//! holder's later copy is refused, and the store keeps the new file. Each has a
-//! control: the same two copies straight to httpd, where the stale one lands.
+//! Real clients through the fence, in front of real stores: rclone (Debian's) against
+//! Apache httpd with mod_dav, a full WebDAV server, through `fencekeeper serve
+//! --protocol webdav` and through Envoy (`envoy-config --protocol webdav`); curl
+//! against nginx for plain HTTP. The paused-holder story as a user lives it: the new
+//! holder's write lands, the old holder's later one is refused, and the store keeps
+//! the new file. Each has a control: the same two writes straight to the store, where
+//! the stale one lands.
 //!
 //! The tokens are made up (the order is the story); the lock services' own tokens
 //! are the token tests' (e2e_tokens_*.rs).
@@ -15,8 +16,9 @@ use fencekeeper_harness::apache::ApacheDav;
 use fencekeeper_harness::envoy::Envoy;
 use fencekeeper_harness::gateway::{request, Gateway};
 use fencekeeper_harness::rclone::Rclone;
-use fencekeeper_harness::services::{http, Etcd};
+use fencekeeper_harness::services::{http, Etcd, NginxDav};
 use std::path::PathBuf;
+use std::process::Command;
 
 /// The two holders' versions of one file, in a directory of their own. Different
 /// sizes: rclone skips a copy whose size and time match the remote's.
@@ -108,7 +110,11 @@ fn through_the_gateway_copy_and_move_are_fenced_at_their_destination() {
     let body = String::from_utf8_lossy(&body);
     assert_eq!(status, 409, "the stale holder's COPY onto b: {body}");
     assert!(body.contains("stale fencing token 33 for \"/b.txt\""), "{body}");
-    assert_eq!(store.read("b.txt").as_deref(), Some(&b"b by 34, the new holder"[..]), "the stale COPY did not overwrite b");
+    assert_eq!(
+        store.read("b.txt").as_deref(),
+        Some(&b"b by 34, the new holder"[..]),
+        "the stale COPY did not overwrite b"
+    );
 
     // rclone's server-side move is a MOVE: the old holder's is refused at b.
     let moved = Rclone::new(&url, Some("33")).retries(1).moveto("a.txt", "b.txt").unwrap();
@@ -165,4 +171,37 @@ fn through_envoy_the_old_holders_rclone_copy_is_refused_and_the_new_file_stays()
     let copied =
         envoy.send("COPY", "/reports/q3.txt", &[("fencing-token", "33"), ("destination", &dest)], b"").unwrap();
     assert_eq!(copied.status, 201, "a COPY is fenced at its Destination, which has no mark: {}", copied.text());
+}
+
+/// `curl --fail-with-body -T FILE URL/PATH` with the token: curl's own exit code and
+/// what it printed.
+fn curl_put(base: &str, path: &str, token: &str, file: &std::path::Path) -> (Option<i32>, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "-H", &format!("fencing-token: {token}"), "-T"])
+        .arg(file)
+        .arg(format!("{base}{path}"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text)
+}
+
+#[test]
+fn curl_the_old_holders_put_lands_without_the_fence_and_is_refused_through_it() {
+    let v = versions();
+    let store = NginxDav::start().unwrap();
+    let (code, text) = curl_put(&store.url(), "/plain/a", "34", &v.new);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = curl_put(&store.url(), "/plain/a", "33", &v.old);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(store.read("/plain/a").as_deref(), Some(OLD), "the control: the stale PUT lands");
+
+    let gateway = Gateway::start(&store.url(), &[]).unwrap();
+    let (code, text) = curl_put(&gateway.url(), "/fenced/a", "34", &v.new);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = curl_put(&gateway.url(), "/fenced/a", "33", &v.old);
+    // curl's exit code 22: an HTTP error with --fail-with-body, which prints the reason.
+    assert_eq!(code, Some(22), "{text}");
+    assert!(text.contains("stale fencing token 33 for \"/fenced/a\""), "{text}");
+    assert_eq!(store.read("/fenced/a").as_deref(), Some(NEW), "the store keeps the new holder's file");
 }
