@@ -165,6 +165,15 @@ fn fenced_methods_route_only_those_through_the_filter() {
 }
 
 #[test]
+fn webdav_routes_its_reads_past_the_filter_and_tells_the_filter_the_protocol() {
+    golden("envoy-config-webdav.yaml", &["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--protocol", "webdav"]);
+    let out = generate(&["--upstream", "127.0.0.1:8080", "--protocol", "webdav", "--resource-header", "x-r"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--protocol") && err.contains("--resource-header"), "{err}");
+}
+
+#[test]
 fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);
     assert_eq!(out.status.code(), Some(2));
