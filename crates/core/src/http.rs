@@ -60,10 +60,12 @@ impl<S: AsRef<str>> ResourceFrom<S> {
     }
 }
 
-/// The decoded bytes of a request path, as the store will see it: every path-based
-/// decision (the fenced prefix and the key) is made on these, so that a re-encoded
-/// path can neither dodge its mark nor slip out of scope. An iterator, so a host
-/// collects it into its own buffer.
+/// The decoded bytes of a request path, as the store will see it once a host has
+/// resolved its dot segments and repeated slashes with
+/// [`crate::resource::normalize_path`]: every path-based decision (the fenced prefix
+/// and the key) is made on these, so that a re-encoded path can neither dodge its
+/// mark nor slip out of scope. An iterator, so a host collects it into its own
+/// buffer.
 pub fn decoded_path(path: &[u8]) -> impl Iterator<Item = u8> + '_ {
     path_key_bytes(path)
 }

@@ -73,6 +73,49 @@ pub fn path_key_bytes(path: &[u8]) -> PathKeyBytes<'_> {
     PathKeyBytes { rest: &path[..end] }
 }
 
+/// Normalize a decoded path in place, as a store resolves it before it writes, and
+/// return its new length: runs of `/` are one, `.` segments are removed, and a `..`
+/// segment removes the segment before it (RFC 3986 section 5.2.4; never above the
+/// root). A path that ends in `/`, `/.` or `/..` keeps a trailing `/`. Without this a
+/// stale writer could send `/d/x/../f`, `/d//f` or `/d/./f`: keys without a mark,
+/// while Apache httpd and nginx write `/d/f`. A path that does not start with `/` is
+/// left as it is. Hosts apply it to the bytes [`path_key_bytes`] decoded, so that
+/// `%2e%2e` is a `..` too.
+pub fn normalize_path(path: &mut [u8]) -> usize {
+    if path.first() != Some(&b'/') {
+        return path.len();
+    }
+    let len = path.len();
+    // The output `path[..w]` never overtakes the input at `r`: every segment it
+    // copies comes from at or after where it is written.
+    let (mut r, mut w) = (0, 0);
+    let mut trailing_slash = false;
+    while r < len {
+        // path[r] is '/': the segment is what follows, up to the next '/'.
+        let start = r + 1;
+        let end = path[start..].iter().position(|&b| b == b'/').map_or(len, |i| start + i);
+        match &path[start..end] {
+            b"" | b"." => trailing_slash = end == len,
+            b".." => {
+                w = path[..w].iter().rposition(|&b| b == b'/').unwrap_or(0);
+                trailing_slash = end == len;
+            }
+            _ => {
+                path[w] = b'/';
+                path.copy_within(start..end, w + 1);
+                w += 1 + end - start;
+                trailing_slash = false;
+            }
+        }
+        r = end;
+    }
+    if trailing_slash || w == 0 {
+        path[w] = b'/';
+        w += 1;
+    }
+    w
+}
+
 /// Iterator returned by [`path_key_bytes`].
 #[derive(Clone, Debug)]
 pub struct PathKeyBytes<'a> {
@@ -117,6 +160,56 @@ mod tests {
     fn re_encoded_paths_share_one_key() {
         assert_eq!(key("/a%62c"), b"/abc");
         assert_eq!(key("/a%2Fb%2fc"), b"/a/b/c");
+    }
+
+    fn normalized(path: &str) -> std::string::String {
+        let mut bytes = key(path);
+        let n = normalize_path(&mut bytes);
+        std::string::String::from_utf8_lossy(&bytes[..n]).into_owned()
+    }
+
+    #[test]
+    fn dot_segments_and_repeated_slashes_resolve_as_the_store_resolves_them() {
+        for (path, want) in [
+            ("/d/f", "/d/f"),
+            ("/d/x/../f", "/d/f"),
+            ("/d//f", "/d/f"),
+            ("/d/./f", "/d/f"),
+            ("/d/x/%2e%2e/f", "/d/f"),
+            ("/d/x/%2E%2E%2ff", "/d/f"),
+            ("/../../f", "/f"),
+            ("/d/", "/d/"),
+            ("/d/.", "/d/"),
+            ("/d/x/..", "/d/"),
+            ("/d//", "/d/"),
+            ("/", "/"),
+            ("//", "/"),
+            ("/..", "/"),
+            ("/.", "/"),
+            ("/d/..f/.f/...", "/d/..f/.f/..."),
+            ("", ""),
+            ("d/../f", "d/../f"),
+        ] {
+            assert_eq!(normalized(path), want, "{path}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Over paths of `/`, `.`, `%2e`, `%2f` and letters: the result is a fixed point,
+        /// has no empty, `.` or `..` segment, and is no longer than the input.
+        #[test]
+        fn normalized_paths_have_no_segment_a_store_would_resolve(
+            parts in proptest::collection::vec(proptest::sample::select(&["/", ".", "..", "%2e", "%2f", "a", "b"][..]), 0..12)
+        ) {
+            let path = std::format!("/{}", parts.concat());
+            let once = normalized(&path);
+            proptest::prop_assert!(once.len() <= key(&path).len());
+            proptest::prop_assert_eq!(normalized(&once), once.clone());
+            let inner = once.strip_suffix('/').unwrap_or(&once);
+            for segment in inner.split('/').skip(1) {
+                proptest::prop_assert!(!matches!(segment, "" | "." | ".."), "{} -> {}", path, once);
+            }
+        }
     }
 
     #[test]

@@ -23,8 +23,9 @@ use crate::wake;
 use crate::Filter;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
-use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::protocol::{self, Writes};
+use fencekeeper_core::refusal::NoVerdict;
+use fencekeeper_core::resource;
 use fencekeeper_core::{decide, decision::decide_token, precheck, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
@@ -447,14 +448,16 @@ impl Context for Request {
 /// refused: the filter decides one resource per request, and fencing only one of
 /// them would let a stale holder's MOVE overwrite the other.
 fn written_path(f: &Filter, method: &[u8], path: &[u8], destination: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
-    match f.config.writes(&String::from_utf8_lossy(method)) {
-        Writes::Target => Ok(http::decoded_path(path).collect()),
-        Writes::Destination => {
-            let target = destination.and_then(protocol::destination_path).ok_or(ResourceError::Destination)?;
-            Ok(http::decoded_path(target).collect())
-        }
-        Writes::TargetAndDestination => Err(ResourceError::TwoResources),
-    }
+    let target = match f.config.writes(&String::from_utf8_lossy(method)) {
+        Writes::Target => path,
+        Writes::Destination => destination.and_then(protocol::destination_path).ok_or(ResourceError::Destination)?,
+        Writes::TargetAndDestination => return Err(ResourceError::TwoResources),
+    };
+    // Decoded, then resolved as the store resolves it (`/d/x/../f` is `/d/f`).
+    let mut decoded: Vec<u8> = http::decoded_path(target).collect();
+    let len = resource::normalize_path(&mut decoded);
+    decoded.truncate(len);
+    Ok(decoded)
 }
 
 impl HttpContext for Request {

@@ -3,6 +3,7 @@
 
 use fencekeeper_core::http::{self, TOKEN_HEADER};
 use fencekeeper_core::protocol::{self, DESTINATION_HEADER};
+use fencekeeper_core::resource;
 use fencekeeper_core::{Policy, Protocol};
 use hyper::header::{HeaderMap, HeaderName};
 use hyper::{Method, Uri};
@@ -36,11 +37,19 @@ pub enum ConfigError {
 /// filter (a header name is lower case).
 pub type ResourceFrom = http::ResourceFrom<String>;
 
-/// The decoded path of a request target (the core's `http::decoded_path`), as the
+/// The decoded path of a request target (the core's `http::decoded_path`), with its
+/// dot segments and repeated slashes resolved (`resource::normalize_path`), as the
 /// store will see it. Bytes, not text: a path that does not decode to UTF-8 is still
 /// in scope, and then malformed as a key, never merged with another path.
 pub fn decoded_path(path: &str) -> Vec<u8> {
-    http::decoded_path(path.as_bytes()).collect()
+    decode(path.as_bytes())
+}
+
+fn decode(path: &[u8]) -> Vec<u8> {
+    let mut bytes: Vec<u8> = http::decoded_path(path).collect();
+    let len = resource::normalize_path(&mut bytes);
+    bytes.truncate(len);
+    bytes
 }
 
 /// Parse a header name (lower-cased, as HTTP/2 requires).
@@ -187,7 +196,7 @@ impl Config {
 /// `None` when it is absent or names no path.
 pub fn destination(headers: &HeaderMap) -> Option<Vec<u8>> {
     let value = headers.get(DESTINATION_HEADER)?.as_bytes();
-    protocol::destination_path(value).map(|path| http::decoded_path(path).collect())
+    protocol::destination_path(value).map(decode)
 }
 
 #[cfg(test)]
@@ -212,6 +221,9 @@ mod tests {
         assert!(c.fences(&Method::PUT, &decoded_path("/dat%61/a?x=1"), &none));
         assert!(c.fences(&Method::PUT, &decoded_path("/data/%FF"), &none), "an undecodable path stays in scope");
         assert_eq!(decoded_path("/data/%61%62c"), b"/data/abc");
+        assert!(c.fences(&Method::PUT, &decoded_path("/public/../data/a"), &none), "dots cannot leave the prefix");
+        assert!(!c.fences(&Method::PUT, &decoded_path("/data/../public/a"), &none));
+        assert_eq!(decoded_path("/data//x/%2e%2e/./a"), b"/data/a");
     }
 
     #[test]

@@ -205,3 +205,37 @@ fn curl_the_old_holders_put_lands_without_the_fence_and_is_refused_through_it() 
     assert!(text.contains("stale fencing token 33 for \"/fenced/a\""), "{text}");
     assert_eq!(store.read("/fenced/a").as_deref(), Some(NEW), "the store keeps the new holder's file");
 }
+
+/// Paths a store resolves to one file: Apache httpd writes `/d/f` for each.
+const ALIASES: [&str; 4] = ["/d/x/../f", "/d//f", "/d/./f", "/d/x/%2e%2e/f"];
+
+#[test]
+fn a_stale_write_cannot_dodge_the_mark_with_dot_segments_or_doubled_slashes() {
+    let (etcd, store) = (Etcd::start().unwrap(), ApacheDav::start().unwrap());
+    let mkcol = http(store.addr, "MKCOL", "/d/", &[], b"").unwrap();
+    assert_eq!(mkcol.0, 201);
+    // The control: straight to httpd, every alias overwrites /d/f.
+    for alias in ALIASES {
+        let (status, _) = http(store.addr, "PUT", alias, &[], alias.as_bytes()).unwrap();
+        assert!(matches!(status, 201 | 204), "{alias}: {status}");
+        assert_eq!(store.read("d/f").as_deref(), Some(alias.as_bytes()), "httpd resolves {alias} to /d/f");
+    }
+    let gateway = Gateway::start(&store.url(), &["--protocol", "webdav"]).unwrap();
+    let envoy = Envoy::start(
+        1,
+        &["--upstream", &store.addr.to_string(), "--etcd", &etcd.client.to_string(), "--provenance", "off"],
+    )
+    .unwrap();
+    for (fence, base) in [(gateway.addr, "/d/f"), (envoy.listen, "/d/g")] {
+        let (status, body) = http(fence, "PUT", base, &[("fencing-token", "34")], b"new").unwrap();
+        assert!(matches!(status, 201 | 204), "{}", String::from_utf8_lossy(&body));
+        for alias in ALIASES {
+            let alias = alias.replace("/f", &base[2..]);
+            let (status, body) = http(fence, "PUT", &alias, &[("fencing-token", "33")], b"stale").unwrap();
+            let body = String::from_utf8_lossy(&body);
+            assert_eq!(status, 409, "{alias} through {fence}: {body}");
+            assert!(body.contains(&format!("stale fencing token 33 for \"{base}\"")), "{body}");
+        }
+        assert_eq!(store.read(&base[1..]).as_deref(), Some(&b"new"[..]), "the store keeps {base}");
+    }
+}
