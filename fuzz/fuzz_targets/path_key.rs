@@ -11,6 +11,8 @@
 //! * Any key, percent-encoded in any mix of literal bytes and upper- or lower-case
 //!   escapes, decodes back to itself: the encodings of one key share one key (that
 //!   is the semantics), and distinct keys never share one.
+//! * A decoded path resolves its dot segments and repeated slashes as the reference
+//!   stack of segments does, in place, and once resolved it stays so.
 //! * Every HTTP host derives the same keys through the core's `http::ResourceFrom`
 //!   (its `strip_prefix` taken off when present; from a header, the value's bytes
 //!   when UTF-8).
@@ -18,7 +20,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use fencekeeper_core::http::{decoded_path, ResourceFrom};
-use fencekeeper_core::resource::{key_from_bytes, path_key_bytes, ResourceError};
+use fencekeeper_core::resource::{key_from_bytes, normalize_path, path_key_bytes, ResourceError};
 use fencekeeper_fuzz::model;
 use libfuzzer_sys::fuzz_target;
 
@@ -78,6 +80,12 @@ fuzz_target!(|data: &[u8]| {
     let bytes: Vec<u8> = input.key.iter().map(|&(b, _)| b).collect();
     let encoded = encode(&input.key);
     assert_eq!(check_key(&encoded), bytes, "{:?}", String::from_utf8_lossy(&encoded));
+
+    let mut resolved = key.clone();
+    let len = normalize_path(&mut resolved);
+    assert_eq!(resolved[..len], model::normalized_path(&key)[..], "{:?}", String::from_utf8_lossy(&key));
+    let mut again = resolved[..len].to_vec();
+    assert_eq!(normalize_path(&mut again), len);
 
     let decoded: Vec<u8> = decoded_path(path).collect();
     let from = ResourceFrom::Path { strip_prefix: input.strip_prefix.as_str() };

@@ -80,6 +80,35 @@ pub fn path_key(path: &[u8]) -> Vec<u8> {
     key
 }
 
+/// A decoded path as a store resolves it, as README "Limits" says: a stack of
+/// segments, where an empty or `.` segment adds nothing and `..` drops the top (never
+/// below the root); a path whose last segment added nothing ends in `/`. A path that
+/// does not start with `/` is kept.
+pub fn normalized_path(path: &[u8]) -> Vec<u8> {
+    let Some(rest) = path.strip_prefix(b"/") else { return path.to_vec() };
+    let mut stack: Vec<&[u8]> = Vec::new();
+    let mut trailing = false;
+    for segment in rest.split(|&b| b == b'/') {
+        trailing = matches!(segment, b"" | b"." | b"..");
+        match segment {
+            b"" | b"." => {}
+            b".." => {
+                stack.pop();
+            }
+            s => stack.push(s),
+        }
+    }
+    let mut out = Vec::with_capacity(path.len());
+    for s in &stack {
+        out.push(b'/');
+        out.extend_from_slice(s);
+    }
+    if trailing || out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
