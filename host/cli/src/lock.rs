@@ -230,7 +230,17 @@ async fn supervise(args: &Args, mut held: Box<dyn Held>) -> anyhow::Result<ExitC
         }
     };
     drop(stop_tx);
-    let held = keeper.join().map_err(|_| anyhow::anyhow!("the keep-alive thread panicked"))?;
+    let mut held = keeper.join().map_err(|_| anyhow::anyhow!("the keep-alive thread panicked"))?;
+    // The command can end before the keep-alive's next renewal would have seen the
+    // loss (both were paused past the lease, and the command finished first once
+    // resumed): one last renewal says whether the lock was still held when it ended.
+    if !lost {
+        if let Err(Renewal::Lost(why)) = held.renew() {
+            lost = true;
+            let name = &args.name;
+            eprintln!("fencekeeper: lost lock {name:?} (token {token}) while the command ran: {why}; the command had already exited");
+        }
+    }
     if let Err(e) = held.release() {
         if !lost {
             eprintln!("fencekeeper: releasing lock {:?}: {e:#}; it expires by itself within its TTL", args.name);

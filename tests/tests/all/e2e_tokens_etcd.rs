@@ -84,7 +84,10 @@ fn fencekeeper_lock_holder_paused_past_its_lease_is_refused_and_exits_75_saying_
     let said = story.a.stderr();
     assert_eq!(said.lines().count(), 1, "{said}");
     assert!(said.starts_with(&format!("fencekeeper: lost lock \"orders\" (token {})", story.a.token)), "{said}");
-    assert!(said.contains("expired") && said.contains("--on-loss none"), "{said}");
+    // Seen by the keep-alive while A's worker ran on, or by the last renewal after it
+    // ended (it can finish first once resumed): a loss either way.
+    let how = said.contains("--on-loss none") || said.contains("the command had already exited");
+    assert!(said.contains("expired") && how, "{said}");
     // A's release on exit touched only its own lease: B's key is still there.
     assert_eq!(lock_keys(&stage, "orders").len(), 1);
     story.finish_b(&stage.nginx, &stage.gateway, resource).unwrap();
