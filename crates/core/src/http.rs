@@ -118,6 +118,54 @@ impl fmt::Display for GrpcMessage<'_> {
     }
 }
 
+/// A refusal's body for an S3 client: S3's error document. The aws CLI and the SDKs
+/// show its `Code` and `Message` ("An error occurred (FencingTokenStale) when calling
+/// the PutObject operation: stale fencing token ..."), and of a plain-text body only
+/// the status text. A `Display` adapter, so a host writes it without the core
+/// allocating.
+pub struct S3Error<'a> {
+    /// The refusal's class, which names the `Code`.
+    pub class: Class,
+    /// The one-line reason, the `Message` (XML-escaped here).
+    pub reason: &'a str,
+}
+
+/// The content type of an [`S3Error`].
+pub const S3_ERROR_CONTENT_TYPE: &str = "application/xml";
+
+impl S3Error<'_> {
+    /// The error code S3 clients show.
+    pub fn code(&self) -> &'static str {
+        match self.class {
+            Class::Stale => "FencingTokenStale",
+            Class::Replayed => "FencingTokenReplayed",
+            Class::Malformed => "FencingRequestMalformed",
+            Class::Missing => "FencingTokenMissing",
+            Class::Unverified => "FencingTokenUnverified",
+            Class::Undecided | Class::Admitted => "FencingUnavailable",
+        }
+    }
+}
+
+impl fmt::Display for S3Error<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>", self.code())?;
+        for c in self.reason.chars() {
+            match c {
+                '<' => f.write_str("&lt;")?,
+                '>' => f.write_str("&gt;")?,
+                '&' => f.write_str("&amp;")?,
+                '"' => f.write_str("&quot;")?,
+                '\'' => f.write_str("&apos;")?,
+                // XML 1.0 forbids most control characters, even escaped.
+                c if c.is_control() => f.write_str(" ")?,
+                c => fmt::Write::write_char(f, c)?,
+            }
+        }
+        f.write_str("</Message></Error>\n")
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -163,6 +211,17 @@ mod tests {
             (forged.class, forged.http_status, forged.grpc_status, forged.highest),
             (Class::Unverified, 403, 7, None)
         );
+    }
+
+    #[test]
+    fn s3_errors_are_escaped_xml_with_a_code_per_class() {
+        let text = std::format!("{}", S3Error { class: Class::Stale, reason: "stale \"/b/k\" <34> & 'x'\n" });
+        assert_eq!(
+            text,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>FencingTokenStale</Code>\
+             <Message>stale &quot;/b/k&quot; &lt;34&gt; &amp; &apos;x&apos; </Message></Error>\n"
+        );
+        assert_eq!(S3Error { class: Class::Missing, reason: "" }.code(), "FencingTokenMissing");
     }
 
     #[test]

@@ -10,9 +10,19 @@
 //!   MKCOL, PROPPATCH, LOCK and UNLOCK write their path; COPY writes its
 //!   `Destination`; MOVE writes both its path and its `Destination`. A method this
 //!   list does not know is fenced, as a write of its path.
+//! * [`Protocol::S3`] (path-style, `/BUCKET/KEY`): GET, HEAD and OPTIONS read (the
+//!   object and list calls); every other method writes its path: PutObject,
+//!   CopyObject (its source is read), DeleteObject, each multipart step, and the
+//!   bucket's own PUT and DELETE. A POST to a bucket names its keys in the body
+//!   (DeleteObjects, a browser form's PostObject), so it is refused
+//!   ([`Protocol::refusal`]). The token may also come as object metadata
+//!   ([`METADATA_PREFIX`] + the token header's name), which the aws CLI and the SDKs
+//!   can send, and which the store then keeps with the object.
 //!
 //! A configured list of fenced methods overrides the protocol's reads, but not which
 //! resources a write names.
+
+use crate::resource::ResourceError;
 
 /// The store's protocol.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -23,7 +33,15 @@ pub enum Protocol {
     /// WebDAV: HTTP's reads plus PROPFIND, REPORT and SEARCH; COPY and MOVE write
     /// their `Destination`.
     Webdav,
+    /// S3: HTTP's reads; a POST to a bucket is refused; the token may come as object
+    /// metadata.
+    S3,
 }
+
+/// The prefix of S3's user metadata headers: with [`Protocol::S3`] the token may come
+/// in `x-amz-meta-` + the token header's name (`x-amz-meta-fencing-token`, sent by
+/// `aws s3 cp --metadata fencing-token=34`).
+pub const METADATA_PREFIX: &str = "x-amz-meta-";
 
 /// The resources a fenced request writes, named by where the host finds them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +75,7 @@ const WEBDAV_READS: [&str; 6] = ["GET", "HEAD", "OPTIONS", "PROPFIND", "REPORT",
 
 impl Protocol {
     /// Every protocol, in the order the docs list them.
-    pub const ALL: [Protocol; 2] = [Protocol::Http, Protocol::Webdav];
+    pub const ALL: [Protocol; 3] = [Protocol::Http, Protocol::Webdav, Protocol::S3];
 
     /// The protocol of a name (`http`, `webdav`), as configurations spell it.
     pub fn parse(name: &str) -> Option<Protocol> {
@@ -69,6 +87,7 @@ impl Protocol {
         match self {
             Protocol::Http => "http",
             Protocol::Webdav => "webdav",
+            Protocol::S3 => "s3",
         }
     }
 
@@ -76,7 +95,7 @@ impl Protocol {
     /// is configured.
     pub fn reads(self) -> &'static [&'static str] {
         match self {
-            Protocol::Http => &HTTP_READS,
+            Protocol::Http | Protocol::S3 => &HTTP_READS,
             Protocol::Webdav => &WEBDAV_READS,
         }
     }
@@ -96,8 +115,42 @@ impl Protocol {
         match self {
             Protocol::Webdav if method.eq_ignore_ascii_case("COPY") => Writes::Destination,
             Protocol::Webdav if method.eq_ignore_ascii_case("MOVE") => Writes::TargetAndDestination,
-            Protocol::Http | Protocol::Webdav => Writes::Target,
+            Protocol::Http | Protocol::Webdav | Protocol::S3 => Writes::Target,
         }
+    }
+
+    /// Why a fenced request with `method` to `decoded_path` cannot be fenced, so is
+    /// refused as malformed: S3's POST to a bucket (`/BUCKET`, DeleteObjects'
+    /// `?delete`, PostObject's form) names the keys it writes in its body. Judged by
+    /// the path, not the query: a store decodes the query's names (`?%64elete`), and
+    /// any POST to a bucket names its keys in the body.
+    pub fn refusal(self, method: &str, decoded_path: &[u8]) -> Option<ResourceError> {
+        let post_to_bucket = method.eq_ignore_ascii_case("POST") && names_a_bucket(decoded_path);
+        (self == Protocol::S3 && post_to_bucket).then_some(ResourceError::KeysInBody)
+    }
+
+    /// Whether the token may also come as object metadata ([`METADATA_PREFIX`] + the
+    /// token header's name).
+    pub fn token_in_metadata(self) -> bool {
+        self == Protocol::S3
+    }
+}
+
+/// `/`, `/BUCKET` or `/BUCKET/`: a path that names no key.
+fn names_a_bucket(decoded_path: &[u8]) -> bool {
+    let inner = decoded_path.strip_prefix(b"/").unwrap_or(decoded_path);
+    let inner = inner.strip_suffix(b"/").unwrap_or(inner);
+    !inner.contains(&b'/')
+}
+
+/// The token of a request that may send it twice (S3: the token header, and the
+/// object metadata header): the one sent, or the one both carry. Two different
+/// values are refused: which one the lock gave is unknown, and the store would keep
+/// the metadata one with the object.
+pub fn one_token<'a>(header: Option<&'a [u8]>, metadata: Option<&'a [u8]>) -> Result<Option<&'a [u8]>, ResourceError> {
+    match (header, metadata) {
+        (Some(h), Some(m)) if h.trim_ascii() != m.trim_ascii() => Err(ResourceError::TwoTokens),
+        (h, m) => Ok(h.or(m)),
     }
 }
 
@@ -163,11 +216,40 @@ mod tests {
     }
 
     #[test]
+    fn s3_fences_writes_and_refuses_a_post_to_a_bucket() {
+        let none: Option<&[&str]> = None;
+        for m in ["PUT", "POST", "DELETE"] {
+            assert!(Protocol::S3.fences(m, none), "{m}");
+        }
+        for m in ["GET", "HEAD", "OPTIONS"] {
+            assert!(!Protocol::S3.fences(m, none), "{m}");
+        }
+        assert_eq!(Protocol::S3.writes("PUT"), Writes::Target, "CopyObject writes its own path");
+        for bucket in [&b"/bkt"[..], b"/bkt/", b"/", b""] {
+            assert_eq!(Protocol::S3.refusal("post", bucket), Some(ResourceError::KeysInBody), "{bucket:?}");
+        }
+        assert_eq!(Protocol::S3.refusal("POST", b"/bkt/k"), None, "a multipart step names its key");
+        assert_eq!(Protocol::S3.refusal("DELETE", b"/bkt"), None);
+        assert_eq!(Protocol::Http.refusal("POST", b"/bkt"), None);
+        assert!(Protocol::S3.token_in_metadata() && !Protocol::Http.token_in_metadata());
+    }
+
+    #[test]
+    fn a_token_sent_twice_must_agree() {
+        assert_eq!(one_token(Some(b"34"), None), Ok(Some(&b"34"[..])));
+        assert_eq!(one_token(None, Some(b"34")), Ok(Some(&b"34"[..])));
+        assert_eq!(one_token(Some(b"34"), Some(b" 34")), Ok(Some(&b"34"[..])));
+        assert_eq!(one_token(None, None), Ok(None));
+        assert_eq!(one_token(Some(b"35"), Some(b"34")), Err(ResourceError::TwoTokens));
+    }
+
+    #[test]
     fn names_parse_back() {
         for p in Protocol::ALL {
             assert_eq!(Protocol::parse(p.name()), Some(p));
         }
         assert_eq!(Protocol::parse("WebDAV"), Some(Protocol::Webdav));
+        assert_eq!(Protocol::parse("S3"), Some(Protocol::S3));
         assert_eq!(Protocol::parse("s4"), None);
     }
 

@@ -20,6 +20,12 @@ pub enum ResourceError {
     /// A request that writes two resources (WebDAV's MOVE) at a host that fences one
     /// per request (the Envoy filter).
     TwoResources,
+    /// A request that names the resources it writes in its body (S3's DeleteObjects,
+    /// `POST /BUCKET?delete`), which no host reads before it decides.
+    KeysInBody,
+    /// The token is sent twice (S3: in the token header and in the object metadata
+    /// header), with two values: which one the lock gave is unknown.
+    TwoTokens,
 }
 
 impl fmt::Display for ResourceError {
@@ -40,6 +46,14 @@ impl fmt::Display for ResourceError {
             ResourceError::TwoResources => f.write_str(
                 "MOVE writes two resources (its path and its Destination) and this host fences one per request; \
                  COPY then DELETE, or write through fencekeeper serve",
+            ),
+            ResourceError::KeysInBody => f.write_str(
+                "S3 DeleteObjects (POST ?delete) names the keys it deletes in its body, which the fence does not read; \
+                 delete each key with DeleteObject (aws s3 rm, boto3 delete_object)",
+            ),
+            ResourceError::TwoTokens => f.write_str(
+                "the fencing token is sent twice with two values (its header and the object metadata header); \
+                 send one, or the same in both",
             ),
         }
     }

@@ -10,6 +10,7 @@ use crate::settings::{
     EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings, Switch,
 };
 use fencekeeper_core::http;
+use fencekeeper_core::protocol::METADATA_PREFIX;
 use fencekeeper_core::{Mode, Policy, Protocol, Writes};
 use std::fmt;
 
@@ -18,6 +19,9 @@ use std::fmt;
 pub struct Config {
     /// The request header carrying the token (lower case).
     pub token_header: String,
+    /// With protocol s3, the object metadata header that may carry it too
+    /// (`x-amz-meta-` + the token header); derived from the two, never set alone.
+    pub token_metadata_header: Option<String>,
     /// How the resource key is derived from a request.
     pub resource: ResourceFrom,
     /// The store's protocol: which methods read, which resources a write names.
@@ -271,6 +275,7 @@ impl Config {
         let protocol = match settings.protocol.unwrap_or(ProtocolName::Http) {
             ProtocolName::Http => Protocol::Http,
             ProtocolName::Webdav => Protocol::Webdav,
+            ProtocolName::S3 => Protocol::S3,
         };
         if protocol == Protocol::Webdav && matches!(resource, ResourceFrom::Header(_)) {
             return Err(ConfigError(
@@ -323,9 +328,12 @@ impl Config {
         if !(1..=65536).contains(&shared_slots) {
             return Err(ConfigError("shared_slots must be between 1 and 65536".into()));
         }
-        let token_header = settings.token_header.unwrap_or_else(|| http::TOKEN_HEADER.to_owned());
+        let token_header =
+            header_name("token_header", settings.token_header.unwrap_or_else(|| http::TOKEN_HEADER.to_owned()))?;
+        let token_metadata_header = protocol.token_in_metadata().then(|| format!("{METADATA_PREFIX}{token_header}"));
         Ok(Config {
-            token_header: header_name("token_header", token_header)?,
+            token_header,
+            token_metadata_header,
             resource,
             protocol,
             fenced_methods,
@@ -344,6 +352,7 @@ impl Config {
     pub fn to_settings(&self) -> Settings {
         let Config {
             token_header,
+            token_metadata_header: _,
             resource,
             protocol,
             fenced_methods,
@@ -411,6 +420,7 @@ impl Config {
             protocol: Some(match protocol {
                 Protocol::Http => ProtocolName::Http,
                 Protocol::Webdav => ProtocolName::Webdav,
+                Protocol::S3 => ProtocolName::S3,
             }),
             fenced_methods: fenced_methods.clone(),
             mode: Some(match policy.mode {
@@ -615,6 +625,9 @@ mod tests {
         assert!(Config::parse(b"").unwrap().fences("PROPFIND"), "plain HTTP fences PROPFIND");
         let e = Config::parse(br#"{"protocol":"webdav","resource":{"from":"header","header":"x-r"}}"#).unwrap_err();
         assert!(e.0.contains("names resources by path"), "{e}");
+        let s3 = Config::parse(br#"{"protocol":"s3","token_header":"Lock-Token"}"#).unwrap();
+        assert_eq!(s3.token_metadata_header.as_deref(), Some("x-amz-meta-lock-token"));
+        assert_eq!(Config::parse(b"").unwrap().token_metadata_header, None, "only s3 reads metadata");
         let e = Config::parse(br#"{"protocol":"s4"}"#).unwrap_err();
         assert!(e.0.contains("unknown variant"), "{e}");
     }
@@ -659,6 +672,7 @@ mod tests {
             r#"{"provenance":"strong","lock_prefix":"/l/","etcd":{"user":"u","password_env":"P"}}"#,
             r#"{"resource":{"from":"header","header":"X-R"},"gate":{"shared":true,"flight_ms":7},"start_grace_ms":9}"#,
             r#"{"protocol":"webdav","resource":{"strip_prefix":"/dav"}}"#,
+            r#"{"protocol":"s3","token_header":"x-t"}"#,
         ] {
             let c = Config::parse(json.as_bytes()).unwrap();
             let written = serde_json::to_string(&c.to_settings()).unwrap();

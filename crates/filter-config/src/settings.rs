@@ -143,6 +143,8 @@ pub enum ProtocolName {
     Http,
     /// WebDAV (RFC 4918).
     Webdav,
+    /// S3, path-style.
+    S3,
 }
 
 /// The provenance check, by name.

@@ -14,6 +14,8 @@ pub struct Seen {
     pub path: Vec<u8>,
     /// The token header.
     pub token: Option<Vec<u8>>,
+    /// With protocol s3, the object metadata header that may carry the token too.
+    pub metadata_token: Option<Vec<u8>>,
     /// The resource header, when the key comes from one.
     pub resource: Option<Vec<u8>>,
     /// `content-type`.
@@ -46,6 +48,8 @@ impl Seen {
             }
             if name == filter.config.token_header {
                 seen.token.get_or_insert(value);
+            } else if filter.config.token_metadata_header.as_deref() == Some(name.as_str()) {
+                seen.metadata_token.get_or_insert(value);
             } else if Some(name.as_str()) == resource_header {
                 seen.resource.get_or_insert(value);
             } else if name == "content-type" {

@@ -8,7 +8,7 @@
 
 use crate::gate::Entered;
 use crate::{Filter, Tally};
-use fencekeeper_core::http::{Refusal, ADMITTED_HEADER, HIGHEST_HEADER};
+use fencekeeper_core::http::{Refusal, S3Error, ADMITTED_HEADER, HIGHEST_HEADER, S3_ERROR_CONTENT_TYPE};
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Verdict};
 use proxy_wasm::hostcalls;
@@ -21,6 +21,8 @@ pub struct Reply {
     pub context: u32,
     /// The request is gRPC (its refusals are gRPC statuses).
     pub grpc: bool,
+    /// The store speaks S3 (its refusals are S3 error documents).
+    pub s3: bool,
     /// The client sent a `fencing-admitted-token` of its own (to be removed).
     pub admitted_sent: bool,
 }
@@ -120,14 +122,17 @@ impl Reply {
             // Envoy writes the text into grpc-message of its local reply.
             let _ = hostcalls::send_grpc_response(grpc_code(refusal.grpc_status), Some(text), meta);
         } else {
-            let mut headers = vec![("content-type", "text/plain; charset=utf-8")];
+            let (body, content_type) = match self.s3 {
+                true => (S3Error { class: refusal.class, reason: text }.to_string(), S3_ERROR_CONTENT_TYPE),
+                false => (format!("{text}\n"), "text/plain; charset=utf-8"),
+            };
+            let mut headers = vec![("content-type", content_type)];
             if let Some(h) = &highest {
                 headers.push((HIGHEST_HEADER, h.as_str()));
             }
             if let Some(r) = &retry {
                 headers.push(("retry-after", r.as_str()));
             }
-            let body = format!("{text}\n");
             let _ = hostcalls::send_http_response(u32::from(refusal.http_status), headers, Some(body.as_bytes()));
         }
     }

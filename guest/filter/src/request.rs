@@ -92,15 +92,20 @@ impl Request {
     fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
         self.reply.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
-        let presented = seen.token.map(|v| String::from_utf8_lossy(&v).into_owned());
-        // The host's bounds first: a key that is not UTF-8, empty or too long, or an
-        // over-long token, is malformed before any mark is read.
-        let checked = written_path(&f, &seen.method, &seen.path, seen.destination.as_deref())
-            .and_then(|path| f.config.resource.key(&path, seen.resource.as_deref()).map(str::to_owned))
+        self.reply.s3 = f.config.protocol == fencekeeper_core::Protocol::S3;
+        // The host's bounds first: a key that is not UTF-8, empty or too long, a token
+        // sent twice with two values, or an over-long token, is malformed before any
+        // mark is read.
+        let checked = protocol::one_token(seen.token.as_deref(), seen.metadata_token.as_deref())
+            .map(|t| t.map(|v| String::from_utf8_lossy(v).into_owned()))
+            .and_then(|presented| {
+                let path = written_path(&f, &seen.method, &seen.path, seen.destination.as_deref())?;
+                Ok((f.config.resource.key(&path, seen.resource.as_deref())?.to_owned(), presented))
+            })
             .map_err(fencekeeper_core::Malformed::Resource)
-            .and_then(|r| precheck(&r, presented.as_deref()).map(|()| r));
-        let resource = match checked {
-            Ok(r) => r,
+            .and_then(|(r, presented)| precheck(&r, presented.as_deref()).map(|()| (r, presented)));
+        let (resource, presented) = match checked {
+            Ok(checked) => checked,
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
         };
         if let Some(left) = grace_left(&f) {
@@ -446,9 +451,11 @@ impl Context for Request {
 /// The decoded path of the one resource a fenced request writes: its own, or for
 /// WebDAV's COPY its `Destination`'s. A write of two resources (WebDAV's MOVE) is
 /// refused: the filter decides one resource per request, and fencing only one of
-/// them would let a stale holder's MOVE overwrite the other.
+/// them would let a stale holder's MOVE overwrite the other. So is a write whose
+/// keys are in its body (S3's POST to a bucket).
 fn written_path(f: &Filter, method: &[u8], path: &[u8], destination: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
-    let target = match f.config.writes(&String::from_utf8_lossy(method)) {
+    let method = String::from_utf8_lossy(method);
+    let target = match f.config.writes(&method) {
         Writes::Target => path,
         Writes::Destination => destination.and_then(protocol::destination_path).ok_or(ResourceError::Destination)?,
         Writes::TargetAndDestination => return Err(ResourceError::TwoResources),
@@ -457,7 +464,10 @@ fn written_path(f: &Filter, method: &[u8], path: &[u8], destination: Option<&[u8
     let mut decoded: Vec<u8> = http::decoded_path(target).collect();
     let len = resource::normalize_path(&mut decoded);
     decoded.truncate(len);
-    Ok(decoded)
+    match f.config.protocol.refusal(&method, &decoded) {
+        Some(why) => Err(why),
+        None => Ok(decoded),
+    }
 }
 
 impl HttpContext for Request {

@@ -308,6 +308,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         protocol: match args.protocol {
             ProtocolArg::Http => None,
             ProtocolArg::Webdav => Some(ProtocolName::Webdav),
+            ProtocolArg::S3 => Some(ProtocolName::S3),
         },
         mode: Some(if args.mode == "efficiency" { ModeName::Efficiency } else { ModeName::Correctness }),
         strict: Some(args.strict),

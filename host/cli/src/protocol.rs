@@ -14,6 +14,10 @@ pub enum ProtocolArg {
     /// WebDAV: PROPFIND, REPORT and SEARCH read too; COPY writes its Destination,
     /// MOVE its path and its Destination.
     Webdav,
+    /// S3, path-style (/BUCKET/KEY): HTTP's reads; the token may also come as object
+    /// metadata (x-amz-meta- + the token header); a POST to a bucket (DeleteObjects)
+    /// is refused.
+    S3,
 }
 
 impl ProtocolArg {
@@ -22,6 +26,7 @@ impl ProtocolArg {
         match self {
             ProtocolArg::Http => Protocol::Http,
             ProtocolArg::Webdav => Protocol::Webdav,
+            ProtocolArg::S3 => Protocol::S3,
         }
     }
 }

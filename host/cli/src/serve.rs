@@ -70,7 +70,8 @@ pub struct Args {
     /// Refuse a token equal to the mark (each token writes once).
     #[arg(long)]
     strict: bool,
-    /// The request header carrying the fencing token.
+    /// The request header carrying the fencing token. With --protocol s3 the
+    /// token may come as object metadata too: x-amz-meta- + this name.
     #[arg(long, default_value = fencekeeper_core::http::TOKEN_HEADER)]
     token_header: String,
     /// Take the resource key from this request header instead of the path.

@@ -2,10 +2,10 @@
 //! header, where the resource key comes from, which paths and methods are fenced.
 
 use fencekeeper_core::http::{self, TOKEN_HEADER};
-use fencekeeper_core::protocol::{self, DESTINATION_HEADER};
-use fencekeeper_core::resource;
+use fencekeeper_core::protocol::{self, DESTINATION_HEADER, METADATA_PREFIX};
+use fencekeeper_core::resource::{self, ResourceError};
 use fencekeeper_core::{Policy, Protocol};
-use hyper::header::{HeaderMap, HeaderName};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Uri};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -186,9 +186,26 @@ impl Config {
             return false;
         }
         let in_scope = |path: &[u8]| path.starts_with(self.path_prefix.as_bytes());
+        // A write whose keys are in its body (S3's POST to a bucket) may write under
+        // the prefix though its own path is above it: it is in scope, and refused.
+        let keys_in_body = self.protocol.refusal(method.as_str(), decoded_path).is_some()
+            && self.path_prefix.as_bytes().starts_with(decoded_path);
         in_scope(decoded_path)
+            || keys_in_body
             || (self.protocol.writes(method.as_str()).destination()
                 && destination(headers).is_some_and(|path| in_scope(&path)))
+    }
+
+    /// The token a request presents, as text (lossy: the core refuses what is not a
+    /// token): its token header's, or with protocol s3 its object metadata header's
+    /// (`x-amz-meta-` + the token header); both, they must agree.
+    pub fn token(&self, headers: &HeaderMap) -> Result<Option<String>, ResourceError> {
+        let header = headers.get(&self.token_header).map(HeaderValue::as_bytes);
+        let metadata = match self.protocol.token_in_metadata() {
+            true => headers.get(format!("{METADATA_PREFIX}{}", self.token_header)).map(HeaderValue::as_bytes),
+            false => None,
+        };
+        Ok(protocol::one_token(header, metadata)?.map(|t| String::from_utf8_lossy(t).into_owned()))
     }
 }
 
@@ -256,6 +273,22 @@ mod tests {
         assert!(!c.fences(&method("PUT"), b"/public/a", &into), "a PUT names no Destination");
         assert!(!c.fences(&method("COPY"), b"/public/a", &none));
         assert_eq!(destination(&into).as_deref(), Some(&b"/data/b"[..]));
+    }
+
+    #[test]
+    fn s3_takes_the_token_from_metadata_and_fences_a_post_to_a_bucket_above_the_prefix() {
+        let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
+        let mut h = HeaderMap::new();
+        h.insert("x-amz-meta-fencing-token", HeaderValue::from_static("34"));
+        assert_eq!(c.token(&h).ok(), Some(None), "plain HTTP does not read metadata");
+        c.protocol = Protocol::S3;
+        assert_eq!(c.token(&h).ok(), Some(Some("34".to_owned())));
+        h.insert(TOKEN_HEADER, HeaderValue::from_static("35"));
+        assert!(matches!(c.token(&h), Err(ResourceError::TwoTokens)));
+        c.path_prefix = "/bkt/data/".into();
+        assert!(c.fences(&Method::POST, b"/bkt", &h), "DeleteObjects on the bucket reaches the prefix");
+        assert!(!c.fences(&Method::POST, b"/other", &h));
+        assert!(!c.fences(&Method::POST, b"/bkt/k", &h), "a multipart step above the prefix is out of it");
     }
 
     #[test]

@@ -12,14 +12,14 @@ use crate::config::{self, decoded_path, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::ordered::{self, Ordered};
-use crate::refusal::{self, full};
+use crate::refusal::{self, full, Form};
 use crate::registry::Registry;
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
 use fencekeeper::{Advance, Guard};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::resource::ResourceError;
-use fencekeeper_core::Class;
+use fencekeeper_core::{Class, Protocol};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, CONTENT_LENGTH, RETRY_AFTER, TRANSFER_ENCODING};
@@ -155,10 +155,11 @@ impl Proxy {
         grpc: bool,
         client: SocketAddr,
     ) -> Response<Body> {
-        let token =
-            parts.headers.get(&self.config.token_header).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let grace = self.start_grace_left();
-        let (resource, ordered, permits) = match self.resources(&parts, path) {
+        let token = self.config.token(&parts.headers);
+        let named = token.as_ref().map_err(|e| *e).and_then(|_| self.resources(&parts, path));
+        let token = token.ok().flatten();
+        let (resource, ordered, permits) = match named {
             Ok(keys) if grace.is_some() => {
                 self.metrics.event(Event::StartGrace);
                 let (mode, since) = (self.config.policy.mode, self.started.elapsed());
@@ -189,7 +190,12 @@ impl Proxy {
                 Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
                 class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
-            let mut response = refusal::refuse(&action, &ordered.reason, grpc);
+            let form = match (grpc, self.config.protocol) {
+                (true, _) => Form::Grpc,
+                (false, Protocol::S3) => Form::S3,
+                (false, _) => Form::Text,
+            };
+            let mut response = refusal::refuse(&action, &ordered.reason, form);
             // Only the gate's own refusals (the start grace, a write held past the gate
             // timeout) say when to retry.
             if let Some(left) = ordered.retry_after {
@@ -283,10 +289,14 @@ impl Proxy {
     /// The keys of the resources the write names, by the core's rules: the decoded
     /// `path` (or the configured header), and for WebDAV's COPY and MOVE the
     /// `Destination`'s decoded path; never converted lossily. Sorted, without repeats,
-    /// at least one.
+    /// at least one. A write the protocol cannot fence (S3's POST to a bucket) is
+    /// refused.
     fn resources(&self, parts: &Parts, path: Vec<u8>) -> Result<Vec<String>, ResourceError> {
         let from = &self.config.resource;
         let header = from.header().and_then(|name| parts.headers.get(name)).map(|v| v.as_bytes());
+        if let Some(why) = self.config.protocol.refusal(parts.method.as_str(), &path) {
+            return Err(why);
+        }
         let writes = self.config.protocol.writes(parts.method.as_str());
         let mut keys = Vec::with_capacity(2);
         if writes.target() {
