@@ -31,6 +31,7 @@ mod e2e_gateway_start_grace;
 mod e2e_gateway_store_damage;
 mod e2e_provenance_etcd;
 mod e2e_provenance_zookeeper;
+mod e2e_s3;
 mod e2e_shared_gate;
 mod e2e_tokens_etcd;
 mod e2e_tokens_redis;

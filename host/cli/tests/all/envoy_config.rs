@@ -174,6 +174,15 @@ fn webdav_routes_its_reads_past_the_filter_and_tells_the_filter_the_protocol() {
 }
 
 #[test]
+fn s3_tells_the_filter_the_protocol_and_routes_http_reads_past_it() {
+    let out = generate(&["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--protocol", "s3"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert!(yaml.contains(r#""protocol":"s3""#), "{yaml}");
+    assert!(yaml.contains("(GET, HEAD, OPTIONS: the filter's default for --protocol s3)"), "{yaml}");
+}
+
+#[test]
 fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);
     assert_eq!(out.status.code(), Some(2));
