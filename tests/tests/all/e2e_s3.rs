@@ -77,7 +77,11 @@ fn without_a_fence_the_old_holders_aws_cp_overwrites_the_new_object() {
 /// What the aws CLI shows of the refusal, and what the store kept.
 fn assert_refused(old: &fencekeeper_harness::s3::Run, store: &Moto, key: &str) {
     assert_eq!(old.code, Some(1), "the CLI reports the refusal as a failed upload:\n{}", old.log);
-    assert!(old.log.contains("An error occurred (FencingTokenStale) when calling the PutObject operation"), "{}", old.log);
+    assert!(
+        old.log.contains("An error occurred (FencingTokenStale) when calling the PutObject operation"),
+        "{}",
+        old.log
+    );
     assert!(old.log.contains(&format!("stale fencing token 33 for \"/{BUCKET}/{key}\"")), "{}", old.log);
     assert_eq!(store.get(BUCKET, key).unwrap().unwrap().0, NEW, "the store keeps the new holder's object");
 }
