@@ -155,11 +155,25 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 spec = json.loads(sys.argv[1])
+domain = spec.get("domain")
+if domain is not None:
+    # Virtual-hosted-style: BUCKET.DOMAIN must reach the loopback endpoint, with no
+    # DNS of the machine's involved; the Host the client signs stays BUCKET.DOMAIN:PORT.
+    import socket
+    resolve = socket.getaddrinfo
+    def loopback(host, *args, **kwargs):
+        if isinstance(host, str) and (host == domain or host.endswith("." + domain)):
+            host = "127.0.0.1"
+        return resolve(host, *args, **kwargs)
+    socket.getaddrinfo = loopback
 s3 = boto3.session.Session().client(
     "s3",
     endpoint_url=spec["endpoint"],
     region_name=spec["region"],
-    config=Config(retries={"max_attempts": 1, "mode": "standard"}, s3={"addressing_style": "path"}),
+    config=Config(
+        retries={"max_attempts": 1, "mode": "standard"},
+        s3={"addressing_style": "path" if domain is None else "virtual"},
+    ),
 )
 token = spec.get("header_token")
 if token is not None:
@@ -247,12 +261,30 @@ pub struct Boto {
     key: (String, String),
     /// Sent as `fencing-token` on every request, signed with the rest.
     pub token_header: Option<String>,
+    /// Virtual-hosted-style requests to `BUCKET.` + this domain (resolved to the
+    /// endpoint's loopback address by the script); `None`: path-style.
+    domain: Option<String>,
 }
 
 impl Boto {
     /// A client of `endpoint` (`http://HOST:PORT`) signing with `key` (id, secret).
     pub fn new(endpoint: &str, (id, secret): (&str, &str)) -> Boto {
-        Boto { endpoint: endpoint.to_owned(), key: (id.to_owned(), secret.to_owned()), token_header: None }
+        Boto {
+            endpoint: endpoint.to_owned(),
+            key: (id.to_owned(), secret.to_owned()),
+            token_header: None,
+            domain: None,
+        }
+    }
+
+    /// The same, naming buckets virtual-hosted-style: requests go to
+    /// `http://BUCKET.DOMAIN:PORT/KEY` (PORT the endpoint's; every name under DOMAIN
+    /// reaches 127.0.0.1), so the Host carries the bucket.
+    pub fn virtual_hosted(mut self, domain: &str) -> Boto {
+        let port = self.endpoint.rsplit(':').next().unwrap_or_default();
+        self.endpoint = format!("http://{domain}:{port}");
+        self.domain = Some(domain.to_owned());
+        self
     }
 
     /// The same, sending `fencing-token: TOKEN` on every request (a `before-sign`
@@ -343,6 +375,7 @@ impl Boto {
         spec["endpoint"] = json!(self.endpoint);
         spec["region"] = json!(REGION);
         spec["header_token"] = json!(self.token_header);
+        spec["domain"] = json!(self.domain);
         let mut cmd = Command::new("python3");
         cmd.arg("-c").arg(BOTO_SCRIPT).arg(spec.to_string());
         clean_env(&mut cmd, (&self.key.0, &self.key.1), Path::new("/dev/null"));

@@ -14,8 +14,9 @@
 //!   no lower-token write may still land after it).
 //! * [`http`]: the HTTP vocabulary of every HTTP host: the resource key of a
 //!   request, the rendering of a refusal.
-//! * [`protocol`]: the store's protocol (plain HTTP, WebDAV): which methods are
+//! * [`protocol`]: the store's protocol (plain HTTP, WebDAV, S3): which methods are
 //!   fenced, and which resources a write names.
+//! * [`s3`]: S3 addressing: the bucket a request names in its path or host name.
 //! * [`refusal`]: what a host does with a verdict: forward, or refuse with which
 //!   HTTP / gRPC status, under which mode.
 //! * [`verify`]: a host's check of a validator's verdict against what it knows.
@@ -39,6 +40,7 @@ pub mod protocol;
 pub mod record;
 pub mod refusal;
 pub mod resource;
+pub mod s3;
 pub mod short_text;
 pub mod token;
 pub mod verify;

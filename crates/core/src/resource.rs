@@ -26,6 +26,10 @@ pub enum ResourceError {
     /// The token is sent twice (S3: in the token header and in the object metadata
     /// header), with two values: which one the lock gave is unknown.
     TwoTokens,
+    /// An S3 request whose `Host` is a domain name that is neither the configured S3
+    /// domain nor a bucket under it: the bucket it names cannot be told
+    /// ([`crate::s3::addressing`]).
+    S3Host,
 }
 
 impl fmt::Display for ResourceError {
@@ -54,6 +58,11 @@ impl fmt::Display for ResourceError {
             ResourceError::TwoTokens => f.write_str(
                 "the fencing token is sent twice with two values (its header and the object metadata header); \
                  send one, or the same in both",
+            ),
+            ResourceError::S3Host => f.write_str(
+                "the Host is a domain name the fence cannot place: with protocol s3 it must be the S3 domain, \
+                 BUCKET. + that domain, or an IP address; set the S3 domain the store serves \
+                 (fencekeeper serve --s3-domain, the filter's s3_domain)",
             ),
         }
     }

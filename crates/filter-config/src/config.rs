@@ -11,6 +11,7 @@ use crate::settings::{
 };
 use fencekeeper_core::http;
 use fencekeeper_core::protocol::METADATA_PREFIX;
+use fencekeeper_core::s3;
 use fencekeeper_core::{Mode, Policy, Protocol, Writes};
 use std::fmt;
 
@@ -26,6 +27,10 @@ pub struct Config {
     pub resource: ResourceFrom,
     /// The store's protocol: which methods read, which resources a write names.
     pub protocol: Protocol,
+    /// With protocol s3, the store's S3 domain (`fencekeeper_core::s3`): a request to
+    /// `BUCKET.` + it names its bucket in `:authority`. `None`: a domain name there is
+    /// refused.
+    pub s3_domain: Option<String>,
     /// Methods that are fenced; `None` = every method but the protocol's reads.
     pub fenced_methods: Option<Vec<String>>,
     /// Mode and strictness, for the core.
@@ -284,6 +289,16 @@ impl Config {
                     .into(),
             ));
         }
+        let s3_domain = match settings.s3_domain {
+            Some(_) if protocol != Protocol::S3 => {
+                return Err(ConfigError("s3_domain goes with protocol \"s3\"".into()));
+            }
+            Some(d) => {
+                s3::check_domain(&d).map_err(|why| ConfigError(format!("s3_domain {d:?}: {why}")))?;
+                Some(d)
+            }
+            None => None,
+        };
         let fenced_methods = match settings.fenced_methods {
             Some(list) if list.is_empty() => {
                 return Err(ConfigError("fenced_methods is empty: nothing would be fenced".into()))
@@ -336,6 +351,7 @@ impl Config {
             token_metadata_header,
             resource,
             protocol,
+            s3_domain,
             fenced_methods,
             policy: Policy { mode, strict: settings.strict.unwrap_or(false) },
             etcd,
@@ -355,6 +371,7 @@ impl Config {
             token_metadata_header: _,
             resource,
             protocol,
+            s3_domain,
             fenced_methods,
             policy,
             etcd,
@@ -422,6 +439,7 @@ impl Config {
                 Protocol::Webdav => ProtocolName::Webdav,
                 Protocol::S3 => ProtocolName::S3,
             }),
+            s3_domain: s3_domain.clone(),
             fenced_methods: fenced_methods.clone(),
             mode: Some(match policy.mode {
                 Mode::Correctness => ModeName::Correctness,
@@ -633,6 +651,21 @@ mod tests {
     }
 
     #[test]
+    fn an_s3_domain_is_a_dns_name_and_goes_with_s3() {
+        let c = Config::parse(br#"{"protocol":"s3","s3_domain":"s3.test"}"#).unwrap();
+        assert_eq!(c.s3_domain.as_deref(), Some("s3.test"));
+        for (json, needle) in [
+            (r#"{"s3_domain":"s3.test"}"#, "goes with protocol \"s3\""),
+            (r#"{"protocol":"s3","s3_domain":"s3.test:80"}"#, "no port"),
+            (r#"{"protocol":"s3","s3_domain":"S3.Test"}"#, "lower-case"),
+            (r#"{"protocol":"s3","s3_domain":"s3"}"#, "two labels"),
+        ] {
+            let e = Config::parse(json.as_bytes()).unwrap_err();
+            assert!(e.0.contains(needle), "{json}: {e}");
+        }
+    }
+
+    #[test]
     fn a_section_written_as_an_array_or_a_scalar_is_refused() {
         // serde would read `[200, 0]` as the gate's first two fields.
         for (json, needle) in [
@@ -673,6 +706,7 @@ mod tests {
             r#"{"resource":{"from":"header","header":"X-R"},"gate":{"shared":true,"flight_ms":7},"start_grace_ms":9}"#,
             r#"{"protocol":"webdav","resource":{"strip_prefix":"/dav"}}"#,
             r#"{"protocol":"s3","token_header":"x-t"}"#,
+            r#"{"protocol":"s3","s3_domain":"s3.example.com"}"#,
         ] {
             let c = Config::parse(json.as_bytes()).unwrap();
             let written = serde_json::to_string(&c.to_settings()).unwrap();

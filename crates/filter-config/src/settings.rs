@@ -6,7 +6,7 @@
 //! A field that is absent takes its default (`Config` says which). Where a default
 //! exists, JSON `null` is refused rather than read as "the default": except for
 //! `etcd` and `gate`, where `null` means "none" ([`Switch::Off`]), and the fields
-//! whose default is "none" anyway (`fenced_methods`, `lock_prefix`,
+//! whose default is "none" anyway (`fenced_methods`, `s3_domain`, `lock_prefix`,
 //! `resource.header`, `resource.strip_prefix`, `etcd.user`, `etcd.password_env`).
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -21,10 +21,14 @@ pub struct Settings {
     /// How the resource key is derived from a request.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceSettings>,
-    /// The store's protocol, `http` (the default) or `webdav`: which methods read, and
-    /// which resources a write names.
+    /// The store's protocol, `http` (the default), `webdav` or `s3`: which methods
+    /// read, and which resources a write names.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub protocol: Option<ProtocolName>,
+    /// With `s3`, the store's S3 domain: `BUCKET.` + it in `:authority` names a bucket
+    /// (virtual-hosted-style). Absent: a domain name as `:authority` is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_domain: Option<String>,
     /// The fenced methods; absent or `null`: every method but the protocol's reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced_methods: Option<Vec<String>>,

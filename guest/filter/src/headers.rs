@@ -3,6 +3,7 @@
 use crate::Filter;
 use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::protocol::DESTINATION_HEADER;
+use fencekeeper_core::Protocol;
 
 /// The request headers the filter reads, taken in one host call: every call into
 /// Envoy crosses V8's boundary, and that crossing is most of the filter's cost.
@@ -12,6 +13,9 @@ pub struct Seen {
     pub method: Vec<u8>,
     /// `:path`.
     pub path: Vec<u8>,
+    /// `:authority` (the Host the store sees), read with protocol s3 only: it may
+    /// name the bucket.
+    pub authority: Option<Vec<u8>>,
     /// The token header.
     pub token: Option<Vec<u8>>,
     /// With protocol s3, the object metadata header that may carry the token too.
@@ -46,7 +50,11 @@ impl Seen {
                 }
                 continue;
             }
-            if name == filter.config.token_header {
+            if name == ":authority" {
+                if filter.config.protocol == Protocol::S3 {
+                    seen.authority.get_or_insert(value);
+                }
+            } else if name == filter.config.token_header {
                 seen.token.get_or_insert(value);
             } else if filter.config.token_metadata_header.as_deref() == Some(name.as_str()) {
                 seen.metadata_token.get_or_insert(value);

@@ -26,7 +26,8 @@ use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::resource;
-use fencekeeper_core::{decide, decision::decide_token, precheck, ResourceError, Token, Verdict};
+use fencekeeper_core::s3::{self, Addressing};
+use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -92,14 +93,14 @@ impl Request {
     fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
         self.reply.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
-        self.reply.s3 = f.config.protocol == fencekeeper_core::Protocol::S3;
+        self.reply.s3 = f.config.protocol == Protocol::S3;
         // The host's bounds first: a key that is not UTF-8, empty or too long, a token
         // sent twice with two values, or an over-long token, is malformed before any
         // mark is read.
         let checked = protocol::one_token(seen.token.as_deref(), seen.metadata_token.as_deref())
             .map(|t| t.map(|v| String::from_utf8_lossy(v).into_owned()))
             .and_then(|presented| {
-                let path = written_path(&f, &seen.method, &seen.path, seen.destination.as_deref())?;
+                let path = written_path(&f, &seen)?;
                 Ok((f.config.resource.key(&path, seen.resource.as_deref())?.to_owned(), presented))
             })
             .map_err(fencekeeper_core::Malformed::Resource)
@@ -453,15 +454,27 @@ impl Context for Request {
 /// refused: the filter decides one resource per request, and fencing only one of
 /// them would let a stale holder's MOVE overwrite the other. So is a write whose
 /// keys are in its body (S3's POST to a bucket).
-fn written_path(f: &Filter, method: &[u8], path: &[u8], destination: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
-    let method = String::from_utf8_lossy(method);
+fn written_path(f: &Filter, seen: &Seen) -> Result<Vec<u8>, ResourceError> {
+    let method = String::from_utf8_lossy(&seen.method);
     let target = match f.config.writes(&method) {
-        Writes::Target => path,
-        Writes::Destination => destination.and_then(protocol::destination_path).ok_or(ResourceError::Destination)?,
+        Writes::Target => &seen.path[..],
+        Writes::Destination => {
+            seen.destination.as_deref().and_then(protocol::destination_path).ok_or(ResourceError::Destination)?
+        }
         Writes::TargetAndDestination => return Err(ResourceError::TwoResources),
     };
+    // S3: the path-style path, whichever style the request used.
+    let addressing = match f.config.protocol {
+        Protocol::S3 => s3::addressing(seen.authority.as_deref(), f.config.s3_domain.as_deref())?,
+        _ => Addressing::PathStyle,
+    };
     // Decoded, then resolved as the store resolves it (`/d/x/../f` is `/d/f`).
-    let mut decoded: Vec<u8> = http::decoded_path(target).collect();
+    let mut decoded: Vec<u8> = match addressing {
+        Addressing::PathStyle => http::decoded_path(target).collect(),
+        Addressing::VirtualHosted(bucket) => {
+            http::decoded_path(&s3::path_style(bucket, target).collect::<Vec<u8>>()).collect()
+        }
+    };
     let len = resource::normalize_path(&mut decoded);
     decoded.truncate(len);
     match f.config.protocol.refusal(&method, &decoded) {

@@ -100,6 +100,12 @@ pub struct Args {
     /// resources a write names. webdav cannot take keys from --resource-header.
     #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
     protocol: ProtocolArg,
+    /// With --protocol s3: the store's S3 domain. A request to BUCKET.DOMAIN names
+    /// its bucket in the host name (virtual-hosted-style) and is fenced as
+    /// /BUCKET/KEY; one to DOMAIN or to an IP address is path-style. Without it, an
+    /// :authority that is a domain name is refused (400): the bucket could not be told.
+    #[arg(long, value_name = "DOMAIN")]
+    s3_domain: Option<String>,
     /// The methods that are fenced (comma-separated): only these requests enter the
     /// filter; every other one skips it on its own route. Default: every method but
     /// the protocol's reads (GET, HEAD, OPTIONS for http).
@@ -310,6 +316,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
             ProtocolArg::Webdav => Some(ProtocolName::Webdav),
             ProtocolArg::S3 => Some(ProtocolName::S3),
         },
+        s3_domain: args.s3_domain.clone(),
         mode: Some(if args.mode == "efficiency" { ModeName::Efficiency } else { ModeName::Correctness }),
         strict: Some(args.strict),
         provenance: (!args.no_etcd).then(|| match provenance(args) {
@@ -509,6 +516,7 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     if let Some(user) = args.etcd_user.as_deref().filter(|u| u.is_empty() || u.chars().any(char::is_control)) {
         bail!("--etcd-user {user:?} is not a user name");
     }
+    args.protocol.s3_domain(args.s3_domain.as_deref())?;
     let fenced = fenced_methods(args)?;
     let settings = plugin_config(args, fenced.as_deref());
     // What the filter would refuse is refused here, before Envoy loads it.

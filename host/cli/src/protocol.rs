@@ -1,4 +1,4 @@
-//! `--protocol http|webdav`, as `serve` and `envoy-config` take it: which of the
+//! `--protocol http|webdav|s3` (and `--s3-domain`), as `serve` and `envoy-config` take it: which of the
 //! store's methods read and pass unfenced, and which resources a write names (the
 //! core's `protocol` module holds the rules; docs/clients.md says what each lets
 //! through).
@@ -14,9 +14,10 @@ pub enum ProtocolArg {
     /// WebDAV: PROPFIND, REPORT and SEARCH read too; COPY writes its Destination,
     /// MOVE its path and its Destination.
     Webdav,
-    /// S3, path-style (/BUCKET/KEY): HTTP's reads; the token may also come as object
-    /// metadata (x-amz-meta- + the token header); a POST to a bucket (DeleteObjects)
-    /// is refused.
+    /// S3: HTTP's reads; a write's resource is its path-style path (/BUCKET/KEY,
+    /// with --s3-domain also for virtual-hosted-style requests); the token may also
+    /// come as object metadata (x-amz-meta- + the token header); a POST to a bucket
+    /// (DeleteObjects) is refused.
     S3,
 }
 
@@ -28,5 +29,14 @@ impl ProtocolArg {
             ProtocolArg::Webdav => Protocol::Webdav,
             ProtocolArg::S3 => Protocol::S3,
         }
+    }
+
+    /// `--s3-domain`, checked: a lower-case DNS name, and only with `s3`.
+    pub fn s3_domain(self, domain: Option<&str>) -> anyhow::Result<Option<String>> {
+        let Some(domain) = domain else { return Ok(None) };
+        anyhow::ensure!(self == ProtocolArg::S3, "--s3-domain goes with --protocol s3");
+        fencekeeper_core::s3::check_domain(domain)
+            .map_err(|why| anyhow::anyhow!("bad --s3-domain {domain:?}: {why}"))?;
+        Ok(Some(domain.to_owned()))
     }
 }

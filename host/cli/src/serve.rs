@@ -87,6 +87,13 @@ pub struct Args {
     /// resources a write names. webdav cannot take keys from --resource-header.
     #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
     protocol: ProtocolArg,
+    /// With --protocol s3: the store's S3 domain. A request to BUCKET.DOMAIN names
+    /// its bucket in the host name (virtual-hosted-style) and is fenced as
+    /// /BUCKET/KEY, like the same write path-style; one to DOMAIN or to an IP address
+    /// is path-style. Without it, a Host that is a domain name is refused (400): the
+    /// bucket could not be told.
+    #[arg(long, value_name = "DOMAIN")]
+    s3_domain: Option<String>,
     /// The methods that are fenced (comma-separated); others pass through.
     /// Default: every method but the protocol's reads (GET, HEAD, OPTIONS for http).
     #[arg(long)]
@@ -199,6 +206,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
         None => ResourceFrom::Path { strip_prefix: args.strip_prefix.clone() },
     };
     c.protocol = args.protocol.protocol();
+    c.s3_domain = args.protocol.s3_domain(args.s3_domain.as_deref())?;
     c.path_prefix = args.path_prefix.clone();
     c.fenced_methods = args.fenced_methods.as_deref().map(config::methods).transpose()?;
     c.max_body = args.max_body;

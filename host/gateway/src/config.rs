@@ -4,6 +4,7 @@
 use fencekeeper_core::http::{self, TOKEN_HEADER};
 use fencekeeper_core::protocol::{self, DESTINATION_HEADER, METADATA_PREFIX};
 use fencekeeper_core::resource::{self, ResourceError};
+use fencekeeper_core::s3::{self, Addressing};
 use fencekeeper_core::{Policy, Protocol};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Uri};
@@ -120,6 +121,11 @@ pub struct Config {
     pub resource: ResourceFrom,
     /// The store's protocol: which methods read, which resources a write names.
     pub protocol: Protocol,
+    /// With protocol s3, the store's S3 domain: a request to `BUCKET.` + it names its
+    /// bucket in the host name (virtual-hosted-style), one to it or to an IP address
+    /// in the path. `None`: every domain name is refused as a Host (the bucket could
+    /// not be told), IP addresses and single-label names are path-style.
+    pub s3_domain: Option<String>,
     /// Only paths whose decoded form starts with this are fenced; others pass
     /// through unchecked.
     pub path_prefix: String,
@@ -164,6 +170,7 @@ impl Config {
             token_header: HeaderName::from_static(TOKEN_HEADER),
             resource: ResourceFrom::Path { strip_prefix: String::new() },
             protocol: Protocol::Http,
+            s3_domain: None,
             path_prefix: "/".to_owned(),
             fenced_methods: None,
             max_body: 16 << 20,
@@ -174,6 +181,22 @@ impl Config {
             gate: true,
             audit: None,
             store: String::new(),
+        }
+    }
+
+    /// The decoded path of a request as the store sees it (see [`decoded_path`]):
+    /// with protocol s3, the path-style path, the bucket of a virtual-hosted-style
+    /// request (named in `host`, the Host the store will see) in front. Refused when
+    /// the Host names a bucket the fence cannot tell ([`fencekeeper_core::s3`]).
+    pub fn store_path(&self, path: &str, host: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
+        if self.protocol != Protocol::S3 {
+            return Ok(decoded_path(path));
+        }
+        match s3::addressing(host, self.s3_domain.as_deref())? {
+            Addressing::PathStyle => Ok(decoded_path(path)),
+            Addressing::VirtualHosted(bucket) => {
+                Ok(decode(&s3::path_style(bucket, path.as_bytes()).collect::<Vec<u8>>()))
+            }
         }
     }
 
@@ -289,6 +312,21 @@ mod tests {
         assert!(c.fences(&Method::POST, b"/bkt", &h), "DeleteObjects on the bucket reaches the prefix");
         assert!(!c.fences(&Method::POST, b"/other", &h));
         assert!(!c.fences(&Method::POST, b"/bkt/k", &h), "a multipart step above the prefix is out of it");
+    }
+
+    #[test]
+    fn s3_keys_a_virtual_hosted_request_on_its_path_style_path() {
+        let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
+        assert_eq!(c.store_path("/q3.csv", Some(b"reports.s3.test")), Ok(b"/q3.csv".to_vec()), "plain HTTP");
+        c.protocol = Protocol::S3;
+        assert_eq!(c.store_path("/reports/q3.csv", Some(b"127.0.0.1:9000")), Ok(b"/reports/q3.csv".to_vec()));
+        assert_eq!(c.store_path("/q3.csv", Some(b"reports.s3.test")), Err(ResourceError::S3Host), "no domain");
+        c.s3_domain = Some("s3.test".to_owned());
+        for (path, host) in [("/reports/q3.csv", "s3.test:8080"), ("/q%33.csv", "Reports.s3.test:8080")] {
+            assert_eq!(c.store_path(path, Some(host.as_bytes())), Ok(b"/reports/q3.csv".to_vec()), "{host}{path}");
+        }
+        assert_eq!(c.store_path("/../other/k", Some(b"reports.s3.test")), Ok(b"/other/k".to_vec()));
+        assert_eq!(c.store_path("/k", Some(b"store.lan")), Err(ResourceError::S3Host));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! The client's address (from the accepted connection) goes into every refusal's log
 //! line and into the audit record of every mark the gateway raises.
 
-use crate::config::{self, decoded_path, Config};
+use crate::config::{self, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::ordered::{self, Ordered};
@@ -22,7 +22,7 @@ use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::{Class, Protocol};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, RETRY_AFTER, TRANSFER_ENCODING};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST, RETRY_AFTER, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -106,9 +106,14 @@ impl Proxy {
     ) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
         // Decoded once: the fenced prefix and the resource key are both judged on the
-        // path as the store will see it.
-        let path = decoded_path(request.uri().path());
-        let response = if self.config.fences(request.method(), &path, request.headers()) {
+        // path as the store will see it. A path the fence cannot place (an S3 Host it
+        // cannot read a bucket from) is in scope of every fenced method, and refused.
+        let path = self.config.store_path(request.uri().path(), self.store_host(&request));
+        let fences = match &path {
+            Ok(path) => self.config.fences(request.method(), path, request.headers()),
+            Err(_) => self.config.protocol.fences(request.method().as_str(), self.config.fenced_methods.as_deref()),
+        };
+        let response = if fences {
             self.clone().fenced(request, path, client).await
         } else {
             self.metrics.event(Event::Passthrough);
@@ -118,7 +123,19 @@ impl Proxy {
         Ok(response)
     }
 
-    async fn fenced(self: Arc<Self>, request: Request<Incoming>, path: Vec<u8>, client: SocketAddr) -> Response<Body> {
+    /// The Host the store will see: the client's (forwarded as it is), or without
+    /// one the upstream's address, which the client connection then sends.
+    fn store_host<'a>(&'a self, request: &'a Request<Incoming>) -> Option<&'a [u8]> {
+        let upstream = || self.config.upstream.authority().map(|a| a.as_str().as_bytes());
+        request.headers().get(HOST).map(HeaderValue::as_bytes).or_else(upstream)
+    }
+
+    async fn fenced(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        path: Result<Vec<u8>, ResourceError>,
+        client: SocketAddr,
+    ) -> Response<Body> {
         let grpc = request.headers().get(hyper::header::CONTENT_TYPE).is_some_and(|v| http::is_grpc(v.as_bytes()));
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
@@ -150,14 +167,14 @@ impl Proxy {
     async fn admit_and_forward(
         &self,
         mut parts: Parts,
-        path: Vec<u8>,
+        path: Result<Vec<u8>, ResourceError>,
         bytes: Bytes,
         grpc: bool,
         client: SocketAddr,
     ) -> Response<Body> {
         let grace = self.start_grace_left();
         let token = self.config.token(&parts.headers);
-        let named = token.as_ref().map_err(|e| *e).and_then(|_| self.resources(&parts, path));
+        let named = token.as_ref().map_err(|e| *e).and_then(|_| self.resources(&parts, path?));
         let token = token.ok().flatten();
         let (resource, ordered, permits) = match named {
             Ok(keys) if grace.is_some() => {

@@ -15,7 +15,7 @@
 use fencekeeper_harness::envoy::Envoy;
 use fencekeeper_harness::gateway::{request, Gateway};
 use fencekeeper_harness::moto::Moto;
-use fencekeeper_harness::s3::{Aws, Boto};
+use fencekeeper_harness::s3::{Aws, Boto, BotoRun};
 use fencekeeper_harness::services::Etcd;
 use std::path::PathBuf;
 
@@ -45,12 +45,19 @@ fn versions() -> Versions {
     Versions { new, old, _dir: dir }
 }
 
-/// Envoy with the filter in correctness mode (etcd holds the marks), `--protocol s3`.
-fn envoy_in_front_of(store: &Moto) -> (Envoy, Etcd) {
+/// Envoy with the filter in correctness mode (etcd holds the marks), `--protocol s3`
+/// and `more` arguments.
+fn envoy_in_front_of_with(store: &Moto, more: &[&str]) -> (Envoy, Etcd) {
     let etcd = Etcd::start().unwrap();
     let upstream = store.url().trim_start_matches("http://").to_owned();
-    let args = ["--upstream", &upstream, "--etcd", &etcd.client.to_string(), "--provenance", "off", "--protocol", "s3"];
+    let etcd_url = etcd.client.to_string();
+    let mut args = vec!["--upstream", &upstream, "--etcd", &etcd_url, "--provenance", "off", "--protocol", "s3"];
+    args.extend(more);
     (Envoy::start(1, &args).unwrap(), etcd)
+}
+
+fn envoy_in_front_of(store: &Moto) -> (Envoy, Etcd) {
+    envoy_in_front_of_with(store, &[])
 }
 
 /// The story with the aws CLI through `fence` (a URL) in front of `store`: the new
@@ -140,9 +147,10 @@ fn boto_story(fence: &str, store: &Moto, fenced: bool) {
     assert_eq!((gone.ok, gone.status, gone.code.as_str()), (false, Some(409), "FencingTokenStale"));
     assert_eq!(store.get(BUCKET, key).unwrap().unwrap().0, parts(b'n').concat(), "the new object stays");
 
-    // Metadata alone reaches only the steps that create an object: the first
-    // UploadPart carries no token, and is refused.
-    let metadata_only = Boto::new(fence, store.access_key()).multipart(BUCKET, key, &parts(b'm'), Some("35")).unwrap();
+    // Metadata alone reaches only the steps that create an object: the holder's
+    // client without the header hook gets its CreateMultipartUpload admitted, and
+    // its first UploadPart, which carries no token, refused.
+    let metadata_only = Boto::new(fence, store.access_key()).multipart(BUCKET, key, &parts(b'm'), Some("34")).unwrap();
     assert_eq!((metadata_only.status, metadata_only.code.as_str()), (Some(428), "FencingTokenMissing"));
     assert!(metadata_only.message.contains("UploadPart"), "{}", metadata_only.message);
 
@@ -186,4 +194,78 @@ fn assert_unfenceable_refused(fence: &str) {
     let r = request(fence, "PUT", "/reports/q3.csv", &two, b"x").unwrap();
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.body.contains("sent twice with two values"), "{}", r.body);
+}
+
+/// The S3 domain of the virtual-hosted-style stories: `reports.s3.test` names the
+/// bucket (the client resolves every name under it to loopback).
+const DOMAIN: &str = "s3.test";
+
+/// The new holder writes the object path-style (`PUT /reports/q3.csv`), the old holder
+/// writes it virtual-hosted-style (`PUT /q3.csv`, `Host: reports.s3.test`): one object
+/// to the store. Returns the old holder's run.
+fn styles_story(fence: &str, store: &Moto) -> BotoRun {
+    let new = Boto::new(fence, store.access_key()).put(BUCKET, "q3.csv", NEW, Some("34")).unwrap();
+    assert!(new.ok, "the new holder's path-style put: {} {}", new.code, new.message);
+    Boto::new(fence, store.access_key()).virtual_hosted(DOMAIN).put(BUCKET, "q3.csv", OLD, Some("33")).unwrap()
+}
+
+/// Then the other way round: a newer holder writes virtual-hosted-style, and a
+/// path-style write below its token is refused; the mark is the path-style key's.
+fn assert_styles_share_one_mark(fence: &str, store: &Moto) {
+    let newer = Boto::new(fence, store.access_key()).virtual_hosted(DOMAIN);
+    let put = newer.put(BUCKET, "q3.csv", NEW, Some("35")).unwrap();
+    assert!(put.ok, "the newer holder's virtual-hosted put: {} {}", put.code, put.message);
+    let stale = Boto::new(fence, store.access_key()).put(BUCKET, "q3.csv", OLD, Some("34")).unwrap();
+    assert_eq!((stale.ok, stale.status, stale.code.as_str()), (false, Some(409), "FencingTokenStale"));
+    assert!(stale.message.contains("stale fencing token 34 for \"/reports/q3.csv\""), "{}", stale.message);
+    assert_eq!(store.get(BUCKET, "q3.csv").unwrap().unwrap().0, NEW);
+}
+
+#[test]
+fn without_a_fence_a_virtual_hosted_write_overwrites_what_a_path_style_one_wrote() {
+    let store = moto();
+    let old = styles_story(&store.url(), &store);
+    assert!(old.ok, "{} {}", old.code, old.message);
+    assert_eq!(store.get(BUCKET, "q3.csv").unwrap().unwrap().0, OLD, "the control: one object, the stale write lands");
+}
+
+#[test]
+fn through_the_gateway_a_stale_write_cannot_dodge_its_mark_by_naming_the_bucket_in_the_host() {
+    let store = moto();
+    let gateway = Gateway::start(&store.url(), &["--protocol", "s3", "--s3-domain", DOMAIN]).unwrap();
+    let old = styles_story(&gateway.url(), &store);
+    assert_eq!((old.ok, old.status, old.code.as_str()), (false, Some(409), "FencingTokenStale"), "{}", old.message);
+    assert_eq!(store.get(BUCKET, "q3.csv").unwrap().unwrap().0, NEW);
+    assert_styles_share_one_mark(&gateway.url(), &store);
+    assert_eq!(gateway.mark("/reports/q3.csv").unwrap().as_deref(), Some("35"));
+}
+
+#[test]
+fn through_envoy_a_stale_write_cannot_dodge_its_mark_by_naming_the_bucket_in_the_host() {
+    let store = moto();
+    let (envoy, _etcd) = envoy_in_front_of_with(&store, &["--s3-domain", DOMAIN]);
+    let fence = format!("http://{}", envoy.listen);
+    let old = styles_story(&fence, &store);
+    assert_eq!((old.ok, old.status, old.code.as_str()), (false, Some(409), "FencingTokenStale"), "{}", old.message);
+    assert_eq!(store.get(BUCKET, "q3.csv").unwrap().unwrap().0, NEW);
+    assert_styles_share_one_mark(&fence, &store);
+}
+
+/// Without the store's S3 domain the fence cannot tell `reports.s3.test` (a bucket)
+/// from a plain host name: the write is refused, and nothing reaches the store.
+fn assert_unplaceable_host_refused(fence: &str, store: &Moto) {
+    let put = Boto::new(fence, store.access_key()).virtual_hosted(DOMAIN).put(BUCKET, "q3.csv", OLD, Some("33"));
+    let put = put.unwrap();
+    assert_eq!((put.ok, put.status, put.code.as_str()), (false, Some(400), "FencingRequestMalformed"));
+    assert!(put.message.contains("--s3-domain"), "the reason says what to set: {}", put.message);
+    assert_eq!(store.get(BUCKET, "q3.csv").unwrap(), None);
+}
+
+#[test]
+fn without_the_s3_domain_a_virtual_hosted_write_is_refused_by_either_host() {
+    let store = moto();
+    let gateway = Gateway::start(&store.url(), &["--protocol", "s3"]).unwrap();
+    assert_unplaceable_host_refused(&gateway.url(), &store);
+    let (envoy, _etcd) = envoy_in_front_of(&store);
+    assert_unplaceable_host_refused(&format!("http://{}", envoy.listen), &store);
 }

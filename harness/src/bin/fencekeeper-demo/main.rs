@@ -2,7 +2,7 @@
 //!
 //! etcd is the lock service (a lease lock; the token is the lock key's revision), nginx
 //! with WebDAV is a store that accepts any write. Two worker processes import the same
-//! records, one write each. Worker 1 acquires, writes a few records and is paused with
+//! records, one `curl -X PUT` each, the lock's token in a header. Worker 1 acquires, writes a few records and is paused with
 //! SIGSTOP past its lease; worker 2 acquires (a higher token) and imports everything;
 //! worker 1 is resumed with SIGCONT and keeps writing with its old token. The scenario
 //! runs twice: straight to nginx, then through `fencekeeper serve`; a table compares.
@@ -23,6 +23,7 @@ use fencekeeper_harness::gateway::Gateway;
 use fencekeeper_harness::services::{Etcd, NginxDav, WorkDir};
 use serde::Serialize;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc::{self, Receiver};
@@ -210,7 +211,9 @@ struct Worker {
 
 impl Worker {
     fn spawn(args: &Args, name: &'static str, etcd: &str, target: &str, prefix: &str) -> Result<Worker> {
+        // A process group of its own: SIGSTOP pauses the worker and the curl it runs.
         let mut child = Command::new(std::env::current_exe()?)
+            .process_group(0)
             .args(["--worker", name, "--etcd", etcd, "--target", target, "--prefix", prefix])
             .args(["--records", &args.records.to_string(), "--ttl", &args.ttl.to_string()])
             .args(["--pace-ms", &args.pace_ms.to_string()])
@@ -253,13 +256,16 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
+        // The group: a curl of a worker that was still paused goes too.
+        let _ = signal(&self.child, "KILL");
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// Signal the worker's process group (the worker and the curl it may be running).
 fn signal(child: &Child, name: &str) -> Result<()> {
-    let status = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status()?;
+    let status = Command::new("kill").arg(format!("-{name}")).arg("--").arg(format!("-{}", child.id())).status()?;
     anyhow::ensure!(status.success(), "kill -{name} failed");
     Ok(())
 }

@@ -1,0 +1,143 @@
+//! S3 addressing: which bucket a request names, so that the two ways S3 clients name
+//! one object share one mark.
+//!
+//! S3 names an object in two ways. *Path-style*: `PUT /reports/q3.csv` to the
+//! endpoint. *Virtual-hosted-style*: `PUT /q3.csv` with `Host: reports.DOMAIN`, where
+//! DOMAIN is the store's S3 domain (AWS's `s3.amazonaws.com`, MinIO's `MINIO_DOMAIN`).
+//! A store that serves both would see one object where a fence keyed on the path alone
+//! sees two resources, `/reports/q3.csv` and `/q3.csv`: a stale holder could then
+//! dodge the new holder's mark by switching style. So with the s3 protocol every host
+//! keys a write on the path-style path, `/BUCKET` + the request path, and finds the
+//! bucket with [`addressing`].
+//!
+//! The fence cannot tell a bucket in a host name from a plain host name (`store.lan`)
+//! unless it knows the domain. So a domain name that is neither the configured domain
+//! nor `BUCKET.` + it is refused as malformed ([`ResourceError::S3Host`]), never
+//! guessed at: a guess one way merges buckets, the other way opens the dodge above.
+//! IP addresses and single-label names (`localhost`) never carry a bucket.
+
+use crate::resource::ResourceError;
+
+/// S3's longest bucket name.
+pub const MAX_BUCKET_BYTES: usize = 63;
+
+/// Where an S3 request names its bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Addressing<'a> {
+    /// In the path: `/BUCKET/KEY`. The path is the path-style path already.
+    PathStyle,
+    /// In the host name, `BUCKET.DOMAIN`: the bucket as sent (host names are not case
+    /// sensitive, so [`path_style`] lower-cases it into the key).
+    VirtualHosted(&'a [u8]),
+}
+
+/// How a request with this `Host` (or `:authority`; `None`: absent) names its bucket,
+/// given the store's S3 domain (`None`: no virtual-hosted-style requests are expected;
+/// lower case, no port, checked by [`check_domain`]).
+pub fn addressing<'a>(host: Option<&'a [u8]>, domain: Option<&str>) -> Result<Addressing<'a>, ResourceError> {
+    let Some(host) = host else { return Ok(Addressing::PathStyle) };
+    let name = without_port(host.trim_ascii());
+    let is_ip =
+        name.first() == Some(&b'[') || (!name.is_empty() && name.iter().all(|b| b.is_ascii_digit() || *b == b'.'));
+    if is_ip || !name.contains(&b'.') {
+        return Ok(Addressing::PathStyle);
+    }
+    let Some(domain) = domain.map(str::as_bytes) else { return Err(ResourceError::S3Host) };
+    if name.eq_ignore_ascii_case(domain) {
+        return Ok(Addressing::PathStyle);
+    }
+    let bucket = name
+        .len()
+        .checked_sub(domain.len() + 1)
+        .filter(|&cut| name[cut] == b'.' && name[cut + 1..].eq_ignore_ascii_case(domain))
+        .map(|cut| &name[..cut])
+        .ok_or(ResourceError::S3Host)?;
+    let valid = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-');
+    match bucket.len() {
+        1..=MAX_BUCKET_BYTES if bucket.iter().all(valid) => Ok(Addressing::VirtualHosted(bucket)),
+        _ => Err(ResourceError::S3Host),
+    }
+}
+
+/// The path-style request target of a virtual-hosted-style request for `bucket`
+/// (from [`addressing`]) and `path` (its target, still percent-encoded): `/BUCKET` +
+/// `path`, the bucket in lower case, as the store reads a host name. A host collects
+/// it and decodes it like any path, so both styles of one write share one key.
+pub fn path_style<'a>(bucket: &'a [u8], path: &'a [u8]) -> impl Iterator<Item = u8> + 'a {
+    core::iter::once(b'/').chain(bucket.iter().map(u8::to_ascii_lowercase)).chain(path.iter().copied())
+}
+
+/// Whether `domain` can be a store's S3 domain: a lower-case DNS name with at least
+/// one dot (a single label is taken for a plain host), no port, no leading or
+/// trailing dot.
+pub fn check_domain(domain: &str) -> Result<(), &'static str> {
+    let bytes = domain.as_bytes();
+    let label_chars = bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-'));
+    if !label_chars {
+        return Err("an S3 domain is a lower-case DNS name (letters, digits, '-' and '.'), with no port");
+    }
+    if !domain.contains('.') || domain.split('.').any(str::is_empty) {
+        return Err("an S3 domain has at least two labels and no empty one (s3.example.com)");
+    }
+    Ok(())
+}
+
+/// `host:port` -> `host`; an IPv6 literal keeps its brackets.
+fn without_port(host: &[u8]) -> &[u8] {
+    let end = match host.first() {
+        Some(b'[') => host.iter().position(|&b| b == b']').map_or(host.len(), |i| i + 1),
+        _ => host.iter().position(|&b| b == b':').unwrap_or(host.len()),
+    };
+    &host[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::format;
+
+    const D: Option<&str> = Some("s3.test");
+
+    fn of<'a>(host: &'a str, domain: Option<&str>) -> Result<Addressing<'a>, ResourceError> {
+        addressing(Some(host.as_bytes()), domain)
+    }
+
+    #[test]
+    fn addresses_and_single_labels_are_path_style() {
+        for host in ["127.0.0.1:9000", "127.0.0.1", "[::1]:9000", "[::1]", "localhost:9000", "minio", ""] {
+            assert_eq!(of(host, None), Ok(Addressing::PathStyle), "{host}");
+            assert_eq!(of(host, D), Ok(Addressing::PathStyle), "{host}");
+        }
+        assert_eq!(addressing(None, D), Ok(Addressing::PathStyle), "no Host: nothing to name a bucket");
+    }
+
+    #[test]
+    fn the_domain_itself_is_path_style_and_a_name_under_it_is_a_bucket() {
+        assert_eq!(of("s3.test:8080", D), Ok(Addressing::PathStyle));
+        assert_eq!(of("S3.Test", D), Ok(Addressing::PathStyle));
+        assert_eq!(of("reports.s3.test:8080", D), Ok(Addressing::VirtualHosted(b"reports")));
+        assert_eq!(of("Reports.S3.TEST", D), Ok(Addressing::VirtualHosted(b"Reports")));
+        assert_eq!(of("my.reports.s3.test", D), Ok(Addressing::VirtualHosted(b"my.reports")), "dots in a bucket");
+        let full: std::vec::Vec<u8> = path_style(b"Reports", b"/q3%2Ecsv").collect();
+        assert_eq!(full, b"/reports/q3%2Ecsv");
+    }
+
+    #[test]
+    fn a_domain_name_the_fence_cannot_place_is_refused() {
+        for host in ["store.lan", "reports.s3.test", "xs3.test", "reports.s3.test.evil", ".s3.test", "a_b.s3.test"] {
+            let domain = if host == "store.lan" || host == "reports.s3.test" { None } else { D };
+            assert_eq!(of(host, domain), Err(ResourceError::S3Host), "{host} with {domain:?}");
+        }
+        let long = format!("{}.s3.test", "b".repeat(MAX_BUCKET_BYTES + 1));
+        assert_eq!(of(&long, D), Err(ResourceError::S3Host));
+    }
+
+    #[test]
+    fn domains_are_checked() {
+        assert_eq!(check_domain("s3.test"), Ok(()));
+        assert_eq!(check_domain("s3.eu-west-1.example.com"), Ok(()));
+        for bad in ["", "s3", "S3.test", "s3.test:80", ".s3.test", "s3.test.", "s3..test", "s3 .test"] {
+            assert!(check_domain(bad).is_err(), "{bad:?}");
+        }
+    }
+}
