@@ -8,10 +8,9 @@
 //! (a wrong secret gets 403 SignatureDoesNotMatch), and the harness reads the
 //! store with the same key.
 
-use crate::s3::{Boto, BotoRun};
+use crate::s3::{Boto, BotoRun, Object};
 use crate::services::{free_port, http, wait_until, Process, WorkDir};
 use anyhow::{bail, ensure, Context, Result};
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
@@ -88,7 +87,7 @@ impl Moto {
 
     /// The object's body and user metadata (names without `x-amz-meta-`, e.g.
     /// `fencing-token`) as moto holds them, `None` when there is no such key.
-    pub fn get(&self, bucket: &str, key: &str) -> Result<Option<(Vec<u8>, BTreeMap<String, String>)>> {
+    pub fn get(&self, bucket: &str, key: &str) -> Result<Option<Object>> {
         self.client().get(bucket, key)
     }
 

@@ -126,6 +126,10 @@ impl Aws {
     }
 }
 
+/// An object as the store holds it: its body, and its user metadata (names without
+/// `x-amz-meta-`, e.g. `fencing-token`).
+pub type Object = (Vec<u8>, BTreeMap<String, String>);
+
 /// What one boto3 operation did.
 #[derive(Debug, Clone)]
 pub struct BotoRun {
@@ -337,7 +341,7 @@ impl Boto {
 
     /// GetObject: the body and the user metadata (names without `x-amz-meta-`), `None`
     /// for NoSuchKey; any other failure is an error.
-    pub fn get(&self, bucket: &str, key: &str) -> Result<Option<(Vec<u8>, BTreeMap<String, String>)>> {
+    pub fn get(&self, bucket: &str, key: &str) -> Result<Option<Object>> {
         let dir = tempfile::tempdir()?;
         let out_path = dir.path().join("object");
         let out = out_path.to_str().context("a temporary path that is not UTF-8")?;
