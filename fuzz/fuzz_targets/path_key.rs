@@ -19,7 +19,7 @@
 #![no_main]
 
 use arbitrary::{Arbitrary, Unstructured};
-use fencekeeper_core::http::{decoded_path, ResourceFrom};
+use fencekeeper_core::http::{decoded_path, resolve_path, resolved_capacity, ResourceFrom};
 use fencekeeper_core::resource::{key_from_bytes, normalize_path, path_key_bytes, ResourceError};
 use fencekeeper_fuzz::model;
 use libfuzzer_sys::fuzz_target;
@@ -86,6 +86,19 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(resolved[..len], model::normalized_path(&key)[..], "{:?}", String::from_utf8_lossy(&key));
     let mut again = resolved[..len].to_vec();
     assert_eq!(normalize_path(&mut again), len);
+
+    // The hosts' one call: the same resolution; with a bucket from the host name, the
+    // same as the path-style path `/bucket` + path (the bucket in lower case).
+    let mut buf = vec![0; resolved_capacity(path, None)];
+    let n = resolve_path(path, None, &mut buf);
+    assert_eq!(buf[..n], resolved[..len]);
+    let bucket = b"Bkt-1";
+    let mut buf = vec![0; resolved_capacity(path, Some(bucket))];
+    let n = resolve_path(path, Some(bucket), &mut buf);
+    let path_style = [&b"/bkt-1"[..], path].concat();
+    let mut want = vec![0; resolved_capacity(&path_style, None)];
+    let m = resolve_path(&path_style, None, &mut want);
+    assert_eq!(buf[..n], want[..m]);
 
     let decoded: Vec<u8> = decoded_path(path).collect();
     let from = ResourceFrom::Path { strip_prefix: input.strip_prefix.as_str() };

@@ -70,6 +70,35 @@ pub fn decoded_path(path: &[u8]) -> impl Iterator<Item = u8> + '_ {
     path_key_bytes(path)
 }
 
+/// How many bytes [`resolve_path`] may write for `target` (and an S3 bucket named in
+/// the host name): decoding only shortens a path, and resolving it adds at most a `/`.
+pub fn resolved_capacity(target: &[u8], bucket: Option<&[u8]>) -> usize {
+    bucket.map_or(0, |b| 1 + b.len()) + target.len() + 1
+}
+
+/// The path a request writes, as the store sees it, the one way every host derives
+/// it: `/BUCKET` first for an S3 request that named its bucket in the host name
+/// ([`crate::s3::addressing`]; lower case, as a host name is read), then the target
+/// without its query, percent-decoded ([`decoded_path`]), with its dot segments and
+/// repeated slashes resolved ([`crate::resource::normalize_path`]). Written into
+/// `buf`, which the host sizes with [`resolved_capacity`]; returns the length. A
+/// shorter buffer gives 0, an empty path: a host bug, and an empty key is refused.
+pub fn resolve_path(target: &[u8], bucket: Option<&[u8]>, buf: &mut [u8]) -> usize {
+    let bucket = bucket.map(|b| core::iter::once(b'/').chain(b.iter().map(u8::to_ascii_lowercase)));
+    let mut len = 0;
+    for byte in bucket.into_iter().flatten().chain(decoded_path(target)) {
+        match buf.get_mut(len) {
+            Some(slot) => *slot = byte,
+            None => return 0,
+        }
+        len += 1;
+    }
+    match buf.get_mut(..len) {
+        Some(path) => crate::resource::normalize_path(path),
+        None => 0,
+    }
+}
+
 /// A refusal as HTTP and gRPC see it, built from the core's resolved [`Action`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -176,6 +205,25 @@ mod tests {
 
     fn decoded(p: &str) -> Vec<u8> {
         decoded_path(p.as_bytes()).collect()
+    }
+
+    fn resolved(target: &str, bucket: Option<&str>) -> Vec<u8> {
+        let (target, bucket) = (target.as_bytes(), bucket.map(str::as_bytes));
+        let mut buf = std::vec![0; resolved_capacity(target, bucket)];
+        let len = resolve_path(target, bucket, &mut buf);
+        buf.truncate(len);
+        buf
+    }
+
+    #[test]
+    fn paths_resolve_as_the_store_sees_them_with_a_bucket_from_the_host_in_front() {
+        assert_eq!(resolved("/d/x/%2e%2e//f?q=1", None), b"/d/f");
+        assert_eq!(resolved("/q3%2Ecsv", Some("Reports")), b"/reports/q3.csv");
+        assert_eq!(resolved("/../k", Some("b")), b"/k", "never above the root");
+        assert_eq!(resolved("/a/..", None), b"/", "a trailing .. keeps its slash");
+        assert_eq!(resolved("", None), b"");
+        let mut short = [0u8; 3];
+        assert_eq!(resolve_path(b"/abcd", None, &mut short), 0, "a buffer too short gives an empty path");
     }
 
     #[test]

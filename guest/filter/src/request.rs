@@ -25,7 +25,6 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
 use fencekeeper_core::refusal::NoVerdict;
-use fencekeeper_core::resource;
 use fencekeeper_core::s3::{self, Addressing};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
@@ -464,18 +463,15 @@ fn written_path(f: &Filter, seen: &Seen) -> Result<Vec<u8>, ResourceError> {
         Writes::TargetAndDestination => return Err(ResourceError::TwoResources),
     };
     // S3: the path-style path, whichever style the request used.
-    let addressing = match f.config.protocol {
-        Protocol::S3 => s3::addressing(seen.authority.as_deref(), f.config.s3_domain.as_deref())?,
-        _ => Addressing::PathStyle,
+    let bucket = match f.config.protocol {
+        Protocol::S3 => match s3::addressing(seen.authority.as_deref(), f.config.s3_domain.as_deref())? {
+            Addressing::VirtualHosted(bucket) => Some(bucket),
+            Addressing::PathStyle => None,
+        },
+        _ => None,
     };
-    // Decoded, then resolved as the store resolves it (`/d/x/../f` is `/d/f`).
-    let mut decoded: Vec<u8> = match addressing {
-        Addressing::PathStyle => http::decoded_path(target).collect(),
-        Addressing::VirtualHosted(bucket) => {
-            http::decoded_path(&s3::path_style(bucket, target).collect::<Vec<u8>>()).collect()
-        }
-    };
-    let len = resource::normalize_path(&mut decoded);
+    let mut decoded = vec![0; http::resolved_capacity(target, bucket)];
+    let len = http::resolve_path(target, bucket, &mut decoded);
     decoded.truncate(len);
     match f.config.protocol.refusal(&method, &decoded) {
         Some(why) => Err(why),

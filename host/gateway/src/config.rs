@@ -3,7 +3,7 @@
 
 use fencekeeper_core::http::{self, TOKEN_HEADER};
 use fencekeeper_core::protocol::{self, DESTINATION_HEADER, METADATA_PREFIX};
-use fencekeeper_core::resource::{self, ResourceError};
+use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::s3::{self, Addressing};
 use fencekeeper_core::{Policy, Protocol};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
@@ -38,19 +38,20 @@ pub enum ConfigError {
 /// filter (a header name is lower case).
 pub type ResourceFrom = http::ResourceFrom<String>;
 
-/// The decoded path of a request target (the core's `http::decoded_path`), with its
-/// dot segments and repeated slashes resolved (`resource::normalize_path`), as the
-/// store will see it. Bytes, not text: a path that does not decode to UTF-8 is still
-/// in scope, and then malformed as a key, never merged with another path.
+/// The decoded path of a request target as the store will see it (the core's
+/// `http::resolve_path`): without its query, percent-decoded, dot segments and
+/// repeated slashes resolved; `bucket` (an S3 bucket named in the host name) in
+/// front. Bytes, not text: a path that does not decode to UTF-8 is still in scope,
+/// and then malformed as a key, never merged with another path.
 pub fn decoded_path(path: &str) -> Vec<u8> {
-    decode(path.as_bytes())
+    resolve(path.as_bytes(), None)
 }
 
-fn decode(path: &[u8]) -> Vec<u8> {
-    let mut bytes: Vec<u8> = http::decoded_path(path).collect();
-    let len = resource::normalize_path(&mut bytes);
-    bytes.truncate(len);
-    bytes
+fn resolve(target: &[u8], bucket: Option<&[u8]>) -> Vec<u8> {
+    let mut path = vec![0; http::resolved_capacity(target, bucket)];
+    let len = http::resolve_path(target, bucket, &mut path);
+    path.truncate(len);
+    path
 }
 
 /// Parse a header name (lower-cased, as HTTP/2 requires).
@@ -194,9 +195,7 @@ impl Config {
         }
         match s3::addressing(host, self.s3_domain.as_deref())? {
             Addressing::PathStyle => Ok(decoded_path(path)),
-            Addressing::VirtualHosted(bucket) => {
-                Ok(decode(&s3::path_style(bucket, path.as_bytes()).collect::<Vec<u8>>()))
-            }
+            Addressing::VirtualHosted(bucket) => Ok(resolve(path.as_bytes(), Some(bucket))),
         }
     }
 
@@ -236,7 +235,7 @@ impl Config {
 /// `None` when it is absent or names no path.
 pub fn destination(headers: &HeaderMap) -> Option<Vec<u8>> {
     let value = headers.get(DESTINATION_HEADER)?.as_bytes();
-    protocol::destination_path(value).map(decode)
+    protocol::destination_path(value).map(|path| resolve(path, None))
 }
 
 #[cfg(test)]
