@@ -230,6 +230,20 @@ try:
             done.append({"PartNumber": n, "ETag": r["ETag"]})
         step = "CompleteMultipartUpload"
         r = s3.complete_multipart_upload(Bucket=b, Key=spec["key"], UploadId=upload, MultipartUpload={"Parts": done})
+    elif op == "start_multipart":
+        step = "CreateMultipartUpload"
+        r = s3.create_multipart_upload(Bucket=b, Key=spec["key"], **meta(spec.get("token")))
+        upload = r["UploadId"]
+        done = []
+        for n, path in enumerate(spec["parts"], start=1):
+            step = "UploadPart %d" % n
+            r = s3.upload_part(Bucket=b, Key=spec["key"], UploadId=upload, PartNumber=n, Body=read(path))
+            done.append({"PartNumber": n, "ETag": r["ETag"]})
+        out(ok=True, status=200, upload=upload, done=done)
+    elif op == "complete_multipart":
+        step = "CompleteMultipartUpload"
+        r = s3.complete_multipart_upload(
+            Bucket=b, Key=spec["key"], UploadId=spec["upload"], MultipartUpload={"Parts": spec["done"]})
     elif op == "delete":
         r = s3.delete_object(Bucket=b, Key=spec["key"])
     elif op == "copy":
@@ -253,7 +267,7 @@ try:
         raise ValueError("unknown operation " + op)
     out(ok=True, status=r["ResponseMetadata"]["HTTPStatusCode"])
 except Exception as e:
-    fail(step if op == "multipart" else "", e)
+    fail(step if "multipart" in op else "", e)
 "#;
 
 /// boto3 (`python3` with PyPI boto3) against `endpoint`, optionally sending a
@@ -321,6 +335,36 @@ impl Boto {
             .map(|(n, part)| write(dir.path(), &format!("part{n}"), part))
             .collect::<Result<Vec<_>>>()?;
         self.op(json!({"op": "multipart", "bucket": bucket, "key": key, "parts": paths, "token": metadata_token}))
+    }
+
+    /// CreateMultipartUpload (with the token's metadata when given) and UploadPart for
+    /// each of `parts`, without completing: the run, and the upload to complete with
+    /// [`Boto::complete_multipart`] (`None` when a step failed).
+    pub fn start_multipart(
+        &self,
+        bucket: &str,
+        key: &str,
+        parts: &[Vec<u8>],
+        metadata_token: Option<&str>,
+    ) -> Result<(BotoRun, Option<Value>)> {
+        let dir = tempfile::tempdir()?;
+        let paths = parts
+            .iter()
+            .enumerate()
+            .map(|(n, part)| write(dir.path(), &format!("part{n}"), part))
+            .collect::<Result<Vec<_>>>()?;
+        let spec =
+            json!({"op": "start_multipart", "bucket": bucket, "key": key, "parts": paths, "token": metadata_token});
+        let (run, value) = self.op_value(spec)?;
+        let upload = run.ok.then(|| json!({"upload": value["upload"], "done": value["done"]}));
+        Ok((run, upload))
+    }
+
+    /// CompleteMultipartUpload of an upload [`Boto::start_multipart`] started (with
+    /// whichever client: the upload is the store's).
+    pub fn complete_multipart(&self, bucket: &str, key: &str, upload: &Value) -> Result<BotoRun> {
+        let (id, done) = (upload["upload"].clone(), upload["done"].clone());
+        self.op(json!({"op": "complete_multipart", "bucket": bucket, "key": key, "upload": id, "done": done}))
     }
 
     /// DeleteObject.

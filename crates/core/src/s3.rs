@@ -64,6 +64,42 @@ pub fn addressing<'a>(host: Option<&'a [u8]>, domain: Option<&str>) -> Result<Ad
     }
 }
 
+/// The `uploadId` query parameter of a request target, still percent-encoded: the
+/// multipart upload an UploadPart, CompleteMultipartUpload or AbortMultipartUpload
+/// belongs to. `None` without one (or with an empty one).
+pub fn upload_id(target: &[u8]) -> Option<&[u8]> {
+    query_params(target).find(|(name, _)| *name == b"uploadId").map(|(_, value)| value).filter(|v| !v.is_empty())
+}
+
+/// Whether a request target starts a multipart upload (`?uploads`, which
+/// CreateMultipartUpload sends with POST).
+pub fn creates_upload(target: &[u8]) -> bool {
+    query_params(target).any(|(name, _)| name == b"uploads")
+}
+
+/// The `UploadId` a CreateMultipartUpload answer (S3's XML) names: the element's text,
+/// when it holds only characters an upload id has in practice (letters, digits and
+/// `-_.~+/=`, which need no XML escape). `None` otherwise: a host then remembers
+/// nothing, and the upload's later steps need their own token.
+pub fn upload_id_in_answer(xml: &[u8]) -> Option<&[u8]> {
+    const OPEN: &[u8] = b"<UploadId>";
+    let start = xml.windows(OPEN.len()).position(|w| w == OPEN)? + OPEN.len();
+    let len = xml.get(start..)?.iter().position(|&b| b == b'<')?;
+    let id = xml.get(start..start + len)?;
+    let plain = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'+' | b'/' | b'=');
+    (!id.is_empty() && id.iter().all(plain)).then_some(id)
+}
+
+/// A query's `name=value` pairs (a name without `=` has an empty value), undecoded.
+fn query_params(target: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    let query = target.iter().position(|&b| b == b'?').map_or(&b""[..], |i| &target[i + 1..]);
+    let query = query.split(|&b| b == b'#').next().unwrap_or_default();
+    query.split(|&b| b == b'&').filter(|p| !p.is_empty()).map(|pair| {
+        let eq = pair.iter().position(|&b| b == b'=').unwrap_or(pair.len());
+        (&pair[..eq], pair.get(eq + 1..).unwrap_or_default())
+    })
+}
+
 /// Whether `domain` can be a store's S3 domain: a lower-case DNS name with at least
 /// one dot (a single label is taken for a plain host), no port, no leading or
 /// trailing dot.
@@ -125,6 +161,23 @@ mod tests {
         }
         let long = format!("{}.s3.test", "b".repeat(MAX_BUCKET_BYTES + 1));
         assert_eq!(of(&long, D), Err(ResourceError::S3Host));
+    }
+
+    #[test]
+    fn multipart_uploads_are_named_in_the_query_and_the_create_answer() {
+        assert_eq!(upload_id(b"/b/k?partNumber=2&uploadId=Zm9v%2Bb"), Some(&b"Zm9v%2Bb"[..]));
+        assert_eq!(upload_id(b"/b/k?uploadId=abc"), Some(&b"abc"[..]));
+        for none in [&b"/b/k"[..], b"/b/k?uploadId=", b"/b/k?uploadIds=x", b"/b/k?x=1#uploadId=y", b"/b/k?uploads"] {
+            assert_eq!(upload_id(none), None, "{:?}", core::str::from_utf8(none));
+        }
+        assert!(creates_upload(b"/b/k?uploads") && creates_upload(b"/b/k?uploads=&x=1"));
+        assert!(!creates_upload(b"/b/k?uploadId=u") && !creates_upload(b"/b/uploads"));
+        let answer = b"<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>\
+                       <UploadId>VXBsb2FkSUQ-x_y.z~1+2/3=</UploadId></InitiateMultipartUploadResult>";
+        assert_eq!(upload_id_in_answer(answer), Some(&b"VXBsb2FkSUQ-x_y.z~1+2/3="[..]));
+        for bad in [&b"<UploadId></UploadId>"[..], b"<UploadId>a&amp;b</UploadId>", b"<UploadId>open", b"no id", b""] {
+            assert_eq!(upload_id_in_answer(bad), None, "{:?}", core::str::from_utf8(bad));
+        }
     }
 
     #[test]

@@ -16,6 +16,7 @@
 //! * [`admin`]: the admin listener: `/metrics`, mark lookup, health.
 //! * [`metrics`]: the counters and the latency histogram, in Prometheus text.
 //! * [`server`]: listeners, connections, graceful shutdown.
+//! * [`uploads`]: S3 multipart uploads and the token each started with (protocol s3).
 
 pub mod admin;
 pub mod config;
@@ -26,6 +27,7 @@ pub mod proxy;
 pub mod refusal;
 pub mod registry;
 pub mod server;
+pub mod uploads;
 
 pub use config::{Config, ConfigError, ResourceFrom};
 pub use server::{ServeError, Server};

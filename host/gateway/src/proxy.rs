@@ -14,6 +14,7 @@ use crate::metrics::{Event, Metrics};
 use crate::ordered::{self, Ordered};
 use crate::refusal::{self, full, Form};
 use crate::registry::Registry;
+use crate::uploads::{Step, Uploads};
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
 use fencekeeper::{Advance, Guard};
@@ -46,6 +47,8 @@ pub struct Proxy {
     audit: Option<Arc<AuditLog>>,
     /// When this handler was made (the gateway's start, for the start grace).
     started: Instant,
+    /// S3 multipart uploads and the tokens they started with (protocol s3).
+    uploads: Uploads,
 }
 
 impl Proxy {
@@ -57,7 +60,8 @@ impl Proxy {
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
         let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry);
         let started = Instant::now();
-        Proxy { config, guard, gate, metrics: Arc::default(), client, audit: audit.map(Arc::new), started }
+        let (metrics, uploads) = (Arc::default(), Uploads::default());
+        Proxy { config, guard, gate, metrics, client, audit: audit.map(Arc::new), started, uploads }
     }
 
     /// The counters.
@@ -173,8 +177,16 @@ impl Proxy {
         client: SocketAddr,
     ) -> Response<Body> {
         let grace = self.start_grace_left();
-        let token = self.config.token(&parts.headers);
-        let named = token.as_ref().map_err(|e| *e).and_then(|_| self.resources(&parts, path?));
+        let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
+        let s3 = self.config.protocol == Protocol::S3;
+        // A later step of an S3 multipart upload that sends no token inherits the
+        // token its upload was admitted with (the aws CLI can send none).
+        let inherited = |path: &Result<Vec<u8>, ResourceError>| match path {
+            Ok(path) if s3 => self.uploads.inherited(target, path),
+            _ => None,
+        };
+        let token = self.config.token(&parts.headers).map(|sent| sent.or_else(|| inherited(&path)));
+        let named = token.as_ref().map_err(|e| *e).and_then(|_| self.resources(&parts, path.as_ref().map_err(|e| *e)?));
         let token = token.ok().flatten();
         let (resource, ordered, permits) = match named {
             Ok(keys) if grace.is_some() => {
@@ -231,9 +243,17 @@ impl Proxy {
         } else {
             tracing::warn!(resource, %client, class = action.class.name(), reason = ordered.reason, "failed open");
         }
+        let step = match (&path, &token) {
+            (Ok(path), Some(_)) if s3 && action.class == Class::Admitted => Step::of(&parts.method, target, path),
+            _ => Step::Other,
+        };
         parts.headers.remove(TRANSFER_ENCODING);
         parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        self.forward(Request::from_parts(parts, full(bytes)), permits).await
+        let response = self.forward(Request::from_parts(parts, full(bytes)), permits).await;
+        match (step, token) {
+            (Step::Other, _) | (_, None) => response,
+            (step, Some(token)) => self.uploads.answered(step, &token, response, self.config.request_timeout).await,
+        }
     }
 
     /// Order a write of the resources `keys` (sorted: two writes of the same pair
@@ -308,16 +328,16 @@ impl Proxy {
     /// `Destination`'s decoded path; never converted lossily. Sorted, without repeats,
     /// at least one. A write the protocol cannot fence (S3's POST to a bucket) is
     /// refused.
-    fn resources(&self, parts: &Parts, path: Vec<u8>) -> Result<Vec<String>, ResourceError> {
+    fn resources(&self, parts: &Parts, path: &[u8]) -> Result<Vec<String>, ResourceError> {
         let from = &self.config.resource;
         let header = from.header().and_then(|name| parts.headers.get(name)).map(|v| v.as_bytes());
-        if let Some(why) = self.config.protocol.refusal(parts.method.as_str(), &path) {
+        if let Some(why) = self.config.protocol.refusal(parts.method.as_str(), path) {
             return Err(why);
         }
         let writes = self.config.protocol.writes(parts.method.as_str());
         let mut keys = Vec::with_capacity(2);
         if writes.target() {
-            keys.push(from.key(&path, header)?.to_owned());
+            keys.push(from.key(path, header)?.to_owned());
         }
         if writes.destination() {
             let destination = config::destination(&parts.headers).ok_or(ResourceError::Destination)?;

@@ -269,3 +269,53 @@ fn without_the_s3_domain_a_virtual_hosted_write_is_refused_by_either_host() {
     let (envoy, _etcd) = envoy_in_front_of(&store);
     assert_unplaceable_host_refused(&format!("http://{}", envoy.listen), &store);
 }
+
+/// The paused-holder story in the middle of a multipart upload, with clients that
+/// send the token only as metadata (the aws CLI's way): the old holder (token 34)
+/// creates an upload and sends its parts, then pauses; the new holder (35) writes the
+/// object; the old holder resumes and completes its upload. Returns that Complete.
+fn paused_mid_upload(fence: &str, store: &Moto) -> BotoRun {
+    let key = "q3-big.csv";
+    let old = Boto::new(fence, store.access_key());
+    let (started, upload) = old.start_multipart(BUCKET, key, &parts(b'o'), Some("34")).unwrap();
+    assert!(started.ok, "the old holder's parts: {} {}", started.code, started.message);
+    let new = Boto::new(fence, store.access_key()).put(BUCKET, key, NEW, Some("35")).unwrap();
+    assert!(new.ok, "the new holder's put: {} {}", new.code, new.message);
+    old.complete_multipart(BUCKET, key, &upload.unwrap()).unwrap()
+}
+
+#[test]
+fn without_a_fence_a_paused_holders_multipart_upload_completes_over_the_new_object() {
+    let store = moto();
+    let done = paused_mid_upload(&store.url(), &store);
+    assert!(done.ok, "{} {}", done.code, done.message);
+    assert_eq!(store.get(BUCKET, "q3-big.csv").unwrap().unwrap().0, parts(b'o').concat(), "the control");
+}
+
+#[test]
+fn through_the_gateway_a_multipart_upload_keeps_its_token_and_a_paused_holders_complete_is_refused() {
+    let store = moto();
+    let gateway = Gateway::start(&store.url(), &["--protocol", "s3"]).unwrap();
+    let done = paused_mid_upload(&gateway.url(), &store);
+    assert_eq!((done.ok, done.status, done.code.as_str()), (false, Some(409), "FencingTokenStale"), "{}", done.message);
+    assert!(done.message.contains("stale fencing token 34"), "{}", done.message);
+    assert_eq!(store.get(BUCKET, "q3-big.csv").unwrap().unwrap().0, NEW, "the new holder's object stays");
+
+    // The aws CLI: a file above its multipart threshold goes up in parts, with the
+    // token only on CreateMultipartUpload; the parts and the Complete inherit it.
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.csv");
+    std::fs::write(&big, parts(b'c').concat()).unwrap();
+    let aws = Aws::new(&gateway.url(), store.access_key()).multipart_threshold(fencekeeper_harness::s3::MIN_PART);
+    let up = aws.cp(&big, BUCKET, "q3-big.csv", Some("36")).unwrap();
+    assert_eq!(up.code, Some(0), "the holder's multipart aws cp:\n{}", up.log);
+    let (body, metadata) = store.get(BUCKET, "q3-big.csv").unwrap().unwrap();
+    assert_eq!((body, metadata.get("fencing-token").map(String::as_str)), (parts(b'c').concat(), Some("36")));
+    let stale = aws.cp(&big, BUCKET, "q3-big.csv", Some("35")).unwrap();
+    assert_eq!(stale.code, Some(1), "{}", stale.log);
+    assert!(stale.log.contains("FencingTokenStale"), "{}", stale.log);
+
+    // A part of an upload the gateway never saw start has no token to inherit.
+    let r = request(&gateway.url(), "PUT", "/reports/q3-big.csv?partNumber=1&uploadId=unknown", &[], b"x").unwrap();
+    assert_eq!(r.status, 428, "{}", r.body);
+}
