@@ -71,10 +71,30 @@ pub fn upload_id(target: &[u8]) -> Option<&[u8]> {
     query_params(target).find(|(name, _)| *name == b"uploadId").map(|(_, value)| value).filter(|v| !v.is_empty())
 }
 
-/// Whether a request target starts a multipart upload (`?uploads`, which
-/// CreateMultipartUpload sends with POST).
-pub fn creates_upload(target: &[u8]) -> bool {
-    query_params(target).any(|(name, _)| name == b"uploads")
+/// What a request is to a multipart upload, by its method and target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Multipart<'a> {
+    /// Not a multipart step.
+    None,
+    /// CreateMultipartUpload (`POST ?uploads`): its answer names the upload.
+    Create,
+    /// A step within the upload named by this `uploadId` (still percent-encoded):
+    /// UploadPart, UploadPartCopy (PUT), ListParts (GET).
+    Within(&'a [u8]),
+    /// CompleteMultipartUpload (POST) or AbortMultipartUpload (DELETE) of the upload:
+    /// once it succeeds, the upload is over.
+    Ends(&'a [u8]),
+}
+
+/// The multipart step of a request with `method` to `target` (path and query).
+pub fn multipart<'a>(method: &str, target: &'a [u8]) -> Multipart<'a> {
+    let post = method.eq_ignore_ascii_case("POST");
+    match upload_id(target) {
+        Some(id) if post || method.eq_ignore_ascii_case("DELETE") => Multipart::Ends(id),
+        Some(id) => Multipart::Within(id),
+        None if post && query_params(target).any(|(name, _)| name == b"uploads") => Multipart::Create,
+        None => Multipart::None,
+    }
 }
 
 /// The `UploadId` a CreateMultipartUpload answer (S3's XML) names: the element's text,
@@ -170,8 +190,14 @@ mod tests {
         for none in [&b"/b/k"[..], b"/b/k?uploadId=", b"/b/k?uploadIds=x", b"/b/k?x=1#uploadId=y", b"/b/k?uploads"] {
             assert_eq!(upload_id(none), None, "{:?}", core::str::from_utf8(none));
         }
-        assert!(creates_upload(b"/b/k?uploads") && creates_upload(b"/b/k?uploads=&x=1"));
-        assert!(!creates_upload(b"/b/k?uploadId=u") && !creates_upload(b"/b/uploads"));
+        assert_eq!(multipart("POST", b"/b/k?uploads"), Multipart::Create);
+        assert_eq!(multipart("post", b"/b/k?uploads=&x=1"), Multipart::Create);
+        assert_eq!(multipart("PUT", b"/b/k?uploads"), Multipart::None, "only a POST creates");
+        assert_eq!(multipart("POST", b"/b/uploads"), Multipart::None);
+        assert_eq!(multipart("PUT", b"/b/k?partNumber=1&uploadId=u"), Multipart::Within(b"u"));
+        assert_eq!(multipart("POST", b"/b/k?uploadId=u"), Multipart::Ends(b"u"));
+        assert_eq!(multipart("DELETE", b"/b/k?uploadId=u"), Multipart::Ends(b"u"));
+        assert_eq!(multipart("PUT", b"/b/k"), Multipart::None);
         let answer = b"<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key>\
                        <UploadId>VXBsb2FkSUQ-x_y.z~1+2/3=</UploadId></InitiateMultipartUploadResult>";
         assert_eq!(upload_id_in_answer(answer), Some(&b"VXBsb2FkSUQ-x_y.z~1+2/3="[..]));

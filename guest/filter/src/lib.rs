@@ -36,6 +36,7 @@ pub mod reply;
 pub mod request;
 pub mod shared;
 pub mod slots;
+pub mod uploads;
 pub mod vouch;
 pub mod wake;
 
@@ -257,6 +258,12 @@ impl RootContext for Root {
         if let Err(s) = slots.create_absent() {
             log::error!("fencekeeper: cannot create the shared-data slots ({s:?})");
             return false;
+        }
+        if config.protocol == fencekeeper_core::Protocol::S3 {
+            if let Err(s) = uploads::create_absent() {
+                log::error!("fencekeeper: cannot create the shared-data upload slots ({s:?})");
+                return false;
+            }
         }
         let metrics = match Metrics::define() {
             Ok(m) => m,

@@ -18,6 +18,7 @@ use crate::confirms::Waiter;
 use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::headers::Seen;
 use crate::reply::{self, Reply};
+use crate::uploads;
 use crate::vouch::{self, Next};
 use crate::wake;
 use crate::Filter;
@@ -25,7 +26,7 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
 use fencekeeper_core::refusal::NoVerdict;
-use fencekeeper_core::s3::{self, Addressing};
+use fencekeeper_core::s3::{self, Addressing, Multipart};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
@@ -47,7 +48,35 @@ pub struct Request {
     reply: Reply,
     /// The resource whose batch of confirms (`confirms`) it joined, answered by the root.
     batched: Option<String>,
+    /// An admitted S3 write's multipart step the filter follows until the store answers.
+    upload: Option<Upload>,
+    /// The store's answer to the CreateMultipartUpload in `upload` is being buffered.
+    reading_upload_id: bool,
 }
+
+/// A multipart step the filter follows ([`uploads`]).
+enum Upload {
+    /// CreateMultipartUpload of the object at `path`, admitted with `token`: its
+    /// answer names the upload.
+    Create { path: Vec<u8>, token: String },
+    /// Complete or Abort of the upload `id` (decoded) of the object at `path`.
+    Ends { path: Vec<u8>, id: Vec<u8> },
+}
+
+impl Upload {
+    /// The step of an S3 write with `method` to `target` (the object at the decoded
+    /// `path`), decided with `token`.
+    fn of(method: &str, target: &[u8], path: &[u8], token: &str) -> Option<Upload> {
+        match s3::multipart(method, target) {
+            Multipart::Create => Some(Upload::Create { path: path.to_vec(), token: token.to_owned() }),
+            Multipart::Ends(id) => Some(Upload::Ends { path: path.to_vec(), id: decoded(id) }),
+            Multipart::Within(_) | Multipart::None => None,
+        }
+    }
+}
+
+/// The largest CreateMultipartUpload answer read for its upload id.
+const MAX_UPLOAD_ANSWER: usize = 64 << 10;
 
 /// A request waiting for etcd.
 struct Pending {
@@ -85,27 +114,37 @@ type Answered = Option<(Result<Verdict, NoVerdict>, String)>;
 impl Request {
     /// A request of `filter`.
     pub fn new(filter: Rc<Filter>, context: u32) -> Request {
-        Request { filter, context, pending: None, reply: Reply { context, ..Reply::default() }, batched: None }
+        let reply = Reply { context, ..Reply::default() };
+        Request { filter, context, pending: None, reply, batched: None, upload: None, reading_upload_id: false }
     }
 
     /// Decide with the shared-data copy, then finish or go to etcd.
     fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
         self.reply.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
-        self.reply.s3 = f.config.protocol == Protocol::S3;
+        let s3 = f.config.protocol == Protocol::S3;
+        self.reply.s3 = s3;
         // The host's bounds first: a key that is not UTF-8, empty or too long, a token
         // sent twice with two values, or an over-long token, is malformed before any
-        // mark is read.
-        let checked = protocol::one_token(seen.token.as_deref(), seen.metadata_token.as_deref())
-            .map(|t| t.map(|v| String::from_utf8_lossy(v).into_owned()))
-            .and_then(|presented| {
-                let path = written_path(&f, &seen)?;
-                Ok((f.config.resource.key(&path, seen.resource.as_deref())?.to_owned(), presented))
+        // mark is read. A later step of an S3 multipart upload that sends no token
+        // inherits the one its upload was admitted with (the aws CLI can send none).
+        let checked = written_path(&f, &seen)
+            .and_then(|path| {
+                let sent = protocol::one_token(seen.token.as_deref(), seen.metadata_token.as_deref())?;
+                let sent = sent.map(|v| String::from_utf8_lossy(v).into_owned());
+                let inherited = || s3::upload_id(&seen.path).and_then(|id| uploads::token(&path, &decoded(id)));
+                let presented = if s3 { sent.or_else(inherited) } else { sent };
+                Ok((f.config.resource.key(&path, seen.resource.as_deref())?.to_owned(), presented, path))
             })
             .map_err(fencekeeper_core::Malformed::Resource)
-            .and_then(|(r, presented)| precheck(&r, presented.as_deref()).map(|()| (r, presented)));
+            .and_then(|(r, presented, path)| precheck(&r, presented.as_deref()).map(|()| (r, presented, path)));
         let (resource, presented) = match checked {
-            Ok(checked) => checked,
+            Ok((resource, presented, path)) => {
+                let method = String::from_utf8_lossy(&seen.method);
+                self.upload =
+                    presented.as_deref().filter(|_| s3).and_then(|t| Upload::of(&method, &seen.path, &path, t));
+                (resource, presented)
+            }
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
         };
         if let Some(left) = grace_left(&f) {
@@ -373,6 +412,9 @@ impl Request {
 
     /// Forward or refuse, as the core resolves the verdict (or why there is none).
     fn finish(&mut self, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &dyn std::fmt::Display) -> Action {
+        if !matches!(outcome, Ok(Verdict::Admit { .. })) {
+            self.upload = None; // not admitted: its answer teaches nothing
+        }
         self.reply.finish(&self.filter, outcome, resource, cause)
     }
 }
@@ -479,6 +521,11 @@ fn written_path(f: &Filter, seen: &Seen) -> Result<Vec<u8>, ResourceError> {
     }
 }
 
+/// A query value, percent-decoded (as the store reads it).
+fn decoded(value: &[u8]) -> Vec<u8> {
+    http::decoded_path(value).collect()
+}
+
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
         // One host call for every header the filter reads (the byte variant: the
@@ -509,10 +556,47 @@ impl HttpContext for Request {
         // The write's flight ends at once only if the store answered it: a local reply
         // (the route's timeout, an upstream reset) says nothing of whether the store
         // will still apply it.
-        if let Some(g) = self.filter.gate.as_ref().filter(|g| g.flying(self.context)) {
-            let details = self.get_property(vec!["response", "code_details"]);
-            if details.as_deref() == Some(b"via_upstream") {
-                g.answered(self.context);
+        let gate = self.filter.gate.as_ref().filter(|g| g.flying(self.context));
+        if gate.is_none() && self.upload.is_none() {
+            return Action::Continue;
+        }
+        let via_upstream = self.get_property(vec!["response", "code_details"]).as_deref() == Some(b"via_upstream");
+        if let Some(g) = gate.filter(|_| via_upstream) {
+            g.answered(self.context);
+        }
+        let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
+        match self.upload.take() {
+            Some(Upload::Create { path, token }) if via_upstream && status == b"200" => {
+                self.upload = Some(Upload::Create { path, token });
+                self.reading_upload_id = true;
+            }
+            Some(Upload::Ends { path, id }) if via_upstream && status.starts_with(b"2") => {
+                if let Err(e) = uploads::forget(&path, &id) {
+                    log::warn!("fencekeeper: could not forget a finished multipart upload: {e}");
+                }
+            }
+            _ => {}
+        }
+        Action::Continue
+    }
+
+    fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.reading_upload_id {
+            return Action::Continue;
+        }
+        if body_size > MAX_UPLOAD_ANSWER {
+            self.reading_upload_id = false;
+            log::warn!("fencekeeper: a CreateMultipartUpload answer over 64 KiB; its parts need their own token");
+            return Action::Continue;
+        }
+        if !end_of_stream {
+            return Action::Pause; // Envoy buffers the answer until it is whole
+        }
+        self.reading_upload_id = false;
+        let body = self.get_http_response_body(0, body_size).unwrap_or_default();
+        if let (Some(Upload::Create { path, token }), Some(id)) = (self.upload.take(), s3::upload_id_in_answer(&body)) {
+            if let Err(e) = uploads::remember(&path, id, &token) {
+                log::warn!("fencekeeper: could not remember a multipart upload; its parts need their own token: {e}");
             }
         }
         Action::Continue

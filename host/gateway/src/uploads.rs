@@ -19,7 +19,8 @@
 
 use crate::refusal::{self, full};
 use crate::Body;
-use fencekeeper_core::{http, s3};
+use fencekeeper_core::http;
+use fencekeeper_core::s3::{self, Multipart};
 use http_body_util::{BodyExt, Limited};
 use hyper::{Method, Response, StatusCode};
 use std::collections::{HashMap, VecDeque};
@@ -51,10 +52,10 @@ impl Step {
     /// The step of a request with `method` and `target` (path and query, as sent) to
     /// the object at the decoded `path`.
     pub fn of(method: &Method, target: &[u8], path: &[u8]) -> Step {
-        match (method, s3::upload_id(target)) {
-            (&Method::POST, None) if s3::creates_upload(target) => Step::Create(path.to_vec()),
-            (&Method::POST | &Method::DELETE, Some(id)) => Step::Finish((path.to_vec(), decoded(id))),
-            _ => Step::Other,
+        match s3::multipart(method.as_str(), target) {
+            Multipart::Create => Step::Create(path.to_vec()),
+            Multipart::Ends(id) => Step::Finish((path.to_vec(), decoded(id))),
+            Multipart::Within(_) | Multipart::None => Step::Other,
         }
     }
 }
