@@ -30,3 +30,6 @@ echo "B writes again with its token 34 (the current holder may write any number 
 step orders/2026-11.csv 34
 printf '\n$ fencekeeper marks --store %s\n' "$store"
 "$fk" marks --store "$store"
+echo
+echo "The same story over HTTP, with curl writing to a real store (nginx) through the"
+echo "gateway while etcd holds the lock and one worker is paused with SIGSTOP: scripts/demo.sh"
