@@ -39,6 +39,11 @@ pub struct Config {
     pub etcd: Option<Etcd>,
     /// How many shared-data slot keys hold the local marks.
     pub shared_slots: u32,
+    /// With etcd, the most marks the shared-data copy holds, a cache of etcd's: past
+    /// it, the marks of resources with no write in flight are evicted, and a miss
+    /// asks etcd. `None` without etcd: the shared data then holds the only copy, and
+    /// forgetting a mark would let a stale writer in, so nothing is evicted.
+    pub shared_marks_max: Option<u32>,
     /// Whether etcd must vouch for a token before it advances a mark.
     pub provenance: Provenance,
     /// The ordering gate (`gate`); `None`: off (UNSAFE: a slow lower-token write can
@@ -164,6 +169,9 @@ const DEFAULT_AUTHORITY: &str = "etcd";
 const DEFAULT_ETCD_TIMEOUT_MS: u64 = 1000;
 /// The default number of shared-data slot keys.
 const DEFAULT_SHARED_SLOTS: u32 = 256;
+/// The default bound on the shared-data copy of etcd's marks: 256 marks a slot with
+/// the default slots (every request decodes its slot whole), a few MiB in all.
+const DEFAULT_SHARED_MARKS_MAX: u32 = 65_536;
 
 /// The gRPC upstream of the filter's calls to etcd, as proxy-wasm's
 /// `dispatch_grpc_call` takes it: a serialized `envoy.config.core.v3.GrpcService`
@@ -343,6 +351,18 @@ impl Config {
         if !(1..=65536).contains(&shared_slots) {
             return Err(ConfigError("shared_slots must be between 1 and 65536".into()));
         }
+        let shared_marks_max = match (settings.shared_marks_max, &etcd) {
+            (Some(_), None) => {
+                return Err(ConfigError(
+                    "shared_marks_max needs etcd: without it the shared data holds the only copy of the marks, \
+                     and evicting one would admit a stale writer again"
+                        .into(),
+                ))
+            }
+            (Some(0), Some(_)) => return Err(ConfigError("shared_marks_max must be at least 1".into())),
+            (max, Some(_)) => Some(max.unwrap_or(DEFAULT_SHARED_MARKS_MAX)),
+            (None, None) => None,
+        };
         let token_header =
             header_name("token_header", settings.token_header.unwrap_or_else(|| http::TOKEN_HEADER.to_owned()))?;
         let token_metadata_header = protocol.token_in_metadata().then(|| format!("{METADATA_PREFIX}{token_header}"));
@@ -356,6 +376,7 @@ impl Config {
             policy: Policy { mode, strict: settings.strict.unwrap_or(false) },
             etcd,
             shared_slots,
+            shared_marks_max,
             provenance,
             gate,
             start_grace_ms,
@@ -376,6 +397,7 @@ impl Config {
             policy,
             etcd,
             shared_slots,
+            shared_marks_max,
             provenance,
             gate,
             start_grace_ms,
@@ -448,6 +470,7 @@ impl Config {
             strict: Some(policy.strict),
             etcd,
             shared_slots: Some(*shared_slots),
+            shared_marks_max: *shared_marks_max,
             provenance: Some(provenance),
             lock_prefix,
             gate,
@@ -648,6 +671,18 @@ mod tests {
         assert_eq!(Config::parse(b"").unwrap().token_metadata_header, None, "only s3 reads metadata");
         let e = Config::parse(br#"{"protocol":"s4"}"#).unwrap_err();
         assert!(e.0.contains("unknown variant"), "{e}");
+    }
+
+    #[test]
+    fn the_shared_marks_are_bounded_only_where_etcd_holds_the_truth() {
+        assert_eq!(Config::parse(b"").unwrap().shared_marks_max, Some(DEFAULT_SHARED_MARKS_MAX));
+        assert_eq!(Config::parse(br#"{"shared_marks_max":10}"#).unwrap().shared_marks_max, Some(10));
+        let alone = Config::parse(br#"{"mode":"efficiency","etcd":null}"#).unwrap();
+        assert_eq!(alone.shared_marks_max, None, "the only copy is never evicted");
+        let e = Config::parse(br#"{"mode":"efficiency","etcd":null,"shared_marks_max":10}"#).unwrap_err();
+        assert!(e.0.contains("needs etcd"), "{e}");
+        let e = Config::parse(br#"{"shared_marks_max":0}"#).unwrap_err();
+        assert!(e.0.contains("at least 1"), "{e}");
     }
 
     #[test]

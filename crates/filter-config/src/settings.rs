@@ -44,6 +44,9 @@ pub struct Settings {
     /// How many shared-data slot keys hold the local marks.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub shared_slots: Option<u32>,
+    /// With etcd: the most marks the shared-data copy holds (it is a cache of etcd's).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub shared_marks_max: Option<u32>,
     /// The provenance check: `off` (the default), `weak` or `strong`.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub provenance: Option<ProvenanceName>,

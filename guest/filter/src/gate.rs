@@ -212,7 +212,7 @@ impl Gate {
                     Step::Go
                 }
             };
-            match f.slots.store(&read) {
+            match f.slots.store(&mut read) {
                 Ok(true) => {
                     if let Step::Go = step {
                         let forwarded = self.shared.is_none();
@@ -290,7 +290,7 @@ impl Gate {
             // Flights given up on whose bound has passed go too.
             entry.flights.retain(|fl| fl.deadline == 0 || fl.deadline > now);
             let wakers = if removed { std::mem::take(&mut entry.wakers) } else { Vec::new() };
-            match f.slots.store(&read) {
+            match f.slots.store(&mut read) {
                 Ok(true) => {
                     for q in wakers {
                         // A queue of a VM since reloaded is gone: nobody to wake there.

@@ -254,7 +254,9 @@ impl RootContext for Root {
                 return false;
             }
         };
-        let slots = slots::Slots { count: config.shared_slots };
+        // The bound spread over the slots, at least one mark each.
+        let per_slot = config.shared_marks_max.map(|max| (max as usize).div_ceil(config.shared_slots as usize));
+        let slots = slots::Slots { count: config.shared_slots, per_slot };
         if let Err(s) = slots.create_absent() {
             log::error!("fencekeeper: cannot create the shared-data slots ({s:?})");
             return false;

@@ -60,6 +60,9 @@ pub const MAX_LIST: usize = u16::MAX as usize;
 pub struct Slots {
     /// How many slot keys exist.
     pub count: u32,
+    /// The most marks one slot keeps (`shared_marks_max` spread over the slots);
+    /// `None`: no bound (the shared data is the only copy of the marks).
+    pub per_slot: Option<usize>,
 }
 
 /// A write this Envoy sent on a resource that the store may still apply.
@@ -111,17 +114,34 @@ impl Read {
         self.entries.iter().find(|e| e.key == resource)
     }
 
-    /// The entry of `resource`, made empty if the slot had none.
+    /// The entry of `resource`, made empty if the slot had none. It moves to the end,
+    /// so a slot's entries run from the least recently written.
     pub fn entry_mut(&mut self, resource: &str) -> &mut Entry {
-        let i = match self.entries.iter().position(|e| e.key == resource) {
-            Some(i) => i,
+        match self.entries.iter().position(|e| e.key == resource) {
+            Some(i) => {
+                let entry = self.entries.remove(i);
+                self.entries.push(entry);
+            }
             None => {
                 let key = resource.to_owned();
                 self.entries.push(Entry { key, mark: None, flights: Vec::new(), wakers: Vec::new() });
-                self.entries.len() - 1
             }
-        };
-        &mut self.entries[i]
+        }
+        let last = self.entries.len() - 1;
+        &mut self.entries[last]
+    }
+
+    /// Keep at most `max` entries, evicting the least recently written that have
+    /// nothing in flight (a flight or a waker is the gate's, not a cache). What is
+    /// evicted is only a copy: the next request on it asks etcd.
+    fn evict_past(&mut self, max: usize) {
+        let mut excess = self.entries.len().saturating_sub(max);
+        self.entries.retain(|e| {
+            let idle = e.flights.is_empty() && e.wakers.is_empty();
+            let evict = excess > 0 && idle;
+            excess -= usize::from(evict);
+            !evict
+        });
     }
 }
 
@@ -169,12 +189,16 @@ impl Slots {
     /// the slot since. `Ok(false)`: the CAS lost, read again.
     pub fn write(&self, mut read: Read, resource: &str, mark: Token) -> Result<bool, SlotError> {
         read.entry_mut(resource).mark = Some(mark);
-        self.store(&read)
+        self.store(&mut read)
     }
 
-    /// Write `read`'s entries back into its slot, if nobody wrote the slot since.
+    /// Write `read`'s entries back into its slot, if nobody wrote the slot since,
+    /// past the bound evicting the least recently written idle marks.
     /// `Ok(false)`: the CAS lost, read again.
-    pub fn store(&self, read: &Read) -> Result<bool, SlotError> {
+    pub fn store(&self, read: &mut Read) -> Result<bool, SlotError> {
+        if let Some(max) = self.per_slot {
+            read.evict_past(max);
+        }
         let bytes = encode(&read.entries).ok_or(SlotError::Full(read.slot))?;
         match hostcalls::set_shared_data(&key(read.slot), Some(&bytes), Some(read.cas)) {
             Ok(()) => Ok(true),
@@ -365,8 +389,23 @@ mod tests {
     }
 
     #[test]
+    fn past_the_bound_the_least_recently_written_idle_marks_go_and_flights_stay() {
+        let mut read = Read { slot: 0, entries: vec![entry("/a", "1"), entry("/b", "2"), entry("/c", "3")], cas: 0 };
+        read.entries[0].flights.push(SharedFlight { owner: 1, context: 2, token: token!("1"), deadline: 0 });
+        read.entry_mut("/b").mark = Some(token!("5"));
+        assert_eq!(read.entries.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), ["/a", "/c", "/b"]);
+        read.entry_mut("/d").mark = Some(token!("4"));
+        read.evict_past(2);
+        let kept: Vec<&str> = read.entries.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(kept, ["/a", "/d"], "/a has a write in flight; /c then /b were written least recently");
+        read.entries.iter_mut().for_each(|e| e.wakers.push(9));
+        read.evict_past(0);
+        assert_eq!(read.entries.len(), 2, "entries the gate uses are never evicted");
+    }
+
+    #[test]
     fn slots_spread_resources() {
-        let s = Slots { count: 256 };
+        let s = Slots { count: 256, per_slot: None };
         let used: std::collections::HashSet<u32> = (0..1000).map(|i| s.slot_of(&format!("/r{i}"))).collect();
         assert!(used.len() > 200);
         assert!(used.iter().all(|&i| i < 256));

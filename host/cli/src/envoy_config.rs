@@ -82,6 +82,11 @@ pub struct Args {
     /// a restart forgets the marks, and two Envoys do not share them).
     #[arg(long)]
     no_etcd: bool,
+    /// With etcd: the most marks Envoy's shared-data copy holds (a cache of etcd's;
+    /// past it, idle marks are evicted and a miss asks etcd). Default: the filter's,
+    /// 65536. Without etcd nothing is evicted: the shared data is the only copy.
+    #[arg(long, value_name = "N", conflicts_with = "no_etcd")]
+    shared_marks_max: Option<u32>,
     /// correctness (fail closed) or efficiency (fail open).
     #[arg(long, default_value = "correctness", value_parser = ["correctness", "efficiency"])]
     mode: String,
@@ -317,6 +322,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
             ProtocolArg::S3 => Some(ProtocolName::S3),
         },
         s3_domain: args.s3_domain.clone(),
+        shared_marks_max: args.shared_marks_max,
         mode: Some(if args.mode == "efficiency" { ModeName::Efficiency } else { ModeName::Correctness }),
         strict: Some(args.strict),
         provenance: (!args.no_etcd).then(|| match provenance(args) {

@@ -214,6 +214,35 @@ fn etcd_down_or_frozen_refuses_with_503_in_correctness_mode_passes_in_efficiency
     assert_stale(&efficient.put("/e", "2", "two again").unwrap(), "3");
 }
 
+/// `--shared-marks-max`: Envoy's copy of etcd's marks is a bounded cache. Both
+/// Envoys admit 34 on `/kept`, then write 600 other resources. With etcd frozen, the
+/// one with the default bound still refuses 33 from its copy; the one bounded to a
+/// mark a slot has evicted `/kept`'s mark, so it must ask etcd and cannot decide
+/// (503). Once etcd is back, the miss asks etcd, and 33 is refused with mark 34:
+/// eviction never lets a token below the evicted mark in.
+#[test]
+fn an_evicted_shared_data_mark_is_asked_of_etcd_and_never_admits_below_it() {
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
+    let bounded = args(&nginx, Some(&etcd), &["--shared-marks-max", "1"]);
+    let pair = envoys(1, vec![args(&nginx, Some(&etcd), &[]), bounded]);
+    let (default, small) = (&pair[0], &pair[1]);
+    for envoy in &pair {
+        assert_admitted(&envoy.put("/kept", "34", "thirty-four").unwrap());
+        for i in 0..600 {
+            assert_admitted(&envoy.put(&format!("/other/{i}"), "1", "x").unwrap());
+        }
+    }
+    etcd.process.signal("STOP").unwrap();
+    let from_copy = default.put("/kept", "33", "stale").unwrap();
+    let evicted = small.put("/kept", "33", "stale").unwrap();
+    etcd.process.signal("CONT").unwrap();
+    assert_stale(&from_copy, "34");
+    assert_eq!(evicted.status, 503, "the bounded copy no longer holds the mark: {}", evicted.text());
+    assert_stale(&small.put("/kept", "33", "stale").unwrap(), "34");
+    assert_admitted(&small.put("/kept", "35", "thirty-five").unwrap());
+    assert_eq!(nginx.read("/kept").as_deref(), Some(&b"thirty-five"[..]));
+}
+
 #[test]
 fn what_a_request_carries_never_passes_in_either_mode() {
     let (nginx, etcd) = store_and_etcd(&[]).unwrap();
