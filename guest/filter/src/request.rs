@@ -564,13 +564,16 @@ impl HttpContext for Request {
         if let Some(g) = gate.filter(|_| via_upstream) {
             g.answered(self.context);
         }
+        // The status is read only for a multipart step (a host call saved on every
+        // other write).
+        let Some(upload) = self.upload.take().filter(|_| via_upstream) else { return Action::Continue };
         let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
-        match self.upload.take() {
-            Some(Upload::Create { path, token }) if via_upstream && status == b"200" => {
+        match upload {
+            Upload::Create { path, token } if status == b"200" => {
                 self.upload = Some(Upload::Create { path, token });
                 self.reading_upload_id = true;
             }
-            Some(Upload::Ends { path, id }) if via_upstream && status.starts_with(b"2") => {
+            Upload::Ends { path, id } if status.starts_with(b"2") => {
                 if let Err(e) = uploads::forget(&path, &id) {
                     log::warn!("fencekeeper: could not forget a finished multipart upload: {e}");
                 }
