@@ -219,17 +219,6 @@ step = ""
 try:
     if op == "put":
         r = s3.put_object(Bucket=b, Key=spec["key"], Body=read(spec["body"]), **meta(spec.get("token")))
-    elif op == "multipart":
-        step = "CreateMultipartUpload"
-        r = s3.create_multipart_upload(Bucket=b, Key=spec["key"], **meta(spec.get("token")))
-        upload = r["UploadId"]
-        done = []
-        for n, path in enumerate(spec["parts"], start=1):
-            step = "UploadPart %d" % n
-            r = s3.upload_part(Bucket=b, Key=spec["key"], UploadId=upload, PartNumber=n, Body=read(path))
-            done.append({"PartNumber": n, "ETag": r["ETag"]})
-        step = "CompleteMultipartUpload"
-        r = s3.complete_multipart_upload(Bucket=b, Key=spec["key"], UploadId=upload, MultipartUpload={"Parts": done})
     elif op == "start_multipart":
         step = "CreateMultipartUpload"
         r = s3.create_multipart_upload(Bucket=b, Key=spec["key"], **meta(spec.get("token")))
@@ -320,7 +309,8 @@ impl Boto {
     }
 
     /// CreateMultipartUpload (with the token's metadata when given), UploadPart for
-    /// each of `parts` (all but the last at least [`MIN_PART`]), CompleteMultipartUpload.
+    /// each of `parts` (all but the last at least [`MIN_PART`]), CompleteMultipartUpload:
+    /// the failed step's run, or the Complete's.
     pub fn multipart(
         &self,
         bucket: &str,
@@ -328,13 +318,10 @@ impl Boto {
         parts: &[Vec<u8>],
         metadata_token: Option<&str>,
     ) -> Result<BotoRun> {
-        let dir = tempfile::tempdir()?;
-        let paths = parts
-            .iter()
-            .enumerate()
-            .map(|(n, part)| write(dir.path(), &format!("part{n}"), part))
-            .collect::<Result<Vec<_>>>()?;
-        self.op(json!({"op": "multipart", "bucket": bucket, "key": key, "parts": paths, "token": metadata_token}))
+        match self.start_multipart(bucket, key, parts, metadata_token)? {
+            (_, Some(upload)) => self.complete_multipart(bucket, key, &upload),
+            (failed, None) => Ok(failed),
+        }
     }
 
     /// CreateMultipartUpload (with the token's metadata when given) and UploadPart for
