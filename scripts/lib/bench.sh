@@ -1,6 +1,6 @@
-# Shared plumbing of the benchmark scripts (sourced, not run): a scratch directory
-# and the services in it, stopped and removed on exit; free ports; readiness checks;
-# a fast upstream; wrk's output read into numbers.
+# Shared plumbing of the HTTP benchmark scripts (sourced, not run): the scratch
+# directory, its services and free ports (scratch.sh); readiness checks; a fast
+# upstream; wrk's output read into numbers.
 #
 # After sourcing: $work (scratch directory), $fk (the release CLI), pids (the
 # background processes cleanup stops). Start services in the sourcing shell, never
@@ -13,18 +13,7 @@ for tool in wrk nginx curl; do
 done
 cargo build --release --quiet -p fencekeeper-cli -p fencekeeper-harness
 fk=$PWD/target/release/fencekeeper
-work=$(mktemp -d)
-pids=()
-# Stop every service and wait for it to exit, so that none outlives the script (and
-# none still writes into $work while it is removed).
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+. "$(dirname "${BASH_SOURCE[0]}")/scratch.sh"
 
 wait_http() { # URL [TEXT the body must contain]
     for _ in $(seq 1 300); do
