@@ -170,8 +170,9 @@ pub fn legible(value: &[u8]) -> Option<Token> {
 }
 
 /// CRC32C of the resource (length-prefixed, so resource and value cannot trade
-/// bytes) followed by `checked`.
-fn checksum(resource: &[u8], checked: &[u8]) -> u32 {
+/// bytes) followed by `checked`. Other checked records of a resource (the version
+/// chains of conditional writes) use the same sum.
+pub fn checksum(resource: &[u8], checked: &[u8]) -> u32 {
     let mut crc = Crc32c::new();
     crc.update(&(resource.len() as u64).to_le_bytes());
     crc.update(resource);

@@ -35,12 +35,15 @@
 //! * [`conformance`]: the conformance vectors, run against any decider.
 //! * [`store`]: where marks live: memory, a durable file, or your own transaction.
 //! * [`provenance`]: a lock service vouching for a token before it advances a mark.
+//! * [`chain`]: conditional writes: the version chain that lets a store's own
+//!   `If-Match` enforce the order the fence decided.
 //! * [`audit`]: the audit record of a mark's change, and a file to append it to.
 //! * `zookeeper` (feature `zookeeper`): a small ZooKeeper client, for provenance
 //!   and the command line's lock.
 #![forbid(unsafe_code)]
 
 pub mod audit;
+pub mod chain;
 pub mod conformance;
 pub mod decider;
 #[cfg(feature = "etcd")]

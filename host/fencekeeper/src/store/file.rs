@@ -49,6 +49,7 @@ use super::contain::contained;
 use super::group::{Commits, Group, Written};
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
 use super::{MarkStore, StoreError, Swap};
+use crate::chain::ChainStore;
 use fencekeeper_core::{record, Token};
 use redb::{
     Database, DatabaseError, Durability, ReadableDatabase, ReadableTable, StorageError, TableDefinition, TableHandle,
@@ -436,6 +437,41 @@ impl MarkStore for FileStore {
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
         self.records()?.into_iter().map(|s| Ok((s.resource, s.mark?))).collect()
+    }
+}
+
+/// Version chains of conditional writes (`crate::chain`), in a table of their own
+/// beside the marks: as durable as a mark (sealed by an empty commit, like one).
+const CHAINS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencekeeper_chains_v1");
+
+impl ChainStore for FileStore {
+    fn get(&self, resource: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let table = match txn.open_table(CHAINS) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(self.error(e)),
+            };
+            let value = table.get(resource.as_bytes()).map_err(|e| self.error(e))?;
+            Ok(value.map(|v| v.value().to_vec()))
+        })
+    }
+
+    fn swap(&self, resource: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<bool, StoreError> {
+        self.write(|txn| {
+            let mut table = txn.open_table(CHAINS).map_err(|e| self.error(e))?;
+            let value = table.get(resource.as_bytes()).map_err(|e| self.error(e))?.map(|v| v.value().to_vec());
+            if value.as_deref() != expected {
+                return Ok((false, false));
+            }
+            table.insert(resource.as_bytes(), new).map_err(|e| self.error(e))?;
+            Ok((true, true))
+        })
+    }
+
+    fn describe(&self) -> String {
+        FileStore::describe(self)
     }
 }
 

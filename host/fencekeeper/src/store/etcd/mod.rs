@@ -243,6 +243,32 @@ impl EtcdStore {
     }
 }
 
+/// Version chains of conditional writes (`crate::chain`) live beside the marks, under
+/// the mark prefix with `.chains` in place of its last `/` (`/fencekeeper/marks.chains/`
+/// + resource): outside the marks' range, so listing marks never meets one.
+impl crate::chain::ChainStore for EtcdStore {
+    fn get(&self, resource: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let kvs = self.range(&self.chain_key(resource))?;
+        Ok(kvs.into_iter().next().map(|kv| kv.value))
+    }
+
+    fn swap(&self, resource: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<bool, StoreError> {
+        let expect = expected.map_or(Expect::Absent, Expect::Value);
+        Ok(self.txn(grpc::replace_txn(self.chain_key(resource).as_bytes(), expect, Some(new)))?.succeeded)
+    }
+
+    fn describe(&self) -> String {
+        format!("etcd at {} under {:?}", self.client.endpoint(), self.chain_key(""))
+    }
+}
+
+impl EtcdStore {
+    /// The etcd key holding `resource`'s version chain.
+    fn chain_key(&self, resource: &str) -> String {
+        format!("{}.chains/{resource}", self.prefix.trim_end_matches('/'))
+    }
+}
+
 /// Keys per read when listing every mark: 512 of the longest keys (1 KiB) with their
 /// records stay well under the 1 MiB one gRPC answer may hold.
 const PAGE_KEYS: u64 = 512;

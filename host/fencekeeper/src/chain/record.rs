@@ -1,0 +1,112 @@
+//! The stored form of a version chain: one ASCII line per resource, checked like a
+//! mark's record (CRC32C over the resource and the line), so a damaged chain is an
+//! error, never an empty chain that would forget a write that may still apply.
+//!
+//! ```text
+//! value   = "fkc1 " highest " " current " " next " " count (" " id " " token " " on)* " " crc
+//! highest = the highest token lent, or "-"
+//! current = "?" (unknown) | version
+//! on      = version
+//! version = "-" (absent) | the ETag's bytes in lowercase hex
+//! crc     = 8 lowercase hex digits: fencekeeper_core::record::checksum(resource, value up to the crc)
+//! ```
+
+use super::{Chain, Lend, Version, MAX_LENDS, MAX_VERSION};
+use fencekeeper_core::record::checksum;
+use fencekeeper_core::Token;
+use std::fmt::Write;
+
+const TAG: &str = "fkc1";
+
+/// Why a stored value is not a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ChainRecordError {
+    /// Not a chain record of this format.
+    #[error("it is not a version chain record (expected \"fkc1 ...\")")]
+    NotARecord,
+    /// The checksum does not match.
+    #[error("its checksum does not match its contents: the record is damaged or belongs to another resource")]
+    Mismatch,
+    /// The checksum matches but a field is not what the writer writes.
+    #[error("its checksum matches but its fields are malformed")]
+    Malformed,
+}
+
+/// The record of `chain` as `resource`'s.
+pub fn encode(resource: &str, chain: &Chain) -> String {
+    let mut out = String::with_capacity(64 + chain.lends.len() * 96);
+    let highest = chain.highest.map_or_else(|| "-".to_owned(), |t| t.to_string());
+    let current = chain.current.as_ref().map_or_else(|| "?".to_owned(), version);
+    let _ = write!(out, "{TAG} {highest} {current} {} {}", chain.next, chain.lends.len());
+    for lend in &chain.lends {
+        let _ = write!(out, " {} {} {}", lend.id, lend.token, version(&lend.on));
+    }
+    out.push(' ');
+    let crc = checksum(resource.as_bytes(), out.as_bytes());
+    let _ = write!(out, "{crc:08x}");
+    out
+}
+
+/// The chain that `value` records for `resource`, verified.
+pub fn decode(resource: &str, value: &[u8]) -> Result<Chain, ChainRecordError> {
+    let text = std::str::from_utf8(value).map_err(|_| ChainRecordError::NotARecord)?;
+    if !text.starts_with("fkc1 ") {
+        return Err(ChainRecordError::NotARecord);
+    }
+    let (body, crc) = text.rsplit_once(' ').ok_or(ChainRecordError::NotARecord)?;
+    let stored = (crc.len() == 8).then(|| u32::from_str_radix(crc, 16).ok()).flatten();
+    let stored = stored.ok_or(ChainRecordError::NotARecord)?;
+    if stored != checksum(resource.as_bytes(), &value[..body.len() + 1]) {
+        return Err(ChainRecordError::Mismatch);
+    }
+    let chain = fields(body).ok_or(ChainRecordError::Malformed)?;
+    // One chain, one value: anything else was not written by us.
+    if encode(resource, &chain).as_bytes() != value {
+        return Err(ChainRecordError::Malformed);
+    }
+    Ok(chain)
+}
+
+fn fields(body: &str) -> Option<Chain> {
+    let mut words = body.split(' ').skip(1);
+    let highest = match words.next()? {
+        "-" => None,
+        t => Some(Token::parse(t).ok()?),
+    };
+    let current = match words.next()? {
+        "?" => None,
+        v => Some(unversion(v)?),
+    };
+    let next = words.next()?.parse::<u64>().ok()?;
+    let count = words.next()?.parse::<usize>().ok().filter(|n| *n <= MAX_LENDS)?;
+    let mut lends = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = words.next()?.parse::<u64>().ok()?;
+        let token = Token::parse(words.next()?).ok()?;
+        let on = unversion(words.next()?)?;
+        lends.push(Lend { id, token, on });
+    }
+    words.next().is_none().then_some(Chain { highest, current, lends, next })
+}
+
+fn version(v: &Version) -> String {
+    match v {
+        Version::Absent => "-".to_owned(),
+        Version::Tag(tag) => tag.bytes().fold(String::with_capacity(tag.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        }),
+    }
+}
+
+fn unversion(hex: &str) -> Option<Version> {
+    if hex == "-" {
+        return Some(Version::Absent);
+    }
+    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > MAX_VERSION * 2 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> =
+        (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok()).collect();
+    Version::tag(&bytes?).ok()
+}

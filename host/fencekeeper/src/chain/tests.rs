@@ -1,0 +1,219 @@
+use super::*;
+use crate::store::StoreError;
+use proptest::prelude::*;
+
+fn t(n: u64) -> Token {
+    Token::parse(&n.to_string()).unwrap_or_else(|_| unreachable!())
+}
+
+fn tag(s: &str) -> Version {
+    Version::Tag(format!("\"{s}\""))
+}
+
+#[test]
+fn a_write_is_lent_on_the_current_version_and_its_answer_moves_it() {
+    let mut chain = Chain::new();
+    let lend = chain.lend(t(34), Some(&tag("a"))).unwrap();
+    assert_eq!(lend.on, Version::Absent, "a new object's first write goes with If-None-Match: *");
+    chain.settle(lend.id, &Answer::Applied(Some(tag("a"))));
+    assert_eq!((chain.current.clone(), chain.lends.len()), (Some(tag("a")), 0));
+    let lend = chain.lend(t(34), Some(&tag("b"))).unwrap();
+    assert_eq!(lend.on, tag("a"));
+}
+
+#[test]
+fn a_lower_token_than_one_lent_is_stale() {
+    let mut chain = Chain::new();
+    chain.lend(t(34), None).unwrap();
+    assert_eq!(chain.lend(t(33), None), Err(Refusal::Stale(t(34))));
+    assert!(chain.lend(t(34), None).is_ok(), "the same holder writes again");
+}
+
+#[test]
+fn a_write_that_would_repeat_a_version_a_late_write_carries_is_refused() {
+    // a, then 33's write on a is given up on; b lands; a again would let 33's land.
+    let mut chain = Chain::new();
+    let first = chain.lend(t(33), Some(&tag("a"))).unwrap();
+    chain.settle(first.id, &Answer::Applied(Some(tag("a"))));
+    let _given_up = chain.lend(t(33), Some(&tag("x"))).unwrap();
+    let b = chain.lend(t(34), Some(&tag("b"))).unwrap();
+    chain.settle(b.id, &Answer::Applied(Some(tag("b"))));
+    assert_eq!(chain.lend(t(34), Some(&tag("a"))), Err(Refusal::Repeats(tag("a"))));
+    assert!(chain.lend(t(34), Some(&tag("b"))).is_ok(), "the same bytes again, with nothing else lent on b");
+    assert_eq!(chain.lend(t(34), Some(&tag("b"))), Err(Refusal::Repeats(tag("b"))), "now one is");
+    assert!(chain.lend(t(34), Some(&tag("c"))).is_ok());
+}
+
+#[test]
+fn a_412_on_the_believed_version_makes_it_unknown_until_a_read_tells_it() {
+    let mut chain = Chain::new();
+    let lend = chain.lend(t(34), None).unwrap();
+    chain.settle(lend.id, &Answer::PreconditionFailed);
+    assert_eq!(chain.lend(t(34), None), Err(Refusal::Unknown));
+    assert!(chain.learn(tag("z")));
+    assert!(!chain.learn(tag("y")), "a known version is not overwritten by a read");
+    assert_eq!(chain.lend(t(34), None).map(|l| l.on), Ok(tag("z")));
+}
+
+#[test]
+fn lends_are_bounded_and_released_only_by_hand() {
+    let mut chain = Chain::new();
+    for _ in 0..MAX_LENDS {
+        chain.lend(t(1), None).unwrap();
+    }
+    assert_eq!(chain.lend(t(1), None), Err(Refusal::TooManyLent(MAX_LENDS)));
+    assert_eq!(chain.release(), MAX_LENDS);
+    assert_eq!(chain.lend(t(1), None), Err(Refusal::Unknown), "released lends may have changed the version");
+}
+
+#[test]
+fn records_round_trip_and_damage_is_caught() {
+    let mut chain = Chain::new();
+    let lend = chain.lend(t(7), Some(&tag("a"))).unwrap();
+    chain.settle(lend.id, &Answer::Applied(Some(tag("a"))));
+    chain.lend(t(8), None).unwrap();
+    let value = encode("orders/q3.csv", &chain);
+    assert_eq!(decode("orders/q3.csv", value.as_bytes()), Ok(chain.clone()));
+    assert_eq!(decode("orders/q4.csv", value.as_bytes()), Err(ChainRecordError::Mismatch));
+    for i in 0..value.len() {
+        let mut damaged = value.clone().into_bytes();
+        damaged[i] ^= 0x04;
+        assert!(decode("orders/q3.csv", &damaged).is_err(), "flipped bit in byte {i} of {value:?} passed");
+    }
+    assert_eq!(decode("r", b"fk2 34 fc4dab37"), Err(ChainRecordError::NotARecord));
+    assert_eq!(decode("r", b""), Err(ChainRecordError::NotARecord));
+}
+
+#[test]
+fn weak_long_or_binary_etags_are_not_versions() {
+    assert_eq!(Version::tag(b"W/\"a\""), Err(VersionError::Weak));
+    assert_eq!(Version::tag(b""), Err(VersionError::Length(0)));
+    assert_eq!(Version::tag(&[b'a'; MAX_VERSION + 1]), Err(VersionError::Length(MAX_VERSION + 1)));
+    assert_eq!(Version::tag(b"\"a b\""), Err(VersionError::NotText));
+    assert_eq!(Version::tag(b"\"5d41\""), Ok(tag("5d41")));
+}
+
+#[test]
+fn update_retries_lost_races_and_refuses_a_damaged_record() {
+    let store = MemoryChains::default();
+    let lend = update(&store, "r", |c| c.lend(t(3), None)).unwrap().unwrap();
+    assert_eq!(lend.id, 0);
+    assert_eq!(read(&store, "r").unwrap().lends.len(), 1);
+    store.swap("r", store.get("r").unwrap().as_deref(), b"fkc1 garbage").unwrap();
+    assert!(matches!(update(&store, "r", |c| c.lend(t(3), None)), Err(ChainError::Damaged { .. })));
+}
+
+// The model: a content-addressed store (the version is the body), a fence whose
+// chains live in a store that survives crashes, and a network that delivers writes
+// late, out of order, or never, and loses answers. Whatever happens, the tokens of
+// the writes the store applies never go down.
+
+#[derive(Clone, Debug)]
+enum Op {
+    /// A holder with this token writes body (0..3) or deletes (None).
+    Write(u64, Option<u8>),
+    /// The network delivers the i-th write in flight; the fence sees the answer (or not).
+    Deliver(usize, bool),
+    /// The network drops the i-th write in flight: it never arrives.
+    Drop(usize),
+    /// A read through the fence.
+    Read,
+    /// The fence crashes: every answer in flight is lost.
+    Crash,
+    /// An operator releases the lends (only done when none is still in the network).
+    Release,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1u64..6, proptest::option::weighted(0.8, 0u8..3)).prop_map(|(t, b)| Op::Write(t, b)),
+        4 => (0usize..8, proptest::bool::weighted(0.7)).prop_map(|(i, seen)| Op::Deliver(i, seen)),
+        1 => (0usize..8).prop_map(Op::Drop),
+        1 => Just(Op::Read),
+        1 => Just(Op::Crash),
+        1 => Just(Op::Release),
+    ]
+}
+
+struct Message {
+    id: u64,
+    token: Token,
+    on: Version,
+    body: Option<u8>,
+    answer_seen: bool,
+}
+
+fn body_version(body: Option<u8>) -> Version {
+    body.map_or(Version::Absent, |b| tag(&b.to_string()))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #[test]
+    fn no_write_applies_after_a_higher_token_one(ops in proptest::collection::vec(op(), 1..60)) {
+        let chains = MemoryChains::default();
+        let mut object = Version::Absent;
+        let mut applied: Vec<Token> = Vec::new();
+        let mut network: Vec<Message> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Write(token, body) => {
+                    let makes = body_version(body);
+                    let lent = update(&chains, "r", |c| c.lend(t(token), Some(&makes)))
+                        .map_err(|e: ChainError| TestCaseError::fail(e.to_string()))?;
+                    if let Ok(lend) = lent {
+                        network.push(Message { id: lend.id, token: t(token), on: lend.on, body, answer_seen: true });
+                    }
+                }
+                Op::Deliver(i, seen) if i < network.len() => {
+                    let m = network.remove(i);
+                    let answer = if object == m.on {
+                        if let Some(last) = applied.last() {
+                            prop_assert!(m.token >= *last, "token {} applied after {}", m.token, last);
+                        }
+                        applied.push(m.token);
+                        object = body_version(m.body);
+                        Answer::Applied(Some(object.clone()))
+                    } else if object == Version::Absent && m.on != Version::Absent {
+                        Answer::Missing
+                    } else {
+                        Answer::PreconditionFailed
+                    };
+                    if seen && m.answer_seen {
+                        update(&chains, "r", |c| { c.settle(m.id, &answer); Ok::<_, ()>(()) })
+                            .map_err(|e| TestCaseError::fail(e.to_string()))?.ok();
+                    }
+                }
+                Op::Drop(i) if i < network.len() => { network.remove(i); }
+                Op::Read => {
+                    let seen = object.clone();
+                    update(&chains, "r", |c| { c.learn(seen.clone()); Ok::<_, ()>(()) })
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?.ok();
+                }
+                Op::Crash => network.iter_mut().for_each(|m| m.answer_seen = false),
+                Op::Release if network.is_empty() => {
+                    update(&chains, "r", |c| { c.release(); Ok::<_, ()>(()) })
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?.ok();
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[test]
+fn a_failing_store_is_an_error_not_an_empty_chain() {
+    struct Down;
+    impl ChainStore for Down {
+        fn get(&self, _: &str) -> Result<Option<Vec<u8>>, StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        fn swap(&self, _: &str, _: Option<&[u8]>, _: &[u8]) -> Result<bool, StoreError> {
+            Err(StoreError::Unavailable("down".into()))
+        }
+        fn describe(&self) -> String {
+            "down".into()
+        }
+    }
+    assert!(matches!(update(&Down, "r", |c| c.lend(t(1), None)), Err(ChainError::Store(_))));
+}
