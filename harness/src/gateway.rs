@@ -145,10 +145,15 @@ impl Gateway {
 /// listens on, free ports, a fresh mark file): (exit code, the last stderr line, all
 /// of stderr).
 pub fn start_up_error(args: &[&str]) -> Result<(Option<i32>, String, String)> {
+    start_up_error_in_front_of("127.0.0.1:9", args)
+}
+
+/// [`start_up_error`] in front of `upstream`.
+pub fn start_up_error_in_front_of(upstream: &str, args: &[&str]) -> Result<(Option<i32>, String, String)> {
     let dir = WorkDir::temporary()?;
     let store = dir.path().join("marks.redb").display().to_string();
     let out = Command::new(workspace_bin("fencekeeper")?)
-        .args(["serve", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(["serve", "--upstream", upstream, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
         .args(["--store", &store])
         .args(args)
         .output()?;

@@ -200,6 +200,9 @@ fn spring(trap: &Mutex<Option<Armed>>, seen: &[u8], new: usize) -> Option<Report
         return None;
     }
     let armed = slot.take()?;
+    // Run without the lock: a hook that holds its request must not stall the
+    // relay's other connections.
+    drop(slot);
     let _ = armed.fired.send((armed.hook)());
     Some(armed.reports)
 }

@@ -148,6 +148,8 @@ pub struct BotoRun {
     pub message: String,
     /// The raw body of the error response (a proxy's refusal text), empty when `ok`.
     pub body: String,
+    /// The new object's ETag, from a PutObject that succeeded.
+    pub etag: Option<String>,
 }
 
 /// The boto3 side: one operation per run, its outcome as one JSON line on stdout.
@@ -175,7 +177,8 @@ s3 = boto3.session.Session().client(
     endpoint_url=spec["endpoint"],
     region_name=spec["region"],
     config=Config(
-        retries={"max_attempts": 1, "mode": "standard"},
+        # One attempt in all (botocore's max_attempts counts retries only).
+        retries={"total_max_attempts": 1, "mode": "standard"},
         s3={"addressing_style": "path" if domain is None else "virtual"},
     ),
 )
@@ -218,7 +221,11 @@ op, b = spec["op"], spec["bucket"]
 step = ""
 try:
     if op == "put":
-        r = s3.put_object(Bucket=b, Key=spec["key"], Body=read(spec["body"]), **meta(spec.get("token")))
+        extra = meta(spec.get("token"))
+        if spec.get("if_match") is not None:
+            extra["IfMatch"] = spec["if_match"]
+        r = s3.put_object(Bucket=b, Key=spec["key"], Body=read(spec["body"]), **extra)
+        out(ok=True, status=r["ResponseMetadata"]["HTTPStatusCode"], etag=r.get("ETag"))
     elif op == "start_multipart":
         step = "CreateMultipartUpload"
         r = s3.create_multipart_upload(Bucket=b, Key=spec["key"], **meta(spec.get("token")))
@@ -306,6 +313,14 @@ impl Boto {
         let dir = tempfile::tempdir()?;
         let path = write(dir.path(), "body", body)?;
         self.op(json!({"op": "put", "bucket": bucket, "key": key, "body": path, "token": metadata_token}))
+    }
+
+    /// PutObject with `IfMatch=ETAG` (S3's conditional write, sent by the client
+    /// itself).
+    pub fn put_if_match(&self, bucket: &str, key: &str, body: &[u8], etag: &str) -> Result<BotoRun> {
+        let dir = tempfile::tempdir()?;
+        let path = write(dir.path(), "body", body)?;
+        self.op(json!({"op": "put", "bucket": bucket, "key": key, "body": path, "if_match": etag}))
     }
 
     /// CreateMultipartUpload (with the token's metadata when given), UploadPart for
@@ -427,6 +442,7 @@ impl Boto {
             code: text("code"),
             message: text("message"),
             body: text("body"),
+            etag: value["etag"].as_str().map(str::to_owned),
         };
         Ok((run, value))
     }

@@ -178,7 +178,22 @@ impl S3Error<'_> {
 
 impl fmt::Display for S3Error<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>", self.code())?;
+        S3ErrorDocument { code: self.code(), reason: self.reason }.fmt(f)
+    }
+}
+
+/// S3's XML error document with any `Code`: [`S3Error`]'s, or a host's own for an
+/// answer that is not a fencing refusal (a conditional write's version conflict).
+pub struct S3ErrorDocument<'a> {
+    /// The `Code`.
+    pub code: &'a str,
+    /// The one-line reason, the `Message` (XML-escaped here).
+    pub reason: &'a str,
+}
+
+impl fmt::Display for S3ErrorDocument<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>", self.code)?;
         for c in self.reason.chars() {
             match c {
                 '<' => f.write_str("&lt;")?,

@@ -8,10 +8,12 @@
 use crate::protocol::ProtocolArg;
 use crate::provenance::{etcd_check, zookeeper_lock_prefix, ProvenanceArg};
 use anyhow::Context;
+use fencekeeper::chain::ChainStore;
 use fencekeeper::etcd::{EtcdClient, EtcdOptions};
 use fencekeeper::provenance::{EtcdProvenance, ZooKeeperProvenance};
 use fencekeeper::store::EtcdStore;
 use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
+use fencekeeper_gateway::conditional;
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::registry::Registry;
 use fencekeeper_gateway::Server;
@@ -131,6 +133,21 @@ pub struct Args {
     /// land after a higher one. For measurements and demonstrations only.
     #[arg(long)]
     no_gate: bool,
+    /// Send every admitted write with a precondition on the store's version of the
+    /// object (If-Match on the ETag the store gave the last write, If-None-Match: *
+    /// while it is absent), kept beside the marks: the store itself then refuses a
+    /// write that arrives late, whatever the timing. Needs a store that honours
+    /// If-Match on writes (docs/operations.md) and --precondition-probe. Only PUTs and
+    /// DELETEs are forwarded; the store apply bound defaults to 0.
+    #[arg(long, requires = "precondition_probe", conflicts_with = "no_gate")]
+    conditional_writes: bool,
+    /// With --conditional-writes: at start-up, send a PUT of this path whose If-Match
+    /// names no version, which a store that honours preconditions refuses (412 or
+    /// 404) and one that does not applies; the gateway starts only after a refusal.
+    /// `off`: skip it, vouching for the store (one that wants credentials the gateway
+    /// does not have, such as S3 with SigV4).
+    #[arg(long, value_name = "PATH|off", requires = "conditional_writes")]
+    precondition_probe: Option<String>,
     /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
     #[arg(long)]
     upstream_http2: bool,
@@ -161,7 +178,7 @@ enum LogFormat {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     let config = configure(&args)?;
-    let (store, provenance) = open_store(&args)?;
+    let (store, chains, provenance) = open_store(&args)?;
     let mut guard = Guard::new(decider(&args, config.policy)?, store);
     if let Some(p) = &provenance {
         guard = guard.with_provenance(p.clone());
@@ -170,8 +187,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         (Some(url), true) => Some(join_registry(&args, url, &config)?),
         _ => None,
     };
-    let server = Server::bind(config.clone(), Arc::new(guard), registry)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let chains = match args.precondition_probe.as_deref() {
+        None => None,
+        Some("off") => Some(chains),
+        Some(path) => {
+            anyhow::ensure!(
+                path.starts_with('/'),
+                "--precondition-probe {path:?}: give a path starting with /, or off"
+            );
+            runtime.block_on(conditional::probe(&config.upstream, path)).map_err(anyhow::Error::msg)?;
+            Some(chains)
+        }
+    };
+    let conditional = chains.is_some();
+    let server = Server::bind(config.clone(), Arc::new(guard), registry, chains)?;
     tracing::info!(
         listen = %server.local_addr()?,
         admin = %server.admin_addr().map_or("off".to_owned(), |a| a.to_string()),
@@ -181,6 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         audit = %args.audit.as_ref().map_or("off".to_owned(), |p| p.display().to_string()),
         gate = if !config.gate { "off" } else if args.shared_gate { "shared through etcd" } else { "this gateway's" },
         store_apply_bound = ?config.apply_bound,
+        conditional_writes = conditional,
         "fencekeeper gateway serving"
     );
     if !config.gate {
@@ -200,6 +231,10 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
         ModeArg::Efficiency => Mode::Efficiency,
     };
     c.policy = Policy { mode, strict: args.strict };
+    anyhow::ensure!(
+        !(args.conditional_writes && mode == Mode::Efficiency),
+        "--conditional-writes needs --mode correctness: a write passed without an admit would go unconditionally"
+    );
     c.token_header = config::header_name(&args.token_header)?;
     c.resource = match &args.resource_header {
         Some(name) => ResourceFrom::Header(config::header_name(name)?.as_str().to_owned()),
@@ -212,7 +247,10 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.max_body = args.max_body;
     c.request_timeout = args.request_timeout;
     c.gate_timeout = args.gate_timeout;
-    c.apply_bound = args.store_apply_bound.unwrap_or(args.request_timeout);
+    // With conditional writes the store refuses a late write itself: no write has to
+    // hold its resource after the gateway gave up on it.
+    let bound = if args.conditional_writes { Duration::ZERO } else { args.request_timeout };
+    c.apply_bound = args.store_apply_bound.unwrap_or(bound);
     c.start_grace = args.start_grace;
     c.gate = !args.no_gate;
     c.audit = args.audit.clone();
@@ -224,20 +262,27 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 }
 
 type Store = Arc<dyn MarkStore + Send + Sync>;
+type Chains = Arc<dyn ChainStore>;
+
+/// One store, as the mark store and as the store of version chains beside the marks.
+fn both<S: MarkStore + ChainStore + 'static>(store: S) -> (Store, Chains) {
+    let store = Arc::new(store);
+    (store.clone(), store)
+}
 
 /// The mark store, and the provenance check: on ZooKeeper with --lock-zookeeper; else
 /// on the store's own etcd when the locks live there (one connection, and the
 /// revisions the store sees spare the weak check its round trip), else on --lock-etcd.
-fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>)> {
+fn open_store(args: &Args) -> anyhow::Result<(Store, Chains, Option<Arc<dyn Provenance>>)> {
     let timeout = Duration::from_secs(2);
     if let Some(address) = &args.lock_zookeeper {
         let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;
-        let store: Store = match &args.etcd {
-            Some(url) => Arc::new(etcd_store(args, url, timeout)?),
-            None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
+        let (store, chains) = match &args.etcd {
+            Some(url) => both(etcd_store(args, url, timeout)?),
+            None => both(fencekeeper::FileStore::open(&args.store)?),
         };
         let provenance = ZooKeeperProvenance::connect(address, lock_prefix, timeout)?;
-        return Ok((store, Some(Arc::new(provenance))));
+        return Ok((store, chains, Some(Arc::new(provenance))));
     }
     let check = etcd_check(args.provenance, args.lock_prefix.as_deref())?;
     anyhow::ensure!(check.is_some() || args.lock_etcd.is_none(), "--lock-etcd goes with --provenance weak or strong");
@@ -252,7 +297,7 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
         let options = EtcdOptions { timeout, ..args.etcd_connection.options()? };
         Ok(Some(Arc::new(EtcdProvenance::connect_with(&args.etcd_connection.endpoint(url), check, &options)?)))
     };
-    let store: Store = match &args.etcd {
+    let (store, chains) = match &args.etcd {
         Some(url) => {
             let store = etcd_store(args, url, timeout)?;
             let provenance: Option<Arc<dyn Provenance>> = match check {
@@ -260,15 +305,16 @@ fn open_store(args: &Args) -> anyhow::Result<(Store, Option<Arc<dyn Provenance>>
                 Some(check) => separate(check)?,
                 None => None,
             };
-            return Ok((Arc::new(store), provenance));
+            let (store, chains) = both(store);
+            return Ok((store, chains, provenance));
         }
-        None => Arc::new(fencekeeper::FileStore::open(&args.store)?),
+        None => both(fencekeeper::FileStore::open(&args.store)?),
     };
     let provenance = match check {
         Some(check) => separate(check)?,
         None => None,
     };
-    Ok((store, provenance))
+    Ok((store, chains, provenance))
 }
 
 /// This gateway's part of the in-flight registry in the etcd at `url` (its own

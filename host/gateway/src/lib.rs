@@ -9,6 +9,8 @@
 //! # Layout
 //! * [`config`]: what the gateway fences and how (the same vocabulary as the Envoy filter).
 //! * [`gate`]: the in-flight ordering gate, per resource.
+//! * [`conditional`]: conditional writes: each admitted write sent with a precondition
+//!   on the store's version, so the store refuses one that arrives late.
 //! * [`ordered`]: what becomes of a fenced write once the guard and the gate decided.
 //! * [`registry`]: the ordering gate across instances, in etcd.
 //! * [`proxy`]: one request: read, admit, wait at the gate, forward, answer.
@@ -19,6 +21,7 @@
 //! * [`uploads`]: S3 multipart uploads and the token each started with (protocol s3).
 
 pub mod admin;
+pub mod conditional;
 pub mod config;
 pub mod gate;
 pub mod metrics;

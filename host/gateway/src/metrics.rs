@@ -26,6 +26,9 @@ pub struct Metrics {
     timed_out: AtomicU64,
     breaches: AtomicU64,
     audit_errors: AtomicU64,
+    not_conditional: AtomicU64,
+    version_refused: AtomicU64,
+    precondition_failed: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -55,6 +58,13 @@ pub enum Event {
     Breach,
     /// A mark's change could not be appended to the audit log.
     AuditError,
+    /// Conditional writes: a write that cannot be made conditional was refused (501).
+    NotConditional,
+    /// Conditional writes: a write was refused by its version chain before it was sent
+    /// (a version unknown or repeated, too many writes lent, the chain unavailable).
+    VersionRefused,
+    /// Conditional writes: the store refused a write's precondition (412).
+    PreconditionFailed,
 }
 
 impl Metrics {
@@ -79,6 +89,9 @@ impl Metrics {
             Event::TimedOut => &self.timed_out,
             Event::Breach => &self.breaches,
             Event::AuditError => &self.audit_errors,
+            Event::NotConditional => &self.not_conditional,
+            Event::VersionRefused => &self.version_refused,
+            Event::PreconditionFailed => &self.precondition_failed,
         };
         counter.fetch_add(1, Relaxed);
     }
@@ -170,6 +183,21 @@ impl Metrics {
                 "fencekeeper_gateway_audit_errors_total",
                 "Mark changes that could not be appended to the --audit log (each logged at error).",
                 &self.audit_errors,
+            ),
+            (
+                "fencekeeper_gateway_not_conditional_total",
+                "Writes refused (501) because they cannot be made conditional (--conditional-writes).",
+                &self.not_conditional,
+            ),
+            (
+                "fencekeeper_gateway_version_refused_total",
+                "Conditional writes refused by their version chain before they were sent.",
+                &self.version_refused,
+            ),
+            (
+                "fencekeeper_gateway_precondition_failed_total",
+                "Conditional writes whose precondition the store refused (412).",
+                &self.precondition_failed,
             ),
         ];
         for (name, help, value) in simple {

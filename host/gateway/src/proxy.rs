@@ -8,6 +8,7 @@
 //! The client's address (from the accepted connection) goes into every refusal's log
 //! line and into the audit record of every mark the gateway raises.
 
+use crate::conditional::{Conditional, Delivery};
 use crate::config::{self, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
@@ -17,6 +18,7 @@ use crate::registry::Registry;
 use crate::uploads::{Step, Uploads};
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
+use fencekeeper::chain::ChainStore;
 use fencekeeper::{Advance, Guard};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::resource::ResourceError;
@@ -49,19 +51,29 @@ pub struct Proxy {
     started: Instant,
     /// S3 multipart uploads and the tokens they started with (protocol s3).
     uploads: Uploads,
+    /// Conditional writes (`--conditional-writes`): the version chains.
+    conditional: Option<Conditional>,
 }
 
 impl Proxy {
     /// A handler fencing with `guard` under `config`, appending every mark it raises
     /// to `audit`, ordering writes across instances through `registry` when given.
-    pub fn new(config: Config, guard: Arc<Guard>, audit: Option<AuditLog>, registry: Option<Arc<Registry>>) -> Proxy {
+    /// With `chains`, every admitted write goes with a precondition (conditional writes).
+    pub fn new(
+        config: Config,
+        guard: Arc<Guard>,
+        audit: Option<AuditLog>,
+        registry: Option<Arc<Registry>>,
+        chains: Option<Arc<dyn ChainStore>>,
+    ) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
         let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry);
         let started = Instant::now();
         let (metrics, uploads) = (Arc::default(), Uploads::default());
-        Proxy { config, guard, gate, metrics, client, audit: audit.map(Arc::new), started, uploads }
+        let conditional = chains.map(|chains| Conditional::new(chains, config.gate_timeout));
+        Proxy { config, guard, gate, metrics, client, audit: audit.map(Arc::new), started, uploads, conditional }
     }
 
     /// The counters.
@@ -121,10 +133,29 @@ impl Proxy {
             self.clone().fenced(request, path, client).await
         } else {
             self.metrics.event(Event::Passthrough);
-            self.forward(request.map(BodyExt::boxed), Vec::new()).await
+            let read = self.read_resource(&request, path.as_deref().ok());
+            let response = self.forward(request.map(BodyExt::boxed), Vec::new()).await;
+            if let (Some(conditional), Some(resource)) = (&self.conditional, read) {
+                conditional.observe_read(&resource, response.status(), response.headers()).await;
+            }
+            response
         };
         self.metrics.latency(start.elapsed());
         Ok(response)
+    }
+
+    /// With conditional writes, the resource a GET or HEAD reads (its answer may tell
+    /// an unknown version).
+    fn read_resource(&self, request: &Request<Incoming>, path: Option<&[u8]>) -> Option<String> {
+        let (_, path) = (self.conditional.as_ref()?, path?);
+        if !matches!(*request.method(), hyper::Method::GET | hyper::Method::HEAD) {
+            return None;
+        }
+        if !path.starts_with(self.config.path_prefix.as_bytes()) {
+            return None;
+        }
+        let header = self.config.resource.header().and_then(|name| request.headers().get(name)).map(|v| v.as_bytes());
+        self.config.resource.key(path, header).ok().map(str::to_owned)
     }
 
     /// The Host the store will see: the client's (forwarded as it is), or without
@@ -177,6 +208,14 @@ impl Proxy {
         client: SocketAddr,
     ) -> Response<Body> {
         let grace = self.start_grace_left();
+        let form = self.form(grpc);
+        if self.conditional.is_some() {
+            if let Some(why) = Conditional::unsupported(&parts) {
+                self.metrics.event(Event::NotConditional);
+                tracing::info!(%client, reason = why, "refused");
+                return refusal::error(StatusCode::NOT_IMPLEMENTED, &why);
+            }
+        }
         let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
         let s3 = self.config.protocol == Protocol::S3;
         // A later step of an S3 multipart upload that sends no token inherits the
@@ -219,11 +258,6 @@ impl Proxy {
                 Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
                 class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
-            let form = match (grpc, self.config.protocol) {
-                (true, _) => Form::Grpc,
-                (false, Protocol::S3) => Form::S3,
-                (false, _) => Form::Text,
-            };
             let mut response = refusal::refuse(&action, &ordered.reason, form);
             // Only the gate's own refusals (the start grace, a write held past the gate
             // timeout) say when to retry.
@@ -249,6 +283,20 @@ impl Proxy {
         };
         parts.headers.remove(TRANSFER_ENCODING);
         parts.headers.insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        if let Some(conditional) = &self.conditional {
+            let lent = match conditional.lend(&resource, action.token, &mut parts, &bytes, form).await {
+                Ok(lent) => lent,
+                Err(refused) => {
+                    self.metrics.event(Event::VersionRefused);
+                    return refused;
+                }
+            };
+            let (response, delivery) = self.send(Request::from_parts(parts, full(bytes)), permits).await;
+            if matches!(delivery, Delivery::Answered(StatusCode::PRECONDITION_FAILED, _)) {
+                self.metrics.event(Event::PreconditionFailed);
+            }
+            return conditional.settle(lent, delivery, response, &self.guard, form).await;
+        }
         let response = self.forward(Request::from_parts(parts, full(bytes)), permits).await;
         match (step, token) {
             (Step::Other, _) | (_, None) => response,
@@ -348,6 +396,15 @@ impl Proxy {
         Ok(keys)
     }
 
+    /// How a refusal is written for this client.
+    fn form(&self, grpc: bool) -> Form {
+        match (grpc, self.config.protocol) {
+            (true, _) => Form::Grpc,
+            (false, Protocol::S3) => Form::S3,
+            (false, _) => Form::Text,
+        }
+    }
+
     fn too_large(&self) -> Response<Body> {
         self.metrics.event(Event::TooLarge);
         let reason = format!("request body is larger than the gateway's limit of {} bytes", self.config.max_body);
@@ -357,13 +414,21 @@ impl Proxy {
     /// Send `request` upstream. `permits` (the write's places at the gate, one for
     /// each resource it writes) are released once the upstream has answered, or
     /// given up on.
-    async fn forward(&self, mut request: Request<Body>, permits: Vec<Permit>) -> Response<Body> {
+    async fn forward(&self, request: Request<Body>, permits: Vec<Permit>) -> Response<Body> {
+        self.send(request, permits).await.0
+    }
+
+    /// [`Proxy::forward`], telling also what became of the request.
+    async fn send(&self, mut request: Request<Body>, permits: Vec<Permit>) -> (Response<Body>, Delivery) {
         let upstream = &self.config.upstream;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let target = format!("http://{}{path}", upstream.authority().map_or("", |a| a.as_str()));
         match target.parse::<Uri>() {
             Ok(uri) => *request.uri_mut() = uri,
-            Err(e) => return refusal::error(StatusCode::BAD_REQUEST, &format!("bad request target: {e}")),
+            Err(e) => {
+                let answer = refusal::error(StatusCode::BAD_REQUEST, &format!("bad request target: {e}"));
+                return (answer, Delivery::NotSent);
+            }
         }
         *request.version_mut() = if self.config.upstream_http2 { Version::HTTP_2 } else { Version::HTTP_11 };
         for name in HOP_BY_HOP {
@@ -371,6 +436,11 @@ impl Proxy {
         }
         let timeout = self.config.request_timeout;
         let answer = tokio::time::timeout(timeout, self.client.request(request)).await;
+        let delivery = match &answer {
+            Ok(Ok(response)) => Delivery::Answered(response.status(), response.headers().clone()),
+            Ok(Err(e)) if e.is_connect() => Delivery::NotSent,
+            _ => Delivery::GivenUp,
+        };
         match &answer {
             _ if permits.is_empty() => {}
             // Its response head is here: the store has applied it, or never will.
@@ -384,7 +454,7 @@ impl Proxy {
                 permits.into_iter().for_each(Permit::given_up);
             }
         }
-        match answer {
+        let response = match answer {
             Ok(Ok(response)) => response.map(BodyExt::boxed),
             Ok(Err(e)) => {
                 self.metrics.event(Event::UpstreamError);
@@ -398,7 +468,8 @@ impl Proxy {
                 tracing::warn!(reason, "upstream timeout");
                 refusal::error(StatusCode::GATEWAY_TIMEOUT, &reason)
             }
-        }
+        };
+        (response, delivery)
     }
 }
 

@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::proxy::Proxy;
 use crate::registry::Registry;
 use fencekeeper::audit::AuditLog;
+use fencekeeper::chain::ChainStore;
 use fencekeeper::Guard;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -60,12 +61,18 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 impl Server {
     /// Bind the proxy and admin addresses of `config`, and open its audit log. With a
-    /// `registry`, writes are ordered across every instance that shares it.
-    pub fn bind(config: Config, guard: Arc<Guard>, registry: Option<Arc<Registry>>) -> Result<Server, ServeError> {
+    /// `registry`, writes are ordered across every instance that shares it; with
+    /// `chains`, every admitted write goes with a precondition (conditional writes).
+    pub fn bind(
+        config: Config,
+        guard: Arc<Guard>,
+        registry: Option<Arc<Registry>>,
+        chains: Option<Arc<dyn ChainStore>>,
+    ) -> Result<Server, ServeError> {
         let audit = config.audit.as_ref().map(AuditLog::open).transpose().map_err(ServeError::Audit)?;
         let listener = bind(config.listen)?;
         let admin = config.admin.map(bind).transpose()?;
-        Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit, registry)), listener, admin })
+        Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit, registry, chains)), listener, admin })
     }
 
     /// Where clients connect (with the real port when the configuration said 0).

@@ -12,6 +12,7 @@ mod concurrency;
 mod conformance;
 mod crash;
 mod e2e_clients;
+mod e2e_conditional;
 mod e2e_envoy;
 mod e2e_envoy_auth;
 mod e2e_envoy_config;

@@ -1,0 +1,403 @@
+//! Conditional writes (`--conditional-writes`): every admitted write goes to the store
+//! with a precondition on the version the store gave the last write the gateway saw
+//! applied, so the store itself refuses a write that arrives late, after the
+//! gateway gave up on it, crashed, or another gateway moved the object on.
+//!
+//! The version chains are `fencekeeper::chain`'s, kept beside the marks. Here:
+//!
+//! * which writes can be conditional: a PUT of the object's bytes and a DELETE;
+//!   anything else (S3 multipart steps and copies, WebDAV's COPY and MOVE, POST) is
+//!   refused before it is admitted, as are writes carrying preconditions of their own;
+//! * one write at a time per resource (its *turn*): two writes of one holder would
+//!   otherwise race on one version and one of them fail; a write waits at most the
+//!   gate timeout for its turn, then is refused 503 with `Retry-After`;
+//! * the lend before the write is sent (durable), the precondition header, and the
+//!   settle from the store's answer: 2xx records the answer's strong ETag (a PUT) or
+//!   absent (a DELETE); 412 is refused as stale when the mark has passed the write's
+//!   token, else as a version conflict (409);
+//! * learning an unknown version from a read (GET or HEAD) through the gateway;
+//! * the start-up probe: a PUT with an `If-Match` that names no version must fail.
+
+use crate::refusal::{self, full, Form};
+use crate::Body;
+use fencekeeper::chain::{self, Answer, ChainError, ChainStore, Lend, Refusal, Version};
+use fencekeeper::Guard;
+use fencekeeper_core::http::S3ErrorDocument;
+use fencekeeper_core::refusal::Action;
+use fencekeeper_core::{Class, Token};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode};
+use md5::{Digest, Md5};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::OwnedMutexGuard;
+
+/// The gateway's conditional writes: the chains, and one turn per resource.
+pub struct Conditional {
+    chains: Arc<dyn ChainStore>,
+    turns: Arc<Turns>,
+    /// Resources whose version this gateway found unknown: a read of one through the
+    /// gateway is looked at to learn it (other reads cost nothing).
+    unknown: Mutex<HashSet<String>>,
+    /// The longest a write waits for its turn.
+    wait: Duration,
+}
+
+#[derive(Default)]
+struct Turns {
+    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// A resource's turn: one conditional write at a time. Dropped, it lets the next go,
+/// and forgets the resource once nobody waits.
+pub struct Turn {
+    guard: Option<OwnedMutexGuard<()>>,
+    key: String,
+    turns: Arc<Turns>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut map = lock(&self.turns.map);
+        drop(self.guard.take());
+        // The map's reference and this turn's: nobody else waits for it.
+        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) <= 2) {
+            map.remove(&self.key);
+        }
+    }
+}
+
+/// A write lent on its resource's chain and holding its turn: forward it, then
+/// [`Conditional::settle`] it with what became of it.
+pub struct Lent {
+    resource: String,
+    lend: Lend,
+    delete: bool,
+    _turn: Turn,
+}
+
+/// What became of a forwarded write.
+pub enum Delivery {
+    /// The store answered with this status and headers.
+    Answered(StatusCode, HeaderMap),
+    /// Nothing was sent (no connection).
+    NotSent,
+    /// Given up on after it may have been sent: the store may still apply it.
+    GivenUp,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Conditional {
+    /// Conditional writes with chains in `chains`; a write waits at most `wait` for
+    /// its resource's turn.
+    pub fn new(chains: Arc<dyn ChainStore>, wait: Duration) -> Conditional {
+        Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait }
+    }
+
+    /// Why this write cannot be made conditional (refused before it is admitted), or
+    /// `None` when it can.
+    pub fn unsupported(parts: &Parts) -> Option<String> {
+        let why = if parts.method != Method::PUT && parts.method != Method::DELETE {
+            format!("{} cannot be made conditional", parts.method)
+        } else if parts.headers.contains_key(IF_MATCH) || parts.headers.contains_key(IF_NONE_MATCH) {
+            "the write carries If-Match or If-None-Match, and the gateway sets the precondition itself".to_owned()
+        } else if parts.headers.contains_key("x-amz-copy-source") {
+            "an S3 copy's version cannot be told before it is made".to_owned()
+        } else if parts.uri.query().is_some_and(|q| q.split('&').any(|p| p.starts_with("uploadId"))) {
+            "a part of an S3 multipart upload cannot be made conditional".to_owned()
+        } else {
+            return None;
+        };
+        Some(format!(
+            "{why}: with --conditional-writes the gateway forwards only PUTs of an object's bytes and DELETEs, each \
+             with a precondition on the version it last saw applied (docs/gateway.md)"
+        ))
+    }
+
+    /// Take `resource`'s turn and lend the write (`token`, `body`) on its chain, then
+    /// set its precondition in `headers`. Refused: the answer to send instead.
+    pub async fn lend(
+        &self,
+        resource: &str,
+        token: Option<Token>,
+        parts: &mut Parts,
+        body: &[u8],
+        form: Form,
+    ) -> Result<Lent, Response<Body>> {
+        let Some(token) = token else {
+            return Err(refusal::error(StatusCode::INTERNAL_SERVER_ERROR, "an admitted write without a token"));
+        };
+        let Some(turn) = self.turn(resource).await else {
+            let mut response = conflict(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!(
+                    "another write to {resource:?} held it longer than {:?} (conditional writes go one at a time per \
+                     resource); retry",
+                    self.wait
+                ),
+                form,
+            );
+            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
+            return Err(response);
+        };
+        let delete = parts.method == Method::DELETE;
+        // What the write would make the version: known in advance for a delete, and
+        // for a store whose ETags are the body's MD5 (S3's single-part uploads). For
+        // any other store it never matches, which is right: its versions never repeat.
+        let makes = if delete { Version::Absent } else { Version::Tag(format!("\"{:x}\"", Md5::digest(body))) };
+        let (chains, key) = (self.chains.clone(), resource.to_owned());
+        let lent = tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| c.lend(token, Some(&makes))))
+            .await
+            .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))));
+        let lend = match lent {
+            Ok(Ok(lend)) => lend,
+            Ok(Err(refused)) => return Err(self.refused(resource, refused, form)),
+            Err(e) => {
+                tracing::error!(resource, error = %e, "version chain unavailable; refused");
+                let reason = format!("cannot decide on {resource:?}: {e}; the write was not sent");
+                return Err(conflict(StatusCode::SERVICE_UNAVAILABLE, &reason, form));
+            }
+        };
+        let headers = &mut parts.headers;
+        match &lend.on {
+            Version::Absent => {
+                headers.insert(IF_NONE_MATCH, HeaderValue::from_static("*"));
+            }
+            Version::Tag(tag) => {
+                // A stored tag is visible ASCII (checked when it was read).
+                if let Ok(v) = HeaderValue::from_str(tag) {
+                    headers.insert(IF_MATCH, v);
+                }
+            }
+        }
+        Ok(Lent { resource: resource.to_owned(), lend, delete, _turn: turn })
+    }
+
+    async fn turn(&self, resource: &str) -> Option<Turn> {
+        let mutex = lock(&self.turns.map).entry(resource.to_owned()).or_default().clone();
+        let guard = tokio::time::timeout(self.wait, mutex.lock_owned()).await.ok();
+        // Made even when the wait failed, so that the map entry is forgotten.
+        let turn = Turn { guard, key: resource.to_owned(), turns: self.turns.clone() };
+        turn.guard.is_some().then_some(turn)
+    }
+
+    fn refused(&self, resource: &str, refused: Refusal, form: Form) -> Response<Body> {
+        match refused {
+            Refusal::Stale(highest) => {
+                let reason = format!("stale fencing token for {resource:?}: {refused}");
+                refusal::refuse(&Action { class: Class::Stale, forward: false, token: Some(highest) }, &reason, form)
+            }
+            Refusal::TooManyLent(_) => {
+                tracing::error!(resource, reason = %refused, "refused");
+                conflict(StatusCode::SERVICE_UNAVAILABLE, &format!("cannot write {resource:?}: {refused}"), form)
+            }
+            Refusal::Unknown | Refusal::Repeats(_) => {
+                if refused == Refusal::Unknown {
+                    lock(&self.unknown).insert(resource.to_owned());
+                }
+                conflict(StatusCode::CONFLICT, &format!("cannot write {resource:?}: {refused}"), form)
+            }
+        }
+    }
+
+    /// Record what became of the write `lent` in its chain, and the answer to send
+    /// the client: the store's, or the refusal a 412 means.
+    pub async fn settle(
+        &self,
+        lent: Lent,
+        delivery: Delivery,
+        response: Response<Body>,
+        guard: &Arc<Guard>,
+        form: Form,
+    ) -> Response<Body> {
+        let (status, headers) = match &delivery {
+            Delivery::GivenUp => {
+                tracing::warn!(
+                    resource = lent.resource,
+                    precondition = %lent.lend.on,
+                    "given up on a conditional write: it stays lent, and the store refuses it if it arrives late"
+                );
+                return response;
+            }
+            Delivery::NotSent => (None, None),
+            Delivery::Answered(status, headers) => (Some(*status), Some(headers)),
+        };
+        let answer = match status {
+            Some(s) if s.is_success() && lent.delete => Answer::Applied(Some(Version::Absent)),
+            Some(s) if s.is_success() => {
+                let etag = headers.and_then(|h| h.get(ETAG));
+                match etag.map(|v| Version::tag(v.as_bytes())) {
+                    Some(Ok(version)) => Answer::Applied(Some(version)),
+                    unusable => {
+                        let why = match unusable {
+                            Some(Err(e)) => e.to_string(),
+                            _ => "the answer has no ETag".to_owned(),
+                        };
+                        tracing::error!(
+                            resource = lent.resource,
+                            why,
+                            "the store applied a conditional write without telling its version: the next write to \
+                             the resource is refused until a read through the gateway tells it"
+                        );
+                        Answer::Applied(None)
+                    }
+                }
+            }
+            Some(StatusCode::PRECONDITION_FAILED) => Answer::PreconditionFailed,
+            Some(StatusCode::NOT_FOUND) if lent.lend.on != Version::Absent => Answer::Missing,
+            _ => Answer::NotApplied,
+        };
+        let (chains, key, id) = (self.chains.clone(), lent.resource.clone(), lent.lend.id);
+        let settled = {
+            let answer = answer.clone();
+            tokio::task::spawn_blocking(move || {
+                chain::update(&*chains, &key, |c| {
+                    c.settle(id, &answer);
+                    Ok::<_, ()>(c.current.is_none())
+                })
+            })
+            .await
+        };
+        match settled {
+            Ok(Ok(Ok(true))) => {
+                lock(&self.unknown).insert(lent.resource.clone());
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::error!(resource = lent.resource, error = %e, "a write's answer was not recorded in its version chain; it stays lent")
+            }
+            Err(e) => {
+                tracing::error!(resource = lent.resource, error = %e, "the settle task failed; the write stays lent")
+            }
+        }
+        let resource = &lent.resource;
+        match answer {
+            Answer::PreconditionFailed => {
+                let mark = mark_blocking(guard, resource).await;
+                match mark.filter(|m| m.partial_cmp(&lent.lend.token).is_some_and(|o| o.is_gt())) {
+                    Some(mark) => {
+                        let reason = format!(
+                            "stale fencing token for {resource:?}: the store refused the write's precondition (412) \
+                             and the mark is now {mark}, above its token {}",
+                            lent.lend.token
+                        );
+                        let action = Action { class: Class::Stale, forward: false, token: Some(mark) };
+                        refusal::refuse(&action, &reason, form)
+                    }
+                    None => conflict(
+                        StatusCode::CONFLICT,
+                        &format!(
+                            "cannot write {resource:?}: the store refused the write's precondition (412): the object \
+                             is not at the version the gateway last saw applied ({}), as after a write whose answer \
+                             was lost or a writer that does not go through the gateway. Read the object through the \
+                             gateway (GET or HEAD) so it learns the version, then retry",
+                            lent.lend.on
+                        ),
+                        form,
+                    ),
+                }
+            }
+            Answer::Missing if !lent.delete => conflict(
+                StatusCode::CONFLICT,
+                &format!(
+                    "cannot write {resource:?}: it no longer exists in the store (deleted since the gateway last saw \
+                     it); retry, and the write goes as a new object"
+                ),
+                form,
+            ),
+            _ => response,
+        }
+    }
+
+    /// A read of `resource` through the gateway was answered `status` with
+    /// `headers`: when the gateway does not know the resource's version, learn it.
+    pub async fn observe_read(&self, resource: &str, status: StatusCode, headers: &HeaderMap) {
+        if !lock(&self.unknown).contains(resource) {
+            return;
+        }
+        let seen = match status {
+            StatusCode::OK => match headers.get(ETAG).map(|v| Version::tag(v.as_bytes())) {
+                Some(Ok(version)) => version,
+                _ => return,
+            },
+            StatusCode::NOT_FOUND => Version::Absent,
+            _ => return,
+        };
+        let (chains, key) = (self.chains.clone(), resource.to_owned());
+        let learned = tokio::task::spawn_blocking(move || {
+            chain::update(&*chains, &key, |c| {
+                c.learn(seen.clone());
+                Ok::<_, ()>(c.current.clone())
+            })
+        })
+        .await;
+        if let Ok(Ok(Ok(Some(version)))) = learned {
+            lock(&self.unknown).remove(resource);
+            tracing::info!(resource, %version, "learned the store's version from a read");
+        }
+    }
+}
+
+async fn mark_blocking(guard: &Arc<Guard>, resource: &str) -> Option<Token> {
+    let (g, r) = (guard.clone(), resource.to_owned());
+    tokio::task::spawn_blocking(move || g.mark(&r).ok().flatten()).await.ok().flatten()
+}
+
+/// A conditional write refused for its version, not its token: `status`, with the
+/// reason as text or S3's error document.
+fn conflict(status: StatusCode, reason: &str, form: Form) -> Response<Body> {
+    if form != Form::S3 {
+        return refusal::error(status, reason);
+    }
+    let code = if status == StatusCode::CONFLICT { "FencingVersionConflict" } else { "FencingUnavailable" };
+    let mut r = Response::new(full(S3ErrorDocument { code, reason }.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(fencekeeper_core::http::S3_ERROR_CONTENT_TYPE));
+    r
+}
+
+/// Why the store at `upstream` cannot take conditional writes, found by sending a PUT
+/// of `path` whose `If-Match` names a version no store has: a store that honours
+/// preconditions refuses it (412, or 404 for a missing object) and writes nothing.
+pub async fn probe(upstream: &hyper::Uri, path: &str) -> Result<(), String> {
+    use http_body_util::BodyExt;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    let client: Client<_, Body> = Client::builder(TokioExecutor::new()).build_http();
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let authority = upstream.authority().map_or("", |a| a.as_str());
+    let request = hyper::Request::put(format!("http://{authority}{path}"))
+        .header(IF_MATCH, format!("\"fencekeeper-probe-{nonce}\""))
+        .body(full(&b"fencekeeper precondition probe\n"[..]))
+        .map_err(|e| format!("the probe path {path:?} is not a request path: {e}"))?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), client.request(request)).await;
+    let response = match answer {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => return Err(format!("the probe PUT to {authority}{path} failed: {e}")),
+        Err(_) => return Err(format!("the probe PUT to {authority}{path} was not answered within 10s")),
+    };
+    let status = response.status();
+    let _ = response.into_body().collect().await;
+    match status {
+        StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => Ok(()),
+        s if s.is_success() => Err(format!(
+            "the store at {authority} ignores If-Match: it applied the probe PUT to {path} ({s}) whose If-Match names \
+             no version it has, so it cannot enforce conditional writes; put --conditional-writes only in front \
+             of a store that honours If-Match (docs/operations.md)"
+        )),
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(format!(
+            "the store at {authority} refused the probe PUT to {path} ({status}): it wants credentials the \
+             gateway does not have. If the store honours If-Match on writes (docs/operations.md lists which do), \
+             start with --precondition-probe off to vouch for it"
+        )),
+        s => Err(format!(
+            "the store at {authority} answered the probe PUT to {path} with {s}, not 412: it cannot be told to \
+             honour If-Match; choose another --precondition-probe path, or --precondition-probe off to vouch for it"
+        )),
+    }
+}

@@ -1,0 +1,322 @@
+//! Conditional writes (`fencekeeper serve --conditional-writes`) in front of a real
+//! store that honours preconditions: moto's S3 server (PyPI), checking every SigV4
+//! signature, written with boto3. A relay between the gateway and moto holds the old
+//! holder's PUT for as long as a test wants, then lets it reach the store late: after
+//! the gateway gave up on it, after the gateway was SIGKILLed and restarted without
+//! a start grace, or while another gateway on the same etcd admitted a newer write.
+//!
+//! Each story ends with the late write refused by moto itself (412) and the new
+//! holder's object kept, and has a control without `--conditional-writes` where the
+//! same schedule lets the late write land last. The tokens are made up: the order is
+//! the story.
+
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, Gateway, RecordingUpstream};
+use fencekeeper_harness::moto::Moto;
+use fencekeeper_harness::relay::{Relay, Trap};
+use fencekeeper_harness::s3::{Boto, BotoRun};
+use fencekeeper_harness::services::Etcd;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const BUCKET: &str = "ledger";
+const KEY: &str = "q3.csv";
+const FIRST: &[u8] = b"q3,first version (token 32)\n";
+const NEW: &[u8] = b"q3,written by the new holder (token 34)\n";
+const OLD: &[u8] = b"q3,written by the OLD HOLDER, who paused (token 33)\n";
+/// What the relay looks for to hold the old holder's write.
+const OLD_MARK: &[u8] = b"OLD HOLDER";
+
+/// moto with the bucket, and a relay in front of it.
+fn store() -> (Moto, Relay) {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let relay = Relay::start(moto.addr).unwrap();
+    (moto, relay)
+}
+
+/// The gateway arguments of every story: S3, no credentials to probe with.
+fn s3_args<'a>(conditional: bool, more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--protocol", "s3", "--provenance", "off"];
+    if conditional {
+        args.extend(["--conditional-writes", "--precondition-probe", "off"]);
+    }
+    args.extend(more);
+    args
+}
+
+fn client(fence: &str, moto: &Moto, token: &str) -> Boto {
+    Boto::new(fence, moto.access_key()).with_token_header(token)
+}
+
+fn put(fence: &str, moto: &Moto, token: &str, body: &[u8]) -> BotoRun {
+    client(fence, moto, token).put(BUCKET, KEY, body, None).unwrap()
+}
+
+/// The old holder's write, held by the relay.
+struct Held {
+    trap: Trap,
+    arrived: Receiver<()>,
+    release: Sender<()>,
+}
+
+impl Held {
+    /// Wait until the write has reached the relay (and is held there).
+    fn wait_arrived(&self) {
+        self.arrived.recv_timeout(Duration::from_secs(30)).expect("the old holder's write never reached the relay");
+    }
+}
+
+/// Hold the next request through `relay` that carries the old holder's body until
+/// [`release_and_answer`].
+fn hold_old(relay: &Relay) -> Held {
+    let (release, held) = mpsc::channel::<()>();
+    let (arrive, arrived) = mpsc::channel::<()>();
+    let trap = relay.trap(OLD_MARK, move || {
+        let _ = arrive.send(());
+        let _ = held.recv_timeout(Duration::from_secs(120));
+        Ok(())
+    });
+    Held { trap, arrived, release }
+}
+
+/// The old holder's PUT through `fence`, in the background (it is held).
+fn old_put_in_background(fence: &str, moto: &Moto) -> JoinHandle<BotoRun> {
+    let boto = client(fence, moto, "33");
+    std::thread::spawn(move || boto.put(BUCKET, KEY, OLD, None).unwrap())
+}
+
+/// Let the held write go on to moto, and return moto's status line for it.
+fn release_and_answer(held: Held) -> String {
+    held.release.send(()).unwrap();
+    held.trap.wait_fired(Duration::from_secs(30)).unwrap();
+    let answer = held.trap.wait_answered(Duration::from_secs(30)).unwrap();
+    // The final status line (moto answers the forwarded `Expect: 100-continue` first).
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let last = text.lines().filter(|l| l.starts_with("HTTP/1.1 ") && !l.starts_with("HTTP/1.1 100")).next();
+    last.unwrap_or_default().to_owned()
+}
+
+fn object(moto: &Moto) -> Vec<u8> {
+    moto.get(BUCKET, KEY).unwrap().unwrap().0
+}
+
+/// The slow write: 33 is forwarded and held; the gateway gives up on it; 34 lands; then
+/// 33 reaches the store. Returns moto's answer to the late 33 and the object.
+fn slow_write_story(conditional: bool) -> (String, Vec<u8>, String) {
+    let (moto, relay) = store();
+    let args = s3_args(conditional, &["--request-timeout", "1s", "--store-apply-bound", "0s"]);
+    let gateway = Gateway::start(&relay.url(), &args).unwrap();
+    let fence = gateway.url();
+    assert!(put(&fence, &moto, "32", FIRST).ok, "{}", gateway.log());
+    let held = hold_old(&relay);
+    let old = old_put_in_background(&fence, &moto);
+    held.wait_arrived();
+    let old = old.join().unwrap();
+    assert_eq!(old.status, Some(504), "the gateway gives up on the held write: {old:?}");
+    let new = put(&fence, &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", gateway.log());
+    let late = release_and_answer(held);
+    (late, object(&moto), gateway.log())
+}
+
+#[test]
+fn a_write_the_gateway_gave_up_on_is_refused_by_the_store_when_it_arrives_late() {
+    let (late, object, log) = slow_write_story(true);
+    assert!(late.contains(" 412 "), "moto did not refuse the late write's precondition: {late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+}
+
+#[test]
+fn without_conditional_writes_and_no_apply_bound_the_late_write_lands_last() {
+    let (late, object, _) = slow_write_story(false);
+    assert!(late.contains(" 200 "), "{late:?}");
+    assert_eq!(object, OLD, "the control shows the window");
+}
+
+/// 33 held in flight through a gateway on a file store; the gateway is SIGKILLed and
+/// started again on the same store without a start grace; 34 writes; 33 arrives.
+fn crash_story(conditional: bool) -> (String, Vec<u8>, String) {
+    let (moto, relay) = store();
+    let args = s3_args(conditional, &[]);
+    let mut gateway = Gateway::start(&relay.url(), &args).unwrap();
+    assert!(put(&gateway.url(), &moto, "32", FIRST).ok, "{}", gateway.log());
+    let held = hold_old(&relay);
+    let old = old_put_in_background(&gateway.url(), &moto);
+    held.wait_arrived();
+    gateway.restart().unwrap(); // SIGKILL, then the same arguments and mark store
+    let old = old.join().unwrap();
+    assert!(!old.ok, "the old holder saw its write fail with the gateway: {old:?}");
+    let new = put(&gateway.url(), &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", gateway.log());
+    if conditional {
+        // The lent write outlived the crash: the chain may not come back to its version.
+        let back = put(&gateway.url(), &moto, "34", FIRST);
+        assert_eq!((back.status, back.code.as_str()), (Some(409), "FencingVersionConflict"), "{back:?}");
+    }
+    let late = release_and_answer(held);
+    (late, object(&moto), gateway.log())
+}
+
+#[test]
+fn a_write_in_flight_when_the_gateway_was_sigkilled_is_refused_by_the_store_after_the_restart() {
+    let (late, object, log) = crash_story(true);
+    assert!(late.contains(" 412 "), "{late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+}
+
+#[test]
+fn without_conditional_writes_a_write_in_flight_at_a_crash_lands_after_the_restart() {
+    let (late, object, _) = crash_story(false);
+    assert!(late.contains(" 200 "), "{late:?}");
+    assert_eq!(object, OLD, "the control shows the window a start grace would have to cover");
+}
+
+/// Two gateways on one etcd, without a shared gate: 33 through the first is held;
+/// 34 goes through the second; then 33 reaches the store.
+fn two_gateways_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String) {
+    let (moto, relay) = store();
+    let etcd = Etcd::start().unwrap();
+    let etcd_url = etcd.client.to_string();
+    let args = s3_args(conditional, &["--etcd", &etcd_url]);
+    let first = Gateway::start(&relay.url(), &args).unwrap();
+    let second = Gateway::start(&moto.url(), &args).unwrap();
+    assert!(put(&first.url(), &moto, "32", FIRST).ok, "{}", first.log());
+    let held = hold_old(&relay);
+    let old = old_put_in_background(&first.url(), &moto);
+    held.wait_arrived();
+    let new = put(&second.url(), &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", second.log());
+    let late = release_and_answer(held);
+    let old = old.join().unwrap();
+    (late, object(&moto), old, first.log())
+}
+
+#[test]
+fn two_gateways_without_a_shared_gate_cannot_land_a_late_write_with_conditional_writes() {
+    let (late, object, old, log) = two_gateways_story(true);
+    assert!(late.contains(" 412 "), "{late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_eq!(
+        (old.status, old.code.as_str()),
+        (Some(409), "FencingTokenStale"),
+        "the 412 is a stale refusal: {old:?}"
+    );
+}
+
+#[test]
+fn two_gateways_without_a_shared_gate_or_conditional_writes_land_the_late_write_last() {
+    let (late, object, old, _) = two_gateways_story(false);
+    assert!(late.contains(" 200 ") && old.ok, "{late:?} {old:?}");
+    assert_eq!(object, OLD, "the control shows the window across gateways");
+}
+
+#[test]
+fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused() {
+    // S3's ETag is the body's MD5: A, B, A is a chain that comes back. 33's write
+    // conditioned on A is given up on; 34 writes B, then A again, which would let 33's
+    // land. The fence refuses that A, and the late 33 fails at the store.
+    let (moto, relay) = store();
+    let args = s3_args(true, &["--request-timeout", "1s"]);
+    let gateway = Gateway::start(&relay.url(), &args).unwrap();
+    let fence = gateway.url();
+    assert!(put(&fence, &moto, "32", FIRST).ok);
+    let held = hold_old(&relay);
+    let old = old_put_in_background(&fence, &moto);
+    held.wait_arrived();
+    assert_eq!(old.join().unwrap().status, Some(504));
+    assert!(put(&fence, &moto, "34", NEW).ok, "{}", gateway.log());
+    let back = put(&fence, &moto, "34", FIRST);
+    assert_eq!((back.status, back.code.as_str()), (Some(409), "FencingVersionConflict"), "{back:?}");
+    assert!(back.message.contains("write different bytes"), "{back:?}");
+    assert!(put(&fence, &moto, "34", NEW).ok, "the same bytes again is a retry, and goes");
+    let late = release_and_answer(held);
+    assert!(late.contains(" 412 "), "{late:?}\n{}", gateway.log());
+    assert_eq!(object(&moto), NEW);
+}
+
+#[test]
+fn control_moto_lets_a_stale_if_match_through_once_the_chain_comes_back() {
+    // Why the fence must refuse A after A, B: straight to moto, a client's conditional
+    // write on the first A lands after the object went A, B, A.
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let s3 = moto.client();
+    let a = s3.put(BUCKET, KEY, FIRST, None).unwrap().etag.expect("moto answers a PUT with its ETag");
+    assert!(s3.put(BUCKET, KEY, NEW, None).unwrap().ok);
+    assert_eq!(s3.put(BUCKET, KEY, FIRST, None).unwrap().etag, Some(a.clone()), "the same bytes, the same ETag");
+    let late = s3.put_if_match(BUCKET, KEY, OLD, &a).unwrap();
+    assert!(late.ok, "the stale precondition matched again: {late:?}");
+    let refused = s3.put_if_match(BUCKET, KEY, NEW, &a).unwrap();
+    assert_eq!(refused.status, Some(412), "moto does check If-Match: {refused:?}");
+    assert_eq!(object(&moto), OLD);
+}
+
+#[test]
+fn an_object_written_outside_the_fence_is_learned_from_a_read_then_written() {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    assert!(moto.client().put(BUCKET, KEY, FIRST, None).unwrap().ok, "written straight to moto");
+    let gateway = Gateway::start(&moto.url(), &s3_args(true, &[])).unwrap();
+    let refused = put(&gateway.url(), &moto, "34", NEW);
+    assert_eq!((refused.status, refused.code.as_str()), (Some(409), "FencingVersionConflict"), "{refused:?}");
+    assert!(refused.message.contains("(GET or HEAD)"), "the reason says what to do: {refused:?}");
+    assert_eq!(object(&moto), FIRST, "If-None-Match: * kept the object the fence did not know");
+    let read = client(&gateway.url(), &moto, "34").get(BUCKET, KEY).unwrap();
+    assert_eq!(read.map(|o| o.0), Some(FIRST.to_vec()));
+    assert!(put(&gateway.url(), &moto, "34", NEW).ok, "{}", gateway.log());
+    assert_eq!(object(&moto), NEW);
+    assert!(gateway.log().contains("learned the store's version from a read"), "{}", gateway.log());
+}
+
+#[test]
+fn writes_that_cannot_be_conditional_are_refused_before_they_are_admitted() {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let gateway = Gateway::start(&moto.url(), &s3_args(true, &[])).unwrap();
+    let s3 = client(&gateway.url(), &moto, "34");
+    let copy = s3.copy(BUCKET, KEY, "copy.csv", None).unwrap();
+    assert_eq!(copy.status, Some(501), "{copy:?}");
+    let multipart = s3.multipart(BUCKET, "big.bin", &[vec![7u8; 16]], None).unwrap();
+    assert_eq!(multipart.status, Some(501), "{multipart:?}");
+    assert_eq!(gateway.mark(&format!("/{BUCKET}/copy.csv")).unwrap(), None, "nothing was admitted");
+}
+
+#[test]
+fn a_store_that_ignores_if_match_is_refused_at_start_up() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let args = ["--conditional-writes", "--precondition-probe", "/probe"];
+    let (code, last, all) = start_up_error_in_front_of(&upstream.url(), &args).unwrap();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(last.contains("ignores If-Match"), "{all}");
+}
+
+#[test]
+fn conditional_writes_without_a_probe_or_in_efficiency_mode_do_not_start() {
+    let (code, _, all) = start_up_error(&["--conditional-writes"]).unwrap();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(all.contains("--precondition-probe"), "{all}");
+    let args = ["--conditional-writes", "--precondition-probe", "off", "--mode", "efficiency"];
+    let (code, last, all) = start_up_error(&args).unwrap();
+    assert_eq!(code, Some(2), "{all}");
+    assert!(last.contains("--mode correctness"), "{all}");
+}
+
+#[test]
+fn a_store_that_answers_without_an_etag_stops_the_next_write_with_a_reason() {
+    // The recording upstream honours nothing and sends no ETag: vouched for with the
+    // probe off, its first answer leaves the version unknown, and the gateway says so
+    // instead of writing on unconditionally.
+    let upstream = RecordingUpstream::start().unwrap();
+    let gateway = Gateway::start(&upstream.url(), &["--conditional-writes", "--precondition-probe", "off"]).unwrap();
+    let first = gateway.put("/r", Some("34"), b"one").unwrap();
+    assert!((200..300).contains(&first.status), "{first:?}");
+    let second = gateway.put("/r", Some("34"), b"two").unwrap();
+    assert_eq!(second.status, 409, "{second:?}");
+    assert!(second.body.contains("not known"), "{second:?}");
+    assert_eq!(upstream.tokens(), vec!["34".to_owned()], "the second write never reached the store");
+    assert!(gateway.log().contains("without telling its version"), "{}", gateway.log());
+}
