@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Benchmark: conditional writes (`serve --conditional-writes`) beside the same
+# gateway without them, in front of the same store that honours If-Match: moto's S3
+# server (PyPI moto[server]), here without signature checking so that wrk can write.
+#
+# Targets: moto straight from wrk; the gateway with its embedded file store, without
+# and with conditional writes; the same with marks (and chains) in etcd.
+# Workloads:
+#   steady     one object, one token: the holder writing again. With conditional
+#              writes each write waits for the one before it on the object (a turn
+#              per resource), so this measures that serialization.
+#   advancing  a new object per request: every admit creates a mark, and with
+#              conditional writes a chain (lend and settle: two more commits).
+#
+# Usage: scripts/bench-conditional.sh [SECONDS] [CONNECTIONS]   (default 10 s, 16)
+# Prints a Markdown table for BENCHMARKS.md. Needs wrk, moto_server, etcd
+# (scripts/install-deps.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+connections=${2:-16}
+threads=$(( connections < 2 ? connections : 2 ))
+
+. scripts/lib/bench.sh
+command -v moto_server >/dev/null || { echo "moto_server not found; run scripts/install-deps.sh" >&2; exit 2; }
+
+start_services etcd
+# moto refuses an anonymous overwrite (403); with signatures unchecked, any
+# credential names the account that owns the bucket.
+auth='AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=00'
+ec=${FK_ETCD##*:}
+mp=$(port)
+moto_server -H 127.0.0.1 -p "$mp" >"$work/moto.log" 2>&1 & pids+=($!)
+wait_http "http://127.0.0.1:$mp/moto-api/"
+curl -fsS -X PUT -H "authorization: $auth" "http://127.0.0.1:$mp/bench" >/dev/null
+
+gateway() { # VAR NAME ARGS...: start a gateway in front of moto, set VAR to its port
+    local p a; p=$(port); a=$(port)
+    RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$mp" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
+        "${@:3}" >"$work/$2.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$a/healthz" ok
+    printf -v "$1" '%s' "$p"
+}
+conditional=(--conditional-writes --precondition-probe /bench/fencekeeper-probe)
+gateway gw_file gateway-file --store "$work/plain.redb"
+gateway gw_file_c gateway-file-conditional --store "$work/conditional.redb" "${conditional[@]}"
+gateway gw_etcd gateway-etcd --etcd "http://127.0.0.1:$ec" --etcd-prefix /plain/
+gateway gw_etcd_c gateway-etcd-conditional --etcd "http://127.0.0.1:$ec" --etcd-prefix /conditional/ "${conditional[@]}"
+
+cat >"$work/steady.lua" <<LUA
+wrk.method = "PUT"
+wrk.body = "x"
+wrk.headers["fencing-token"] = "1"
+wrk.headers["authorization"] = "$auth"
+LUA
+cat >"$work/advancing.lua" <<LUA
+local threads, next_id, n = {}, 0, 0
+function setup(thread) thread:set("id", next_id); next_id = next_id + 1 end
+function request()
+  n = n + 1
+  return wrk.format("PUT", wrk.path .. "-" .. id .. "-" .. n, {["fencing-token"] = "1", ["authorization"] = "$auth"}, "x")
+end
+LUA
+
+run() { # LABEL PORT WORKLOAD
+    local out
+    wrk -t"$threads" -c"$connections" -d2s -s "$work/$3.lua" "http://127.0.0.1:$2/bench/warm-$1-$3" >/dev/null 2>&1
+    out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$3.lua" \
+        "http://127.0.0.1:$2/bench/$1-$3" 2>&1)
+    read -r p50 p99 rps errors <<<"$(wrk_numbers <<<"$out")"
+    printf '| %s | %s | %s | %s µs | %s µs | %s |\n' "$1" "$3" "$rps" "$p50" "$p99" "$errors"
+}
+
+echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies to moto $(pip show moto 2>/dev/null | awk '/^Version/ {print $2}'); $(nproc) cores; $(date -u +%F)"
+echo
+echo "| target | workload | requests/s | p50 | p99 | non-2xx |"
+echo "|---|---|---:|---:|---:|---:|"
+for workload in steady advancing; do
+    run moto-direct "$mp" "$workload"
+    run gateway-file "$gw_file" "$workload"
+    run gateway-file-conditional "$gw_file_c" "$workload"
+    run gateway-etcd "$gw_etcd" "$workload"
+    run gateway-etcd-conditional "$gw_etcd_c" "$workload"
+done
