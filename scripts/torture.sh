@@ -5,7 +5,7 @@
 #
 #   scripts/torture.sh [--seconds N] [--seed S] [--target all|gateways,envoys,file]
 #                      [--out DIR] [--min-writes N] [--max-seconds N] [--faults K1,K2]
-#                      [--holders N]
+#                      [--holders N] [--conditional]
 #
 # Prints the seed (replay the same fault schedule with --seed), a report, and one
 # summary line. Exit 0: no violation; 1: a violation (its history window and an SVG
@@ -23,6 +23,7 @@ while (($#)); do
     case "$1" in
         --out) out="$2"; shift 2 ;;
         --seconds | --seed | --target | --min-writes | --max-seconds | --faults | --holders) args+=("$1" "$2"); shift 2 ;;
+        --conditional) args+=("$1"); shift ;;
         -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
         *) echo "torture.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

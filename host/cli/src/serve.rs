@@ -139,7 +139,9 @@ pub struct Args {
     /// write that arrives late, whatever the timing. Needs a store that honours
     /// If-Match on writes (docs/operations.md) and --precondition-probe. Only PUTs and
     /// DELETEs are forwarded; the store apply bound defaults to 0.
-    #[arg(long, requires = "precondition_probe", conflicts_with = "no_gate")]
+    /// Versions are per object, so the resource key is the path (not
+    /// --resource-header).
+    #[arg(long, requires = "precondition_probe", conflicts_with_all = ["no_gate", "resource_header"])]
     conditional_writes: bool,
     /// With --conditional-writes: at start-up, send a PUT of this path whose If-Match
     /// names no version, which a store that honours preconditions refuses (412 or
@@ -263,6 +265,8 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 
 type Store = Arc<dyn MarkStore + Send + Sync>;
 type Chains = Arc<dyn ChainStore>;
+/// The mark store, the chains beside its marks, and the provenance check.
+type Opened = (Store, Chains, Option<Arc<dyn Provenance>>);
 
 /// One store, as the mark store and as the store of version chains beside the marks.
 fn both<S: MarkStore + ChainStore + 'static>(store: S) -> (Store, Chains) {
@@ -273,7 +277,7 @@ fn both<S: MarkStore + ChainStore + 'static>(store: S) -> (Store, Chains) {
 /// The mark store, and the provenance check: on ZooKeeper with --lock-zookeeper; else
 /// on the store's own etcd when the locks live there (one connection, and the
 /// revisions the store sees spare the weak check its round trip), else on --lock-etcd.
-fn open_store(args: &Args) -> anyhow::Result<(Store, Chains, Option<Arc<dyn Provenance>>)> {
+fn open_store(args: &Args) -> anyhow::Result<Opened> {
     let timeout = Duration::from_secs(2);
     if let Some(address) = &args.lock_zookeeper {
         let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;

@@ -15,7 +15,9 @@
 //!   settle from the store's answer: 2xx records the answer's strong ETag (a PUT) or
 //!   absent (a DELETE); 412 is refused as stale when the mark has passed the write's
 //!   token, else as a version conflict (409);
-//! * learning an unknown version from a read (GET or HEAD) through the gateway;
+//! * learning an unknown version: from a HEAD the gateway sends the store itself
+//!   before it refuses, or from a client's read (GET or HEAD) through the gateway,
+//!   for a store that wants credentials the gateway does not have;
 //! * the start-up probe: a PUT with an `If-Match` that names no version must fail.
 
 use crate::refusal::{self, full, Form};
@@ -25,9 +27,11 @@ use fencekeeper::Guard;
 use fencekeeper_core::http::S3ErrorDocument;
 use fencekeeper_core::refusal::Action;
 use fencekeeper_core::{Class, Token};
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
+use hyper::body::Bytes;
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, HOST, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
 use hyper::http::request::Parts;
-use hyper::{Method, Response, StatusCode};
+use hyper::{Method, Response, StatusCode, Uri};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use md5::{Digest, Md5};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,6 +47,10 @@ pub struct Conditional {
     unknown: Mutex<HashSet<String>>,
     /// The longest a write waits for its turn.
     wait: Duration,
+    /// The gateway's client of the store and the store's address, to ask the store
+    /// itself for a version the gateway does not know (a HEAD).
+    client: Client<HttpConnector, Body>,
+    upstream: Uri,
 }
 
 #[derive(Default)]
@@ -94,9 +102,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Conditional {
     /// Conditional writes with chains in `chains`; a write waits at most `wait` for
-    /// its resource's turn.
-    pub fn new(chains: Arc<dyn ChainStore>, wait: Duration) -> Conditional {
-        Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait }
+    /// its resource's turn; `client` reaches the store at `upstream`.
+    pub fn new(
+        chains: Arc<dyn ChainStore>,
+        wait: Duration,
+        client: Client<HttpConnector, Body>,
+        upstream: Uri,
+    ) -> Conditional {
+        Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait, client, upstream }
     }
 
     /// Why this write cannot be made conditional (refused before it is admitted), or
@@ -150,10 +163,13 @@ impl Conditional {
         // for a store whose ETags are the body's MD5 (S3's single-part uploads). For
         // any other store it never matches, which is right: its versions never repeat.
         let makes = if delete { Version::Absent } else { Version::Tag(format!("\"{:x}\"", Md5::digest(body))) };
-        let (chains, key) = (self.chains.clone(), resource.to_owned());
-        let lent = tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| c.lend(token, Some(&makes))))
-            .await
-            .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))));
+        let mut lent = self.lend_on_chain(resource, token, &makes).await;
+        // A version the gateway does not know: ask the store (a HEAD of the object),
+        // learn what it says, and lend again. A store that wants credentials for it
+        // refuses the HEAD, and the client's own read through the gateway tells it.
+        if matches!(lent, Ok(Err(Refusal::Unknown))) && self.ask_store(resource, parts).await {
+            lent = self.lend_on_chain(resource, token, &makes).await;
+        }
         let lend = match lent {
             Ok(Ok(lend)) => lend,
             Ok(Err(refused)) => return Err(self.refused(resource, refused, form)),
@@ -176,6 +192,36 @@ impl Conditional {
             }
         }
         Ok(Lent { resource: resource.to_owned(), lend, delete, _turn: turn })
+    }
+
+    async fn lend_on_chain(
+        &self,
+        resource: &str,
+        token: Token,
+        makes: &Version,
+    ) -> Result<Result<Lend, Refusal>, ChainError> {
+        let (chains, key, makes) = (self.chains.clone(), resource.to_owned(), makes.clone());
+        tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| c.lend(token, Some(&makes))))
+            .await
+            .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))))
+    }
+
+    /// Ask the store for `resource`'s version with a HEAD of the write's target (its
+    /// Host kept), and learn it. True when it was learned.
+    async fn ask_store(&self, resource: &str, parts: &Parts) -> bool {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let authority = self.upstream.authority().map_or("", |a| a.as_str());
+        let mut head = hyper::Request::head(format!("http://{authority}{path}"));
+        if let Some(host) = parts.headers.get(HOST) {
+            head = head.header(HOST, host);
+        }
+        let Ok(head) = head.body(full(Bytes::new())) else { return false };
+        let answer = tokio::time::timeout(self.wait, self.client.request(head)).await;
+        let Ok(Ok(response)) = answer else { return false };
+        let (status, headers) = (response.status(), response.headers().clone());
+        drop(response);
+        lock(&self.unknown).insert(resource.to_owned());
+        self.observe_read(resource, status, &headers).await
     }
 
     async fn turn(&self, resource: &str) -> Option<Turn> {
@@ -316,17 +362,18 @@ impl Conditional {
 
     /// A read of `resource` through the gateway was answered `status` with
     /// `headers`: when the gateway does not know the resource's version, learn it.
-    pub async fn observe_read(&self, resource: &str, status: StatusCode, headers: &HeaderMap) {
+    /// True when it was learned.
+    pub async fn observe_read(&self, resource: &str, status: StatusCode, headers: &HeaderMap) -> bool {
         if !lock(&self.unknown).contains(resource) {
-            return;
+            return false;
         }
         let seen = match status {
             StatusCode::OK => match headers.get(ETAG).map(|v| Version::tag(v.as_bytes())) {
                 Some(Ok(version)) => version,
-                _ => return,
+                _ => return false,
             },
             StatusCode::NOT_FOUND => Version::Absent,
-            _ => return,
+            _ => return false,
         };
         let (chains, key) = (self.chains.clone(), resource.to_owned());
         let learned = tokio::task::spawn_blocking(move || {
@@ -336,9 +383,13 @@ impl Conditional {
             })
         })
         .await;
-        if let Ok(Ok(Ok(Some(version)))) = learned {
-            lock(&self.unknown).remove(resource);
-            tracing::info!(resource, %version, "learned the store's version from a read");
+        match learned {
+            Ok(Ok(Ok(Some(version)))) => {
+                lock(&self.unknown).remove(resource);
+                tracing::info!(resource, %version, "learned the store's version from a read");
+                true
+            }
+            _ => false,
         }
     }
 }

@@ -72,7 +72,8 @@ impl Proxy {
         let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry);
         let started = Instant::now();
         let (metrics, uploads) = (Arc::default(), Uploads::default());
-        let conditional = chains.map(|chains| Conditional::new(chains, config.gate_timeout));
+        let conditional =
+            chains.map(|chains| Conditional::new(chains, config.gate_timeout, client.clone(), config.upstream.clone()));
         Proxy { config, guard, gate, metrics, client, audit: audit.map(Arc::new), started, uploads, conditional }
     }
 

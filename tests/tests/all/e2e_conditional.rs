@@ -96,7 +96,7 @@ fn release_and_answer(held: Held) -> String {
     let answer = held.trap.wait_answered(Duration::from_secs(30)).unwrap();
     // The final status line (moto answers the forwarded `Expect: 100-continue` first).
     let text = String::from_utf8_lossy(&answer).into_owned();
-    let last = text.lines().filter(|l| l.starts_with("HTTP/1.1 ") && !l.starts_with("HTTP/1.1 100")).next();
+    let last = text.lines().find(|l| l.starts_with("HTTP/1.1 ") && !l.starts_with("HTTP/1.1 100"));
     last.unwrap_or_default().to_owned()
 }
 

@@ -93,6 +93,12 @@ struct RunArgs {
     /// Holder threads per resource.
     #[arg(long, default_value_t = 2)]
     holders: usize,
+    /// Run the gateways with conditional writes in front of an upstream that honours
+    /// If-Match, with no store apply bound and no start grace: every write that lands
+    /// out of order on a claimed group is then a violation, whatever its timing.
+    /// Envoys cannot take part (target `gateways,file` by default).
+    #[arg(long)]
+    conditional: bool,
 }
 
 fn main() -> ExitCode {
@@ -170,10 +176,15 @@ fn run(args: RunArgs) -> Result<bool> {
     println!("torture: seed {seed} (replay its fault schedule with --seed {seed})");
     let parts: Vec<&str> = args.target.split(',').map(str::trim).collect();
     let all = parts.contains(&"all");
+    anyhow::ensure!(
+        !(args.conditional && parts.contains(&"envoys")),
+        "--conditional: the Envoy filter has no conditional writes; choose --target gateways,file"
+    );
     let choice = system::Choice {
         gateways: all || parts.contains(&"gateways"),
-        envoys: all || parts.contains(&"envoys"),
+        envoys: !args.conditional && (all || parts.contains(&"envoys")),
         file: all || parts.contains(&"file"),
+        conditional: args.conditional,
     };
     let dir = match &args.out {
         Some(d) => d.clone(),
@@ -292,8 +303,9 @@ fn run(args: RunArgs) -> Result<bool> {
         groups: groups.clone(),
         targets: targets.keys().map(|t| (t.clone(), system::marks_in_etcd(t))).collect(),
         liveness_bound_ms: nemesis::LIVENESS_BOUND.as_millis() as u64,
-        start_grace_ms: system::START_GRACE.as_millis() as u64,
-        apply_bound_ms: system::APPLY_BOUND.as_millis() as u64,
+        start_grace_ms: if args.conditional { 0 } else { system::START_GRACE.as_millis() as u64 },
+        apply_bound_ms: system::apply_bound(choice).as_millis() as u64,
+        conditional: args.conditional,
         start: load_start,
         end: load_end,
     };

@@ -195,6 +195,11 @@ pub struct RunInfo {
     /// exceeded*), not as a violation: it is the one timing assumption's limit. 0: none.
     #[serde(default)]
     pub apply_bound_ms: u64,
+    /// The gateways sent every write with a precondition the store honoured
+    /// (`--conditional`): a write in flight through a killed gateway that lands out of
+    /// order is then a violation, not a crash hit.
+    #[serde(default)]
+    pub conditional: bool,
     /// Stamp when the load began.
     pub start: u64,
     /// Stamp when it ended.

@@ -29,6 +29,10 @@ pub struct Choice {
     pub envoys: bool,
     /// gwfile (file store).
     pub file: bool,
+    /// The gateways send every write with a precondition (`--conditional-writes`), the
+    /// upstream honours it, and nothing bounds when the store applies a write: no
+    /// store apply bound, no start grace. Envoys cannot run this way.
+    pub conditional: bool,
 }
 
 /// The instrumented store as a child process (restartable on its ports and log).
@@ -41,25 +45,36 @@ pub struct Upstream {
     pub admin: SocketAddr,
     log: PathBuf,
     seed: u64,
+    conditional: bool,
 }
 
 impl Upstream {
-    fn start(dir: &Path, seed: u64) -> Result<Upstream> {
+    fn start(dir: &Path, seed: u64, conditional: bool) -> Result<Upstream> {
         let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
         let log = dir.join("store.jsonl");
-        let process = Self::spawn(addr, admin, &log, seed, dir)?;
-        let mut upstream = Upstream { process, addr, admin, log, seed };
+        let process = Self::spawn(addr, admin, &log, seed, conditional, dir)?;
+        let mut upstream = Upstream { process, addr, admin, log, seed, conditional };
         upstream.wait_ready()?;
         Ok(upstream)
     }
 
-    fn spawn(addr: SocketAddr, admin: SocketAddr, log: &Path, seed: u64, dir: &Path) -> Result<Process> {
+    fn spawn(
+        addr: SocketAddr,
+        admin: SocketAddr,
+        log: &Path,
+        seed: u64,
+        conditional: bool,
+        dir: &Path,
+    ) -> Result<Process> {
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.args(["upstream", "--listen", &addr.to_string(), "--admin", &admin.to_string(), "--seed"])
             .arg(seed.to_string())
             .arg("--log")
             .arg(log);
+        if conditional {
+            cmd.arg("--conditional");
+        }
         Process::spawn("upstream", cmd, &dir.join("upstream.log"))
     }
 
@@ -74,7 +89,7 @@ impl Upstream {
     pub fn restart(&mut self) -> Result<()> {
         self.process.kill();
         let dir = self.log.parent().context("log dir")?.to_owned();
-        self.process = Self::spawn(self.addr, self.admin, &self.log, self.seed, &dir)?;
+        self.process = Self::spawn(self.addr, self.admin, &self.log, self.seed, self.conditional, &dir)?;
         self.wait_ready()
     }
 
@@ -136,6 +151,16 @@ pub const START_GRACE: Duration = Duration::from_secs(9);
 /// `upstream-past-bound` fault, which shows what happens past it.
 pub const APPLY_BOUND: Duration = Duration::from_secs(5);
 
+/// The store apply bound the gateways are given: none with conditional writes, where
+/// the store itself refuses a write that arrives late.
+pub fn apply_bound(choice: Choice) -> Duration {
+    if choice.conditional {
+        Duration::ZERO
+    } else {
+        APPLY_BOUND
+    }
+}
+
 /// The hosts' request timeout (the gateways' `--request-timeout`, the Envoys' route
 /// timeout): longer than the store's slowest honest write.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(6);
@@ -165,11 +190,16 @@ impl System {
         let etcd_dir =
             if shm.is_dir() { WorkDir::Temporary(tempfile::tempdir_in(shm)?) } else { WorkDir::temporary()? };
         let etcd = EtcdCluster::start_in(etcd_dir, 3)?;
-        let upstream = Upstream::start(dir, seed)?;
+        let upstream = Upstream::start(dir, seed, choice.conditional)?;
         let upstream_url = format!("http://{}", upstream.addr);
         let guest = guest_path("test-guests/guest_faults.wasm").display().to_string();
         let grace = format!("{}ms", START_GRACE.as_millis());
-        let (timeout, bound) = (format!("{}ms", REQUEST_TIMEOUT.as_millis()), format!("{}ms", APPLY_BOUND.as_millis()));
+        let (timeout, bound) =
+            (format!("{}ms", REQUEST_TIMEOUT.as_millis()), format!("{}ms", apply_bound(choice).as_millis()));
+        // Conditional writes: the upstream is known to honour preconditions (no probe,
+        // which a nemesis's injected 503 could fail at a restart).
+        let conditional: &[&str] =
+            if choice.conditional { &["--conditional-writes", "--precondition-probe", "off"] } else { &[] };
         let mut gateways = Vec::new();
         if choice.gateways {
             for (name, member) in [("gw1", 0), ("gw2", 1)] {
@@ -177,7 +207,7 @@ impl System {
                 let store = gdir.path().join("unused.redb");
                 let url = etcd.members[member].url();
                 // Written by both gateways and both Envoys: one gate for all, in etcd.
-                let args = [
+                let mut args = vec![
                     "--etcd",
                     url.as_str(),
                     "--guest",
@@ -188,6 +218,7 @@ impl System {
                     "--store-apply-bound",
                     &bound,
                 ];
+                args.extend(conditional);
                 gateways.push((name.to_owned(), Gateway::start_in(gdir, store, &upstream_url, &args)?));
             }
         }
@@ -203,16 +234,12 @@ impl System {
                 }
             }
             let gdir = WorkDir::kept(&dir.join("gwfile"))?;
-            let args = [
-                "--guest",
-                guest.as_str(),
-                "--start-grace",
-                grace.as_str(),
-                "--request-timeout",
-                &timeout,
-                "--store-apply-bound",
-                &bound,
-            ];
+            let mut args =
+                vec!["--guest", guest.as_str(), "--request-timeout", &timeout, "--store-apply-bound", &bound];
+            if !choice.conditional {
+                args.extend(["--start-grace", grace.as_str()]);
+            }
+            args.extend(conditional);
             gateways
                 .push(("gwfile".to_owned(), Gateway::start_in(gdir, mount.join("marks.redb"), &upstream_url, &args)?));
         }

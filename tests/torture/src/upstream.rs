@@ -3,6 +3,15 @@
 //! log (`store.jsonl`, one [`Landed`] a line, written before the answer, unbuffered,
 //! so a SIGKILL loses no applied write). The log is the ground truth of what landed.
 //!
+//! With `--conditional` it honours preconditions as S3 does, for runs of gateways with
+//! conditional writes: each object's version is the quoted MD5 of its body (its
+//! ETag, answered on every write and read), a write is applied only if its
+//! `If-Match` names the current version or its `If-None-Match: *` finds no object,
+//! checked when it is applied (after any injected delay), else answered 412 and not
+//! applied. A write with no precondition is refused (428): a fence that forgot one
+//! shows up as failed writes, never as blind ones. Versions are rebuilt from the log
+//! when it restarts.
+//!
 //! Its admin listener takes the nemesis's knobs: `POST /faults?delay_pct=P&delay_min_ms=A&delay_max_ms=B&error_pct=E`
 //! delays P% of writes by A..B ms before applying them, and answers E% with 503
 //! (`x-torture-upstream: error`, not applied). `GET /healthz` answers `ok`.
@@ -15,6 +24,7 @@ use bytes_body::full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -36,6 +46,9 @@ pub struct Args {
     /// Seeds the choice of delayed and failed writes.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Honour If-Match / If-None-Match (S3's conditional writes, MD5 ETags).
+    #[arg(long)]
+    conditional: bool,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -50,6 +63,8 @@ struct Store {
     log: Log,
     /// The last sequence number given, under the lock that orders the log's lines.
     seq: Mutex<u64>,
+    /// With `--conditional`: each object's version (its ETag), changed under `seq`.
+    versions: Option<Mutex<HashMap<String, String>>>,
     knobs: Mutex<Knobs>,
     draws: AtomicU64,
     seed: u64,
@@ -68,10 +83,17 @@ mod bytes_body {
 
 /// Serve until killed.
 pub fn run(args: Args) -> Result<()> {
-    let last = if args.log.exists() { read_lines::<Landed>(&args.log)?.iter().map(|l| l.seq).max() } else { None };
+    let landed = if args.log.exists() { read_lines::<Landed>(&args.log)? } else { Vec::new() };
+    let last = landed.iter().map(|l| l.seq).max();
+    let versions = args.conditional.then(|| {
+        let mut by_seq: Vec<&Landed> = landed.iter().collect();
+        by_seq.sort_by_key(|l| l.seq);
+        Mutex::new(by_seq.into_iter().map(|l| (l.resource.clone(), etag(l.id.as_bytes()))).collect())
+    });
     let store = Arc::new(Store {
         log: Log::append(&args.log, true)?,
         seq: Mutex::new(last.unwrap_or(0)),
+        versions,
         knobs: Mutex::default(),
         draws: AtomicU64::new(0),
         seed: args.seed,
@@ -143,9 +165,22 @@ async fn write(store: &Arc<Store>, req: Request<Incoming>) -> Response<bytes_bod
     let header =
         |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned).unwrap_or_default();
     let (token, target) = (header("fencing-admitted-token"), header("x-torture-target"));
+    let precondition = match (header("if-match"), header("if-none-match")) {
+        (m, _) if !m.is_empty() => Some(Precondition::Match(m)),
+        (_, n) if n == "*" => Some(Precondition::Absent),
+        _ => None,
+    };
     let resource = req.uri().path().to_owned();
     if req.method() == hyper::Method::GET {
-        return answer(StatusCode::OK, &[], "");
+        let version = store.versions.as_ref().map(|v| lock(v).get(&resource).cloned());
+        return match version {
+            Some(Some(etag)) => answer(StatusCode::OK, &[("etag", etag)], ""),
+            Some(None) => answer(StatusCode::NOT_FOUND, &[], ""),
+            None => answer(StatusCode::OK, &[], ""),
+        };
+    }
+    if store.versions.is_some() && precondition.is_none() {
+        return answer(StatusCode::PRECONDITION_REQUIRED, &[], "a write without a precondition");
     }
     let Ok(body) = req.into_body().collect().await else {
         return answer(StatusCode::BAD_REQUEST, &[], "body");
@@ -165,15 +200,47 @@ async fn write(store: &Arc<Store>, req: Request<Incoming>) -> Response<bytes_bod
             return Err(StatusCode::SERVICE_UNAVAILABLE);
         }
         let mut seq = store.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let etag = etag(id.as_bytes());
+        if let Some(versions) = &store.versions {
+            let mut versions = lock(versions);
+            let current = versions.get(&resource);
+            let holds = match &precondition {
+                Some(Precondition::Match(m)) => current == Some(m),
+                Some(Precondition::Absent) => current.is_none(),
+                None => false,
+            };
+            if !holds {
+                return Err(StatusCode::PRECONDITION_FAILED);
+            }
+            versions.insert(resource.clone(), etag.clone());
+        }
         *seq += 1;
         let landed = Landed { seq: *seq, at: clock::now(), received, resource, token, target, id };
         store.log.write(&landed).map_err(|_| StatusCode::INSUFFICIENT_STORAGE)?;
-        Ok(*seq)
+        Ok((*seq, etag))
     });
-    let seq = match applied.await {
-        Ok(Ok(seq)) => seq,
+    let (seq, etag) = match applied.await {
+        Ok(Ok(applied)) => applied,
+        Ok(Err(StatusCode::PRECONDITION_FAILED)) => {
+            return answer(StatusCode::PRECONDITION_FAILED, &[], "precondition")
+        }
         Ok(Err(status)) => return answer(status, &[("x-torture-upstream", "error".into())], "injected"),
         Err(_) => return answer(StatusCode::INTERNAL_SERVER_ERROR, &[("x-torture-upstream", "error".into())], "task"),
     };
-    answer(StatusCode::CREATED, &[("x-torture-seq", seq.to_string())], "")
+    answer(StatusCode::CREATED, &[("x-torture-seq", seq.to_string()), ("etag", etag)], "")
+}
+
+enum Precondition {
+    Match(String),
+    Absent,
+}
+
+/// An object's version: the quoted MD5 of its body, as S3's single-part ETag.
+fn etag(body: &[u8]) -> String {
+    use md5::{Digest, Md5};
+    format!("\"{:x}\"", Md5::digest(body))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

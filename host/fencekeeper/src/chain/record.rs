@@ -103,7 +103,7 @@ fn unversion(hex: &str) -> Option<Version> {
     if hex == "-" {
         return Some(Version::Absent);
     }
-    if hex.is_empty() || hex.len() % 2 != 0 || hex.len() > MAX_VERSION * 2 {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) || hex.len() > MAX_VERSION * 2 {
         return None;
     }
     let bytes: Option<Vec<u8>> =

@@ -1,3 +1,6 @@
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use super::*;
 use crate::store::StoreError;
 use proptest::prelude::*;

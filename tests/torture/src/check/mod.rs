@@ -38,6 +38,10 @@ pub enum Class {
     Unreachable,
     /// Sent, no answer (a timeout, a reset, a worker killed mid-write).
     Unknown,
+    /// 409 "cannot write": admitted, but refused for the store's version (conditional
+    /// writes: the store refused the precondition, or the version is not known); not
+    /// applied. Only a write the store applied late, after a fault, explains it.
+    Conflict,
     /// Anything else: unaccounted for.
     Other,
 }
@@ -52,7 +56,12 @@ impl Class {
     pub fn disturbed(self) -> bool {
         matches!(
             self,
-            Class::Undecided | Class::UpstreamError | Class::UpstreamFailed | Class::Unreachable | Class::Unknown
+            Class::Undecided
+                | Class::UpstreamError
+                | Class::UpstreamFailed
+                | Class::Unreachable
+                | Class::Unknown
+                | Class::Conflict
         )
     }
 
@@ -68,6 +77,7 @@ impl Class {
             Class::UpstreamFailed => "upstream-failed",
             Class::Unreachable => "unreachable",
             Class::Unknown => "unknown",
+            Class::Conflict => "conflict",
             Class::Other => "other",
         }
     }
@@ -82,6 +92,7 @@ pub fn classify(w: &Write) -> Class {
         (None, 200..=299) => Class::Stored,
         (None, _) if w.upstream_error => Class::UpstreamError,
         (None, 409) if w.highest.is_some() => Class::Stale,
+        (None, 409) if w.body.starts_with("cannot write") => Class::Conflict,
         (None, 428) => Class::Missing,
         (None, 400) => Class::Malformed,
         (None, 503) if w.body.starts_with("cannot decide") => Class::Undecided,

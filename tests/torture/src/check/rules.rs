@@ -223,7 +223,11 @@ fn store_order(input: &Input, classes: &[Class], report: &mut Report) {
                     let mut finding = finding;
                     finding.message += &format!(" (the store took {} ms to apply it)", ms(took));
                     report.bound_exceeded.push(finding);
-                } else if claimed && !graced && late.is_some_and(|w| killed_in_flight(input, w)) {
+                } else if claimed
+                    && !graced
+                    && !input.info.conditional
+                    && late.is_some_and(|w| killed_in_flight(input, w))
+                {
                     report.crash_hits.push(finding);
                 } else if claimed {
                     report.violations.push(finding);
@@ -276,7 +280,8 @@ fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
                 Some(mark) => Answer::Stale { mark },
                 None => continue,
             },
-            Class::Undecided | Class::Unknown => Answer::Unknown,
+            // Admitted (the mark may have advanced), never applied.
+            Class::Undecided | Class::Unknown | Class::Conflict => Answer::Unknown,
             _ => continue,
         };
         if matches!(answer, Answer::Stale { .. }) {

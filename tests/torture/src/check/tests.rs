@@ -23,6 +23,7 @@ fn info() -> RunInfo {
         liveness_bound_ms: 1000,
         start_grace_ms: 0,
         apply_bound_ms: 1000,
+        conditional: false,
         start: 0,
         end: 100_000 * MS,
     }
@@ -202,6 +203,24 @@ fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hid
     // Any other fault does not explain it.
     input.faults[0] = kill("gateway-stop");
     assert!(rules(&check(&input)).contains(&1));
+}
+
+#[test]
+fn with_conditional_writes_a_late_write_from_a_killed_gateway_or_past_the_bound_is_a_violation() {
+    let mut input = clean();
+    input.writes[0].status = 0;
+    input.writes[0].error = Some("io".into());
+    input.landed.swap(0, 2);
+    for (i, l) in input.landed.iter_mut().enumerate() {
+        l.seq = i as u64 + 1;
+    }
+    input.faults.push(fault("gateway-kill-slow-upstream", &["gw1"], 1, 3));
+    input.info.conditional = true;
+    input.info.apply_bound_ms = 0;
+    let report = check(&input);
+    assert_eq!((rules(&report), report.crash_hits.len()), (vec![1], 0), "the crash excuses nothing");
+    input.landed[0].received = input.landed[0].at.saturating_sub(60_000 * MS);
+    assert!(rules(&check(&input)).contains(&1), "nor does the time the store took");
 }
 
 #[test]
