@@ -42,7 +42,17 @@ pub struct Args {
     /// whatever it is. Logged on stderr.
     #[arg(long, group = "action", value_name = "RESOURCE", conflicts_with = "resource")]
     pub clear: Option<String>,
-    /// Confirm --set or --clear, which can lower a mark.
+    /// Show RESOURCE's version chain (`serve --conditional-writes`): the store's version
+    /// the gateway last saw, and the writes it sent whose answers it never saw (lent).
+    #[arg(long, group = "action", value_name = "RESOURCE", conflicts_with = "resource")]
+    pub chain: Option<String>,
+    /// End every write lent on RESOURCE's version chain (needs --force), once you know
+    /// the store can no longer apply them (the gateway that sent them is gone and the
+    /// store has dropped their connections): a resource with 32 lent refuses writes.
+    /// The version is then unknown until the gateway learns it again. Logged on stderr.
+    #[arg(long, group = "action", value_name = "RESOURCE", conflicts_with = "resource")]
+    pub release_lends: Option<String>,
+    /// Confirm --set, --clear or --release-lends.
     #[arg(long)]
     pub force: bool,
     /// With --raise, --set or --clear: also append the change to this file as a JSON
@@ -109,7 +119,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let changes = args.raise.is_some() || args.set.is_some() || args.clear.is_some();
     anyhow::ensure!(args.audit.is_none() || changes, "--audit goes with --raise, --set or --clear");
-    anyhow::ensure!(!args.force || args.set.is_some() || args.clear.is_some(), "--force goes with --set or --clear");
+    let forced = args.set.is_some() || args.clear.is_some() || args.release_lends.is_some();
+    anyhow::ensure!(!args.force || forced, "--force goes with --set, --clear or --release-lends");
+    if let Some(resource) = &args.chain {
+        return chain(&args, resource, false);
+    }
+    if let Some(resource) = &args.release_lends {
+        anyhow::ensure!(args.force, "--release-lends ends writes the store might still apply: confirm with --force");
+        return chain(&args, resource, true);
+    }
     if let Some(raise) = &args.raise {
         return repair::raise(&args, raise);
     }
@@ -152,6 +170,45 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Show `resource`'s version chain, after releasing its lends when `release`.
+fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode> {
+    use fencekeeper::chain::{self, ChainStore};
+    let store: Box<dyn ChainStore> = match &args.etcd {
+        Some(url) => {
+            let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
+            Box::new(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &args.etcd_prefix, &options)?)
+        }
+        None => {
+            anyhow::ensure!(args.store.exists(), "no mark store at {} (or pass --store)", args.store.display());
+            Box::new(FileStore::open(&args.store)?)
+        }
+    };
+    if release {
+        let released = chain::update(&*store, resource, |c| Ok::<_, ()>(c.release()))?.unwrap_or(0);
+        eprintln!("released {released} lent writes of {resource:?} in {}", args.describe());
+    }
+    let chain = chain::read(&*store, resource)?;
+    let current = chain.current.as_ref().map_or_else(|| "unknown".to_owned(), |v| v.to_string());
+    let highest = chain.highest.map(|t| t.to_string());
+    if args.json {
+        let lends: Vec<serde_json::Value> = chain
+            .lends
+            .iter()
+            .map(|l| serde_json::json!({"token": l.token.to_string(), "on": l.on.to_string()}))
+            .collect();
+        let out = serde_json::json!({"resource": resource, "version": current, "highest": highest, "lent": lends});
+        println!("{out}");
+    } else {
+        println!("version {current}");
+        println!("highest {}", highest.as_deref().unwrap_or("-"));
+        println!("lent    {}", chain.lends.len());
+        for lend in &chain.lends {
+            println!("  token {} on {}", lend.token, lend.on);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A table of (resource, mark) rows under a header.

@@ -323,3 +323,35 @@ fn a_store_that_answers_without_an_etag_stops_the_next_write_with_a_reason() {
     assert_eq!(bodies, vec![b"one".to_vec(), Vec::new()], "the second write never reached the store");
     assert!(gateway.log().contains("without telling its version"), "{}", gateway.log());
 }
+
+#[test]
+fn a_write_given_up_on_stays_lent_across_a_kill_until_an_operator_releases_it() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let args = ["--conditional-writes", "--precondition-probe", "off", "--request-timeout", "300ms"];
+    let mut gateway = Gateway::start(&upstream.url(), &args).unwrap();
+    upstream.hold("34");
+    assert_eq!(gateway.put("/r", Some("34"), b"held").unwrap().status, 504);
+    gateway.kill(); // the file store is one process's at a time
+    let marks = |more: &[&str]| {
+        let out = std::process::Command::new(fencekeeper_harness::workspace_bin("fencekeeper").unwrap())
+            .args(["marks", "--store", &gateway.store.display().to_string()])
+            .args(more)
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (code, shown) = marks(&["--chain", "/r"]);
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(
+        shown.contains("version absent") && shown.contains("lent    1") && shown.contains("token 34 on absent"),
+        "{shown}"
+    );
+    let (code, refused) = marks(&["--release-lends", "/r"]);
+    assert_eq!(code, Some(2), "{refused}");
+    assert!(refused.contains("--force"), "{refused}");
+    let (code, released) = marks(&["--release-lends", "/r", "--force"]);
+    assert_eq!(code, Some(0), "{released}");
+    assert!(released.contains("released 1 lent writes") && released.contains("lent    0"), "{released}");
+    assert!(released.contains("version unknown"), "the released write may have changed it: {released}");
+    upstream.release("34");
+}

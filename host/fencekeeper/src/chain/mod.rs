@@ -53,8 +53,8 @@ pub const MAX_VERSION: usize = 128;
 
 /// How many writes a resource may have lent at once. Only writes given up on, or in
 /// flight at a crash, stay lent; past this many, the resource refuses writes until an
-/// operator releases them (`fencekeeper chains --release`), once the store can no
-/// longer apply them.
+/// operator releases them (`fencekeeper marks --release-lends RESOURCE --force`), once
+/// the store can no longer apply them.
 pub const MAX_LENDS: usize = 32;
 
 /// A store's version of an object.
@@ -238,7 +238,7 @@ pub enum Refusal {
     /// Too many writes given up on still may apply.
     #[error(
         "{0} writes given up on may still be applied by the store; once it can no longer apply them, release \
-         them with `fencekeeper chains --release`"
+         them with `fencekeeper marks --release-lends RESOURCE --force`"
     )]
     TooManyLent(usize),
     /// The write would bring the store back to a version a write may still carry.
