@@ -179,7 +179,7 @@ enum LogFormat {
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
-    let config = configure(&args)?;
+    let mut config = configure(&args)?;
     let (store, chains, provenance) = open_store(&args)?;
     let mut guard = Guard::new(decider(&args, config.policy)?, store);
     if let Some(p) = &provenance {
@@ -198,7 +198,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 path.starts_with('/'),
                 "--precondition-probe {path:?}: give a path starting with /, or off"
             );
-            runtime.block_on(conditional::probe(&config.upstream, path)).map_err(anyhow::Error::msg)?;
+            let probed = runtime.block_on(conditional::probe(&config.upstream, path)).map_err(anyhow::Error::msg)?;
+            config.conditional_deletes = probed.deletes;
             Some(chains)
         }
     };

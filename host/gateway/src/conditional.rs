@@ -51,6 +51,8 @@ pub struct Conditional {
     /// itself for a version the gateway does not know (a HEAD).
     client: Client<HttpConnector, Body>,
     upstream: Uri,
+    /// The store honours `If-Match` on DELETE (probed, or vouched for).
+    deletes: bool,
 }
 
 #[derive(Default)]
@@ -102,21 +104,27 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Conditional {
     /// Conditional writes with chains in `chains`; a write waits at most `wait` for
-    /// its resource's turn; `client` reaches the store at `upstream`.
+    /// its resource's turn; `client` reaches the store at `upstream`; deletes are
+    /// refused unless the store honours `If-Match` on them (`deletes`).
     pub fn new(
         chains: Arc<dyn ChainStore>,
         wait: Duration,
         client: Client<HttpConnector, Body>,
         upstream: Uri,
+        deletes: bool,
     ) -> Conditional {
-        Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait, client, upstream }
+        Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait, client, upstream, deletes }
     }
 
     /// Why this write cannot be made conditional (refused before it is admitted), or
     /// `None` when it can.
-    pub fn unsupported(parts: &Parts) -> Option<String> {
+    pub fn unsupported(&self, parts: &Parts) -> Option<String> {
         let why = if parts.method != Method::PUT && parts.method != Method::DELETE {
             format!("{} cannot be made conditional", parts.method)
+        } else if parts.method == Method::DELETE && !self.deletes {
+            "the store was not seen honouring If-Match on a DELETE (the start-up probe), so a late delete could \
+             land"
+                .to_owned()
         } else if parts.headers.contains_key(IF_MATCH) || parts.headers.contains_key(IF_NONE_MATCH) {
             "the write carries If-Match or If-None-Match, and the gateway sets the precondition itself".to_owned()
         } else if parts.headers.contains_key("x-amz-copy-source") {
@@ -412,43 +420,145 @@ fn conflict(status: StatusCode, reason: &str, form: Form) -> Response<Body> {
     r
 }
 
-/// Why the store at `upstream` cannot take conditional writes, found by sending a PUT
-/// of `path` whose `If-Match` names a version no store has: a store that honours
-/// preconditions refuses it (412, or 404 for a missing object) and writes nothing.
-pub async fn probe(upstream: &hyper::Uri, path: &str) -> Result<(), String> {
-    use http_body_util::BodyExt;
-    use hyper_util::client::legacy::Client;
-    use hyper_util::rt::TokioExecutor;
-    let client: Client<_, Body> = Client::builder(TokioExecutor::new()).build_http();
+/// What the start-up probe found: conditional writes can be sent, and whether the
+/// store was seen honouring `If-Match` on a DELETE too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probed {
+    /// A DELETE with a stale `If-Match` was refused: deletes can be conditional.
+    pub deletes: bool,
+}
+
+/// Why the store at `upstream` cannot take conditional writes, found with requests to
+/// `path`, which the probe may create and delete:
+///
+/// 1. a PUT whose `If-Match` names a version no store has must be refused (412, or 404
+///    for a missing object) and write nothing; a store that applies it ignores
+///    preconditions, and the gateway does not start;
+/// 2. the probe object is created (`If-None-Match: *`; its ETag from the answer, or a
+///    HEAD when it exists already), then a DELETE of it with a stale `If-Match` must
+///    be refused (412): a store that ignores `If-Match` on DELETE (MinIO does) deletes
+///    it, and the gateway then refuses deletes (501) rather than send them
+///    unconditionally; the probe object is deleted at the end.
+pub async fn probe(upstream: &hyper::Uri, path: &str) -> Result<Probed, String> {
+    let client: Client<HttpConnector, Body> = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let authority = upstream.authority().map_or("", |a| a.as_str()).to_owned();
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let authority = upstream.authority().map_or("", |a| a.as_str());
-    let request = hyper::Request::put(format!("http://{authority}{path}"))
-        .header(IF_MATCH, format!("\"fencekeeper-probe-{nonce}\""))
-        .body(full(&b"fencekeeper precondition probe\n"[..]))
-        .map_err(|e| format!("the probe path {path:?} is not a request path: {e}"))?;
-    let answer = tokio::time::timeout(Duration::from_secs(10), client.request(request)).await;
-    let response = match answer {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => return Err(format!("the probe PUT to {authority}{path} failed: {e}")),
-        Err(_) => return Err(format!("the probe PUT to {authority}{path} was not answered within 10s")),
+    let stale = format!("\"fencekeeper-probe-{nonce}\"");
+    let send = |method: Method, header: Option<(hyper::header::HeaderName, String)>, body: &'static [u8]| {
+        let (client, target) = (client.clone(), format!("http://{authority}{path}"));
+        async move {
+            let mut request = hyper::Request::builder().method(method.clone()).uri(&target);
+            if let Some((name, value)) = header {
+                request = request.header(name, value);
+            }
+            let request =
+                request.body(full(body)).map_err(|e| format!("the probe path {path:?} is not a path: {e}"))?;
+            match tokio::time::timeout(Duration::from_secs(10), client.request(request)).await {
+                Ok(Ok(response)) => {
+                    let (status, headers) = (response.status(), response.headers().clone());
+                    drop(response);
+                    Ok((status, headers))
+                }
+                Ok(Err(e)) => Err(format!("the probe {method} of {target} failed: {e}")),
+                Err(_) => Err(format!("the probe {method} of {target} was not answered within 10s")),
+            }
+        }
     };
-    let status = response.status();
-    let _ = response.into_body().collect().await;
+    let body = &b"fencekeeper precondition probe\n"[..];
+    let (status, _) = send(Method::PUT, Some((IF_MATCH, stale.clone())), body).await?;
     match status {
-        StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => Ok(()),
-        s if s.is_success() => Err(format!(
-            "the store at {authority} ignores If-Match: it applied the probe PUT to {path} ({s}) whose If-Match names \
-             no version it has, so it cannot enforce conditional writes; put --conditional-writes only in front \
-             of a store that honours If-Match (docs/operations.md)"
-        )),
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(format!(
-            "the store at {authority} refused the probe PUT to {path} ({status}): it wants credentials the \
-             gateway does not have. If the store honours If-Match on writes (docs/operations.md lists which do), \
-             start with --precondition-probe off to vouch for it"
-        )),
-        s => Err(format!(
-            "the store at {authority} answered the probe PUT to {path} with {s}, not 412: it cannot be told to \
-             honour If-Match; choose another --precondition-probe path, or --precondition-probe off to vouch for it"
-        )),
+        StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => {}
+        s if s.is_success() => {
+            return Err(format!(
+                "the store at {authority} ignores If-Match: it applied the probe PUT to {path} ({s}) whose If-Match \
+                 names no version it has, so it cannot enforce conditional writes; put --conditional-writes only in \
+                 front of a store that honours If-Match (docs/operations.md)"
+            ))
+        }
+        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
+            return Err(format!(
+                "the store at {authority} refused the probe PUT to {path} ({status}): it wants credentials the \
+                 gateway does not have. If the store honours If-Match on writes (docs/operations.md lists which do), \
+                 start with --precondition-probe off to vouch for it"
+            ))
+        }
+        s => {
+            return Err(format!(
+                "the store at {authority} answered the probe PUT to {path} with {s}, not 412: it cannot be told to \
+                 honour If-Match; choose another --precondition-probe path, or --precondition-probe off to vouch for it"
+            ))
+        }
+    }
+    // Deletes: on an object that exists, a stale If-Match must be refused.
+    let (status, headers) = send(Method::PUT, Some((IF_NONE_MATCH, "*".to_owned())), body).await?;
+    let etag = |headers: &HeaderMap| headers.get(ETAG).and_then(|v| Version::tag(v.as_bytes()).ok());
+    let current = match status {
+        s if s.is_success() => etag(&headers),
+        StatusCode::PRECONDITION_FAILED => etag(&send(Method::HEAD, None, b"").await?.1),
+        _ => None,
+    };
+    let Some(Version::Tag(current)) = current else {
+        tracing::warn!(path, "the probe could not learn its object's ETag: deletes are refused (501), unverified");
+        return Ok(Probed { deletes: false });
+    };
+    let (status, _) = send(Method::DELETE, Some((IF_MATCH, stale)), b"").await?;
+    let deletes = status == StatusCode::PRECONDITION_FAILED;
+    if deletes {
+        let (status, _) = send(Method::DELETE, Some((IF_MATCH, current)), b"").await?;
+        if !status.is_success() {
+            tracing::warn!(path, %status, "the probe object could not be deleted; it stays in the store");
+        }
+    } else {
+        tracing::warn!(
+            path,
+            %status,
+            "the store ignores If-Match on DELETE (it answered a stale one {status}): deletes are refused (501)"
+        );
+    }
+    Ok(Probed { deletes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fencekeeper::chain::MemoryChains;
+
+    fn conditional(deletes: bool) -> Conditional {
+        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        let upstream = Uri::from_static("http://127.0.0.1:9");
+        Conditional::new(Arc::new(MemoryChains::default()), Duration::from_secs(1), client, upstream, deletes)
+    }
+
+    fn parts(method: Method, uri: &str, headers: &[(&'static str, &str)]) -> Parts {
+        let mut request = hyper::Request::builder().method(method).uri(uri);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        request.body(()).map(|r| r.into_parts().0).unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    #[test]
+    fn only_puts_and_deletes_without_preconditions_of_their_own_can_be_conditional() {
+        let c = conditional(true);
+        assert_eq!(c.unsupported(&parts(Method::PUT, "/b/k", &[])), None);
+        assert_eq!(c.unsupported(&parts(Method::DELETE, "/b/k", &[])), None);
+        for refused in [
+            parts(Method::POST, "/b/k?uploads", &[]),
+            parts(Method::PUT, "/b/k?partNumber=1&uploadId=u", &[]),
+            parts(Method::PUT, "/b/k", &[("x-amz-copy-source", "/b/j")]),
+            parts(Method::PUT, "/b/k", &[("if-match", "\"a\"")]),
+            parts(Method::PUT, "/b/k", &[("if-none-match", "*")]),
+            parts(Method::from_bytes(b"MOVE").unwrap_or(Method::PATCH), "/d/f", &[]),
+        ] {
+            let why = c.unsupported(&refused);
+            assert!(why.as_deref().is_some_and(|w| w.contains("--conditional-writes")), "{refused:?}: {why:?}");
+        }
+    }
+
+    #[test]
+    fn deletes_are_refused_when_the_store_was_not_seen_honouring_if_match_on_them() {
+        let why = conditional(false).unsupported(&parts(Method::DELETE, "/b/k", &[]));
+        assert!(why.is_some_and(|w| w.contains("DELETE")));
+        assert_eq!(conditional(false).unsupported(&parts(Method::PUT, "/b/k", &[])), None);
     }
 }

@@ -157,6 +157,9 @@ pub struct Config {
     pub audit: Option<PathBuf>,
     /// Where the marks live, as the audit log names it (`file PATH`, `etcd URL prefix P`).
     pub store: String,
+    /// With conditional writes: the store honours `If-Match` on DELETE (the start-up
+    /// probe saw it, or the operator vouched for the store); else deletes are refused.
+    pub conditional_deletes: bool,
 }
 
 impl Config {
@@ -182,6 +185,7 @@ impl Config {
             gate: true,
             audit: None,
             store: String::new(),
+            conditional_deletes: true,
         }
     }
 

@@ -72,8 +72,10 @@ impl Proxy {
         let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry);
         let started = Instant::now();
         let (metrics, uploads) = (Arc::default(), Uploads::default());
-        let conditional =
-            chains.map(|chains| Conditional::new(chains, config.gate_timeout, client.clone(), config.upstream.clone()));
+        let conditional = chains.map(|chains| {
+            let (wait, upstream) = (config.gate_timeout, config.upstream.clone());
+            Conditional::new(chains, wait, client.clone(), upstream, config.conditional_deletes)
+        });
         Proxy { config, guard, gate, metrics, client, audit: audit.map(Arc::new), started, uploads, conditional }
     }
 
@@ -210,8 +212,8 @@ impl Proxy {
     ) -> Response<Body> {
         let grace = self.start_grace_left();
         let form = self.form(grpc);
-        if self.conditional.is_some() {
-            if let Some(why) = Conditional::unsupported(&parts) {
+        if let Some(conditional) = &self.conditional {
+            if let Some(why) = conditional.unsupported(&parts) {
                 self.metrics.event(Event::NotConditional);
                 tracing::info!(%client, reason = why, "refused");
                 return refusal::error(StatusCode::NOT_IMPLEMENTED, &why);

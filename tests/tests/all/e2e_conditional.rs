@@ -355,3 +355,34 @@ fn a_write_given_up_on_stays_lent_across_a_kill_until_an_operator_releases_it() 
     assert!(released.contains("version unknown"), "the released write may have changed it: {released}");
     upstream.release("34");
 }
+
+#[test]
+fn in_front_of_apache_mod_dav_writes_wait_for_a_strong_etag_and_never_go_unconditionally() {
+    // Apache httpd's mod_dav honours If-Match on PUT but answers a PUT without an
+    // ETag, and for a second after a change gives a weak one, which never matches.
+    // The gateway starts (its probe's stale If-Match is refused), learns each version
+    // with a HEAD, and refuses a write until the HEAD gives a strong ETag.
+    let apache = fencekeeper_harness::apache::ApacheDav::start().unwrap();
+    let args = ["--conditional-writes", "--precondition-probe", "/fencekeeper-probe"];
+    let gateway = Gateway::start(&apache.url(), &args).unwrap();
+    let first = gateway.put("/doc.txt", Some("34"), b"one").unwrap();
+    assert!((200..300).contains(&first.status), "{first:?}\n{}", gateway.log());
+    let started = std::time::Instant::now();
+    let mut refused = 0;
+    loop {
+        let second = gateway.put("/doc.txt", Some("34"), b"two").unwrap();
+        if (200..300).contains(&second.status) {
+            break;
+        }
+        assert_eq!(second.status, 409, "{second:?}");
+        assert!(second.body.contains("not known"), "{second:?}");
+        assert_eq!(apache.read("/doc.txt"), Some(b"one".to_vec()), "a refused write never reached Apache");
+        refused += 1;
+        assert!(started.elapsed() < Duration::from_secs(10), "Apache's ETag never became strong\n{}", gateway.log());
+        std::thread::sleep(Duration::from_millis(200)); // polling Apache's one-second weak window
+    }
+    assert_eq!(apache.read("/doc.txt"), Some(b"two".to_vec()));
+    eprintln!("refused {refused} times while Apache's ETag was weak");
+    let log = gateway.log();
+    assert!(log.contains("without telling its version") && log.contains("learned the store's version"), "{log}");
+}
