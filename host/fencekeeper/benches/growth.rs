@@ -1,0 +1,158 @@
+//! How a mark store grows with the number of resources it has marks for:
+//! `cargo bench --bench growth -p fencekeeper --features etcd -- file|etcd=URL N1 N2 ...`.
+//!
+//! For each N (ascending), marks are added until the store holds N (16 threads, each
+//! admit a new resource's first token: an advance), then measured at that size:
+//!
+//! * the bytes per mark: the file's size (file), or etcd's database size from its
+//!   `/metrics` (`etcd_mvcc_db_total_size_in_bytes`; a fresh etcd, no compaction);
+//! * admit p50 and p99 (µs) over 2,000 admits of a holder writing again on resources
+//!   drawn across the whole store (a read, and for etcd the confirming Txn), and over
+//!   2,000 advances of existing marks (a compare-and-swap);
+//! * for the file store, the time to open it again (redb verifies every page: what a
+//!   gateway's start-up pays) and to list and verify every record (`marks --verify`).
+//!
+//! Prints one Markdown row per N. `scripts/bench-growth.sh` starts etcd and runs both.
+
+use fencekeeper::store::{EtcdStore, Repair};
+use fencekeeper::{FileStore, Guard, MarkStore, NativeDecider, Policy};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const THREADS: u64 = 16;
+const SAMPLES: u64 = 2_000;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let Some(kind) = args.first() else {
+        eprintln!("usage: growth file|etcd=URL N1 N2 ...");
+        std::process::exit(2);
+    };
+    let sizes: Vec<u64> = args.iter().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let dir = std::env::var_os("FENCEKEEPER_BENCH_DIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let path = dir.join(format!("fencekeeper-growth-{}.redb", std::process::id()));
+    let etcd = kind.strip_prefix("etcd=").map(str::to_owned);
+    let store: Arc<dyn MarkStore + Send + Sync> = match &etcd {
+        Some(url) => Arc::new(EtcdStore::connect(url).expect("connect to etcd")),
+        None => Arc::new(FileStore::open(&path).expect("open the file store")),
+    };
+    let guard = Arc::new(Guard::new(Arc::new(NativeDecider(Policy::default())), store));
+    println!("| store | marks | bytes per mark | again p50 | again p99 | advance p50 | advance p99 | open | verify |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut have = 0;
+    for n in sizes {
+        fill(&guard, have, n);
+        have = n;
+        // Again: the resource's own mark (read first, not timed). Advance: above any
+        // token given so far.
+        let again = latencies(&guard, n, |resource| guard.mark(resource).ok().flatten().map(|m| m.to_string()));
+        let round = AtomicU64::new(1_000_000 * n);
+        let advance = latencies(&guard, n, |_| Some((round.fetch_add(1, Ordering::Relaxed)).to_string()));
+        let (bytes, open, verify) = match &etcd {
+            Some(url) => (etcd_db_size(url), "-".to_owned(), "-".to_owned()),
+            None => file_figures(&guard, &path),
+        };
+        let name = if etcd.is_some() { "etcd" } else { "file" };
+        println!(
+            "| {name} | {n} | {:.0} | {} | {} | {} | {} | {open} | {verify} |",
+            bytes as f64 / n as f64,
+            again.0,
+            again.1,
+            advance.0,
+            advance.1
+        );
+    }
+    drop(guard);
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Admit token 1 on resources `from..to` (each a new mark), 16 threads.
+fn fill(guard: &Arc<Guard>, from: u64, to: u64) {
+    let next = Arc::new(AtomicU64::new(from));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (guard, next) = (guard.clone(), next.clone());
+            std::thread::spawn(move || loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= to {
+                    return;
+                }
+                let resource = resource(i);
+                let d = guard.admit(&resource, Some("1"));
+                assert!(d.admitted(), "{}", d.reason(&resource));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("filler");
+    }
+}
+
+fn resource(i: u64) -> String {
+    format!("bucket/objects/{i:010}")
+}
+
+/// p50 and p99 (µs) of SAMPLES admits, one at a time, on resources spread over the
+/// store, each with the token `token(resource)` (worked out before the clock starts).
+fn latencies(guard: &Guard, n: u64, token: impl Fn(&str) -> Option<String>) -> (String, String) {
+    let mut took: Vec<Duration> = (0..SAMPLES)
+        .map(|k| {
+            // A multiplicative spread over the whole key space.
+            let i = (k * 2_654_435_761) % n;
+            let resource = resource(i);
+            let token = token(&resource).expect("every resource has a mark");
+            let start = Instant::now();
+            let d = guard.admit(&resource, Some(&token));
+            let elapsed = start.elapsed();
+            assert!(d.admitted(), "{}", d.reason(&resource));
+            elapsed
+        })
+        .collect();
+    took.sort();
+    let at =
+        |q: f64| format!("{:.0} µs", took[((took.len() as f64 * q) as usize).min(took.len() - 1)].as_secs_f64() * 1e6);
+    (at(0.5), at(0.99))
+}
+
+/// The file's size, the time to open it again (every page verified) and to verify
+/// every record.
+fn file_figures(guard: &Arc<Guard>, path: &std::path::Path) -> (u64, String, String) {
+    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    // The guard holds the store (redb allows one opener): measure on a copy.
+    let copy = path.with_extension("copy.redb");
+    std::fs::copy(path, &copy).expect("copy the store");
+    let start = Instant::now();
+    let reopened = FileStore::open(&copy).expect("reopen");
+    let open = start.elapsed();
+    let start = Instant::now();
+    let scanned = reopened.scan().expect("scan");
+    let verify = start.elapsed();
+    assert!(scanned.iter().all(|s| s.mark.is_ok()));
+    drop(reopened);
+    let _ = std::fs::remove_file(&copy);
+    let _ = guard;
+    (bytes, format!("{:.0} ms", open.as_secs_f64() * 1e3), format!("{:.0} ms", verify.as_secs_f64() * 1e3))
+}
+
+/// etcd's database size, from its metrics.
+fn etcd_db_size(url: &str) -> u64 {
+    let body = ureq_get(&format!("{}/metrics", url.trim_end_matches('/')));
+    body.lines()
+        .find(|l| l.starts_with("etcd_mvcc_db_total_size_in_bytes "))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// A plain HTTP/1.1 GET of `url` (`http://HOST:PORT/path`): the body.
+fn ureq_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let rest = url.trim_start_matches("http://");
+    let (authority, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(a, p)| (a, format!("/{p}")));
+    let mut stream = std::net::TcpStream::connect(authority).expect("connect to etcd's metrics");
+    let _ = write!(stream, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = stream.read_to_string(&mut out);
+    out
+}
