@@ -185,17 +185,22 @@ fn an_undecided_answer_needs_a_fault_on_its_target_and_a_missing_token_its_own_r
     assert_eq!(rules(&check(&input)), vec![5]);
 }
 
-#[test]
-fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hidden() {
+/// a1 was in flight through gw1 when the nemesis killed gw1; the store applied it
+/// after b1.
+fn killed_in_flight_then_applied_late() -> Input {
     let mut input = clean();
-    // a1 was in flight through gw1 when the nemesis killed gw1; the store applied it
-    // after b1.
     input.writes[0].status = 0;
     input.writes[0].error = Some("io".into());
     input.landed.swap(0, 2);
     for (i, l) in input.landed.iter_mut().enumerate() {
         l.seq = i as u64 + 1;
     }
+    input
+}
+
+#[test]
+fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hidden() {
+    let mut input = killed_in_flight_then_applied_late();
     let kill = |kind: &str| fault(kind, &["gw1"], 1, 3);
     input.faults.push(kill("gateway-kill-slow-upstream"));
     let report = check(&input);
@@ -207,13 +212,7 @@ fn a_late_write_from_a_gateway_killed_with_it_in_flight_is_counted_apart_not_hid
 
 #[test]
 fn with_conditional_writes_a_late_write_from_a_killed_gateway_or_past_the_bound_is_a_violation() {
-    let mut input = clean();
-    input.writes[0].status = 0;
-    input.writes[0].error = Some("io".into());
-    input.landed.swap(0, 2);
-    for (i, l) in input.landed.iter_mut().enumerate() {
-        l.seq = i as u64 + 1;
-    }
+    let mut input = killed_in_flight_then_applied_late();
     input.faults.push(fault("gateway-kill-slow-upstream", &["gw1"], 1, 3));
     input.info.conditional = true;
     input.info.apply_bound_ms = 0;
