@@ -72,8 +72,10 @@ impl Drop for Turn {
     fn drop(&mut self) {
         let mut map = lock(&self.turns.map);
         drop(self.guard.take());
-        // The map's reference and this turn's: nobody else waits for it.
-        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) <= 2) {
+        // Only the map's reference is left (a waiter holds one inside its lock): nobody
+        // holds or waits for the turn. Under the map's lock, so nobody can take one
+        // between the count and the removal.
+        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) <= 1) {
             map.remove(&self.key);
         }
     }
@@ -553,6 +555,24 @@ mod tests {
             let why = c.unsupported(&refused);
             assert!(why.as_deref().is_some_and(|w| w.contains("--conditional-writes")), "{refused:?}: {why:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_resource_has_one_turn_at_a_time_and_forgets_it_when_nobody_waits() {
+        let c = Arc::new(conditional(true));
+        let a = c.turn("r").await.expect("free");
+        let c2 = c.clone();
+        let b = tokio::spawn(async move { c2.turn("r").await.map(|t| (t, std::time::Instant::now())) });
+        tokio::task::yield_now().await;
+        let released = std::time::Instant::now();
+        drop(a);
+        let b = b.await.ok().flatten().expect("b takes the turn a left");
+        assert!(b.1 >= released);
+        assert!(c.turn("r").await.is_none(), "a third waits while b holds it (and times out here)");
+        assert!(c.turn("other").await.is_some(), "other resources do not wait");
+        drop(b);
+        assert!(lock(&c.turns.map).is_empty(), "forgotten once nobody holds or waits");
+        assert!(c.turn("r").await.is_some());
     }
 
     #[test]
