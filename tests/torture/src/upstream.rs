@@ -171,7 +171,8 @@ async fn write(store: &Arc<Store>, req: Request<Incoming>) -> Response<bytes_bod
         _ => None,
     };
     let resource = req.uri().path().to_owned();
-    if req.method() == hyper::Method::GET {
+    // Reads (a gateway with conditional writes asks for a version with a HEAD).
+    if req.method() == hyper::Method::GET || req.method() == hyper::Method::HEAD {
         let version = store.versions.as_ref().map(|v| lock(v).get(&resource).cloned());
         return match version {
             Some(Some(etag)) => answer(StatusCode::OK, &[("etag", etag)], ""),
