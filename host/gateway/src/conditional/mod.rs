@@ -33,10 +33,15 @@ use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use md5::{Digest, Md5};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::OwnedMutexGuard;
+use turns::{Turn, Turns};
+
+mod probe;
+mod turns;
+
+pub use probe::{probe, Probed};
 
 /// The gateway's conditional writes: the chains, and one turn per resource.
 pub struct Conditional {
@@ -53,32 +58,6 @@ pub struct Conditional {
     upstream: Uri,
     /// The store honours `If-Match` on DELETE (probed, or vouched for).
     deletes: bool,
-}
-
-#[derive(Default)]
-struct Turns {
-    map: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-}
-
-/// A resource's turn: one conditional write at a time. Dropped, it lets the next go,
-/// and forgets the resource once nobody waits.
-pub struct Turn {
-    guard: Option<OwnedMutexGuard<()>>,
-    key: String,
-    turns: Arc<Turns>,
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        let mut map = lock(&self.turns.map);
-        drop(self.guard.take());
-        // Only the map's reference is left (a waiter holds one inside its lock): nobody
-        // holds or waits for the turn. Under the map's lock, so nobody can take one
-        // between the count and the removal.
-        if map.get(&self.key).is_some_and(|m| Arc::strong_count(m) <= 1) {
-            map.remove(&self.key);
-        }
-    }
 }
 
 /// A write lent on its resource's chain and holding its turn: forward it, then
@@ -235,11 +214,7 @@ impl Conditional {
     }
 
     async fn turn(&self, resource: &str) -> Option<Turn> {
-        let mutex = lock(&self.turns.map).entry(resource.to_owned()).or_default().clone();
-        let guard = tokio::time::timeout(self.wait, mutex.lock_owned()).await.ok();
-        // Made even when the wait failed, so that the map entry is forgotten.
-        let turn = Turn { guard, key: resource.to_owned(), turns: self.turns.clone() };
-        turn.guard.is_some().then_some(turn)
+        self.turns.take(resource, self.wait).await
     }
 
     fn refused(&self, resource: &str, refused: Refusal, form: Form) -> Response<Body> {
@@ -422,104 +397,6 @@ fn conflict(status: StatusCode, reason: &str, form: Form) -> Response<Body> {
     r
 }
 
-/// What the start-up probe found: conditional writes can be sent, and whether the
-/// store was seen honouring `If-Match` on a DELETE too.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Probed {
-    /// A DELETE with a stale `If-Match` was refused: deletes can be conditional.
-    pub deletes: bool,
-}
-
-/// Why the store at `upstream` cannot take conditional writes, found with requests to
-/// `path`, which the probe may create and delete:
-///
-/// 1. a PUT whose `If-Match` names a version no store has must be refused (412, or 404
-///    for a missing object) and write nothing; a store that applies it ignores
-///    preconditions, and the gateway does not start;
-/// 2. the probe object is created (`If-None-Match: *`; its ETag from the answer, or a
-///    HEAD when it exists already), then a DELETE of it with a stale `If-Match` must
-///    be refused (412): a store that ignores `If-Match` on DELETE (MinIO does) deletes
-///    it, and the gateway then refuses deletes (501) rather than send them
-///    unconditionally; the probe object is deleted at the end.
-pub async fn probe(upstream: &hyper::Uri, path: &str) -> Result<Probed, String> {
-    let client: Client<HttpConnector, Body> = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let authority = upstream.authority().map_or("", |a| a.as_str()).to_owned();
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-    let stale = format!("\"fencekeeper-probe-{nonce}\"");
-    let send = |method: Method, header: Option<(hyper::header::HeaderName, String)>, body: &'static [u8]| {
-        let (client, target) = (client.clone(), format!("http://{authority}{path}"));
-        async move {
-            let mut request = hyper::Request::builder().method(method.clone()).uri(&target);
-            if let Some((name, value)) = header {
-                request = request.header(name, value);
-            }
-            let request =
-                request.body(full(body)).map_err(|e| format!("the probe path {path:?} is not a path: {e}"))?;
-            match tokio::time::timeout(Duration::from_secs(10), client.request(request)).await {
-                Ok(Ok(response)) => {
-                    let (status, headers) = (response.status(), response.headers().clone());
-                    drop(response);
-                    Ok((status, headers))
-                }
-                Ok(Err(e)) => Err(format!("the probe {method} of {target} failed: {e}")),
-                Err(_) => Err(format!("the probe {method} of {target} was not answered within 10s")),
-            }
-        }
-    };
-    let body = &b"fencekeeper precondition probe\n"[..];
-    let (status, _) = send(Method::PUT, Some((IF_MATCH, stale.clone())), body).await?;
-    match status {
-        StatusCode::PRECONDITION_FAILED | StatusCode::NOT_FOUND => {}
-        s if s.is_success() => {
-            return Err(format!(
-                "the store at {authority} ignores If-Match: it applied the probe PUT to {path} ({s}) whose If-Match \
-                 names no version it has, so it cannot enforce conditional writes; put --conditional-writes only in \
-                 front of a store that honours If-Match (docs/operations.md)"
-            ))
-        }
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-            return Err(format!(
-                "the store at {authority} refused the probe PUT to {path} ({status}): it wants credentials the \
-                 gateway does not have. If the store honours If-Match on writes (docs/operations.md lists which do), \
-                 start with --precondition-probe off to vouch for it"
-            ))
-        }
-        s => {
-            return Err(format!(
-                "the store at {authority} answered the probe PUT to {path} with {s}, not 412: it cannot be told to \
-                 honour If-Match; choose another --precondition-probe path, or --precondition-probe off to vouch for it"
-            ))
-        }
-    }
-    // Deletes: on an object that exists, a stale If-Match must be refused.
-    let (status, headers) = send(Method::PUT, Some((IF_NONE_MATCH, "*".to_owned())), body).await?;
-    let etag = |headers: &HeaderMap| headers.get(ETAG).and_then(|v| Version::tag(v.as_bytes()).ok());
-    let current = match status {
-        s if s.is_success() => etag(&headers),
-        StatusCode::PRECONDITION_FAILED => etag(&send(Method::HEAD, None, b"").await?.1),
-        _ => None,
-    };
-    let Some(Version::Tag(current)) = current else {
-        tracing::warn!(path, "the probe could not learn its object's ETag: deletes are refused (501), unverified");
-        return Ok(Probed { deletes: false });
-    };
-    let (status, _) = send(Method::DELETE, Some((IF_MATCH, stale)), b"").await?;
-    let deletes = status == StatusCode::PRECONDITION_FAILED;
-    if deletes {
-        let (status, _) = send(Method::DELETE, Some((IF_MATCH, current)), b"").await?;
-        if !status.is_success() {
-            tracing::warn!(path, %status, "the probe object could not be deleted; it stays in the store");
-        }
-    } else {
-        tracing::warn!(
-            path,
-            %status,
-            "the store ignores If-Match on DELETE (it answered a stale one {status}): deletes are refused (501)"
-        );
-    }
-    Ok(Probed { deletes })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,7 +448,7 @@ mod tests {
         assert!(c.turn("r").await.is_none(), "a third waits while b holds it (and times out here)");
         assert!(c.turn("other").await.is_some(), "other resources do not wait");
         drop(b);
-        assert!(lock(&c.turns.map).is_empty(), "forgotten once nobody holds or waits");
+        assert_eq!(c.turns.len(), 0, "forgotten once nobody holds or waits");
         assert!(c.turn("r").await.is_some());
     }
 
