@@ -403,6 +403,68 @@ mod tests {
         assert_eq!(read.entries.len(), 2, "entries the gate uses are never evicted");
     }
 
+    /// Many random runs of admits and evictions against a max-register: what the copy
+    /// holds of a resource is its highest mark or nothing (a miss: etcd is asked, and
+    /// an entry made again after an eviction starts without a mark), never a lower
+    /// one; an entry with a write in flight is never evicted.
+    #[test]
+    fn evictions_never_leave_a_lower_mark_and_never_take_a_flight() {
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for _run in 0..2_000 {
+            let mut read = Read { slot: 0, entries: vec![], cas: 0 };
+            let mut highest: std::collections::HashMap<String, u64> = Default::default();
+            for _op in 0..40 {
+                let resource = format!("/r{}", next(6));
+                match next(4) {
+                    0 | 1 => {
+                        // Only an admitted token is raised into the copy: one at or above
+                        // etcd's mark (a lower one is refused, by the copy or by etcd).
+                        let t = 1 + next(50);
+                        let top = highest.entry(resource.clone()).or_insert(0);
+                        if t >= *top {
+                            *top = t;
+                            raise(read.entry_mut(&resource), Token::from_parts(&[t]).unwrap());
+                        }
+                    }
+                    2 => {
+                        let flight =
+                            SharedFlight { owner: 1, context: next(9) as u32, token: token!("1"), deadline: 0 };
+                        let entry = read.entry_mut(&resource);
+                        if entry.flights.is_empty() {
+                            entry.flights.push(flight);
+                        } else {
+                            entry.flights.clear();
+                        }
+                    }
+                    _ => {
+                        let busy: Vec<String> =
+                            read.entries.iter().filter(|e| !e.flights.is_empty()).map(|e| e.key.clone()).collect();
+                        let max = next(4) as usize;
+                        read.evict_past(max);
+                        for key in &busy {
+                            assert!(read.entry(key).is_some(), "{key} had a write in flight and was evicted");
+                        }
+                        assert!(
+                            read.entries.len() <= max.max(busy.len()),
+                            "{} entries kept past {max}",
+                            read.entries.len()
+                        );
+                    }
+                }
+                // An entry without a mark (made again for a flight after its eviction)
+                // is a miss: etcd is asked.
+                for e in read.entries.iter().filter(|e| e.mark.is_some()) {
+                    let expected = highest.get(&e.key).map(|t| Token::from_parts(&[*t]).unwrap());
+                    assert_eq!(e.mark, expected, "the copy of {} is not its highest mark", e.key);
+                }
+            }
+        }
+    }
+
     #[test]
     fn slots_spread_resources() {
         let s = Slots { count: 256, per_slot: None };
