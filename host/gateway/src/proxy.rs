@@ -295,7 +295,7 @@ impl Proxy {
                 }
             };
             let (response, delivery) = self.send(Request::from_parts(parts, full(bytes)), permits).await;
-            if matches!(delivery, Delivery::Answered(StatusCode::PRECONDITION_FAILED, _)) {
+            if matches!(delivery, Delivery::Answered(StatusCode::PRECONDITION_FAILED)) {
                 self.metrics.event(Event::PreconditionFailed);
             }
             return conditional.settle(lent, delivery, response, &self.guard, form).await;
@@ -440,7 +440,7 @@ impl Proxy {
         let timeout = self.config.request_timeout;
         let answer = tokio::time::timeout(timeout, self.client.request(request)).await;
         let delivery = match &answer {
-            Ok(Ok(response)) => Delivery::Answered(response.status(), response.headers().clone()),
+            Ok(Ok(response)) => Delivery::Answered(response.status()),
             Ok(Err(e)) if e.is_connect() => Delivery::NotSent,
             _ => Delivery::GivenUp,
         };

@@ -71,8 +71,8 @@ pub struct Lent {
 
 /// What became of a forwarded write.
 pub enum Delivery {
-    /// The store answered with this status and headers.
-    Answered(StatusCode, HeaderMap),
+    /// The store answered with this status (the response is the store's).
+    Answered(StatusCode),
     /// Nothing was sent (no connection).
     NotSent,
     /// Given up on after it may have been sent: the store may still apply it.
@@ -246,7 +246,7 @@ impl Conditional {
         guard: &Arc<Guard>,
         form: Form,
     ) -> Response<Body> {
-        let (status, headers) = match &delivery {
+        let (status, headers) = match delivery {
             Delivery::GivenUp => {
                 tracing::warn!(
                     resource = lent.resource,
@@ -256,7 +256,7 @@ impl Conditional {
                 return response;
             }
             Delivery::NotSent => (None, None),
-            Delivery::Answered(status, headers) => (Some(*status), Some(headers)),
+            Delivery::Answered(status) => (Some(status), Some(response.headers())),
         };
         let answer = match status {
             Some(s) if s.is_success() && lent.delete => Answer::Applied(Some(Version::Absent)),
