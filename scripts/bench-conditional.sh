@@ -34,19 +34,13 @@ moto_server -H 127.0.0.1 -p "$mp" >"$work/moto.log" 2>&1 & pids+=($!)
 wait_http "http://127.0.0.1:$mp/moto-api/"
 curl -fsS -X PUT -H "authorization: $auth" "http://127.0.0.1:$mp/bench" >/dev/null
 
-gateway() { # VAR NAME ARGS...: start a gateway in front of moto, set VAR to its port
-    local p a; p=$(port); a=$(port)
-    RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$mp" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
-        "${@:3}" >"$work/$2.log" 2>&1 &
-    pids+=($!)
-    wait_http "http://127.0.0.1:$a/healthz" ok
-    printf -v "$1" '%s' "$p"
-}
-conditional=(--conditional-writes --precondition-probe /bench/fencekeeper-probe)
-gateway gw_file gateway-file --store "$work/plain.redb"
-gateway gw_file_c gateway-file-conditional --store "$work/conditional.redb" "${conditional[@]}"
-gateway gw_etcd gateway-etcd --etcd "http://127.0.0.1:$ec" --etcd-prefix /plain/
-gateway gw_etcd_c gateway-etcd-conditional --etcd "http://127.0.0.1:$ec" --etcd-prefix /conditional/ "${conditional[@]}"
+# A probe path each: the probe's object stays when moto refuses its anonymous
+# DELETE, and moto refuses an anonymous overwrite of it.
+conditional() { echo --conditional-writes --precondition-probe "/bench/fencekeeper-probe-$1"; }
+start_gateway gw_file gateway-file "127.0.0.1:$mp" --store "$work/plain.redb"
+start_gateway gw_file_c gateway-file-conditional "127.0.0.1:$mp" --store "$work/conditional.redb" $(conditional file)
+start_gateway gw_etcd gateway-etcd "127.0.0.1:$mp" --etcd "http://127.0.0.1:$ec" --etcd-prefix /plain/
+start_gateway gw_etcd_c gateway-etcd-conditional "127.0.0.1:$mp" --etcd "http://127.0.0.1:$ec" --etcd-prefix /conditional/ $(conditional etcd)
 
 cat >"$work/steady.lua" <<LUA
 wrk.method = "PUT"

@@ -26,16 +26,8 @@ start_services nginx-dav etcd
 np=${FK_NGINX_DAV##*:}
 ec=${FK_ETCD##*:}
 
-gateway() { # VAR NAME ARGS...: start a gateway, set VAR to its port
-    local p a; p=$(port); a=$(port)
-    RUST_LOG=warn "$fk" serve --upstream "http://127.0.0.1:$np" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
-        "${@:3}" >"$work/$2.log" 2>&1 &
-    pids+=($!)
-    wait_http "http://127.0.0.1:$a/healthz" ok
-    printf -v "$1" '%s' "$p"
-}
-gateway gw_file gateway-file --store "$work/marks.redb"
-gateway gw_etcd gateway-etcd --etcd "http://127.0.0.1:$ec"
+start_gateway gw_file gateway-file "127.0.0.1:$np" --store "$work/marks.redb"
+start_gateway gw_etcd gateway-etcd "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec"
 
 envoy_port=""
 if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]; then

@@ -33,6 +33,17 @@ start_services() { # SERVICE...
     . "$work/services.env"
 }
 
+# `fencekeeper serve` in front of UPSTREAM (HOST:PORT) with ARGS, its log
+# $work/NAME.log; sets VAR to its port once /healthz answers.
+start_gateway() { # VAR NAME UPSTREAM ARGS...
+    local p a; p=$(port); a=$(port)
+    RUST_LOG=warn "$fk" serve --upstream "http://$3" --listen "127.0.0.1:$p" --admin "127.0.0.1:$a" \
+        "${@:4}" >"$work/$2.log" 2>&1 &
+    pids+=($!)
+    wait_http "http://127.0.0.1:$a/healthz" ok
+    printf -v "$1" '%s' "$p"
+}
+
 # nginx answering 204 to everything: a store that costs nothing, so the cost of what
 # stands in front of it shows. Sets $up to its port.
 start_nginx_204() {
