@@ -259,29 +259,20 @@ impl Conditional {
             Delivery::Answered(status) => (Some(status), Some(response.headers())),
         };
         let answer = match status {
-            Some(s) if s.is_success() && lent.delete => Answer::Applied(Some(Version::Absent)),
-            Some(s) if s.is_success() => {
-                let etag = headers.and_then(|h| h.get(ETAG));
-                match etag.map(|v| Version::tag(v.as_bytes())) {
-                    Some(Ok(version)) => Answer::Applied(Some(version)),
-                    unusable => {
-                        let why = match unusable {
-                            Some(Err(e)) => e.to_string(),
-                            _ => "the answer has no ETag".to_owned(),
-                        };
-                        tracing::error!(
-                            resource = lent.resource,
-                            why,
-                            "the store applied a conditional write without telling its version: the next write to \
-                             the resource is refused until a read through the gateway tells it"
-                        );
-                        Answer::Applied(None)
-                    }
+            None => Answer::NotApplied,
+            Some(status) => {
+                let etag = headers.and_then(|h| h.get(ETAG)).map(|v| v.as_bytes());
+                let (answer, unlearned) = Answer::of(status.as_u16(), etag, lent.delete, &lent.lend.on);
+                if let Some(why) = unlearned {
+                    tracing::error!(
+                        resource = lent.resource,
+                        why,
+                        "the store applied a conditional write without telling its version: the next write to the \
+                         resource is refused until a read through the gateway tells it"
+                    );
                 }
+                answer
             }
-            Some(StatusCode::PRECONDITION_FAILED) => Answer::PreconditionFailed,
-            Some(StatusCode::NOT_FOUND) if lent.lend.on != Version::Absent => Answer::Missing,
-            _ => Answer::NotApplied,
         };
         let (chains, key, id) = (self.chains.clone(), lent.resource.clone(), lent.lend.id);
         let settled = {

@@ -11,26 +11,37 @@
 //! crc     = 8 lowercase hex digits: fencekeeper_core::record::checksum(resource, value up to the crc)
 //! ```
 
-use super::{Chain, Lend, Version, MAX_LENDS, MAX_VERSION};
+use crate::{Chain, Lend, Version, MAX_LENDS, MAX_VERSION};
 use fencekeeper_core::record::checksum;
 use fencekeeper_core::Token;
-use std::fmt::Write;
+use std::fmt::{self, Write};
 
 const TAG: &str = "fkc1";
 
 /// Why a stored value is not a chain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChainRecordError {
     /// Not a chain record of this format.
-    #[error("it is not a version chain record (expected \"fkc1 ...\")")]
     NotARecord,
     /// The checksum does not match.
-    #[error("its checksum does not match its contents: the record is damaged or belongs to another resource")]
     Mismatch,
     /// The checksum matches but a field is not what the writer writes.
-    #[error("its checksum matches but its fields are malformed")]
     Malformed,
 }
+
+impl fmt::Display for ChainRecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ChainRecordError::NotARecord => "it is not a version chain record (expected \"fkc1 ...\")",
+            ChainRecordError::Mismatch => {
+                "its checksum does not match its contents: the record is damaged or belongs to another resource"
+            }
+            ChainRecordError::Malformed => "its checksum matches but its fields are malformed",
+        })
+    }
+}
+
+impl std::error::Error for ChainRecordError {}
 
 /// The record of `chain` as `resource`'s.
 pub fn encode(resource: &str, chain: &Chain) -> String {

@@ -1,0 +1,288 @@
+//! Version chains for conditional writes: the store's own compare-and-swap enforces the order the fence
+//! decided, whenever a write arrives.
+//!
+//! A proxy orders only the writes it forwards, and only while it remembers them: a
+//! write it gave up on, or had in flight when it crashed, can still be applied late.
+//! Many stores that cannot compare tokens can compare versions for equality (HTTP
+//! `If-Match` on ETags: S3, GCS, Azure, WebDAV). So the fence forwards every admitted
+//! write with a precondition on the version the store gave the last write it saw
+//! applied (`If-Match: "v"`, or `If-None-Match: *` while the object is absent), and
+//! records the version the store answers. A late write carries a version the store
+//! has moved past, and the store refuses it (412).
+//!
+//! That holds only while versions never come back. S3's ETags are the MD5 of the
+//! body, so a chain can return to an earlier link (A, B, A) and a late write
+//! conditioned on A would pass. Hence the [`Chain`] of a resource remembers, durably
+//! and before the write is sent, every *lend*: a write forwarded with a precondition
+//! whose answer the fence has not seen. A lend ends when the store answers; one
+//! given up on, or in flight at a crash, stays (nothing bounds when the store may
+//! still apply it). A write is then refused when the version it would make (its
+//! body's MD5, for a content-addressed store) is the precondition of any open lend:
+//! the chain never returns to a version a late write could carry. (Writing the bytes
+//! the object holds is allowed when nothing else is lent on it: a retry.)
+//!
+//! The argument, in short: a write applies only if the store's version equals its
+//! precondition. An open lend's precondition is never made again by a write the
+//! fence forwards, so once the store has moved past it (a later write applied) the
+//! lend can never apply. And a lend is made only for a token no lower than every
+//! token lent before on the resource ([`Chain::lend`] checks, atomically with the
+//! record), so a write that applies after another never carries a lower token.
+//! `tests` check this against a model store with every interleaving it can draw:
+//! late deliveries, lost answers, crashes, content-addressed versions.
+//!
+//! What the fence believes the version is can be wrong (a write applied whose
+//! answer was lost): that costs a 412 and an unknown version, never a late write,
+//! because a write conditioned on a wrong version does not apply. An unknown version
+//! is learned again from a read of the object through the fence (a GET or HEAD
+//! answer's strong ETag, or a 404).
+
+mod record;
+
+pub use record::{decode, encode, ChainRecordError};
+
+use fencekeeper_core::Token;
+use std::fmt;
+
+/// The longest version the fence keeps (an ETag's bytes, quotes included). S3's are
+/// 34 (an MD5 in hex, quoted), or 38 for a multipart upload; GCS and Azure stay far
+/// below.
+pub const MAX_VERSION: usize = 128;
+
+/// How many writes a resource may have lent at once. Only writes given up on, or in
+/// flight at a crash, stay lent; past this many, the resource refuses writes until an
+/// operator releases them (`fencekeeper marks --release-lends RESOURCE --force`), once
+/// the store can no longer apply them.
+pub const MAX_LENDS: usize = 32;
+
+/// A store's version of an object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Version {
+    /// The object does not exist: a write goes with `If-None-Match: *`.
+    Absent,
+    /// A strong ETag, as the store sent it (quotes included): a write goes with
+    /// `If-Match` on it.
+    Tag(String),
+}
+
+impl Version {
+    /// A strong ETag from a store's answer, or why it cannot be a version: weak
+    /// (`W/"..."` never matches `If-Match`), empty, too long, or not visible ASCII.
+    pub fn tag(etag: &[u8]) -> Result<Version, VersionError> {
+        if etag.starts_with(b"W/") {
+            return Err(VersionError::Weak);
+        }
+        if etag.is_empty() || etag.len() > MAX_VERSION {
+            return Err(VersionError::Length(etag.len()));
+        }
+        if !etag.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(VersionError::NotText);
+        }
+        Ok(Version::Tag(String::from_utf8_lossy(etag).into_owned()))
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Version::Absent => f.write_str("absent"),
+            Version::Tag(tag) => f.write_str(tag),
+        }
+    }
+}
+
+/// Why an ETag cannot be used as a version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionError {
+    /// A weak ETag, which never matches `If-Match`.
+    Weak,
+    /// Empty, or longer than [`MAX_VERSION`].
+    Length(usize),
+    /// Holds bytes that are not visible ASCII.
+    NotText,
+}
+
+impl fmt::Display for VersionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VersionError::Weak => f.write_str("the ETag is weak (W/...), and a weak ETag never matches If-Match"),
+            VersionError::Length(n) => write!(f, "the ETag is {n} bytes long (1 to {MAX_VERSION} are kept)"),
+            VersionError::NotText => f.write_str("the ETag holds bytes that are not visible ASCII"),
+        }
+    }
+}
+
+impl std::error::Error for VersionError {}
+
+/// One write forwarded with a precondition, whose answer the fence has not seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lend {
+    /// Names the lend within its resource's chain.
+    pub id: u64,
+    /// The write's token.
+    pub token: Token,
+    /// The version it is conditioned on.
+    pub on: Version,
+}
+
+/// One resource's version chain: what the fence knows of the store's version, and
+/// the writes that may still apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Chain {
+    /// The highest token lent on this resource.
+    pub highest: Option<Token>,
+    /// The store's version after the last write the fence saw applied (`None`:
+    /// unknown, until a read through the fence tells it). A new resource's is
+    /// [`Version::Absent`].
+    pub current: Option<Version>,
+    /// Writes forwarded whose answers the fence has not seen.
+    pub lends: Vec<Lend>,
+    /// The next lend's id.
+    pub next: u64,
+}
+
+impl Chain {
+    /// The chain of a resource the fence has never written: the object is taken as
+    /// absent, so the first write goes with `If-None-Match: *` (an object that exists
+    /// already makes it fail with 412, and the version is then learned from a read).
+    pub fn new() -> Chain {
+        Chain { highest: None, current: Some(Version::Absent), lends: Vec::new(), next: 0 }
+    }
+
+    /// Lend a write with `token` that would make the store's version `makes` (when it
+    /// can be told in advance: a content-addressed store's MD5 of the body, absent
+    /// for a delete). Returns the lend, whose `on` is the precondition to send.
+    pub fn lend(&mut self, token: Token, makes: Option<&Version>) -> Result<Lend, Refusal> {
+        // Not `token < highest`: tokens of another arity do not compare, and are no
+        // more admitted here than by the guard.
+        if let Some(highest) = self.highest.filter(|h| token.partial_cmp(h).is_none_or(|o| o.is_lt())) {
+            return Err(Refusal::Stale(highest));
+        }
+        let Some(current) = self.current.clone() else { return Err(Refusal::Unknown) };
+        if self.lends.len() >= MAX_LENDS {
+            return Err(Refusal::TooManyLent(self.lends.len()));
+        }
+        if let Some(makes) = makes {
+            if self.lends.iter().any(|l| l.on == *makes) {
+                return Err(Refusal::Repeats(makes.clone()));
+            }
+        }
+        let lend = Lend { id: self.next, token, on: current };
+        self.next += 1;
+        self.highest = Some(token);
+        self.lends.push(lend.clone());
+        Ok(lend)
+    }
+
+    /// The store answered lend `id`: the lend ends, and what the answer says about
+    /// the version is recorded.
+    pub fn settle(&mut self, id: u64, answer: &Answer) {
+        let Some(at) = self.lends.iter().position(|l| l.id == id) else { return };
+        let lend = self.lends.remove(at);
+        let believed = self.current.as_ref() == Some(&lend.on);
+        match answer {
+            // Applied: the store was at `on`, and is now at what it answered. Recorded
+            // even if the fence believed otherwise: that belief was the wrong one.
+            Answer::Applied(Some(version)) => self.current = Some(version.clone()),
+            // Applied, but the store did not say at which version: unknown.
+            Answer::Applied(None) => self.current = None,
+            // The store is not at `on`: if the fence thought it was, it does not know.
+            Answer::PreconditionFailed if believed => self.current = None,
+            // The object is absent (`If-Match` on a missing object answers 404).
+            Answer::Missing if believed => self.current = Some(Version::Absent),
+            Answer::PreconditionFailed | Answer::Missing | Answer::NotApplied => {}
+        }
+    }
+
+    /// A read through the fence saw the store at `version`. Learned only while the
+    /// version is unknown: a known one changes only by the fence's own writes.
+    pub fn learn(&mut self, version: Version) -> bool {
+        if self.current.is_some() {
+            return false;
+        }
+        self.current = Some(version);
+        true
+    }
+
+    /// End every lend (an operator's word that the store can no longer apply them),
+    /// and forget the version, which they may have changed. Returns how many ended.
+    pub fn release(&mut self) -> usize {
+        let n = self.lends.len();
+        if n > 0 {
+            self.lends.clear();
+            self.current = None;
+        }
+        n
+    }
+}
+
+/// What the store's answer to a lent write says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// Applied (2xx): the new version, if the answer named one.
+    Applied(Option<Version>),
+    /// 412: the store is not at the precondition's version.
+    PreconditionFailed,
+    /// 404 to a write with `If-Match`: the object does not exist.
+    Missing,
+    /// Any other answer: not applied, and nothing learned.
+    NotApplied,
+}
+
+impl Answer {
+    /// What a store's answer to a lent write says: its status, its `ETag` header if
+    /// any, whether the write was a delete, and the version the write was conditioned
+    /// on. With an applied write whose version cannot be learned, also why not (the
+    /// caller reports it: the next write waits for a read).
+    pub fn of(status: u16, etag: Option<&[u8]>, delete: bool, on: &Version) -> (Answer, Option<String>) {
+        match status {
+            200..=299 if delete => (Answer::Applied(Some(Version::Absent)), None),
+            200..=299 => match etag.map(Version::tag) {
+                Some(Ok(version)) => (Answer::Applied(Some(version)), None),
+                Some(Err(e)) => (Answer::Applied(None), Some(e.to_string())),
+                None => (Answer::Applied(None), Some("the answer has no ETag".to_owned())),
+            },
+            412 => (Answer::PreconditionFailed, None),
+            404 if *on != Version::Absent => (Answer::Missing, None),
+            _ => (Answer::NotApplied, None),
+        }
+    }
+}
+
+/// Why a write cannot be lent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// A higher token was lent on the resource: this write is stale.
+    Stale(Token),
+    /// The fence does not know the store's version.
+    Unknown,
+    /// Too many writes given up on still may apply.
+    TooManyLent(usize),
+    /// The write would bring the store back to a version a write may still carry.
+    Repeats(Version),
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Stale(t) => write!(f, "a write with the higher token {t} was already sent to the store"),
+            Refusal::Unknown => f.write_str(
+                "the store's version of this object is not known (a write was applied whose answer did not say it, \
+                 or the object changed outside the fence): read the object through the fence (GET or HEAD) so it \
+                 can learn the version, then retry",
+            ),
+            Refusal::TooManyLent(n) => write!(
+                f,
+                "{n} writes given up on may still be applied by the store; once it can no longer apply them, \
+                 release them with `fencekeeper marks --release-lends RESOURCE --force`"
+            ),
+            Refusal::Repeats(v) => write!(
+                f,
+                "the write would set the store's version to {v}, the version a write that may still be applied is \
+                 conditioned on (the store's versions are content hashes, so writing the same bytes repeats one): \
+                 write different bytes"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
