@@ -248,6 +248,49 @@ impl Answer {
     }
 }
 
+/// Why a write cannot be sent with a precondition (`None`: it can): a host refuses it
+/// (501) before any mark is read. `method` and `target` (path and query) are the
+/// request's, `header` looks one of its headers up by lower-case name, and `deletes`
+/// says whether the store was seen honouring `If-Match` on a DELETE.
+pub fn unconditional<'a>(
+    method: &str,
+    target: &[u8],
+    header: impl Fn(&str) -> Option<&'a [u8]>,
+    deletes: bool,
+) -> Option<&'static str> {
+    let query = target.iter().position(|&b| b == b'?').map(|at| &target[at + 1..]);
+    let streaming = header("x-amz-content-sha256").is_some_and(|v| v.starts_with(b"STREAMING-"))
+        || header("content-encoding").is_some_and(|v| v.windows(11).any(|w| w.eq_ignore_ascii_case(b"aws-chunked")));
+    Some(if method != "PUT" && method != "DELETE" {
+        "only PUT and DELETE can be made conditional"
+    } else if method == "DELETE" && !deletes {
+        "the store was not seen honouring If-Match on a DELETE (the precondition probe), so a late delete could land"
+    } else if header("if-match").is_some() || header("if-none-match").is_some() {
+        "the write carries If-Match or If-None-Match, and the fence sets the precondition itself"
+    } else if header("x-amz-copy-source").is_some() {
+        "an S3 copy's version cannot be told before it is made"
+    } else if query.is_some_and(|q| q.split(|&b| b == b'&').any(|p| p.starts_with(b"uploadId"))) {
+        "a part of an S3 multipart upload cannot be made conditional"
+    } else if streaming {
+        "the body is aws-chunked (streaming SigV4), so the version it makes cannot be told from it: send the \
+         payload whole (its SHA-256 or UNSIGNED-PAYLOAD)"
+    } else {
+        return None;
+    })
+}
+
+/// The version a PUT of `body` makes on a store whose ETags are the MD5 of the body
+/// in hex, quoted (S3's single-part uploads), given the digest.
+pub fn content_version(md5: &[u8; 16]) -> Version {
+    let mut tag = String::with_capacity(34);
+    tag.push('"');
+    for b in md5 {
+        tag.push_str(&format!("{b:02x}"));
+    }
+    tag.push('"');
+    Version::Tag(tag)
+}
+
 /// Why a write cannot be lent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {

@@ -9,6 +9,13 @@ pub fn mark_key(prefix: &str, resource: &str) -> String {
     format!("{prefix}{resource}")
 }
 
+/// The etcd key of `resource`'s version chain (conditional writes) beside marks under
+/// `prefix`: the prefix with `.chains` in place of its last `/` (`/fencekeeper/marks.chains/`
+/// + resource), outside the marks' range, so listing marks never meets one.
+pub fn chain_key(prefix: &str, resource: &str) -> String {
+    format!("{}.chains/{resource}", prefix.trim_end_matches('/'))
+}
+
 /// The smallest key above every key that starts with `prefix` (etcd's prefix range end).
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();

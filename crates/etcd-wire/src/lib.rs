@@ -31,6 +31,6 @@ pub mod txn;
 
 pub use auth::{AuthRefusal, MAX_TOKEN_BYTES};
 pub use error::{excerpt, WireError, EXCERPT_BYTES};
-pub use keys::{mark_key, prefix_end, DEFAULT_PREFIX};
+pub use keys::{chain_key, mark_key, prefix_end, DEFAULT_PREFIX};
 pub use mark::{mark_of, MarkError};
 pub use txn::{Expect, KeyValue, Op, Range, TxnAnswer, MAX_CONFIRMS_PER_TXN};

@@ -15,6 +15,14 @@ use fencekeeper_core::s3;
 use fencekeeper_core::{Mode, Policy, Protocol, Writes};
 use std::fmt;
 
+/// Conditional writes' settings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conditional {
+    /// The store was seen honouring `If-Match` on DELETE (`fencekeeper envoy-config`'s
+    /// probe): deletes are sent conditionally; else they are refused.
+    pub deletes: bool,
+}
+
 /// The parsed and validated configuration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -53,6 +61,11 @@ pub struct Config {
     /// writes are refused (503, `Retry-After`): writes a previous Envoy had in flight
     /// when it died may still reach the store, and its gate died with it. 0: off.
     pub start_grace_ms: u64,
+    /// Conditional writes: the store's own compare-and-swap enforces the order. Each
+    /// admitted PUT or DELETE is lent on its resource's version chain in etcd and goes
+    /// with `If-Match` on the version the store gave the last write (`If-None-Match: *`
+    /// while absent); the store's answer settles the chain. `None`: off.
+    pub conditional: Option<Conditional>,
     /// Testing only (the `faults` build, `test-guests/filter_faults.wasm`): a request
     /// carrying this header makes the filter trap. The shipped filter has no such
     /// field and refuses a configuration that sets it.
@@ -338,8 +351,37 @@ impl Config {
             }
             (_, Some(_)) => return Err(ConfigError("lock_prefix goes with provenance \"strong\"".into())),
         };
+        let conditional = match (settings.conditional_writes.unwrap_or(false), settings.conditional_deletes) {
+            (false, Some(_)) => return Err(ConfigError("conditional_deletes goes with conditional_writes".into())),
+            (false, None) => None,
+            (true, deletes) => Some(Conditional { deletes: deletes.unwrap_or(false) }),
+        };
+        if conditional.is_some() {
+            if etcd.is_none() || mode != Mode::Correctness {
+                return Err(ConfigError(
+                    "conditional_writes needs correctness mode and etcd: the version chains live in etcd, and a \
+                     write the filter cannot lend must be refused, never sent without its precondition"
+                        .into(),
+                ));
+            }
+            if matches!(resource, ResourceFrom::Header(_)) {
+                return Err(ConfigError(
+                    "conditional_writes needs resources named by path: the store's version is the object's the \
+                     request writes"
+                        .into(),
+                ));
+            }
+            if matches!(settings.gate, Switch::On(_)) {
+                return Err(ConfigError(
+                    "conditional_writes replaces the ordering gate (the store refuses a late write itself): leave \
+                     gate out"
+                        .into(),
+                ));
+            }
+        }
         let gate = match settings.gate {
             Switch::Off => None,
+            Switch::Default if conditional.is_some() => None,
             Switch::Default => Some(gate(GateSettings::default(), etcd.is_some())?),
             Switch::On(g) => Some(gate(g, etcd.is_some())?),
         };
@@ -380,6 +422,7 @@ impl Config {
             provenance,
             gate,
             start_grace_ms,
+            conditional,
             #[cfg(feature = "faults")]
             test_fault_header: settings.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
         })
@@ -401,6 +444,7 @@ impl Config {
             provenance,
             gate,
             start_grace_ms,
+            conditional,
             #[cfg(feature = "faults")]
             test_fault_header,
         } = self;
@@ -475,6 +519,8 @@ impl Config {
             lock_prefix,
             gate,
             start_grace_ms: Some(*start_grace_ms),
+            conditional_writes: conditional.map(|_| true),
+            conditional_deletes: conditional.map(|c| c.deletes),
             #[cfg(feature = "faults")]
             test_fault_header: test_fault_header.clone(),
         }
@@ -565,6 +611,27 @@ mod tests {
         assert_eq!(c.gate, Some(GateConfig::default()), "the ordering gate is on by default");
         assert_eq!(c.start_grace_ms, 0);
         assert_eq!(Config::parse(b"{}").unwrap(), c);
+    }
+
+    #[test]
+    fn conditional_writes_need_etcd_correctness_and_paths_and_replace_the_gate() {
+        let c = Config::parse(br#"{"protocol":"s3","conditional_writes":true}"#).unwrap();
+        assert_eq!((c.conditional, c.gate), (Some(Conditional { deletes: false }), None));
+        assert_eq!(Config::from_settings(c.to_settings()).unwrap(), c, "it round-trips");
+        let c = Config::parse(br#"{"conditional_writes":true,"conditional_deletes":true}"#).unwrap();
+        assert_eq!(c.conditional, Some(Conditional { deletes: true }));
+        assert_eq!(Config::parse(br#"{"conditional_writes":false}"#).unwrap().conditional, None);
+        for (bad, says) in [
+            (&br#"{"conditional_deletes":true}"#[..], "goes with conditional_writes"),
+            (br#"{"conditional_writes":true,"mode":"efficiency"}"#, "needs correctness mode and etcd"),
+            (br#"{"conditional_writes":true,"mode":"efficiency","etcd":null}"#, "needs correctness mode and etcd"),
+            (br#"{"conditional_writes":true,"resource":{"from":"header","header":"x-r"}}"#, "by path"),
+            (br#"{"conditional_writes":true,"gate":{"budget_ms":100}}"#, "replaces the ordering gate"),
+            (br#"{"conditional_writes":null}"#, "null"),
+        ] {
+            let e = Config::parse(bad).unwrap_err();
+            assert!(e.0.contains(says), "{}: {e}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod config;
 pub mod settings;
 
 pub use config::{
-    service, Config, ConfigError, Etcd, EtcdAuth, GateConfig, Provenance, ResourceFrom, DEFAULT_ETCD_CLUSTER,
+    service, Conditional, Config, ConfigError, Etcd, EtcdAuth, GateConfig, Provenance, ResourceFrom, DEFAULT_ETCD_CLUSTER,
     DEFAULT_KEY_PREFIX, MAX_SERVICE_NAME_BYTES,
 };
 pub use settings::{

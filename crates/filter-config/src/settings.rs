@@ -59,6 +59,14 @@ pub struct Settings {
     /// Refuse fenced writes this long after Envoy's start; 0 or absent: off.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub start_grace_ms: Option<u64>,
+    /// Conditional writes: each admitted PUT or DELETE goes with `If-Match` on the
+    /// version the store gave the last write (needs etcd, replaces the gate).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub conditional_writes: Option<bool>,
+    /// With `conditional_writes`: the store honours `If-Match` on DELETE too (else
+    /// deletes are refused).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub conditional_deletes: Option<bool>,
     /// Testing only (the filter's `faults` build): a request carrying this header
     /// makes the filter trap.
     #[cfg(feature = "faults")]

@@ -174,6 +174,11 @@ fn read_back(answer: &wire::TxnAnswer, i: usize, resource: &str) -> Result<Optio
     read.first().map(|kv| verified(resource, &kv.value)).transpose()
 }
 
+/// Any Txn's answer, parsed (a conditional write's chain read or swap).
+pub fn txn_answer(response: &Response) -> Result<wire::TxnAnswer, EtcdError> {
+    grpc::parse_txn(ok(response)?).map_err(|e| EtcdError(e.0))
+}
+
 fn ok(response: &Response) -> Result<&[u8], EtcdError> {
     response.as_deref().map_err(|s| {
         let error = s.error().0;

@@ -5,6 +5,11 @@ use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::protocol::DESTINATION_HEADER;
 use fencekeeper_core::Protocol;
 
+/// The headers that tell whether a write can be sent with a precondition
+/// (`fencekeeper_chain::unconditional`), and whether its body is empty.
+pub const CONDITIONAL_HEADERS: [&str; 6] =
+    ["if-match", "if-none-match", "x-amz-copy-source", "x-amz-content-sha256", "content-encoding", "content-length"];
+
 /// The request headers the filter reads, taken in one host call: every call into
 /// Envoy crosses V8's boundary, and that crossing is most of the filter's cost.
 #[derive(Default)]
@@ -28,12 +33,20 @@ pub struct Seen {
     pub destination: Option<Vec<u8>>,
     /// The client sent a `fencing-admitted-token` of its own.
     pub admitted: bool,
+    /// With conditional writes, the headers that tell whether a write can be made
+    /// conditional ([`CONDITIONAL_HEADERS`]), as sent.
+    pub conditional: Vec<(String, Vec<u8>)>,
     /// The test build's fault header was sent.
     #[cfg(feature = "faults")]
     pub fault: bool,
 }
 
 impl Seen {
+    /// The first value of one of [`CONDITIONAL_HEADERS`], if sent.
+    pub fn conditional(&self, name: &str) -> Option<&[u8]> {
+        self.conditional.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_slice())
+    }
+
     /// The first value of each header the filter needs (names arrive lower-case).
     pub fn from(headers: Vec<(String, Vec<u8>)>, filter: &Filter) -> Seen {
         let mut seen = Seen::default();
@@ -66,6 +79,9 @@ impl Seen {
                 seen.destination.get_or_insert(value);
             } else if name == ADMITTED_HEADER {
                 seen.admitted = true;
+            } else if filter.config.conditional.is_some() && CONDITIONAL_HEADERS.contains(&name.as_str()) {
+                seen.conditional.push((name, value));
+                continue;
             }
             #[cfg(feature = "faults")]
             if filter.config.test_fault_header.as_deref() == Some(name.as_str()) {

@@ -26,6 +26,7 @@
 #![cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 
 pub mod auth;
+pub mod conditional;
 pub mod config;
 pub mod confirms;
 pub mod env;
@@ -78,6 +79,9 @@ pub struct Metrics {
     gate_given_up: u32,
     shared_waited: u32,
     start_grace: u32,
+    not_conditional: u32,
+    version_refused: u32,
+    precondition_failed: u32,
 }
 
 impl Metrics {
@@ -100,6 +104,9 @@ impl Metrics {
             gate_given_up: counter("gate.given_up")?,
             shared_waited: counter("gate.shared_waited")?,
             start_grace: counter("start_grace")?,
+            not_conditional: counter("conditional.not_conditional")?,
+            version_refused: counter("conditional.version_refused")?,
+            precondition_failed: counter("conditional.precondition_failed")?,
         })
     }
 
@@ -126,6 +133,22 @@ impl Metrics {
     /// A fenced write was refused in the start grace.
     pub fn start_grace(&self) {
         let _ = hostcalls::increment_metric(self.start_grace, 1);
+    }
+
+    /// Conditional writes: a write that cannot be sent with a precondition was
+    /// refused (501).
+    pub fn not_conditional(&self) {
+        let _ = hostcalls::increment_metric(self.not_conditional, 1);
+    }
+
+    /// Conditional writes: the version chain refused a write (409).
+    pub fn version_refused(&self) {
+        let _ = hostcalls::increment_metric(self.version_refused, 1);
+    }
+
+    /// Conditional writes: the store refused a write's precondition (412).
+    pub fn precondition_failed(&self) {
+        let _ = hostcalls::increment_metric(self.precondition_failed, 1);
     }
 
     /// One batch's Txn sent.
@@ -290,7 +313,10 @@ impl RootContext for Root {
         };
         // Batching needs etcd without authentication (a batch's Txn is the VM's and
         // carries no request's token).
-        let batching = config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none());
+        // A conditional write is lent after its admission, by its own request: never
+        // answered by a batch.
+        let batching = config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none())
+            && config.conditional.is_none();
         let (vm, queue) = match wake::register() {
             Ok(w) => w,
             Err(e) => {

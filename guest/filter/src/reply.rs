@@ -8,7 +8,7 @@
 
 use crate::gate::Entered;
 use crate::{Filter, Tally};
-use fencekeeper_core::http::{Refusal, S3Error, ADMITTED_HEADER, HIGHEST_HEADER, S3_ERROR_CONTENT_TYPE};
+use fencekeeper_core::http::{Refusal, S3Error, S3ErrorDocument, ADMITTED_HEADER, HIGHEST_HEADER, S3_ERROR_CONTENT_TYPE};
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Verdict};
 use proxy_wasm::hostcalls;
@@ -135,6 +135,22 @@ impl Reply {
             }
             let _ = hostcalls::send_http_response(u32::from(refusal.http_status), headers, Some(body.as_bytes()));
         }
+    }
+}
+
+impl Reply {
+    /// Answer an error that is not a fencing refusal (a conditional write's version
+    /// conflict, 409, or a write that cannot be conditional, 501): `code` is its S3
+    /// error code when the store speaks S3.
+    pub fn error(&self, status: u32, code: &str, text: &str) {
+        let client = client().unwrap_or_else(|| "an unknown client".to_owned());
+        log::warn!("fencekeeper: refused a write from {client} ({status} {code}): {text}");
+        let (body, content_type) = match self.s3 {
+            true => (S3ErrorDocument { code, reason: text }.to_string(), S3_ERROR_CONTENT_TYPE),
+            false => (format!("{text}\n"), "text/plain; charset=utf-8"),
+        };
+        let headers = vec![("content-type", content_type)];
+        let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
     }
 }
 

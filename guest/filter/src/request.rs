@@ -14,6 +14,7 @@
 //! Every mark the filter raises is logged at info as an audit record
 //! (`fencekeeper-audit: {json}`), with the client's address.
 
+use crate::conditional::{self, Change as ChainChange, Done, Step, Update};
 use crate::confirms::Waiter;
 use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::headers::Seen;
@@ -30,8 +31,11 @@ use fencekeeper_core::s3::{self, Addressing, Multipart};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
+use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
+use md5::{Digest, Md5};
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, BufferType};
 use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
@@ -52,6 +56,31 @@ pub struct Request {
     upload: Option<Upload>,
     /// The store's answer to the CreateMultipartUpload in `upload` is being buffered.
     reading_upload_id: bool,
+    /// The request's headers ended it (no body follows).
+    headers_end: bool,
+    /// Conditional writes: a write that will be lent once admitted (`delete`).
+    to_lend: Option<bool>,
+    /// Conditional writes: the admitted write's progress on its version chain.
+    cond: Option<Cond>,
+    /// Conditional writes: a read whose answer may teach its resource's version.
+    read_of: Option<String>,
+}
+
+/// A conditional write's progress ([`conditional`]).
+struct Cond {
+    resource: String,
+    token: Token,
+    delete: bool,
+    /// Its body is still to come: it is lent once the body is whole.
+    body_to_come: bool,
+    /// The precondition its headers carry, once they went.
+    on: Option<Version>,
+    /// Its lend, once recorded.
+    lent: Option<Lend>,
+    /// The chain change in flight.
+    update: Option<Update>,
+    /// The store's status, while its answer settles the chain.
+    status: u16,
 }
 
 /// A multipart step the filter follows ([`uploads`]).
@@ -115,7 +144,19 @@ impl Request {
     /// A request of `filter`.
     pub fn new(filter: Rc<Filter>, context: u32) -> Request {
         let reply = Reply { context, ..Reply::default() };
-        Request { filter, context, pending: None, reply, batched: None, upload: None, reading_upload_id: false }
+        Request {
+            filter,
+            context,
+            pending: None,
+            reply,
+            batched: None,
+            upload: None,
+            reading_upload_id: false,
+            headers_end: false,
+            to_lend: None,
+            cond: None,
+            read_of: None,
+        }
     }
 
     /// Decide with the shared-data copy, then finish or go to etcd.
@@ -147,6 +188,23 @@ impl Request {
             }
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
         };
+        if let Some(c) = f.config.conditional {
+            let method = String::from_utf8_lossy(&seen.method);
+            let header = |name: &str| seen.conditional(name);
+            if let Some(why) = chain::unconditional(&method, &seen.path, header, c.deletes) {
+                f.metrics.not_conditional();
+                let text = format!(
+                    "cannot write {resource:?}: {why}: with conditional_writes the filter forwards only PUTs of an \
+                     object's bytes and DELETEs, each with a precondition on the version it last saw applied \
+                     (docs/envoy.md)"
+                );
+                self.reply.error(501, "NotImplemented", &text);
+                return Action::Pause;
+            }
+            let empty = seen.conditional("content-length") == Some(b"0");
+            self.to_lend = Some(method == "DELETE");
+            self.headers_end |= empty;
+        }
         if let Some(left) = grace_left(&f) {
             return self.in_start_grace(&resource, left);
         }
@@ -412,10 +470,291 @@ impl Request {
 
     /// Forward or refuse, as the core resolves the verdict (or why there is none).
     fn finish(&mut self, outcome: Result<Verdict, NoVerdict>, resource: &str, cause: &dyn std::fmt::Display) -> Action {
+        if let (Some(delete), Ok(Verdict::Admit { mark, .. })) = (self.to_lend.take(), &outcome) {
+            return self.lend(resource, *mark, delete);
+        }
         if !matches!(outcome, Ok(Verdict::Admit { .. })) {
             self.upload = None; // not admitted: its answer teaches nothing
         }
         self.reply.finish(&self.filter, outcome, resource, cause)
+    }
+}
+
+/// Conditional writes ([`conditional`]): lend, send, settle, learn.
+impl Request {
+    /// The write with `token` on `resource` was admitted: lend it on the resource's
+    /// chain before the store can apply it. A write whose body is still to come is
+    /// only peeked at now (its headers need the precondition); it is lent when its
+    /// body is whole ([`Request::body_whole`]).
+    fn lend(&mut self, resource: &str, token: Token, delete: bool) -> Action {
+        let f = Rc::clone(&self.filter);
+        let body_to_come = !delete && !self.headers_end;
+        let change = if body_to_come {
+            ChainChange::Peek(token)
+        } else {
+            let makes = if delete { Version::Absent } else { chain::content_version(&Md5::digest(b"").into()) };
+            ChainChange::Lend { token, makes: Some(makes), on: None }
+        };
+        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+        let (update, read) = Update::start(prefix, resource, change);
+        self.cond = Some(Cond {
+            resource: resource.to_owned(),
+            token,
+            delete,
+            body_to_come,
+            on: None,
+            lent: None,
+            update: Some(update),
+            status: 0,
+        });
+        match conditional::send(&f, &read) {
+            Ok(_) => Action::Pause,
+            Err(why) => self.lend_failed(&why),
+        }
+    }
+
+    /// The chain change in flight was answered by etcd.
+    fn on_chain(&mut self, response: &etcd::Response) {
+        let f = Rc::clone(&self.filter);
+        let Some(c) = self.cond.as_mut() else { return };
+        let Some(update) = c.update.as_mut() else { return };
+        let step = match update.answered(response) {
+            Step::Send(message) => match conditional::send(&f, &message) {
+                Ok(_) => return,
+                Err(why) => Step::Failed(why),
+            },
+            step => step,
+        };
+        let Some(change) = c.update.take().map(|u| u.change().clone()) else { return };
+        match (change, step) {
+            (ChainChange::Peek(_), Step::Done(Done::Lent(lend))) => {
+                // The headers go with the precondition; the body waits for the lend.
+                self.send_headers(&lend.on);
+            }
+            (ChainChange::Lend { .. }, Step::Done(Done::Lent(lend))) => {
+                let on = lend.on.clone();
+                c.lent = Some(lend);
+                if c.on.is_some() {
+                    let _ = hostcalls::resume_http_request(); // the body, held until now
+                } else {
+                    self.send_headers(&on);
+                }
+            }
+            (ChainChange::Peek(_) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => self.refuse_lend(refusal),
+            (ChainChange::Lend { .. }, Step::Done(Done::Moved { carried, now })) => {
+                f.metrics.version_refused();
+                let text = format!(
+                    "cannot write {:?}: the store's version moved from {carried} to {now} while the write's body \
+                     arrived (another write to the object went first); retry",
+                    c.resource
+                );
+                self.reply.error(409, "FencingVersionConflict", &text);
+            }
+            (ChainChange::Settle { .. }, Step::Done(Done::Chain(chain))) => self.settled(Some(&chain)),
+            (ChainChange::Settle { .. }, Step::Failed(why)) => {
+                log::error!(
+                    "fencekeeper: a write's answer was not recorded in the version chain of {:?}; it stays lent: \
+                     {why}",
+                    c.resource
+                );
+                self.settled(None);
+            }
+            (ChainChange::Learn(_), step) => {
+                if let Step::Failed(why) = step {
+                    log::warn!("fencekeeper: could not learn a version from a read: {why}");
+                }
+                let _ = hostcalls::resume_http_response();
+            }
+            (_, Step::Failed(why)) => {
+                if let Action::Continue = self.lend_failed(&why) {
+                    let _ = hostcalls::resume_http_request();
+                }
+            }
+            (_, Step::Done(_) | Step::Send(_)) => {
+                // Not an outcome any change has: refused, never forwarded.
+                self.reply.error(503, "FencingUnavailable", "an unexpected version chain outcome");
+            }
+        }
+    }
+
+    /// Put the precondition on `on` into the headers and let them go (the admitted
+    /// write is counted, and told to the upstream, now).
+    fn send_headers(&mut self, on: &Version) {
+        let f = Rc::clone(&self.filter);
+        let Some(c) = self.cond.as_mut() else { return };
+        c.on = Some(on.clone());
+        let (name, value) = conditional::precondition(on);
+        let _ = hostcalls::set_map_value(proxy_wasm::types::MapType::HttpRequestHeaders, name, Some(&value));
+        let (resource, token) = (c.resource.clone(), c.token);
+        let admitted = Ok(Verdict::Admit { mark: token, advanced: false });
+        if let Action::Continue = self.reply.finish(&f, admitted, &resource, &"") {
+            let _ = hostcalls::resume_http_request();
+        }
+    }
+
+    /// A chain could not be read or changed before the write went: refused, never
+    /// sent without its lend.
+    fn lend_failed(&mut self, why: &str) -> Action {
+        let f = Rc::clone(&self.filter);
+        let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
+        let cause = format!("the version chain could not be read or changed: {why}");
+        self.reply.finish(&f, Err(NoVerdict::StoreUnreachable), &resource, &cause)
+    }
+
+    /// The chain refuses to lend the write.
+    fn refuse_lend(&mut self, refusal: Refusal) {
+        let f = Rc::clone(&self.filter);
+        let Some(c) = self.cond.as_ref() else { return };
+        let (resource, token) = (c.resource.clone(), c.token);
+        f.metrics.version_refused();
+        match refusal {
+            Refusal::Stale(higher) => {
+                let stale = Ok(Verdict::Stale { mark: higher, presented: token });
+                let _ = self.reply.finish(&f, stale, &resource, &refusal);
+            }
+            other => self.reply.error(409, "FencingVersionConflict", &format!("cannot write {resource:?}: {other}")),
+        }
+    }
+
+    /// The store's answer to a lent write settled its chain (`None`: it could not be
+    /// recorded, and the write stays lent). A 412 is answered as the refusal it means.
+    fn settled(&mut self, chain: Option<&Chain>) {
+        let f = Rc::clone(&self.filter);
+        let Some(c) = self.cond.as_ref() else { return };
+        if c.status != 412 {
+            let _ = hostcalls::resume_http_response();
+            return;
+        }
+        let (resource, token) = (c.resource.clone(), c.token);
+        let higher = chain.and_then(|c| c.highest).filter(|h| h.partial_cmp(&token).is_some_and(|o| o.is_gt()));
+        let on = c.lent.as_ref().map_or_else(String::new, |l| l.on.to_string());
+        match higher {
+            Some(mark) => {
+                let cause = format!(
+                    "the store refused the write's precondition (412): a write with the higher token {mark} was \
+                     sent to it since"
+                );
+                let _ = self.reply.finish(&f, Ok(Verdict::Stale { mark, presented: token }), &resource, &cause);
+            }
+            None => {
+                let text = format!(
+                    "cannot write {resource:?}: the store refused the write's precondition (412): the object is not \
+                     at the version the filter last saw applied ({on}), as after a write whose answer was lost or a \
+                     writer that does not go through the fence. Read the object through the fence (GET or HEAD) so \
+                     it learns the version, then retry"
+                );
+                self.reply.error(409, "FencingVersionConflict", &text);
+            }
+        }
+    }
+
+    /// The store answered a lent write, or a read that may teach a version: settle
+    /// or learn on the chain before the answer goes on (`None`: nothing to do).
+    fn on_store_answer(&mut self) -> Option<Action> {
+        if self.read_of.is_none() && self.cond.as_ref().is_none_or(|c| c.lent.is_none()) {
+            return None;
+        }
+        let f = Rc::clone(&self.filter);
+        let via_upstream = self.get_property(vec!["response", "code_details"]).as_deref() == Some(b"via_upstream");
+        let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
+        let status = std::str::from_utf8(&status).ok().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        let etag = self.get_http_response_header_bytes("etag");
+        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str()).to_owned();
+        let (update, read) = if let Some(resource) = self.read_of.take() {
+            let seen = match status {
+                200 => etag.as_deref().and_then(|e| Version::tag(e).ok()),
+                404 => Some(Version::Absent),
+                _ => None,
+            };
+            let version = seen.filter(|_| via_upstream)?;
+            let (update, read) = Update::start(&prefix, &resource, ChainChange::Learn(version));
+            self.cond = Some(Cond {
+                resource,
+                token: Token::parse("0").ok()?,
+                delete: false,
+                body_to_come: false,
+                on: None,
+                lent: None,
+                update: None,
+                status,
+            });
+            (update, read)
+        } else {
+            let c = self.cond.as_mut()?;
+            let lend = c.lent.clone()?;
+            if !via_upstream {
+                log::warn!(
+                    "fencekeeper: gave up on a conditional write to {:?} ({status}): it stays lent, and the store \
+                     refuses it if it arrives late",
+                    c.resource
+                );
+                return None;
+            }
+            let (answer, unlearned) = Answer::of(status, etag.as_deref(), c.delete, &lend.on);
+            if let Some(why) = unlearned {
+                log::error!(
+                    "fencekeeper: the store applied a conditional write to {:?} without telling its version ({why}): \
+                     the next write is refused until a read through the fence tells it",
+                    c.resource
+                );
+            }
+            if answer == Answer::PreconditionFailed {
+                f.metrics.precondition_failed();
+            }
+            c.status = status;
+            Update::start(&prefix, &c.resource.clone(), ChainChange::Settle { id: lend.id, answer })
+        };
+        let c = self.cond.as_mut()?;
+        c.update = Some(update);
+        match conditional::send(&f, &read) {
+            Ok(_) => Some(Action::Pause),
+            Err(why) => {
+                c.update = None;
+                log::error!("fencekeeper: cannot reach etcd for the version chain of {:?}: {why}", c.resource);
+                if c.status == 412 {
+                    self.settled(None);
+                    return Some(Action::Pause);
+                }
+                None
+            }
+        }
+    }
+
+    /// The held body of a write to be lent is whole (`size` bytes): lend it with the
+    /// version its body makes, before the body goes.
+    fn body_whole(&mut self, size: usize) -> Action {
+        let f = Rc::clone(&self.filter);
+        let Some(c) = self.cond.as_mut() else { return Action::Continue };
+        let mut md5 = Md5::new();
+        let mut at = 0;
+        while at < size {
+            let n = (size - at).min(64 << 10);
+            let piece = hostcalls::get_buffer(BufferType::HttpRequestBody, at, n).ok().flatten().unwrap_or_default();
+            if piece.is_empty() {
+                break;
+            }
+            at += piece.len();
+            md5.update(&piece);
+        }
+        let makes = chain::content_version(&md5.finalize().into());
+        let change = ChainChange::Lend { token: c.token, makes: Some(makes), on: c.on.clone() };
+        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+        let (update, read) = Update::start(prefix, &c.resource, change);
+        c.update = Some(update);
+        match conditional::send(&f, &read) {
+            Ok(_) => Action::Pause,
+            Err(why) => {
+                c.update = None;
+                let text = format!("cannot write {:?}: the version chain could not be read: {why}", c.resource);
+                self.reply.error(503, "FencingUnavailable", &text);
+                Action::Pause
+            }
+        }
+    }
+
+    /// A write to be lent whose body is still held (its lend not made).
+    fn holding_body(&self) -> bool {
+        self.cond.as_ref().is_some_and(|c| c.body_to_come && c.on.is_some() && c.lent.is_none())
     }
 }
 
@@ -451,6 +790,9 @@ impl Drop for Request {
 impl Context for Request {
     fn on_grpc_call_response(&mut self, _token: u32, status_code: u32, size: usize) {
         let response = etcd::response(status_code, size);
+        if self.cond.as_ref().is_some_and(|c| c.update.is_some()) {
+            return self.on_chain(&response);
+        }
         let Some(p) = self.pending.as_ref() else { return };
         let (resource, stage) = (p.resource.clone(), p.stage);
         // With a user: an authentication's answer, or a call refused for its token.
@@ -527,7 +869,8 @@ fn decoded(value: &[u8]) -> Vec<u8> {
 }
 
 impl HttpContext for Request {
-    fn on_http_request_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+    fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
+        self.headers_end = end_of_stream;
         // One host call for every header the filter reads (the byte variant: the
         // String one panics on non-UTF-8 values).
         let seen = Seen::from(self.get_http_request_headers_bytes(), &self.filter);
@@ -547,12 +890,42 @@ impl HttpContext for Request {
             if seen.admitted {
                 self.set_http_request_header(ADMITTED_HEADER, None);
             }
+            if self.filter.config.conditional.is_some() && matches!(&seen.method[..], b"GET" | b"HEAD") {
+                // Its answer may tell a version the filter lost (docs/envoy.md).
+                let path = written_path(&self.filter, &seen).ok();
+                let key = path.as_deref().and_then(|p| self.filter.config.resource.key(p, None).ok());
+                self.read_of = key.filter(|k| fencekeeper_core::resource::check(k).is_ok()).map(str::to_owned);
+            }
             return Action::Continue;
         }
         self.start(seen)
     }
 
+    fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
+        if !self.holding_body() {
+            return Action::Continue;
+        }
+        if !end_of_stream || self.cond.as_ref().is_some_and(|c| c.update.is_some()) {
+            return Action::Pause; // Envoy buffers the body until it is whole
+        }
+        self.body_whole(body_size)
+    }
+
+    fn on_http_request_trailers(&mut self, _num_trailers: usize) -> Action {
+        if !self.holding_body() {
+            return Action::Continue;
+        }
+        // Trailers would release the held body: the write is refused instead.
+        self.filter.metrics.not_conditional();
+        let text = "a conditional write's body cannot end in trailers: send it without them (docs/envoy.md)";
+        self.reply.error(501, "NotImplemented", text);
+        Action::Pause
+    }
+
     fn on_http_response_headers(&mut self, _num_headers: usize, _end_of_stream: bool) -> Action {
+        if let Some(action) = self.on_store_answer() {
+            return action;
+        }
         // The write's flight ends at once only if the store answered it: a local reply
         // (the route's timeout, an upstream reset) says nothing of whether the store
         // will still apply it.

@@ -154,6 +154,28 @@ pub struct Args {
     /// a higher one. For measurements and demonstrations only.
     #[arg(long)]
     no_gate: bool,
+    /// Conditional writes: each admitted PUT or DELETE goes to the store with
+    /// `If-Match` on the version the store gave the last write (`If-None-Match: *` for
+    /// a new object), lent on the resource's version chain in etcd first, so the store
+    /// itself refuses a late write (412), with no store apply bound and no ordering
+    /// gate. Needs a store that honours If-Match on writes (docs/operations.md) and
+    /// --precondition-probe. Reads go through the filter too: their ETag teaches a
+    /// version the filter lost.
+    #[arg(
+        long,
+        requires = "precondition_probe",
+        conflicts_with_all = ["no_gate", "no_etcd", "resource_header", "shared_gate", "store_apply_bound"]
+    )]
+    conditional_writes: bool,
+    /// With --conditional-writes: a path on the store (--upstream) that the probe may
+    /// write and delete, to check now that the store refuses a stale If-Match on PUT
+    /// (else no configuration is written) and on DELETE (else deletes are refused); or
+    /// `off`, to vouch for the store yourself (deletes are then sent conditionally).
+    #[arg(long, requires = "conditional_writes", value_name = "PATH|off")]
+    precondition_probe: Option<String>,
+    /// What the probe found: the store honours If-Match on DELETE.
+    #[arg(skip)]
+    conditional_deletes: bool,
     /// Testing only: requests with this header make the filter trap (exercises the
     /// failure policy). Never set it in production.
     #[arg(long, hide = true)]
@@ -161,7 +183,22 @@ pub struct Args {
 }
 
 /// Run the subcommand.
-pub fn run(args: Args) -> Result<ExitCode> {
+pub fn run(mut args: Args) -> Result<ExitCode> {
+    match args.precondition_probe.as_deref() {
+        None => {}
+        Some("off") => args.conditional_deletes = true,
+        Some(path) => {
+            anyhow::ensure!(path.starts_with('/'), "--precondition-probe {path:?}: give a path starting with /, or off");
+            let upstream: hyper::Uri = format!("http://{}/", args.upstream)
+                .parse()
+                .map_err(|e| anyhow!("--upstream {:?} is not HOST:PORT: {e}", args.upstream))?;
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            let probed = runtime
+                .block_on(fencekeeper_gateway::conditional::probe(&upstream, path))
+                .map_err(|e| anyhow!("--conditional-writes: {e}"))?;
+            args.conditional_deletes = probed.deletes;
+        }
+    }
     let filter = match (&args.filter, &args.write_filter) {
         (Some(p), _) => p.clone(),
         (None, Some(p)) => write_filter(p)?,
@@ -220,7 +257,7 @@ fn fenced_methods(args: &Args) -> Result<Option<Vec<String>>> {
 /// With a list of fenced methods, only those enter the filter, matched without
 /// regard to case as the filter matches them: a method the route lets past must be
 /// one the filter would not fence, or a write would skip fencing.
-fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration) -> String {
+fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration, conditional: bool) -> String {
     let timeout = envoy_duration(timeout);
     let pass = format!(
         "                route: {{ cluster: store, timeout: {timeout} }}
@@ -242,17 +279,25 @@ fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration) -> S
         )
     };
     const EVERY: &str = "              - match: { prefix: \"/\" }\n";
+    // With conditional writes GET and HEAD enter the filter (unfenced): their answers
+    // teach a version the filter lost.
+    let learns = |m: &&str| conditional && matches!(*m, "GET" | "HEAD");
+    let skip: Vec<&str> = protocol.reads().iter().copied().filter(|m| !learns(m)).collect();
     match fenced {
+        None if skip.is_empty() => format!("              # Every request enters the filter.\n{EVERY}{fence}"),
         None => format!(
             "              # Reads are not fenced ({}: the filter's default for --protocol {}).\n{}{pass}{EVERY}{fence}",
             protocol.reads().join(", "),
             protocol.name(),
-            matching(&protocol.reads().join("|"))
+            matching(&skip.join("|"))
         ),
         Some(list) => {
             // Method names are HTTP tokens, whose punctuation RE2 reads literally
             // when escaped.
-            let names: Vec<String> = list.iter().map(|m| regex_escape(m)).collect();
+            let mut names: Vec<String> = list.iter().map(|m| regex_escape(m)).collect();
+            if conditional {
+                names.extend(["GET".to_owned(), "HEAD".to_owned()]);
+            }
             format!(
                 "              # Only the fenced methods (--fenced-methods) enter the filter.\n{}{fence}{EVERY}{pass}",
                 matching(&format!("(?i)(?:{})", names.join("|")))
@@ -299,7 +344,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         Some(h) => ResourceSettings { from: Some(KeyFrom::Header), header: Some(h.clone()), strip_prefix: None },
         None => ResourceSettings { from: Some(KeyFrom::Path), header: None, strip_prefix: args.strip_prefix.clone() },
     };
-    let gate = if args.no_gate {
+    let gate = if args.no_gate || args.conditional_writes {
         Switch::Off
     } else {
         let bound = args.store_apply_bound.unwrap_or(args.route_timeout);
@@ -335,6 +380,8 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         resource: Some(resource),
         gate,
         start_grace_ms: (!args.start_grace.is_zero()).then_some(args.start_grace.as_millis() as u64),
+        conditional_writes: args.conditional_writes.then_some(true),
+        conditional_deletes: args.conditional_writes.then_some(args.conditional_deletes),
         test_fault_header: args.test_fault_header.clone(),
         ..Settings::default()
     }
@@ -535,7 +582,10 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     if args.route_timeout.is_zero() {
         bail!("--route-timeout must be above 0: Envoy must give up on a store that does not answer");
     }
-    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout);
+    if args.conditional_writes && args.mode != "correctness" {
+        bail!("--conditional-writes needs --mode correctness: a write that cannot be lent must be refused");
+    }
+    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, args.conditional_writes);
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);

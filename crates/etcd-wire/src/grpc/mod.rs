@@ -421,6 +421,19 @@ pub fn replace_txn(key: &[u8], expect: Expect<'_>, new: Option<&[u8]>) -> Vec<u8
     txn(&[(key, expect)], &[write], &[])
 }
 
+/// A read-only transaction that reads `key`: a linearizable read through the one
+/// method (`Txn`) a host already calls.
+pub fn read_txn(key: &[u8]) -> Vec<u8> {
+    txn(&[], &[Op::Range(Range::of(key))], &[])
+}
+
+/// Put `new` at `key` if it still holds `expected` (`None`: absent), else read it
+/// back in the same round trip (the failure branch's one read).
+pub fn swap_txn(key: &[u8], expected: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
+    let expect = expected.map_or(Expect::Absent, Expect::Value);
+    txn(&[(key, expect)], &[Op::Put { key, value: new, lease: None }], &[Op::Range(Range::of(key))])
+}
+
 /// etcd's lease service (`fencekeeper lock --etcd`).
 pub const LEASE_SERVICE: &str = "etcdserverpb.Lease";
 /// Its method that grants a lease with a TTL.

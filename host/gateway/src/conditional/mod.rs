@@ -100,21 +100,9 @@ impl Conditional {
     /// Why this write cannot be made conditional (refused before it is admitted), or
     /// `None` when it can.
     pub fn unsupported(&self, parts: &Parts) -> Option<String> {
-        let why = if parts.method != Method::PUT && parts.method != Method::DELETE {
-            format!("{} cannot be made conditional", parts.method)
-        } else if parts.method == Method::DELETE && !self.deletes {
-            "the store was not seen honouring If-Match on a DELETE (the start-up probe), so a late delete could \
-             land"
-                .to_owned()
-        } else if parts.headers.contains_key(IF_MATCH) || parts.headers.contains_key(IF_NONE_MATCH) {
-            "the write carries If-Match or If-None-Match, and the gateway sets the precondition itself".to_owned()
-        } else if parts.headers.contains_key("x-amz-copy-source") {
-            "an S3 copy's version cannot be told before it is made".to_owned()
-        } else if parts.uri.query().is_some_and(|q| q.split('&').any(|p| p.starts_with("uploadId"))) {
-            "a part of an S3 multipart upload cannot be made conditional".to_owned()
-        } else {
-            return None;
-        };
+        let target = parts.uri.path_and_query().map_or("", |p| p.as_str());
+        let header = |name: &str| parts.headers.get(name).map(|v| v.as_bytes());
+        let why = chain::unconditional(parts.method.as_str(), target.as_bytes(), header, self.deletes)?;
         Some(format!(
             "{why}: with --conditional-writes the gateway forwards only PUTs of an object's bytes and DELETEs, each \
              with a precondition on the version it last saw applied (docs/gateway.md)"
@@ -151,7 +139,7 @@ impl Conditional {
         // What the write would make the version: known in advance for a delete, and
         // for a store whose ETags are the body's MD5 (S3's single-part uploads). For
         // any other store it never matches, which is right: its versions never repeat.
-        let makes = if delete { Version::Absent } else { Version::Tag(format!("\"{:x}\"", Md5::digest(body))) };
+        let makes = if delete { Version::Absent } else { chain::content_version(&Md5::digest(body).into()) };
         let mut lent = self.lend_on_chain(resource, token, &makes).await;
         // A version the gateway does not know: ask the store (a HEAD of the object),
         // learn what it says, and lend again. A store that wants credentials for it

@@ -265,7 +265,7 @@ impl crate::chain::ChainStore for EtcdStore {
 impl EtcdStore {
     /// The etcd key holding `resource`'s version chain.
     fn chain_key(&self, resource: &str) -> String {
-        format!("{}.chains/{resource}", self.prefix.trim_end_matches('/'))
+        fencekeeper_etcd_wire::chain_key(&self.prefix, resource)
     }
 }
 

@@ -1,0 +1,275 @@
+//! Conditional writes through Envoy (`conditional_writes`): the store's own
+//! compare-and-swap enforces the order the filter decided, whenever a write arrives.
+//!
+//! Each admitted PUT or DELETE is *lent* on its resource's version chain in etcd
+//! (`fencekeeper_chain`, the record the gateway keeps, under the same key) before
+//! the store can apply it, and goes with `If-Match` on the version the store gave the
+//! last write the filter saw applied (`If-None-Match: *` while the object is
+//! absent). The store's answer settles the chain; a write given up on stays lent, so
+//! no later write may bring the store back to the version it is conditioned on.
+//!
+//! Envoy sends a request's headers upstream before the filter sees its body, and the
+//! version a PUT makes (its body's MD5, on S3) is known only from the body. So a
+//! write whose body is still to come is lent in two steps: at the headers the chain
+//! is read for the precondition they carry (nothing is written), and the body is
+//! held in Envoy until it is whole; then the write is lent, with the version it makes
+//! checked against every open lend, atomically, and only then is the body released.
+//! The store cannot apply a write before it has the whole body, so the lend exists
+//! before the write can apply, as in the gateway. A write whose body is empty (a
+//! DELETE, or an empty PUT) is lent at once, before its headers go.
+
+use crate::etcd::{self, Method, Response};
+use crate::Filter;
+use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
+use fencekeeper_core::Token;
+use fencekeeper_etcd_wire::grpc;
+
+/// How many lost compare-and-swap races one change of a chain tolerates.
+const MAX_ROUNDS: u32 = 16;
+
+/// What a write to a resource's chain changes.
+#[derive(Clone, Debug)]
+pub enum Change {
+    /// Read only: what the write would be lent on, for the headers that go before
+    /// its body.
+    Peek(Token),
+    /// Lend the write, which makes `makes` (when told: the body's MD5, or absent for a
+    /// delete). `on`: the precondition its headers already carry, which the lend must
+    /// be on.
+    Lend {
+        /// The write's token.
+        token: Token,
+        /// The version it makes, if told.
+        makes: Option<Version>,
+        /// The precondition its headers carry, if they went.
+        on: Option<Version>,
+    },
+    /// The store answered lend `id`.
+    Settle {
+        /// The lend.
+        id: u64,
+        /// What the store's answer says.
+        answer: Answer,
+    },
+    /// A read through the filter saw the store at this version.
+    Learn(Version),
+}
+
+/// What a change of a chain came to.
+#[derive(Clone, Debug)]
+pub enum Done {
+    /// `Peek`: the lend the write would get. `Lend`: the lend it got, recorded.
+    Lent(Lend),
+    /// The chain refuses the write.
+    Refused(Refusal),
+    /// The lend would be on another version than the one the headers carried: the
+    /// store's version moved while the body arrived.
+    Moved {
+        /// The precondition the headers carried.
+        carried: Version,
+        /// The version the chain has now.
+        now: Version,
+    },
+    /// `Settle` or `Learn`: the chain after it.
+    Chain(Chain),
+}
+
+/// The next thing to do with a change in flight.
+pub enum Step {
+    /// Send this Txn to etcd and wait for its answer.
+    Send(Vec<u8>),
+    /// The change is done (recorded if it changed the chain).
+    Done(Done),
+    /// The change could not be made: why, on one line.
+    Failed(String),
+}
+
+/// One change of `resource`'s chain: read, change, and swap in only if nobody
+/// changed the record meanwhile (else again, from the record the lost swap read).
+pub struct Update {
+    resource: String,
+    key: String,
+    change: Change,
+    rounds: u32,
+    /// The swap in flight, and what it means once it succeeds.
+    swapping: Option<Done>,
+}
+
+impl Update {
+    /// A change of `resource`'s chain (under `key_prefix`) and the first call: a read.
+    pub fn start(key_prefix: &str, resource: &str, change: Change) -> (Update, Vec<u8>) {
+        let key = fencekeeper_etcd_wire::chain_key(key_prefix, resource);
+        let read = grpc::read_txn(key.as_bytes());
+        (Update { resource: resource.to_owned(), key, change, rounds: 0, swapping: None }, read)
+    }
+
+    /// The change this update makes.
+    pub fn change(&self) -> &Change {
+        &self.change
+    }
+
+    /// etcd answered the last call.
+    pub fn answered(&mut self, response: &Response) -> Step {
+        let answer = match etcd::txn_answer(response) {
+            Ok(answer) => answer,
+            Err(e) => return Step::Failed(format!("etcd did not answer the version chain's read or swap: {e}")),
+        };
+        if let (Some(done), true) = (&self.swapping, answer.succeeded) {
+            return Step::Done(done.clone());
+        }
+        self.swapping = None;
+        // A read's one operation, or a lost swap's read-back.
+        match answer.read(0) {
+            Ok(kvs) => self.apply(kvs.into_iter().next().map(|kv| kv.value)),
+            Err(e) => Step::Failed(format!("etcd's answer lacks the version chain's read: {}", e.0)),
+        }
+    }
+
+    /// Change the chain `raw` records (none: a new chain), and swap it in if it changed.
+    fn apply(&mut self, raw: Option<Vec<u8>>) -> Step {
+        let mut chain = match raw.as_deref().map(|bytes| chain::decode(&self.resource, bytes)) {
+            None => Chain::new(),
+            Some(Ok(chain)) => chain,
+            Some(Err(e)) => {
+                let resource = fencekeeper_etcd_wire::excerpt(&self.resource);
+                return Step::Failed(format!(
+                    "the version chain of {resource} in etcd is damaged: {e}; it is not trusted (inspect it with \
+                     `fencekeeper marks --etcd URL --chain RESOURCE`)"
+                ));
+            }
+        };
+        let before = chain.clone();
+        let done = match &self.change {
+            Change::Peek(token) => match chain.clone().lend(*token, None) {
+                Ok(lend) => return Step::Done(Done::Lent(lend)),
+                Err(refusal) => return Step::Done(Done::Refused(refusal)),
+            },
+            Change::Lend { token, makes, on } => match chain.lend(*token, makes.as_ref()) {
+                Err(refusal) => return Step::Done(Done::Refused(refusal)),
+                Ok(lend) => match on.as_ref().filter(|carried| **carried != lend.on) {
+                    Some(carried) => return Step::Done(Done::Moved { carried: carried.clone(), now: lend.on }),
+                    None => Done::Lent(lend),
+                },
+            },
+            Change::Settle { id, answer } => {
+                chain.settle(*id, answer);
+                Done::Chain(chain.clone())
+            }
+            Change::Learn(version) => {
+                chain.learn(version.clone());
+                Done::Chain(chain.clone())
+            }
+        };
+        if chain == before {
+            return Step::Done(done);
+        }
+        if self.rounds >= MAX_ROUNDS {
+            return Step::Failed(format!("gave up after {MAX_ROUNDS} lost compare-and-swap races on the version chain"));
+        }
+        self.rounds += 1;
+        let record = chain::encode(&self.resource, &chain);
+        self.swapping = Some(done);
+        Step::Send(grpc::swap_txn(self.key.as_bytes(), raw.as_deref(), record.as_bytes()))
+    }
+}
+
+/// Send one Txn of a chain change to etcd, with the VM's etcd token if a user is
+/// configured (the write's admission authenticated already).
+pub fn send(f: &Filter, message: &[u8]) -> Result<u32, String> {
+    let e = f.config.etcd.as_ref().ok_or("conditional writes need etcd")?;
+    let token = f.auth.as_ref().and_then(|a| a.token()).map(|(token, _)| token);
+    if f.auth.is_some() && token.is_none() {
+        return Err("not authenticated to etcd (the token was dropped): retry".to_owned());
+    }
+    etcd::call(e, Method::Txn, token.as_deref(), message)
+}
+
+/// The precondition header a write lent on `on` carries: its name and value.
+pub fn precondition(on: &Version) -> (&'static str, String) {
+    match on {
+        Version::Absent => ("if-none-match", "*".to_owned()),
+        Version::Tag(tag) => ("if-match", tag.clone()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use fencekeeper_core::token;
+    use fencekeeper_etcd_wire::{grpc::txn_answer, KeyValue};
+
+    fn kv(value: &[u8]) -> KeyValue {
+        KeyValue { key: b"k".to_vec(), value: value.to_vec(), create_revision: 3 }
+    }
+
+    fn read(value: Option<&[u8]>) -> Response {
+        let kvs: Vec<KeyValue> = value.map(kv).into_iter().collect();
+        Ok(txn_answer(true, 9, &[Some(&kvs)]))
+    }
+
+    fn tag(s: &str) -> Version {
+        Version::Tag(format!("\"{s}\""))
+    }
+
+    #[test]
+    fn a_lend_reads_swaps_and_on_a_lost_race_changes_the_record_it_read_back() {
+        let (mut u, first) = Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None });
+        assert_eq!(first, grpc::read_txn(b"/p.chains/r"));
+        let Step::Send(swap) = u.answered(&read(None)) else { panic!("a new chain is swapped in") };
+        assert_eq!(swap, {
+            let mut c = Chain::new();
+            c.lend(token!("5"), None).unwrap();
+            grpc::swap_txn(b"/p.chains/r", None, chain::encode("r", &c).as_bytes())
+        });
+        // Someone else lent token 7 meanwhile: the lend of 5 is now stale.
+        let mut theirs = Chain::new();
+        theirs.lend(token!("7"), None).unwrap();
+        let record = chain::encode("r", &theirs);
+        let lost = Ok(txn_answer(false, 10, &[Some(&[kv(record.as_bytes())])]));
+        assert!(matches!(u.answered(&lost), Step::Done(Done::Refused(Refusal::Stale(t))) if t == token!("7")));
+    }
+
+    #[test]
+    fn a_committed_swap_reports_the_lend_and_a_peek_never_writes() {
+        let (mut u, _) = Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None });
+        assert!(matches!(u.answered(&read(None)), Step::Send(_)));
+        let committed = Ok(txn_answer(true, 11, &[]));
+        assert!(matches!(u.answered(&committed), Step::Done(Done::Lent(l)) if l.on == Version::Absent));
+        let (mut peek, _) = Update::start("/p/", "r", Change::Peek(token!("5")));
+        assert!(matches!(peek.answered(&read(None)), Step::Done(Done::Lent(l)) if l.on == Version::Absent));
+    }
+
+    #[test]
+    fn a_lend_on_another_version_than_the_headers_carried_is_not_recorded() {
+        let mut c = Chain::new();
+        let l = c.lend(token!("5"), None).unwrap();
+        c.settle(l.id, &Answer::Applied(Some(tag("b"))));
+        let record = chain::encode("r", &c);
+        let change = Change::Lend { token: token!("6"), makes: Some(tag("c")), on: Some(Version::Absent) };
+        let (mut u, _) = Update::start("/p/", "r", change);
+        let step = u.answered(&read(Some(record.as_bytes())));
+        assert!(matches!(step, Step::Done(Done::Moved { carried: Version::Absent, now }) if now == tag("b")));
+    }
+
+    #[test]
+    fn a_damaged_chain_or_a_failed_call_is_a_failure_never_a_new_chain() {
+        let mut record = chain::encode("r", &Chain::new()).into_bytes();
+        record[5] ^= 1;
+        let (mut u, _) = Update::start("/p/", "r", Change::Peek(token!("5")));
+        assert!(matches!(u.answered(&read(Some(&record))), Step::Failed(why) if why.contains("damaged")));
+        let other = chain::encode("q", &Chain::new());
+        assert!(matches!(u.answered(&read(Some(other.as_bytes()))), Step::Failed(_)), "another resource's record");
+        let down = Err(grpc::Status { code: 14, message: "no healthy upstream".into() });
+        assert!(matches!(u.answered(&down), Step::Failed(_)));
+        assert!(matches!(u.answered(&Ok(txn_answer(true, 9, &[]))), Step::Failed(why) if why.contains("lacks")));
+    }
+
+    #[test]
+    fn a_settle_that_changes_nothing_writes_nothing() {
+        let (mut u, _) = Update::start("/p/", "r", Change::Settle { id: 4, answer: Answer::NotApplied });
+        assert!(matches!(u.answered(&read(None)), Step::Done(Done::Chain(_))));
+        let (mut learn, _) = Update::start("/p/", "r", Change::Learn(tag("a")));
+        assert!(matches!(learn.answered(&read(None)), Step::Done(Done::Chain(c)) if c.current == Some(Version::Absent)));
+    }
+}
