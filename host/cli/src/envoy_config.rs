@@ -188,7 +188,10 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         None => {}
         Some("off") => args.conditional_deletes = true,
         Some(path) => {
-            anyhow::ensure!(path.starts_with('/'), "--precondition-probe {path:?}: give a path starting with /, or off");
+            anyhow::ensure!(
+                path.starts_with('/'),
+                "--precondition-probe {path:?}: give a path starting with /, or off"
+            );
             let upstream: hyper::Uri = format!("http://{}/", args.upstream)
                 .parse()
                 .map_err(|e| anyhow!("--upstream {:?} is not HOST:PORT: {e}", args.upstream))?;

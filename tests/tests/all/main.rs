@@ -15,6 +15,7 @@ mod e2e_clients;
 mod e2e_conditional;
 mod e2e_envoy;
 mod e2e_envoy_auth;
+mod e2e_envoy_conditional;
 mod e2e_envoy_config;
 mod e2e_envoy_gate;
 mod e2e_envoy_provenance;

@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::store::StoreError;
-use proptest::prelude::*;
 use fencekeeper_core::Token;
+use proptest::prelude::*;
 
 fn t(n: u64) -> Token {
     Token::parse(&n.to_string()).unwrap_or_else(|_| unreachable!())

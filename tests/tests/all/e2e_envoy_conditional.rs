@@ -1,0 +1,281 @@
+//! Conditional writes through Envoy (`fencekeeper envoy-config --conditional-writes`)
+//! in front of a real store that honours preconditions: moto's S3 server (PyPI),
+//! checking every SigV4 signature, written with boto3 through a real Envoy with the
+//! filter and a real etcd. A relay between Envoy and moto holds the old holder's PUT,
+//! then lets it reach the store late: after Envoy gave up on it (the route timeout),
+//! after Envoy was SIGKILLed and restarted without a start grace, or while a second
+//! Envoy on the same etcd admitted a newer write.
+//!
+//! Each story ends with the late write refused by moto itself (412) and the new
+//! holder's object kept, and has a control without conditional writes where the same
+//! schedule lets the late write land last. The tokens are made up: the order is the
+//! story.
+
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use fencekeeper_harness::envoy::{generate, Envoy};
+use fencekeeper_harness::gateway::RecordingUpstream;
+use fencekeeper_harness::moto::Moto;
+use fencekeeper_harness::relay::{Relay, Trap};
+use fencekeeper_harness::s3::{Boto, BotoRun};
+use fencekeeper_harness::services::Etcd;
+use std::net::SocketAddr;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+const BUCKET: &str = "ledger";
+const KEY: &str = "q3.csv";
+const FIRST: &[u8] = b"q3,first version (token 32)\n";
+const NEW: &[u8] = b"q3,written by the new holder (token 34)\n";
+const OLD: &[u8] = b"q3,written by the OLD HOLDER, who paused (token 33)\n";
+/// What the relay looks for to hold the old holder's write.
+const OLD_MARK: &[u8] = b"OLD HOLDER";
+const PRECONDITION_FAILED: &str = "wasmcustom.fencekeeper.conditional.precondition_failed";
+
+/// moto with the bucket, a relay in front of it, and etcd.
+fn store() -> (Moto, Relay, Etcd) {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let relay = Relay::start(moto.addr).unwrap();
+    (moto, relay, Etcd::start().unwrap())
+}
+
+/// An Envoy with two workers in front of `upstream`, S3, marks in `etcd`; with or
+/// without conditional writes (moto refuses an anonymous probe: vouched for).
+fn envoy(upstream: SocketAddr, etcd: &Etcd, conditional: bool, more: &[&str]) -> Envoy {
+    let (up, client) = (upstream.to_string(), etcd.client.to_string());
+    let mut args = vec!["--upstream", &up, "--etcd", &client, "--protocol", "s3", "--provenance", "off"];
+    if conditional {
+        args.extend(["--conditional-writes", "--precondition-probe", "off"]);
+    }
+    args.extend(more);
+    Envoy::start(2, &args).unwrap()
+}
+
+fn url(envoy: &Envoy) -> String {
+    format!("http://{}", envoy.listen)
+}
+
+fn client(envoy: &Envoy, moto: &Moto, token: &str) -> Boto {
+    Boto::new(&url(envoy), moto.access_key()).with_token_header(token)
+}
+
+fn put(envoy: &Envoy, moto: &Moto, token: &str, body: &[u8]) -> BotoRun {
+    client(envoy, moto, token).put(BUCKET, KEY, body, None).unwrap()
+}
+
+/// The old holder's write, held by the relay.
+struct Held {
+    trap: Trap,
+    arrived: Receiver<()>,
+    release: Sender<()>,
+}
+
+/// Hold the next request through `relay` that carries the old holder's body.
+fn hold_old(relay: &Relay) -> Held {
+    let (release, held) = mpsc::channel::<()>();
+    let (arrive, arrived) = mpsc::channel::<()>();
+    let trap = relay.trap(OLD_MARK, move || {
+        let _ = arrive.send(());
+        let _ = held.recv_timeout(Duration::from_secs(120));
+        Ok(())
+    });
+    Held { trap, arrived, release }
+}
+
+/// The old holder's PUT through `envoy`, in the background (it is held), once the
+/// relay has it.
+fn old_put_held(envoy: &Envoy, moto: &Moto, held: &Held) -> JoinHandle<BotoRun> {
+    let boto = client(envoy, moto, "33");
+    let old = std::thread::spawn(move || boto.put(BUCKET, KEY, OLD, None).unwrap());
+    held.arrived.recv_timeout(Duration::from_secs(30)).expect("the old holder's write never reached the relay");
+    old
+}
+
+/// Let the held write go on to moto, and return moto's status line for it.
+fn release_and_answer(held: Held) -> String {
+    held.release.send(()).unwrap();
+    held.trap.wait_fired(Duration::from_secs(30)).unwrap();
+    let answer = held.trap.wait_answered(Duration::from_secs(30)).unwrap();
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let last = text.lines().find(|l| l.starts_with("HTTP/1.1 ") && !l.starts_with("HTTP/1.1 100"));
+    last.unwrap_or_default().to_owned()
+}
+
+fn object(moto: &Moto) -> Vec<u8> {
+    moto.get(BUCKET, KEY).unwrap().unwrap().0
+}
+
+/// The slow write: 33 is forwarded and held; Envoy's route gives up on it; 34 lands;
+/// then 33 reaches the store. Without conditional writes the gate's store apply bound
+/// is 0 (what a bound too short for a real stall amounts to).
+fn slow_write_story(conditional: bool) -> (String, Vec<u8>, String) {
+    let (moto, relay, etcd) = store();
+    let more = if conditional {
+        vec!["--route-timeout", "1s"]
+    } else {
+        vec!["--route-timeout", "1s", "--store-apply-bound", "0s"]
+    };
+    let envoy = envoy(relay.addr, &etcd, conditional, &more);
+    assert!(put(&envoy, &moto, "32", FIRST).ok, "{}", envoy.log());
+    let held = hold_old(&relay);
+    let old = old_put_held(&envoy, &moto, &held).join().unwrap();
+    assert_eq!(old.status, Some(504), "Envoy's route gives up on the held write: {old:?}");
+    let new = put(&envoy, &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", envoy.log());
+    let late = release_and_answer(held);
+    (late, object(&moto), envoy.log())
+}
+
+#[test]
+fn a_write_envoy_gave_up_on_is_refused_by_the_store_when_it_arrives_late() {
+    let (late, object, log) = slow_write_story(true);
+    assert!(late.contains(" 412 "), "moto did not refuse the late write's precondition: {late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+}
+
+#[test]
+fn without_conditional_writes_the_write_envoy_gave_up_on_lands_last() {
+    let (late, object, _) = slow_write_story(false);
+    assert!(late.contains(" 200 "), "{late:?}");
+    assert_eq!(object, OLD, "the control shows the window conditional writes close");
+}
+
+/// The crash: 33 is held at the relay when Envoy is SIGKILLed; it restarts (no start
+/// grace), 34 lands, then 33 reaches the store.
+fn crash_story(conditional: bool) -> (String, Vec<u8>, String) {
+    let (moto, relay, etcd) = store();
+    let mut envoy = envoy(relay.addr, &etcd, conditional, &[]);
+    assert!(put(&envoy, &moto, "32", FIRST).ok, "{}", envoy.log());
+    let held = hold_old(&relay);
+    let old = old_put_held(&envoy, &moto, &held);
+    envoy.restart().unwrap(); // SIGKILL, then the same configuration
+    assert!(!old.join().unwrap().ok, "the old holder saw its write fail with Envoy");
+    let new = put(&envoy, &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", envoy.log());
+    if conditional {
+        // The lent write outlived the crash: the chain may not come back to its version.
+        let back = put(&envoy, &moto, "34", FIRST);
+        assert_eq!((back.status, back.code.as_str()), (Some(409), "FencingVersionConflict"), "{back:?}");
+        assert!(back.message.contains("write different bytes"), "{back:?}");
+    }
+    let late = release_and_answer(held);
+    (late, object(&moto), envoy.log())
+}
+
+#[test]
+fn a_write_in_flight_when_envoy_was_sigkilled_is_refused_by_the_store_after_the_restart() {
+    let (late, object, log) = crash_story(true);
+    assert!(late.contains(" 412 "), "{late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+}
+
+#[test]
+fn without_conditional_writes_a_write_in_flight_at_an_envoy_crash_lands_after_the_restart() {
+    let (late, object, _) = crash_story(false);
+    assert!(late.contains(" 200 "), "{late:?}");
+    assert_eq!(object, OLD, "the control shows the window a start grace would have to cover");
+}
+
+/// Two Envoys on one etcd, without a shared gate: 33 through the first is held; 34
+/// goes through the second; then 33 reaches the store.
+fn two_envoys_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String) {
+    let (moto, relay, etcd) = store();
+    let first = envoy(relay.addr, &etcd, conditional, &[]);
+    let second = envoy(moto.addr, &etcd, conditional, &[]);
+    assert!(put(&first, &moto, "32", FIRST).ok, "{}", first.log());
+    let held = hold_old(&relay);
+    let old = old_put_held(&first, &moto, &held);
+    let new = put(&second, &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", second.log());
+    let late = release_and_answer(held);
+    let old = old.join().unwrap();
+    (late, object(&moto), old, first.log())
+}
+
+#[test]
+fn two_envoys_without_a_shared_gate_cannot_land_a_late_write_with_conditional_writes() {
+    let (late, object, old, log) = two_envoys_story(true);
+    assert!(late.contains(" 412 "), "{late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_eq!(
+        (old.status, old.code.as_str()),
+        (Some(409), "FencingTokenStale"),
+        "the 412 is a stale refusal: {old:?}"
+    );
+}
+
+#[test]
+fn two_envoys_without_a_shared_gate_or_conditional_writes_land_the_late_write_last() {
+    let (late, object, old, _) = two_envoys_story(false);
+    assert!(late.contains(" 200 ") && old.ok, "{late:?} {old:?}");
+    assert_eq!(object, OLD, "the control shows the window across Envoys");
+}
+
+#[test]
+fn through_envoy_a_write_that_would_bring_back_a_late_writes_version_is_refused() {
+    let (moto, relay, etcd) = store();
+    let envoy = envoy(relay.addr, &etcd, true, &["--route-timeout", "1s"]);
+    assert!(put(&envoy, &moto, "32", FIRST).ok);
+    let held = hold_old(&relay);
+    assert_eq!(old_put_held(&envoy, &moto, &held).join().unwrap().status, Some(504));
+    assert!(put(&envoy, &moto, "34", NEW).ok, "{}", envoy.log());
+    // FIRST's MD5 is the version the held write is conditioned on.
+    let back = put(&envoy, &moto, "34", FIRST);
+    assert_eq!((back.status, back.code.as_str()), (Some(409), "FencingVersionConflict"), "{back:?}");
+    assert!(put(&envoy, &moto, "34", NEW).ok, "the same bytes again is a retry, and goes");
+    let late = release_and_answer(held);
+    assert!(late.contains(" 412 "), "{late:?}\n{}", envoy.log());
+    assert_eq!(object(&moto), NEW);
+}
+
+#[test]
+fn through_envoy_an_object_written_outside_the_fence_is_learned_from_a_read() {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let etcd = Etcd::start().unwrap();
+    assert!(moto.client().put(BUCKET, KEY, FIRST, None).unwrap().ok, "written straight to moto");
+    let envoy = envoy(moto.addr, &etcd, true, &[]);
+    let refused = put(&envoy, &moto, "34", NEW);
+    assert_eq!((refused.status, refused.code.as_str()), (Some(409), "FencingVersionConflict"), "{refused:?}");
+    assert!(refused.message.contains("(GET or HEAD)"), "the reason says what to do: {refused:?}");
+    assert_eq!(envoy.stat(PRECONDITION_FAILED).unwrap(), 1, "If-None-Match: * met the object");
+    assert_eq!(object(&moto), FIRST, "the object the fence did not know is kept");
+    let read = client(&envoy, &moto, "34").get(BUCKET, KEY).unwrap();
+    assert_eq!(read.map(|o| o.0), Some(FIRST.to_vec()));
+    let new = put(&envoy, &moto, "34", NEW);
+    assert!(new.ok, "{new:?}\n{}", envoy.log());
+    assert_eq!(object(&moto), NEW);
+    // And a delete goes conditionally too (vouched for with the probe off).
+    let deleted = client(&envoy, &moto, "34").delete(BUCKET, KEY).unwrap();
+    assert!(deleted.ok, "{deleted:?}");
+    assert!(moto.get(BUCKET, KEY).unwrap().is_none());
+}
+
+#[test]
+fn through_envoy_writes_that_cannot_be_conditional_are_refused_before_they_are_admitted() {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let etcd = Etcd::start().unwrap();
+    let envoy = envoy(moto.addr, &etcd, true, &[]);
+    let s3 = client(&envoy, &moto, "34");
+    let copy = s3.copy(BUCKET, KEY, "copy.csv", None).unwrap();
+    assert_eq!(copy.status, Some(501), "{copy:?}");
+    let multipart = s3.multipart(BUCKET, "big.bin", &[vec![7u8; 16]], None).unwrap();
+    assert_eq!(multipart.status, Some(501), "{multipart:?}");
+    assert_eq!(envoy.stat("wasmcustom.fencekeeper.conditional.not_conditional").unwrap(), 2);
+    assert_eq!(envoy.stat("wasmcustom.fencekeeper.admitted").unwrap(), 0, "nothing was admitted");
+}
+
+#[test]
+fn envoy_config_refuses_conditional_writes_in_front_of_a_store_that_ignores_if_match() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let up = upstream.addr.to_string();
+    let args = ["--upstream", &up, "--conditional-writes", "--precondition-probe", "/probe"];
+    let e = generate(10000, 9901, &args).unwrap_err().to_string();
+    assert!(e.contains("If-Match"), "{e}");
+    let without_probe = generate(10000, 9901, &["--upstream", &up, "--conditional-writes"]).unwrap_err();
+    assert!(without_probe.to_string().contains("--precondition-probe"), "{without_probe}");
+}
