@@ -173,6 +173,12 @@ pub struct Args {
     /// `off`, to vouch for the store yourself (deletes are then sent conditionally).
     #[arg(long, requires = "conditional_writes", value_name = "PATH|off")]
     precondition_probe: Option<String>,
+    /// With --conditional-writes: the largest body a write may have, in bytes. The
+    /// filter holds a PUT's body in Envoy until it is whole (the version it makes is
+    /// its MD5), so each write in flight may buffer this much; a larger one is refused
+    /// (413) before any of it reaches the store.
+    #[arg(long, default_value_t = 16 << 20, value_name = "BYTES", requires = "conditional_writes")]
+    conditional_max_body: u64,
     /// What the probe found: the store honours If-Match on DELETE.
     #[arg(skip)]
     conditional_deletes: bool,
@@ -260,7 +266,8 @@ fn fenced_methods(args: &Args) -> Result<Option<Vec<String>>> {
 /// With a list of fenced methods, only those enter the filter, matched without
 /// regard to case as the filter matches them: a method the route lets past must be
 /// one the filter would not fence, or a write would skip fencing.
-fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration, conditional: bool) -> String {
+fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration, max_body: Option<u64>) -> String {
+    let conditional = max_body.is_some();
     let timeout = envoy_duration(timeout);
     let pass = format!(
         "                route: {{ cluster: store, timeout: {timeout} }}
@@ -271,7 +278,11 @@ fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration, cond
                     disabled: true
 "
     );
-    let fence = format!("                route: {{ cluster: store, timeout: {timeout} }}\n");
+    let mut fence = format!("                route: {{ cluster: store, timeout: {timeout} }}\n");
+    if let Some(max) = max_body {
+        // The filter buffers a conditional write's body: Envoy answers 413 past this.
+        let _ = writeln!(fence, "                request_body_buffer_limit: {max}");
+    }
     let matching = |regex: &str| {
         format!(
             "              - match:
@@ -588,7 +599,11 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     if args.conditional_writes && args.mode != "correctness" {
         bail!("--conditional-writes needs --mode correctness: a write that cannot be lent must be refused");
     }
-    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, args.conditional_writes);
+    if args.conditional_writes && args.conditional_max_body == 0 {
+        bail!("--conditional-max-body must be above 0");
+    }
+    let max_body = args.conditional_writes.then_some(args.conditional_max_body);
+    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, max_body);
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);

@@ -255,6 +255,26 @@ fn through_envoy_an_object_written_outside_the_fence_is_learned_from_a_read() {
 }
 
 #[test]
+fn through_envoy_a_body_is_held_whole_up_to_the_limit_and_a_larger_one_never_reaches_the_store() {
+    let moto = Moto::start().unwrap();
+    moto.create_bucket(BUCKET).unwrap();
+    let etcd = Etcd::start().unwrap();
+    let envoy = envoy(moto.addr, &etcd, true, &["--conditional-max-body", "3145728"]);
+    // Above Envoy's default buffer (1 MiB), within the limit: held whole, then sent.
+    let big: Vec<u8> = (0..2 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let run = put(&envoy, &moto, "34", &big);
+    assert!(run.ok, "{run:?}\n{}", envoy.log());
+    assert_eq!(object(&moto), big);
+    let bigger = vec![b'x'; 4 << 20];
+    let refused = put(&envoy, &moto, "34", &bigger);
+    assert_eq!(refused.status, Some(413), "{refused:?}");
+    assert_eq!(object(&moto), big, "none of the larger write reached the store");
+    // Nothing was lent for it: the next write goes on the version the first made.
+    assert!(put(&envoy, &moto, "34", NEW).ok, "{}", envoy.log());
+    assert_eq!(object(&moto), NEW);
+}
+
+#[test]
 fn through_envoy_writes_that_cannot_be_conditional_are_refused_before_they_are_admitted() {
     let moto = Moto::start().unwrap();
     moto.create_bucket(BUCKET).unwrap();
