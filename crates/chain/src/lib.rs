@@ -329,3 +329,60 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn none(_: &str) -> Option<&'static [u8]> {
+        None
+    }
+
+    #[test]
+    fn only_whole_puts_and_probed_deletes_without_preconditions_of_their_own_are_conditional() {
+        assert_eq!(unconditional("PUT", b"/b/k", none, false), None);
+        assert_eq!(unconditional("DELETE", b"/b/k", none, true), None);
+        assert!(unconditional("DELETE", b"/b/k", none, false).unwrap().contains("probe"));
+        for method in ["POST", "COPY", "MOVE", "PATCH"] {
+            assert!(unconditional(method, b"/b/k", none, true).is_some(), "{method}");
+        }
+        assert!(unconditional("PUT", b"/b/k?partNumber=1&uploadId=x", none, true).unwrap().contains("multipart"));
+        assert_eq!(unconditional("PUT", b"/b/k?uploads-not=1", none, true), None);
+        for (name, value, says) in [
+            ("if-match", &b"\"a\""[..], "If-Match"),
+            ("if-none-match", b"*", "If-Match"),
+            ("x-amz-copy-source", b"/b/j", "copy"),
+            ("x-amz-content-sha256", b"STREAMING-AWS4-HMAC-SHA256-PAYLOAD", "aws-chunked"),
+            ("content-encoding", b"gzip, AWS-CHUNKED", "aws-chunked"),
+        ] {
+            let header = |n: &str| (n == name).then_some(value);
+            let why = unconditional("PUT", b"/b/k", header, true).unwrap_or_default();
+            assert!(why.contains(says), "{name}: {why}");
+        }
+        let signed = |n: &str| (n == "x-amz-content-sha256").then_some(&b"UNSIGNED-PAYLOAD"[..]);
+        assert_eq!(unconditional("PUT", b"/b/k", signed, true), None);
+    }
+
+    #[test]
+    fn a_body_makes_its_quoted_md5_and_answers_read_as_the_store_means_them() {
+        let empty = [0xd4, 0x1d, 0x8c, 0xd9, 0x8f, 0x00, 0xb2, 0x04, 0xe9, 0x80, 0x09, 0x98, 0xec, 0xf8, 0x42, 0x7e];
+        assert_eq!(content_version(&empty), Version::Tag("\"d41d8cd98f00b204e9800998ecf8427e\"".into()));
+        let on = Version::Tag("\"a\"".into());
+        assert_eq!(
+            Answer::of(200, Some(b"\"b\""), false, &on),
+            (Answer::Applied(Some(Version::Tag("\"b\"".into()))), None)
+        );
+        assert_eq!(Answer::of(204, None, true, &on), (Answer::Applied(Some(Version::Absent)), None));
+        assert!(
+            matches!(Answer::of(201, None, false, &on), (Answer::Applied(None), Some(why)) if why.contains("no ETag"))
+        );
+        assert!(
+            matches!(Answer::of(200, Some(b"W/\"b\""), false, &on), (Answer::Applied(None), Some(why)) if why.contains("weak"))
+        );
+        assert_eq!(Answer::of(412, None, false, &on).0, Answer::PreconditionFailed);
+        assert_eq!(Answer::of(404, None, false, &on).0, Answer::Missing);
+        assert_eq!(Answer::of(404, None, false, &Version::Absent).0, Answer::NotApplied);
+        assert_eq!(Answer::of(503, None, false, &on).0, Answer::NotApplied);
+    }
+}

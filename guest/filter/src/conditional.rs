@@ -91,16 +91,51 @@ pub struct Update {
     key: String,
     change: Change,
     rounds: u32,
-    /// The swap in flight, and what it means once it succeeds.
-    swapping: Option<Done>,
+    /// The swap in flight: the record it puts, and what it means once it succeeds.
+    swapping: Option<(Vec<u8>, Done)>,
+    /// The record last seen in etcd or put there (`Some(None)`: no record).
+    last: Option<Option<Vec<u8>>>,
+    /// The change is being tried on a record this request saw earlier, not read now.
+    optimistic: bool,
 }
 
 impl Update {
-    /// A change of `resource`'s chain (under `key_prefix`) and the first call: a read.
-    pub fn start(key_prefix: &str, resource: &str, change: Change) -> (Update, Vec<u8>) {
+    /// A change of `resource`'s chain (under `key_prefix`) and its first call: a read,
+    /// or, given the record this request last saw (`known`), a swap from it at once
+    /// (a lost swap reads the record back in the same round trip). A record seen
+    /// earlier may be outdated, so only a swap is tried on it: an outcome that writes
+    /// nothing (a refusal) is decided on a fresh read.
+    pub fn start(
+        key_prefix: &str,
+        resource: &str,
+        change: Change,
+        known: Option<Option<Vec<u8>>>,
+    ) -> (Update, Vec<u8>) {
         let key = fencekeeper_etcd_wire::chain_key(key_prefix, resource);
         let read = grpc::read_txn(key.as_bytes());
-        (Update { resource: resource.to_owned(), key, change, rounds: 0, swapping: None }, read)
+        let mut update = Update {
+            resource: resource.to_owned(),
+            key,
+            change,
+            rounds: 0,
+            swapping: None,
+            last: None,
+            optimistic: known.is_some(),
+        };
+        if let Some(raw) = known {
+            if let Step::Send(swap) = update.apply(raw) {
+                return (update, swap);
+            }
+            update.swapping = None;
+        }
+        update.optimistic = false;
+        (update, read)
+    }
+
+    /// The record last seen in etcd or put there by this change (`Some(None)`: no
+    /// record), for the request's next change to start from.
+    pub fn last(&self) -> Option<Option<Vec<u8>>> {
+        self.last.clone()
     }
 
     /// The change this update makes.
@@ -114,10 +149,12 @@ impl Update {
             Ok(answer) => answer,
             Err(e) => return Step::Failed(format!("etcd did not answer the version chain's read or swap: {e}")),
         };
-        if let (Some(done), true) = (&self.swapping, answer.succeeded) {
+        if let (Some((record, done)), true) = (&self.swapping, answer.succeeded) {
+            self.last = Some(Some(record.clone()));
             return Step::Done(done.clone());
         }
         self.swapping = None;
+        self.optimistic = false;
         // A read's one operation, or a lost swap's read-back.
         match answer.read(0) {
             Ok(kvs) => self.apply(kvs.into_iter().next().map(|kv| kv.value)),
@@ -127,6 +164,9 @@ impl Update {
 
     /// Change the chain `raw` records (none: a new chain), and swap it in if it changed.
     fn apply(&mut self, raw: Option<Vec<u8>>) -> Step {
+        if !self.optimistic {
+            self.last = Some(raw.clone());
+        }
         let mut chain = match raw.as_deref().map(|bytes| chain::decode(&self.resource, bytes)) {
             None => Chain::new(),
             Some(Ok(chain)) => chain,
@@ -164,12 +204,15 @@ impl Update {
             return Step::Done(done);
         }
         if self.rounds >= MAX_ROUNDS {
-            return Step::Failed(format!("gave up after {MAX_ROUNDS} lost compare-and-swap races on the version chain"));
+            return Step::Failed(format!(
+                "gave up after {MAX_ROUNDS} lost compare-and-swap races on the version chain"
+            ));
         }
         self.rounds += 1;
-        let record = chain::encode(&self.resource, &chain);
-        self.swapping = Some(done);
-        Step::Send(grpc::swap_txn(self.key.as_bytes(), raw.as_deref(), record.as_bytes()))
+        let record = chain::encode(&self.resource, &chain).into_bytes();
+        let swap = grpc::swap_txn(self.key.as_bytes(), raw.as_deref(), &record);
+        self.swapping = Some((record, done));
+        Step::Send(swap)
     }
 }
 
@@ -214,7 +257,8 @@ mod tests {
 
     #[test]
     fn a_lend_reads_swaps_and_on_a_lost_race_changes_the_record_it_read_back() {
-        let (mut u, first) = Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None });
+        let (mut u, first) =
+            Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None }, None);
         assert_eq!(first, grpc::read_txn(b"/p.chains/r"));
         let Step::Send(swap) = u.answered(&read(None)) else { panic!("a new chain is swapped in") };
         assert_eq!(swap, {
@@ -232,11 +276,11 @@ mod tests {
 
     #[test]
     fn a_committed_swap_reports_the_lend_and_a_peek_never_writes() {
-        let (mut u, _) = Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None });
+        let (mut u, _) = Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None }, None);
         assert!(matches!(u.answered(&read(None)), Step::Send(_)));
         let committed = Ok(txn_answer(true, 11, &[]));
         assert!(matches!(u.answered(&committed), Step::Done(Done::Lent(l)) if l.on == Version::Absent));
-        let (mut peek, _) = Update::start("/p/", "r", Change::Peek(token!("5")));
+        let (mut peek, _) = Update::start("/p/", "r", Change::Peek(token!("5")), None);
         assert!(matches!(peek.answered(&read(None)), Step::Done(Done::Lent(l)) if l.on == Version::Absent));
     }
 
@@ -247,7 +291,7 @@ mod tests {
         c.settle(l.id, &Answer::Applied(Some(tag("b"))));
         let record = chain::encode("r", &c);
         let change = Change::Lend { token: token!("6"), makes: Some(tag("c")), on: Some(Version::Absent) };
-        let (mut u, _) = Update::start("/p/", "r", change);
+        let (mut u, _) = Update::start("/p/", "r", change, None);
         let step = u.answered(&read(Some(record.as_bytes())));
         assert!(matches!(step, Step::Done(Done::Moved { carried: Version::Absent, now }) if now == tag("b")));
     }
@@ -256,7 +300,7 @@ mod tests {
     fn a_damaged_chain_or_a_failed_call_is_a_failure_never_a_new_chain() {
         let mut record = chain::encode("r", &Chain::new()).into_bytes();
         record[5] ^= 1;
-        let (mut u, _) = Update::start("/p/", "r", Change::Peek(token!("5")));
+        let (mut u, _) = Update::start("/p/", "r", Change::Peek(token!("5")), None);
         assert!(matches!(u.answered(&read(Some(&record))), Step::Failed(why) if why.contains("damaged")));
         let other = chain::encode("q", &Chain::new());
         assert!(matches!(u.answered(&read(Some(other.as_bytes()))), Step::Failed(_)), "another resource's record");
@@ -266,10 +310,34 @@ mod tests {
     }
 
     #[test]
+    fn a_known_record_is_swapped_from_at_once_and_only_a_swap_is_trusted_to_it() {
+        // The lend swaps from the record the peek read: no read first.
+        let change = Change::Lend { token: token!("5"), makes: None, on: Some(Version::Absent) };
+        let (mut u, first) = Update::start("/p/", "r", change, Some(None));
+        let mut lent = Chain::new();
+        lent.lend(token!("5"), None).unwrap();
+        let record = chain::encode("r", &lent);
+        assert_eq!(first, grpc::swap_txn(b"/p.chains/r", None, record.as_bytes()));
+        assert!(matches!(u.answered(&Ok(txn_answer(true, 11, &[]))), Step::Done(Done::Lent(_))));
+        assert_eq!(u.last(), Some(Some(record.clone().into_bytes())), "the settle starts from what was put");
+        // A known record that would refuse (a version unknown in it) is not trusted:
+        // the chain is read again.
+        let mut unknown = Chain::new();
+        unknown.current = None;
+        let old = chain::encode("r", &unknown).into_bytes();
+        let change = Change::Lend { token: token!("6"), makes: None, on: None };
+        let (mut u, first) = Update::start("/p/", "r", change, Some(Some(old)));
+        assert_eq!(first, grpc::read_txn(b"/p.chains/r"));
+        assert!(matches!(u.answered(&read(Some(record.as_bytes()))), Step::Send(_)), "the fresh record lends");
+    }
+
+    #[test]
     fn a_settle_that_changes_nothing_writes_nothing() {
-        let (mut u, _) = Update::start("/p/", "r", Change::Settle { id: 4, answer: Answer::NotApplied });
+        let (mut u, _) = Update::start("/p/", "r", Change::Settle { id: 4, answer: Answer::NotApplied }, None);
         assert!(matches!(u.answered(&read(None)), Step::Done(Done::Chain(_))));
-        let (mut learn, _) = Update::start("/p/", "r", Change::Learn(tag("a")));
-        assert!(matches!(learn.answered(&read(None)), Step::Done(Done::Chain(c)) if c.current == Some(Version::Absent)));
+        let (mut learn, _) = Update::start("/p/", "r", Change::Learn(tag("a")), None);
+        assert!(
+            matches!(learn.answered(&read(None)), Step::Done(Done::Chain(c)) if c.current == Some(Version::Absent))
+        );
     }
 }

@@ -315,8 +315,8 @@ impl RootContext for Root {
         // carries no request's token).
         // A conditional write is lent after its admission, by its own request: never
         // answered by a batch.
-        let batching = config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none())
-            && config.conditional.is_none();
+        let batching =
+            config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none()) && config.conditional.is_none();
         let (vm, queue) = match wake::register() {
             Ok(w) => w,
             Err(e) => {

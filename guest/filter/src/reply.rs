@@ -8,7 +8,9 @@
 
 use crate::gate::Entered;
 use crate::{Filter, Tally};
-use fencekeeper_core::http::{Refusal, S3Error, S3ErrorDocument, ADMITTED_HEADER, HIGHEST_HEADER, S3_ERROR_CONTENT_TYPE};
+use fencekeeper_core::http::{
+    Refusal, S3Error, S3ErrorDocument, ADMITTED_HEADER, HIGHEST_HEADER, S3_ERROR_CONTENT_TYPE,
+};
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Verdict};
 use proxy_wasm::hostcalls;

@@ -23,6 +23,7 @@ use crate::uploads;
 use crate::vouch::{self, Next};
 use crate::wake;
 use crate::Filter;
+use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
@@ -31,7 +32,6 @@ use fencekeeper_core::s3::{self, Addressing, Multipart};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
 use md5::{Digest, Md5};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -81,6 +81,9 @@ struct Cond {
     update: Option<Update>,
     /// The store's status, while its answer settles the chain.
     status: u16,
+    /// The chain's record as this request last saw or put it, for its next change to
+    /// swap from without reading first.
+    record: Option<Option<Vec<u8>>>,
 }
 
 /// A multipart step the filter follows ([`uploads`]).
@@ -496,7 +499,7 @@ impl Request {
             ChainChange::Lend { token, makes: Some(makes), on: None }
         };
         let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, resource, change);
+        let (update, read) = Update::start(prefix, resource, change, None);
         self.cond = Some(Cond {
             resource: resource.to_owned(),
             token,
@@ -506,6 +509,7 @@ impl Request {
             lent: None,
             update: Some(update),
             status: 0,
+            record: None,
         });
         match conditional::send(&f, &read) {
             Ok(_) => Action::Pause,
@@ -525,7 +529,11 @@ impl Request {
             },
             step => step,
         };
-        let Some(change) = c.update.take().map(|u| u.change().clone()) else { return };
+        let Some(update) = c.update.take() else { return };
+        let change = update.change().clone();
+        if let Step::Done(_) = step {
+            c.record = update.last();
+        }
         match (change, step) {
             (ChainChange::Peek(_), Step::Done(Done::Lent(lend))) => {
                 // The headers go with the precondition; the body waits for the lend.
@@ -540,7 +548,9 @@ impl Request {
                     self.send_headers(&on);
                 }
             }
-            (ChainChange::Peek(_) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => self.refuse_lend(refusal),
+            (ChainChange::Peek(_) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => {
+                self.refuse_lend(refusal)
+            }
             (ChainChange::Lend { .. }, Step::Done(Done::Moved { carried, now })) => {
                 f.metrics.version_refused();
                 let text = format!(
@@ -667,7 +677,7 @@ impl Request {
                 _ => None,
             };
             let version = seen.filter(|_| via_upstream)?;
-            let (update, read) = Update::start(&prefix, &resource, ChainChange::Learn(version));
+            let (update, read) = Update::start(&prefix, &resource, ChainChange::Learn(version), None);
             self.cond = Some(Cond {
                 resource,
                 token: Token::parse("0").ok()?,
@@ -677,6 +687,7 @@ impl Request {
                 lent: None,
                 update: None,
                 status,
+                record: None,
             });
             (update, read)
         } else {
@@ -702,7 +713,8 @@ impl Request {
                 f.metrics.precondition_failed();
             }
             c.status = status;
-            Update::start(&prefix, &c.resource.clone(), ChainChange::Settle { id: lend.id, answer })
+            let known = c.record.take();
+            Update::start(&prefix, &c.resource.clone(), ChainChange::Settle { id: lend.id, answer }, known)
         };
         let c = self.cond.as_mut()?;
         c.update = Some(update);
@@ -739,7 +751,7 @@ impl Request {
         let makes = chain::content_version(&md5.finalize().into());
         let change = ChainChange::Lend { token: c.token, makes: Some(makes), on: c.on.clone() };
         let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, &c.resource, change);
+        let (update, read) = Update::start(prefix, &c.resource, change, c.record.take());
         c.update = Some(update);
         match conditional::send(&f, &read) {
             Ok(_) => Action::Pause,
