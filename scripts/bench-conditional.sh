@@ -4,11 +4,15 @@
 # server (PyPI moto[server]), here without signature checking so that wrk can write.
 #
 # Targets: moto straight from wrk; the gateway with its embedded file store, without
-# and with conditional writes; the same with marks (and chains) in etcd.
+# and with conditional writes; the same with marks (and chains) in etcd; and Envoy
+# with the filter (one worker, marks in etcd), with its ordering gate and with
+# conditional writes (`envoy-config --conditional-writes`).
 # Workloads:
 #   steady     one object, one token: the holder writing again. With conditional
-#              writes each write waits for the one before it on the object (a turn
-#              per resource), so this measures that serialization.
+#              writes each gateway write waits for the one before it on the object
+#              (a turn per resource), so this measures that serialization; the
+#              filter has no turn, so concurrent writes to the object race and all
+#              but one of each race get 409 (the non-2xx column).
 #   advancing  a new object per request: every admit creates a mark, and with
 #              conditional writes a chain (lend and settle: two more commits).
 #
@@ -41,6 +45,9 @@ start_gateway gw_file gateway-file "127.0.0.1:$mp" --store "$work/plain.redb"
 start_gateway gw_file_c gateway-file-conditional "127.0.0.1:$mp" --store "$work/conditional.redb" $(conditional file)
 start_gateway gw_etcd gateway-etcd "127.0.0.1:$mp" --etcd "http://127.0.0.1:$ec" --etcd-prefix /plain/
 start_gateway gw_etcd_c gateway-etcd-conditional "127.0.0.1:$mp" --etcd "http://127.0.0.1:$ec" --etcd-prefix /conditional/ $(conditional etcd)
+envoy_args=(--etcd "127.0.0.1:$ec" --protocol s3 --provenance off)
+start_envoy envoy envoy-etcd "127.0.0.1:$mp" "${envoy_args[@]}"
+start_envoy envoy_c envoy-etcd-conditional "127.0.0.1:$mp" "${envoy_args[@]}" $(conditional envoy)
 
 cat >"$work/steady.lua" <<LUA
 wrk.method = "PUT"
@@ -76,4 +83,6 @@ for workload in steady advancing; do
     run gateway-file-conditional "$gw_file_c" "$workload"
     run gateway-etcd "$gw_etcd" "$workload"
     run gateway-etcd-conditional "$gw_etcd_c" "$workload"
+    run envoy-etcd "$envoy" "$workload"
+    run envoy-etcd-conditional "$envoy_c" "$workload"
 done

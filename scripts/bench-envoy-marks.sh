@@ -20,17 +20,12 @@ steps=${2:-4}
 start_nginx_204
 start_services etcd
 declare -A listen envoypid
-start_envoy() { # NAME ARGS...
-    local name=$1; shift
-    local l a; l=$(port); a=$(port)
-    "$fk" envoy-config --upstream "127.0.0.1:$up" --listen "$l" --admin "$a" --etcd "127.0.0.1:${FK_ETCD##*:}" \
-        --provenance off "$@" >"$work/$name.yaml"
-    envoy -c "$work/$name.yaml" --concurrency 1 --disable-hot-restart --log-level error >"$work/$name.log" 2>&1 & pids+=($!)
-    listen[$name]=$l envoypid[$name]=$!
-    wait_http "http://127.0.0.1:$a/ready"
+envoy_on_etcd() { # NAME ARGS...
+    start_envoy "listen[$1]" "$1" "127.0.0.1:$up" --etcd "127.0.0.1:${FK_ETCD##*:}" --provenance off "${@:2}"
+    envoypid[$1]=$envoy_pid
 }
-start_envoy bounded
-start_envoy unbounded --shared-marks-max 4294967295
+envoy_on_etcd bounded
+envoy_on_etcd unbounded --shared-marks-max 4294967295
 
 # PUT token 1 to /fresh/<prefix>/<n>, n counting up: every request a new resource.
 cat >"$work/fresh.lua" <<'LUA'

@@ -44,6 +44,19 @@ start_gateway() { # VAR NAME UPSTREAM ARGS...
     printf -v "$1" '%s' "$p"
 }
 
+# Envoy with one worker, configured by `fencekeeper envoy-config --upstream UPSTREAM
+# ARGS...`, its log $work/NAME.log; sets VAR to its listener's port and $envoy_pid to
+# its process once /ready answers.
+start_envoy() { # VAR NAME UPSTREAM ARGS...
+    local l a; l=$(port); a=$(port)
+    "$fk" envoy-config --upstream "$3" --listen "$l" --admin "$a" "${@:4}" >"$work/$2.yaml"
+    envoy -c "$work/$2.yaml" --concurrency 1 --disable-hot-restart --log-level error >"$work/$2.log" 2>&1 &
+    pids+=($!)
+    envoy_pid=$!
+    wait_http "http://127.0.0.1:$a/ready"
+    printf -v "$1" '%s' "$l"
+}
+
 # nginx answering 204 to everything: a store that costs nothing, so the cost of what
 # stands in front of it shows. Sets $up to its port.
 start_nginx_204() {
