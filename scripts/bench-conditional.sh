@@ -10,9 +10,12 @@
 # Workloads:
 #   steady     one object, one token: the holder writing again. With conditional
 #              writes each gateway write waits for the one before it on the object
-#              (a turn per resource), so this measures that serialization; the
-#              filter has no turn, so concurrent writes to the object race and all
-#              but one of each race get 409 (the non-2xx column).
+#              (a turn per resource), so this measures that serialization. The
+#              filter has no turn, but the bytes never change, so neither does the
+#              version (an MD5 ETag) and concurrent writes all apply.
+#   distinct   one object, one token, a new body each request (a counter): with
+#              conditional writes, concurrent writes to the object race for its
+#              version, and the losers get 409 (the non-2xx column).
 #   advancing  a new object per request: every admit creates a mark, and with
 #              conditional writes a chain (lend and settle: two more commits).
 #
@@ -55,6 +58,14 @@ wrk.body = "x"
 wrk.headers["fencing-token"] = "1"
 wrk.headers["authorization"] = "$auth"
 LUA
+cat >"$work/distinct.lua" <<LUA
+local next_id, n = 0, 0
+function setup(thread) thread:set("id", next_id); next_id = next_id + 1 end
+function request()
+  n = n + 1
+  return wrk.format("PUT", nil, {["fencing-token"] = "1", ["authorization"] = "$auth"}, id .. "-" .. n)
+end
+LUA
 cat >"$work/advancing.lua" <<LUA
 local threads, next_id, n = {}, 0, 0
 function setup(thread) thread:set("id", next_id); next_id = next_id + 1 end
@@ -77,7 +88,7 @@ echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies t
 echo
 echo "| target | workload | requests/s | p50 | p99 | non-2xx |"
 echo "|---|---|---:|---:|---:|---:|"
-for workload in steady advancing; do
+for workload in steady distinct advancing; do
     run moto-direct "$mp" "$workload"
     run gateway-file "$gw_file" "$workload"
     run gateway-file-conditional "$gw_file_c" "$workload"

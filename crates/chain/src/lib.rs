@@ -19,7 +19,9 @@
 //! still apply it). A write is then refused when the version it would make (its
 //! body's MD5, for a content-addressed store) is the precondition of any open lend:
 //! the chain never returns to a version a late write could carry. (Writing the bytes
-//! the object holds is allowed when nothing else is lent on it: a retry.)
+//! the object holds is allowed when nothing else is lent on it: a retry. Nor is a
+//! lend with the write's own token a bar: a write with an equal token applying late
+//! puts no lower token after a higher one.)
 //!
 //! The argument, in short: a write applies only if the store's version equals its
 //! precondition. An open lend's precondition is never made again by a write the
@@ -161,8 +163,12 @@ impl Chain {
         if self.lends.len() >= MAX_LENDS {
             return Err(Refusal::TooManyLent(self.lends.len()));
         }
+        // Only a lend with another (so a lower) token is guarded: one with this token
+        // applying after this write puts no lower token after a higher one. So the
+        // same holder's concurrent writes of the same bytes race for the version like
+        // any others, instead of refusing each other.
         if let Some(makes) = makes {
-            if self.lends.iter().any(|l| l.on == *makes) {
+            if self.lends.iter().any(|l| l.on == *makes && l.token != token) {
                 return Err(Refusal::Repeats(makes.clone()));
             }
         }
