@@ -24,8 +24,12 @@ use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::grpc;
 
-/// How many lost compare-and-swap races one change of a chain tolerates.
-const MAX_ROUNDS: u32 = 16;
+/// How many lost compare-and-swap races one change of a chain tolerates. A lost race
+/// costs one call (the swap reads the record back), and every round someone wins.
+/// A settle that gives up leaves its write lent until an operator releases it, so it
+/// tries much longer than a lend, which only refuses its write (503).
+const MAX_ROUNDS: u32 = 64;
+const MAX_SETTLE_ROUNDS: u32 = 1024;
 
 /// What a write to a resource's chain changes.
 #[derive(Clone, Debug)]
@@ -203,10 +207,9 @@ impl Update {
         if chain == before {
             return Step::Done(done);
         }
-        if self.rounds >= MAX_ROUNDS {
-            return Step::Failed(format!(
-                "gave up after {MAX_ROUNDS} lost compare-and-swap races on the version chain"
-            ));
+        let most = if matches!(self.change, Change::Settle { .. }) { MAX_SETTLE_ROUNDS } else { MAX_ROUNDS };
+        if self.rounds >= most {
+            return Step::Failed(format!("gave up after {most} lost compare-and-swap races on the version chain"));
         }
         self.rounds += 1;
         let record = chain::encode(&self.resource, &chain).into_bytes();

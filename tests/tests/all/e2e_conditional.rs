@@ -13,22 +13,14 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use crate::late_writes::{hold_old, object, release_and_answer, BUCKET, FIRST, KEY, NEW, OLD};
 use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, Gateway, RecordingUpstream};
 use fencekeeper_harness::moto::Moto;
-use fencekeeper_harness::relay::{Relay, Trap};
+use fencekeeper_harness::relay::Relay;
 use fencekeeper_harness::s3::{Boto, BotoRun};
 use fencekeeper_harness::services::Etcd;
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-const BUCKET: &str = "ledger";
-const KEY: &str = "q3.csv";
-const FIRST: &[u8] = b"q3,first version (token 32)\n";
-const NEW: &[u8] = b"q3,written by the new holder (token 34)\n";
-const OLD: &[u8] = b"q3,written by the OLD HOLDER, who paused (token 33)\n";
-/// What the relay looks for to hold the old holder's write.
-const OLD_MARK: &[u8] = b"OLD HOLDER";
 
 /// moto with the bucket, and a relay in front of it.
 fn store() -> (Moto, Relay) {
@@ -56,52 +48,10 @@ fn put(fence: &str, moto: &Moto, token: &str, body: &[u8]) -> BotoRun {
     client(fence, moto, token).put(BUCKET, KEY, body, None).unwrap()
 }
 
-/// The old holder's write, held by the relay.
-struct Held {
-    trap: Trap,
-    arrived: Receiver<()>,
-    release: Sender<()>,
-}
-
-impl Held {
-    /// Wait until the write has reached the relay (and is held there).
-    fn wait_arrived(&self) {
-        self.arrived.recv_timeout(Duration::from_secs(30)).expect("the old holder's write never reached the relay");
-    }
-}
-
-/// Hold the next request through `relay` that carries the old holder's body until
-/// [`release_and_answer`].
-fn hold_old(relay: &Relay) -> Held {
-    let (release, held) = mpsc::channel::<()>();
-    let (arrive, arrived) = mpsc::channel::<()>();
-    let trap = relay.trap(OLD_MARK, move || {
-        let _ = arrive.send(());
-        let _ = held.recv_timeout(Duration::from_secs(120));
-        Ok(())
-    });
-    Held { trap, arrived, release }
-}
-
 /// The old holder's PUT through `fence`, in the background (it is held).
 fn old_put_in_background(fence: &str, moto: &Moto) -> JoinHandle<BotoRun> {
     let boto = client(fence, moto, "33");
     std::thread::spawn(move || boto.put(BUCKET, KEY, OLD, None).unwrap())
-}
-
-/// Let the held write go on to moto, and return moto's status line for it.
-fn release_and_answer(held: Held) -> String {
-    held.release.send(()).unwrap();
-    held.trap.wait_fired(Duration::from_secs(30)).unwrap();
-    let answer = held.trap.wait_answered(Duration::from_secs(30)).unwrap();
-    // The final status line (moto answers the forwarded `Expect: 100-continue` first).
-    let text = String::from_utf8_lossy(&answer).into_owned();
-    let last = text.lines().find(|l| l.starts_with("HTTP/1.1 ") && !l.starts_with("HTTP/1.1 100"));
-    last.unwrap_or_default().to_owned()
-}
-
-fn object(moto: &Moto) -> Vec<u8> {
-    moto.get(BUCKET, KEY).unwrap().unwrap().0
 }
 
 /// The slow write: 33 is forwarded and held; the gateway gives up on it; 34 lands; then

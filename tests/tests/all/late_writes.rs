@@ -1,0 +1,63 @@
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+//! What the conditional-writes stories share, through the gateway
+//! (`e2e_conditional`) and through Envoy (`e2e_envoy_conditional`): moto's bucket and
+//! object, the three holders' bodies, and a relay that holds the old holder's write
+//! until a story lets it reach the store late.
+
+use fencekeeper_harness::moto::Moto;
+use fencekeeper_harness::relay::{Relay, Trap};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::time::Duration;
+
+pub const BUCKET: &str = "ledger";
+pub const KEY: &str = "q3.csv";
+pub const FIRST: &[u8] = b"q3,first version (token 32)\n";
+pub const NEW: &[u8] = b"q3,written by the new holder (token 34)\n";
+pub const OLD: &[u8] = b"q3,written by the OLD HOLDER, who paused (token 33)\n";
+/// What the relay looks for to hold the old holder's write.
+const OLD_MARK: &[u8] = b"OLD HOLDER";
+
+/// The old holder's write, held by the relay.
+pub struct Held {
+    trap: Trap,
+    arrived: Receiver<()>,
+    release: Sender<()>,
+}
+
+impl Held {
+    /// Wait until the write has reached the relay (and is held there).
+    pub fn wait_arrived(&self) {
+        self.arrived.recv_timeout(Duration::from_secs(30)).expect("the old holder's write never reached the relay");
+    }
+}
+
+/// Hold the next request through `relay` that carries the old holder's body until
+/// [`release_and_answer`].
+pub fn hold_old(relay: &Relay) -> Held {
+    let (release, held) = mpsc::channel::<()>();
+    let (arrive, arrived) = mpsc::channel::<()>();
+    let trap = relay.trap(OLD_MARK, move || {
+        let _ = arrive.send(());
+        let _ = held.recv_timeout(Duration::from_secs(120));
+        Ok(())
+    });
+    Held { trap, arrived, release }
+}
+
+/// Let the held write go on to moto, and return moto's status line for it.
+pub fn release_and_answer(held: Held) -> String {
+    held.release.send(()).unwrap();
+    held.trap.wait_fired(Duration::from_secs(30)).unwrap();
+    let answer = held.trap.wait_answered(Duration::from_secs(30)).unwrap();
+    // The final status line (moto answers a forwarded `Expect: 100-continue` first).
+    let text = String::from_utf8_lossy(&answer).into_owned();
+    let last = text.lines().find(|l| l.starts_with("HTTP/1.1 ") && !l.starts_with("HTTP/1.1 100"));
+    last.unwrap_or_default().to_owned()
+}
+
+/// The object's bytes in moto.
+pub fn object(moto: &Moto) -> Vec<u8> {
+    moto.get(BUCKET, KEY).unwrap().unwrap().0
+}
