@@ -64,6 +64,8 @@ pub struct Request {
     cond: Option<Cond>,
     /// Conditional writes: a read whose answer may teach its resource's version.
     read_of: Option<String>,
+    /// Conditional writes: the chain change a read's answer makes (learning a version).
+    learning: Option<Update>,
 }
 
 /// A conditional write's progress ([`conditional`]).
@@ -84,6 +86,8 @@ struct Cond {
     /// The chain's record as this request last saw or put it, for its next change to
     /// swap from without reading first.
     record: Option<Option<Vec<u8>>>,
+    /// The store answered before the write was lent (its body still held).
+    answered_early: bool,
 }
 
 /// A multipart step the filter follows ([`uploads`]).
@@ -159,6 +163,7 @@ impl Request {
             to_lend: None,
             cond: None,
             read_of: None,
+            learning: None,
         }
     }
 
@@ -510,6 +515,7 @@ impl Request {
             update: Some(update),
             status: 0,
             record: None,
+            answered_early: false,
         });
         match conditional::send(&f, &read) {
             Ok(_) => Action::Pause,
@@ -540,9 +546,12 @@ impl Request {
                 self.send_headers(&lend.on);
             }
             (ChainChange::Lend { .. }, Step::Done(Done::Lent(lend))) => {
-                let on = lend.on.clone();
+                let (on, id) = (lend.on.clone(), lend.id);
                 c.lent = Some(lend);
-                if c.on.is_some() {
+                if c.answered_early {
+                    // The store answered before the body went: it will not apply it.
+                    self.settle(id, Answer::NotApplied);
+                } else if c.on.is_some() {
                     let _ = hostcalls::resume_http_request(); // the body, held until now
                 } else {
                     self.send_headers(&on);
@@ -568,12 +577,6 @@ impl Request {
                     c.resource
                 );
                 self.settled(None);
-            }
-            (ChainChange::Learn(_), step) => {
-                if let Step::Failed(why) = step {
-                    log::warn!("fencekeeper: could not learn a version from a read: {why}");
-                }
-                let _ = hostcalls::resume_http_response();
             }
             (_, Step::Failed(why)) => {
                 if let Action::Continue = self.lend_failed(&why) {
@@ -631,6 +634,9 @@ impl Request {
     fn settled(&mut self, chain: Option<&Chain>) {
         let f = Rc::clone(&self.filter);
         let Some(c) = self.cond.as_ref() else { return };
+        if c.status == 0 {
+            return; // no answer waits: an early answer's lend, ended
+        }
         if c.status != 412 {
             let _ = hostcalls::resume_http_response();
             return;
@@ -658,78 +664,121 @@ impl Request {
         }
     }
 
-    /// The store answered a lent write, or a read that may teach a version: settle
-    /// or learn on the chain before the answer goes on (`None`: nothing to do).
+    /// The store answered: a lent write's answer settles its chain, a read's may teach
+    /// a version, before the answer goes on (`None`: nothing to do).
     fn on_store_answer(&mut self) -> Option<Action> {
-        if self.read_of.is_none() && self.cond.as_ref().is_none_or(|c| c.lent.is_none()) {
+        if self.read_of.is_none() && self.cond.is_none() {
             return None;
         }
-        let f = Rc::clone(&self.filter);
         let via_upstream = self.get_property(vec!["response", "code_details"]).as_deref() == Some(b"via_upstream");
         let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
         let status = std::str::from_utf8(&status).ok().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
         let etag = self.get_http_response_header_bytes("etag");
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str()).to_owned();
-        let (update, read) = if let Some(resource) = self.read_of.take() {
-            let seen = match status {
-                200 => etag.as_deref().and_then(|e| Version::tag(e).ok()),
-                404 => Some(Version::Absent),
-                _ => None,
-            };
-            let version = seen.filter(|_| via_upstream)?;
-            let (update, read) = Update::start(&prefix, &resource, ChainChange::Learn(version), None);
-            self.cond = Some(Cond {
-                resource,
-                token: Token::parse("0").ok()?,
-                delete: false,
-                body_to_come: false,
-                on: None,
-                lent: None,
-                update: None,
-                status,
-                record: None,
-            });
-            (update, read)
-        } else {
-            let c = self.cond.as_mut()?;
-            let lend = c.lent.clone()?;
-            if !via_upstream {
-                log::warn!(
-                    "fencekeeper: gave up on a conditional write to {:?} ({status}): it stays lent, and the store \
-                     refuses it if it arrives late",
-                    c.resource
-                );
-                return None;
-            }
-            let (answer, unlearned) = Answer::of(status, etag.as_deref(), c.delete, &lend.on);
-            if let Some(why) = unlearned {
-                log::error!(
-                    "fencekeeper: the store applied a conditional write to {:?} without telling its version ({why}): \
-                     the next write is refused until a read through the fence tells it",
-                    c.resource
-                );
-            }
-            if answer == Answer::PreconditionFailed {
-                f.metrics.precondition_failed();
-            }
-            c.status = status;
-            let known = c.record.take();
-            Update::start(&prefix, &c.resource.clone(), ChainChange::Settle { id: lend.id, answer }, known)
-        };
+        if let Some(resource) = self.read_of.take() {
+            return self.learn(&resource, via_upstream, status, etag.as_deref());
+        }
+        let f = Rc::clone(&self.filter);
         let c = self.cond.as_mut()?;
+        let Some(lend) = c.lent.clone() else {
+            // The store answered before the write was lent (its body still held): the
+            // exchange is over and the write will not apply; a lend still in flight is
+            // ended at once. Envoy's own answer (a 413 for a body over the limit) says
+            // nothing of the store: the body stays held.
+            c.answered_early |= via_upstream;
+            return None;
+        };
+        if !via_upstream {
+            log::warn!(
+                "fencekeeper: gave up on a conditional write to {:?} ({status}): it stays lent, and the store \
+                 refuses it if it arrives late",
+                c.resource
+            );
+            return None;
+        }
+        let (answer, unlearned) = Answer::of(status, etag.as_deref(), c.delete, &lend.on);
+        if let Some(why) = unlearned {
+            log::error!(
+                "fencekeeper: the store applied a conditional write to {:?} without telling its version ({why}): the \
+                 next write is refused until a read through the fence tells it",
+                c.resource
+            );
+        }
+        if answer == Answer::PreconditionFailed {
+            f.metrics.precondition_failed();
+        }
+        c.status = status;
+        if self.settle(lend.id, answer) {
+            return Some(Action::Pause);
+        }
+        if status == 412 {
+            self.settled(None);
+            return Some(Action::Pause);
+        }
+        None
+    }
+
+    /// Start settling lend `id` with `answer`; false if etcd cannot be asked (the write
+    /// stays lent).
+    fn settle(&mut self, id: u64, answer: Answer) -> bool {
+        let f = Rc::clone(&self.filter);
+        let Some(c) = self.cond.as_mut() else { return false };
+        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+        let change = ChainChange::Settle { id, answer };
+        let (update, message) = Update::start(prefix, &c.resource, change, c.record.take());
         c.update = Some(update);
-        match conditional::send(&f, &read) {
-            Ok(_) => Some(Action::Pause),
+        match conditional::send(&f, &message) {
+            Ok(_) => true,
             Err(why) => {
                 c.update = None;
                 log::error!("fencekeeper: cannot reach etcd for the version chain of {:?}: {why}", c.resource);
-                if c.status == 412 {
-                    self.settled(None);
-                    return Some(Action::Pause);
-                }
+                false
+            }
+        }
+    }
+
+    /// A read through the fence saw `resource` at a version (a 200 with a strong ETag,
+    /// or a 404): learn it, if the chain lost its own, before the answer goes on.
+    fn learn(&mut self, resource: &str, via_upstream: bool, status: u16, etag: Option<&[u8]>) -> Option<Action> {
+        let f = Rc::clone(&self.filter);
+        let version = match status {
+            200 => Version::tag(etag?).ok()?,
+            404 => Version::Absent,
+            _ => return None,
+        };
+        if !via_upstream {
+            return None;
+        }
+        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+        let (update, read) = Update::start(prefix, resource, ChainChange::Learn(version), None);
+        match conditional::send(&f, &read) {
+            Ok(_) => {
+                self.learning = Some(update);
+                Some(Action::Pause)
+            }
+            Err(why) => {
+                log::warn!("fencekeeper: could not learn a version from a read: {why}");
                 None
             }
         }
+    }
+
+    /// etcd answered a learning read's chain change.
+    fn on_learned(&mut self, response: &etcd::Response) {
+        let f = Rc::clone(&self.filter);
+        let Some(update) = self.learning.as_mut() else { return };
+        let failed = match update.answered(response) {
+            Step::Send(message) => match conditional::send(&f, &message) {
+                Ok(_) => return,
+                Err(why) => Some(why),
+            },
+            Step::Failed(why) => Some(why),
+            Step::Done(_) => None,
+        };
+        if let Some(why) = failed {
+            log::warn!("fencekeeper: could not learn a version from a read: {why}");
+        }
+        self.learning = None;
+        let _ = hostcalls::resume_http_response();
     }
 
     /// The held body of a write to be lent is whole (`size` bytes): lend it with the
@@ -802,6 +851,9 @@ impl Drop for Request {
 impl Context for Request {
     fn on_grpc_call_response(&mut self, _token: u32, status_code: u32, size: usize) {
         let response = etcd::response(status_code, size);
+        if self.learning.is_some() {
+            return self.on_learned(&response);
+        }
         if self.cond.as_ref().is_some_and(|c| c.update.is_some()) {
             return self.on_chain(&response);
         }
@@ -917,8 +969,10 @@ impl HttpContext for Request {
         if !self.holding_body() {
             return Action::Continue;
         }
-        if !end_of_stream || self.cond.as_ref().is_some_and(|c| c.update.is_some()) {
-            return Action::Pause; // Envoy buffers the body until it is whole
+        // Envoy buffers the body until it is whole. After the store answered early it is
+        // never released: no body goes without its lend.
+        if !end_of_stream || self.cond.as_ref().is_some_and(|c| c.update.is_some() || c.answered_early) {
+            return Action::Pause;
         }
         self.body_whole(body_size)
     }
