@@ -76,12 +76,12 @@ scripts/torture.sh --seconds 240 --min-writes 80000 --max-seconds 300 2>&1 | tee
     exit 1
 }
 
-echo "== torture with conditional writes: the gateways, no store apply bound, no start grace" >&2
+echo "== torture with conditional writes: the gateways and Envoys, no store apply bound, no start grace" >&2
 # The store honours If-Match here; every write that lands out of order on a claimed
 # group is a violation, late or not (about 100 s).
-scripts/torture.sh --conditional --target gateways,file --seconds 60 2>&1 | tee -a "$log" | grep -v -E '^torture: (fault|[0-9]+ writes, )' || {
+scripts/torture.sh --conditional --target all --seconds 60 2>&1 | tee -a "$log" | grep -v -E '^torture: (fault|[0-9]+ writes, )' || {
     grep '^torture: fault' "$log" >&2 || true
-    echo "the conditional torture run failed (its seed is printed above; replay with scripts/torture.sh --conditional --target gateways,file --seed S)" >&2
+    echo "the conditional torture run failed (its seed is printed above; replay with scripts/torture.sh --conditional --target all --seed S)" >&2
     exit 1
 }
 

@@ -250,21 +250,24 @@ impl System {
             let members = members.join(",");
             for name in ["envoy1", "envoy2"] {
                 let (listen, admin) = (free_port()?, free_port()?);
-                let args = [
+                let upstream_addr = upstream.addr.to_string();
+                let mut args = vec![
                     "--upstream",
-                    &upstream.addr.to_string(),
+                    &upstream_addr,
                     "--etcd",
                     &members,
                     "--filter",
                     &filter,
                     "--test-fault-header",
                     crate::client::FILTER_FAULT_HEADER,
-                    "--shared-gate",
                     "--route-timeout",
                     &timeout,
-                    "--store-apply-bound",
-                    &bound,
                 ];
+                // Conditional writes replace the ordering gate (and its bound).
+                match choice.conditional {
+                    true => args.extend(conditional),
+                    false => args.extend(["--shared-gate", "--store-apply-bound", &bound]),
+                }
                 let yaml = envoy::generate(listen, admin, &args)?;
                 envoys.push((name.to_owned(), Envoy::start_with(2, listen, admin, &yaml)?));
             }

@@ -322,8 +322,11 @@ fn envoy_copy_refusals(input: &Input, classes: &[Class], refusals: &[usize], rep
     for (i, w) in input.writes.iter().enumerate() {
         let Some(t) = token(w).filter(|_| w.kind.admits()) else { continue };
         // A write refused as stale may have written its token first: both hosts' gates
-        // refuse an admitted write that a higher one overtook while it was held.
-        if classes[i].admitted() || matches!(classes[i], Class::Undecided | Class::Unknown | Class::Stale) {
+        // refuse an admitted write that a higher one overtook while it was held. A
+        // conditional write refused for the store's version (409 "cannot write") was
+        // admitted, and its token lent on the chain, whose highest an Envoy reports.
+        let wrote = matches!(classes[i], Class::Undecided | Class::Unknown | Class::Stale | Class::Conflict);
+        if classes[i].admitted() || wrote {
             let first = writers.entry((&w.resource, t)).or_insert(w.start);
             *first = (*first).min(w.start);
         }

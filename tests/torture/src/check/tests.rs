@@ -301,3 +301,20 @@ fn a_refusal_during_a_stall_the_watch_saw_is_explained_and_one_after_its_linger_
     assert_eq!(rules(&report), vec![5]);
     assert!(report.violations[0].message.contains("observed-etcd-stall"), "{}", report.violations[0].message);
 }
+
+#[test]
+fn an_envoy_refusal_may_report_the_token_of_a_write_refused_for_the_stores_version() {
+    // Conditional writes: x1 (token 50) is admitted and lent, then refused for the
+    // store's version (409 "cannot write"); y1 (45) is refused by the filter's chain,
+    // reporting 50, the highest lent. The mark did reach 50.
+    let mut input = clean();
+    let e = "/t/envoy/0";
+    let mut conflict = write("x1", e, "envoy1", 50, 20, 409);
+    conflict.body = "cannot write \"/t/envoy/0\": the store refused the write's precondition (412)".into();
+    let mut refused = write("y1", e, "envoy1", 45, 22, 409);
+    refused.highest = Some("50".into());
+    input.writes.extend([conflict, refused]);
+    input.snapshots = vec![snapshot(50, &[("/t/pin-gw1/0", "20"), (e, "50")])];
+    let report = check(&input);
+    assert!(!report.violations.iter().any(|v| v.message.contains("which no admit")), "{:?}", report.violations);
+}
