@@ -13,7 +13,9 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use crate::late_writes::{hold_old, object, release_and_answer, BUCKET, FIRST, KEY, NEW, OLD};
+use crate::late_writes::{
+    assert_landed_late, assert_refused_late, hold_old, object, release_and_answer, BUCKET, FIRST, KEY, NEW, OLD,
+};
 use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, Gateway, RecordingUpstream};
 use fencekeeper_harness::moto::Moto;
 use fencekeeper_harness::relay::Relay;
@@ -76,8 +78,7 @@ fn slow_write_story(conditional: bool) -> (String, Vec<u8>, String) {
 #[test]
 fn a_write_the_gateway_gave_up_on_is_refused_by_the_store_when_it_arrives_late() {
     let (late, object, log) = slow_write_story(true);
-    assert!(late.contains(" 412 "), "moto did not refuse the late write's precondition: {late:?}\n{log}");
-    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_refused_late(&late, &object, &log);
 }
 
 #[test]
@@ -114,15 +115,13 @@ fn crash_story(conditional: bool) -> (String, Vec<u8>, String) {
 #[test]
 fn a_write_in_flight_when_the_gateway_was_sigkilled_is_refused_by_the_store_after_the_restart() {
     let (late, object, log) = crash_story(true);
-    assert!(late.contains(" 412 "), "{late:?}\n{log}");
-    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_refused_late(&late, &object, &log);
 }
 
 #[test]
 fn without_conditional_writes_a_write_in_flight_at_a_crash_lands_after_the_restart() {
     let (late, object, _) = crash_story(false);
-    assert!(late.contains(" 200 "), "{late:?}");
-    assert_eq!(object, OLD, "the control shows the window a start grace would have to cover");
+    assert_landed_late(&late, &object, "a start grace would have to cover");
 }
 
 /// Two gateways on one etcd, without a shared gate: 33 through the first is held;
@@ -148,8 +147,7 @@ fn two_gateways_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String) {
 #[test]
 fn two_gateways_without_a_shared_gate_cannot_land_a_late_write_with_conditional_writes() {
     let (late, object, old, log) = two_gateways_story(true);
-    assert!(late.contains(" 412 "), "{late:?}\n{log}");
-    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_refused_late(&late, &object, &log);
     assert_eq!(
         (old.status, old.code.as_str()),
         (Some(409), "FencingTokenStale"),

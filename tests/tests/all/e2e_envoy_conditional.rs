@@ -14,7 +14,9 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use crate::late_writes::{hold_old, object, release_and_answer, Held, BUCKET, FIRST, KEY, NEW, OLD};
+use crate::late_writes::{
+    assert_landed_late, assert_refused_late, hold_old, object, release_and_answer, Held, BUCKET, FIRST, KEY, NEW, OLD,
+};
 use fencekeeper_harness::envoy::{generate, Envoy};
 use fencekeeper_harness::gateway::RecordingUpstream;
 use fencekeeper_harness::moto::Moto;
@@ -91,15 +93,13 @@ fn slow_write_story(conditional: bool) -> (String, Vec<u8>, String) {
 #[test]
 fn a_write_envoy_gave_up_on_is_refused_by_the_store_when_it_arrives_late() {
     let (late, object, log) = slow_write_story(true);
-    assert!(late.contains(" 412 "), "moto did not refuse the late write's precondition: {late:?}\n{log}");
-    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_refused_late(&late, &object, &log);
 }
 
 #[test]
 fn without_conditional_writes_the_write_envoy_gave_up_on_lands_last() {
     let (late, object, _) = slow_write_story(false);
-    assert!(late.contains(" 200 "), "{late:?}");
-    assert_eq!(object, OLD, "the control shows the window conditional writes close");
+    assert_landed_late(&late, &object, "conditional writes close");
 }
 
 /// The crash: 33 is held at the relay when Envoy is SIGKILLed; it restarts (no start
@@ -127,15 +127,13 @@ fn crash_story(conditional: bool) -> (String, Vec<u8>, String) {
 #[test]
 fn a_write_in_flight_when_envoy_was_sigkilled_is_refused_by_the_store_after_the_restart() {
     let (late, object, log) = crash_story(true);
-    assert!(late.contains(" 412 "), "{late:?}\n{log}");
-    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_refused_late(&late, &object, &log);
 }
 
 #[test]
 fn without_conditional_writes_a_write_in_flight_at_an_envoy_crash_lands_after_the_restart() {
     let (late, object, _) = crash_story(false);
-    assert!(late.contains(" 200 "), "{late:?}");
-    assert_eq!(object, OLD, "the control shows the window a start grace would have to cover");
+    assert_landed_late(&late, &object, "a start grace would have to cover");
 }
 
 /// Two Envoys on one etcd, without a shared gate: 33 through the first is held; 34
@@ -157,8 +155,7 @@ fn two_envoys_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String) {
 #[test]
 fn two_envoys_without_a_shared_gate_cannot_land_a_late_write_with_conditional_writes() {
     let (late, object, old, log) = two_envoys_story(true);
-    assert!(late.contains(" 412 "), "{late:?}\n{log}");
-    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+    assert_refused_late(&late, &object, &log);
     assert_eq!(
         (old.status, old.code.as_str()),
         (Some(409), "FencingTokenStale"),

@@ -61,3 +61,16 @@ pub fn release_and_answer(held: Held) -> String {
 pub fn object(moto: &Moto) -> Vec<u8> {
     moto.get(BUCKET, KEY).unwrap().unwrap().0
 }
+
+/// How a story ends with conditional writes: moto refused the late write's
+/// precondition (412), and the new holder's object is kept. `log` is the host's.
+pub fn assert_refused_late(late: &str, object: &[u8], log: &str) {
+    assert!(late.contains(" 412 "), "moto did not refuse the late write's precondition: {late:?}\n{log}");
+    assert_eq!(object, NEW, "the new holder's object was overwritten\n{log}");
+}
+
+/// How a control ends: the late write applied (200) and its bytes are the object's.
+pub fn assert_landed_late(late: &str, object: &[u8], window: &str) {
+    assert!(late.contains(" 200 "), "{late:?}");
+    assert_eq!(object, OLD, "the control shows the window {window}");
+}
