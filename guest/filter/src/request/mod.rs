@@ -14,7 +14,9 @@
 //! Every mark the filter raises is logged at info as an audit record
 //! (`fencekeeper-audit: {json}`), with the client's address.
 
-use crate::conditional::{self, Change as ChainChange, Done, Step, Update};
+mod conditional_write;
+
+use crate::conditional::Update;
 use crate::confirms::Waiter;
 use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::headers::Seen;
@@ -23,7 +25,8 @@ use crate::uploads;
 use crate::vouch::{self, Next};
 use crate::wake;
 use crate::Filter;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
+use conditional_write::Cond;
+use fencekeeper_chain as chain;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
@@ -32,10 +35,8 @@ use fencekeeper_core::s3::{self, Addressing, Multipart};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
-use md5::{Digest, Md5};
-use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType};
+use proxy_wasm::types::Action;
 use std::rc::Rc;
 use std::time::UNIX_EPOCH;
 
@@ -66,28 +67,6 @@ pub struct Request {
     read_of: Option<String>,
     /// Conditional writes: the chain change a read's answer makes (learning a version).
     learning: Option<Update>,
-}
-
-/// A conditional write's progress ([`conditional`]).
-struct Cond {
-    resource: String,
-    token: Token,
-    delete: bool,
-    /// Its body is still to come: it is lent once the body is whole.
-    body_to_come: bool,
-    /// The precondition its headers carry, once they went.
-    on: Option<Version>,
-    /// Its lend, once recorded.
-    lent: Option<Lend>,
-    /// The chain change in flight.
-    update: Option<Update>,
-    /// The store's status, while its answer settles the chain.
-    status: u16,
-    /// The chain's record as this request last saw or put it, for its next change to
-    /// swap from without reading first.
-    record: Option<Option<Vec<u8>>>,
-    /// The store answered before the write was lent (its body still held).
-    answered_early: bool,
 }
 
 /// A multipart step the filter follows ([`uploads`]).
@@ -485,337 +464,6 @@ impl Request {
             self.upload = None; // not admitted: its answer teaches nothing
         }
         self.reply.finish(&self.filter, outcome, resource, cause)
-    }
-}
-
-/// Conditional writes ([`conditional`]): lend, send, settle, learn.
-impl Request {
-    /// The write with `token` on `resource` was admitted: lend it on the resource's
-    /// chain before the store can apply it. A write whose body is still to come is
-    /// only peeked at now (its headers need the precondition); it is lent when its
-    /// body is whole ([`Request::body_whole`]).
-    fn lend(&mut self, resource: &str, token: Token, delete: bool) -> Action {
-        let f = Rc::clone(&self.filter);
-        let body_to_come = !delete && !self.headers_end;
-        let change = if body_to_come {
-            ChainChange::Peek(token)
-        } else {
-            let makes = if delete { Version::Absent } else { chain::content_version(&Md5::digest(b"").into()) };
-            ChainChange::Lend { token, makes: Some(makes), on: None }
-        };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, resource, change, None);
-        self.cond = Some(Cond {
-            resource: resource.to_owned(),
-            token,
-            delete,
-            body_to_come,
-            on: None,
-            lent: None,
-            update: Some(update),
-            status: 0,
-            record: None,
-            answered_early: false,
-        });
-        match conditional::send(&f, &read) {
-            Ok(_) => Action::Pause,
-            Err(why) => self.lend_failed(&why),
-        }
-    }
-
-    /// The chain change in flight was answered by etcd.
-    fn on_chain(&mut self, response: &etcd::Response) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_mut() else { return };
-        let Some(update) = c.update.as_mut() else { return };
-        let step = match update.answered(response) {
-            Step::Send(message) => match conditional::send(&f, &message) {
-                Ok(_) => return,
-                Err(why) => Step::Failed(why),
-            },
-            step => step,
-        };
-        let Some(update) = c.update.take() else { return };
-        let change = update.change().clone();
-        if let Step::Done(_) = step {
-            c.record = update.last();
-        }
-        match (change, step) {
-            (ChainChange::Peek(_), Step::Done(Done::Lent(lend))) => {
-                // The headers go with the precondition; the body waits for the lend.
-                self.send_headers(&lend.on);
-            }
-            (ChainChange::Lend { .. }, Step::Done(Done::Lent(lend))) => {
-                let (on, id) = (lend.on.clone(), lend.id);
-                c.lent = Some(lend);
-                if c.answered_early {
-                    // The store answered before the body went: it will not apply it.
-                    self.settle(id, Answer::NotApplied);
-                } else if c.on.is_some() {
-                    let _ = hostcalls::resume_http_request(); // the body, held until now
-                } else {
-                    self.send_headers(&on);
-                }
-            }
-            (ChainChange::Peek(_) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => {
-                self.refuse_lend(refusal)
-            }
-            (ChainChange::Lend { .. }, Step::Done(Done::Moved { carried, now })) => {
-                f.metrics.version_refused();
-                let text = format!(
-                    "cannot write {:?}: the store's version moved from {carried} to {now} while the write's body \
-                     arrived (another write to the object went first); retry",
-                    c.resource
-                );
-                self.reply.error(409, "FencingVersionConflict", &text);
-            }
-            (ChainChange::Settle { .. }, Step::Done(Done::Chain(chain))) => self.settled(Some(&chain)),
-            (ChainChange::Settle { .. }, Step::Failed(why)) => {
-                log::error!(
-                    "fencekeeper: a write's answer was not recorded in the version chain of {:?}; it stays lent: \
-                     {why}",
-                    c.resource
-                );
-                self.settled(None);
-            }
-            (_, Step::Failed(why)) => {
-                if let Action::Continue = self.lend_failed(&why) {
-                    let _ = hostcalls::resume_http_request();
-                }
-            }
-            (_, Step::Done(_) | Step::Send(_)) => {
-                // Not an outcome any change has: refused, never forwarded.
-                self.reply.error(503, "FencingUnavailable", "an unexpected version chain outcome");
-            }
-        }
-    }
-
-    /// Put the precondition on `on` into the headers and let them go (the admitted
-    /// write is counted, and told to the upstream, now).
-    fn send_headers(&mut self, on: &Version) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_mut() else { return };
-        c.on = Some(on.clone());
-        let (name, value) = conditional::precondition(on);
-        let _ = hostcalls::set_map_value(proxy_wasm::types::MapType::HttpRequestHeaders, name, Some(&value));
-        let (resource, token) = (c.resource.clone(), c.token);
-        let admitted = Ok(Verdict::Admit { mark: token, advanced: false });
-        if let Action::Continue = self.reply.finish(&f, admitted, &resource, &"") {
-            let _ = hostcalls::resume_http_request();
-        }
-    }
-
-    /// A chain could not be read or changed before the write went: refused, never
-    /// sent without its lend.
-    fn lend_failed(&mut self, why: &str) -> Action {
-        let f = Rc::clone(&self.filter);
-        let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
-        let cause = format!("the version chain could not be read or changed: {why}");
-        self.reply.finish(&f, Err(NoVerdict::StoreUnreachable), &resource, &cause)
-    }
-
-    /// The chain refuses to lend the write.
-    fn refuse_lend(&mut self, refusal: Refusal) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_ref() else { return };
-        let (resource, token) = (c.resource.clone(), c.token);
-        f.metrics.version_refused();
-        match refusal {
-            Refusal::Stale(higher) => {
-                let stale = Ok(Verdict::Stale { mark: higher, presented: token });
-                let _ = self.reply.finish(&f, stale, &resource, &refusal);
-            }
-            other => self.reply.error(409, "FencingVersionConflict", &format!("cannot write {resource:?}: {other}")),
-        }
-    }
-
-    /// The store's answer to a lent write settled its chain (`None`: it could not be
-    /// recorded, and the write stays lent). A 412 is answered as the refusal it means.
-    fn settled(&mut self, chain: Option<&Chain>) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_ref() else { return };
-        if c.status == 0 {
-            return; // no answer waits: an early answer's lend, ended
-        }
-        if c.status != 412 {
-            let _ = hostcalls::resume_http_response();
-            return;
-        }
-        let (resource, token) = (c.resource.clone(), c.token);
-        let higher = chain.and_then(|c| c.highest).filter(|h| h.partial_cmp(&token).is_some_and(|o| o.is_gt()));
-        let on = c.lent.as_ref().map_or_else(String::new, |l| l.on.to_string());
-        match higher {
-            Some(mark) => {
-                let cause = format!(
-                    "the store refused the write's precondition (412): a write with the higher token {mark} was \
-                     sent to it since"
-                );
-                let _ = self.reply.finish(&f, Ok(Verdict::Stale { mark, presented: token }), &resource, &cause);
-            }
-            None => {
-                let text = format!(
-                    "cannot write {resource:?}: the store refused the write's precondition (412): the object is not \
-                     at the version the filter last saw applied ({on}), as after a write whose answer was lost or a \
-                     writer that does not go through the fence. Read the object through the fence (GET or HEAD) so \
-                     it learns the version, then retry"
-                );
-                self.reply.error(409, "FencingVersionConflict", &text);
-            }
-        }
-    }
-
-    /// The store answered: a lent write's answer settles its chain, a read's may teach
-    /// a version, before the answer goes on (`None`: nothing to do).
-    fn on_store_answer(&mut self) -> Option<Action> {
-        if self.read_of.is_none() && self.cond.is_none() {
-            return None;
-        }
-        let via_upstream = self.get_property(vec!["response", "code_details"]).as_deref() == Some(b"via_upstream");
-        let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
-        let status = std::str::from_utf8(&status).ok().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-        let etag = self.get_http_response_header_bytes("etag");
-        if let Some(resource) = self.read_of.take() {
-            return self.learn(&resource, via_upstream, status, etag.as_deref());
-        }
-        let f = Rc::clone(&self.filter);
-        let c = self.cond.as_mut()?;
-        let Some(lend) = c.lent.clone() else {
-            // The store answered before the write was lent (its body still held): the
-            // exchange is over and the write will not apply; a lend still in flight is
-            // ended at once. Envoy's own answer (a 413 for a body over the limit) says
-            // nothing of the store: the body stays held.
-            c.answered_early |= via_upstream;
-            return None;
-        };
-        if !via_upstream {
-            log::warn!(
-                "fencekeeper: gave up on a conditional write to {:?} ({status}): it stays lent, and the store \
-                 refuses it if it arrives late",
-                c.resource
-            );
-            return None;
-        }
-        let (answer, unlearned) = Answer::of(status, etag.as_deref(), c.delete, &lend.on);
-        if let Some(why) = unlearned {
-            log::error!(
-                "fencekeeper: the store applied a conditional write to {:?} without telling its version ({why}): the \
-                 next write is refused until a read through the fence tells it",
-                c.resource
-            );
-        }
-        if answer == Answer::PreconditionFailed {
-            f.metrics.precondition_failed();
-        }
-        c.status = status;
-        if self.settle(lend.id, answer) {
-            return Some(Action::Pause);
-        }
-        if status == 412 {
-            self.settled(None);
-            return Some(Action::Pause);
-        }
-        None
-    }
-
-    /// Start settling lend `id` with `answer`; false if etcd cannot be asked (the write
-    /// stays lent).
-    fn settle(&mut self, id: u64, answer: Answer) -> bool {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_mut() else { return false };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let change = ChainChange::Settle { id, answer };
-        let (update, message) = Update::start(prefix, &c.resource, change, c.record.take());
-        c.update = Some(update);
-        match conditional::send(&f, &message) {
-            Ok(_) => true,
-            Err(why) => {
-                c.update = None;
-                log::error!("fencekeeper: cannot reach etcd for the version chain of {:?}: {why}", c.resource);
-                false
-            }
-        }
-    }
-
-    /// A read through the fence saw `resource` at a version (a 200 with a strong ETag,
-    /// or a 404): learn it, if the chain lost its own, before the answer goes on.
-    fn learn(&mut self, resource: &str, via_upstream: bool, status: u16, etag: Option<&[u8]>) -> Option<Action> {
-        let f = Rc::clone(&self.filter);
-        let version = match status {
-            200 => Version::tag(etag?).ok()?,
-            404 => Version::Absent,
-            _ => return None,
-        };
-        if !via_upstream {
-            return None;
-        }
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, resource, ChainChange::Learn(version), None);
-        match conditional::send(&f, &read) {
-            Ok(_) => {
-                self.learning = Some(update);
-                Some(Action::Pause)
-            }
-            Err(why) => {
-                log::warn!("fencekeeper: could not learn a version from a read: {why}");
-                None
-            }
-        }
-    }
-
-    /// etcd answered a learning read's chain change.
-    fn on_learned(&mut self, response: &etcd::Response) {
-        let f = Rc::clone(&self.filter);
-        let Some(update) = self.learning.as_mut() else { return };
-        let failed = match update.answered(response) {
-            Step::Send(message) => match conditional::send(&f, &message) {
-                Ok(_) => return,
-                Err(why) => Some(why),
-            },
-            Step::Failed(why) => Some(why),
-            Step::Done(_) => None,
-        };
-        if let Some(why) = failed {
-            log::warn!("fencekeeper: could not learn a version from a read: {why}");
-        }
-        self.learning = None;
-        let _ = hostcalls::resume_http_response();
-    }
-
-    /// The held body of a write to be lent is whole (`size` bytes): lend it with the
-    /// version its body makes, before the body goes.
-    fn body_whole(&mut self, size: usize) -> Action {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_mut() else { return Action::Continue };
-        let mut md5 = Md5::new();
-        let mut at = 0;
-        while at < size {
-            let n = (size - at).min(64 << 10);
-            let piece = hostcalls::get_buffer(BufferType::HttpRequestBody, at, n).ok().flatten().unwrap_or_default();
-            if piece.is_empty() {
-                break;
-            }
-            at += piece.len();
-            md5.update(&piece);
-        }
-        let makes = chain::content_version(&md5.finalize().into());
-        let change = ChainChange::Lend { token: c.token, makes: Some(makes), on: c.on.clone() };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, &c.resource, change, c.record.take());
-        c.update = Some(update);
-        match conditional::send(&f, &read) {
-            Ok(_) => Action::Pause,
-            Err(why) => {
-                c.update = None;
-                let text = format!("cannot write {:?}: the version chain could not be read: {why}", c.resource);
-                self.reply.error(503, "FencingUnavailable", &text);
-                Action::Pause
-            }
-        }
-    }
-
-    /// A write to be lent whose body is still held (its lend not made).
-    fn holding_body(&self) -> bool {
-        self.cond.as_ref().is_some_and(|c| c.body_to_come && c.on.is_some() && c.lent.is_none())
     }
 }
 
