@@ -21,7 +21,14 @@ pub struct Conditional {
     /// The store was seen honouring `If-Match` on DELETE (`fencekeeper envoy-config`'s
     /// probe): deletes are sent conditionally; else they are refused.
     pub deletes: bool,
+    /// The largest body a conditional write may have: the filter holds a PUT's body
+    /// whole (its MD5 is the version it makes) and refuses a larger one (413) before
+    /// any of it reaches the store.
+    pub max_body: u64,
 }
+
+/// `conditional_max_body`'s default: 16 MiB.
+pub const DEFAULT_CONDITIONAL_MAX_BODY: u64 = 16 << 20;
 
 /// The parsed and validated configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -352,9 +359,19 @@ impl Config {
             (_, Some(_)) => return Err(ConfigError("lock_prefix goes with provenance \"strong\"".into())),
         };
         let conditional = match (settings.conditional_writes.unwrap_or(false), settings.conditional_deletes) {
-            (false, Some(_)) => return Err(ConfigError("conditional_deletes goes with conditional_writes".into())),
-            (false, None) => None,
-            (true, deletes) => Some(Conditional { deletes: deletes.unwrap_or(false) }),
+            (false, _) if settings.conditional_deletes.is_some() || settings.conditional_max_body.is_some() => {
+                return Err(ConfigError(
+                    "conditional_deletes and conditional_max_body go with conditional_writes".into(),
+                ))
+            }
+            (false, _) => None,
+            (true, deletes) => {
+                let max_body = settings.conditional_max_body.unwrap_or(DEFAULT_CONDITIONAL_MAX_BODY);
+                if max_body == 0 {
+                    return Err(ConfigError("conditional_max_body must be above 0".into()));
+                }
+                Some(Conditional { deletes: deletes.unwrap_or(false), max_body })
+            }
         };
         if conditional.is_some() {
             if etcd.is_none() || mode != Mode::Correctness {
@@ -521,6 +538,7 @@ impl Config {
             start_grace_ms: Some(*start_grace_ms),
             conditional_writes: conditional.map(|_| true),
             conditional_deletes: conditional.map(|c| c.deletes),
+            conditional_max_body: conditional.map(|c| c.max_body),
             #[cfg(feature = "faults")]
             test_fault_header: test_fault_header.clone(),
         }
@@ -616,13 +634,16 @@ mod tests {
     #[test]
     fn conditional_writes_need_etcd_correctness_and_paths_and_replace_the_gate() {
         let c = Config::parse(br#"{"protocol":"s3","conditional_writes":true}"#).unwrap();
-        assert_eq!((c.conditional, c.gate), (Some(Conditional { deletes: false }), None));
+        let default = Conditional { deletes: false, max_body: DEFAULT_CONDITIONAL_MAX_BODY };
+        assert_eq!((c.conditional, c.gate), (Some(default), None));
         assert_eq!(Config::from_settings(c.to_settings()).unwrap(), c, "it round-trips");
-        let c = Config::parse(br#"{"conditional_writes":true,"conditional_deletes":true}"#).unwrap();
-        assert_eq!(c.conditional, Some(Conditional { deletes: true }));
+        let c = Config::parse(br#"{"conditional_writes":true,"conditional_deletes":true,"conditional_max_body":9}"#);
+        assert_eq!(c.unwrap().conditional, Some(Conditional { deletes: true, max_body: 9 }));
         assert_eq!(Config::parse(br#"{"conditional_writes":false}"#).unwrap().conditional, None);
         for (bad, says) in [
-            (&br#"{"conditional_deletes":true}"#[..], "goes with conditional_writes"),
+            (&br#"{"conditional_deletes":true}"#[..], "go with conditional_writes"),
+            (br#"{"conditional_max_body":5}"#, "go with conditional_writes"),
+            (br#"{"conditional_writes":true,"conditional_max_body":0}"#, "above 0"),
             (br#"{"conditional_writes":true,"mode":"efficiency"}"#, "needs correctness mode and etcd"),
             (br#"{"conditional_writes":true,"mode":"efficiency","etcd":null}"#, "needs correctness mode and etcd"),
             (br#"{"conditional_writes":true,"resource":{"from":"header","header":"x-r"}}"#, "by path"),

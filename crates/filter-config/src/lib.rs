@@ -17,7 +17,7 @@ pub mod settings;
 
 pub use config::{
     service, Conditional, Config, ConfigError, Etcd, EtcdAuth, GateConfig, Provenance, ResourceFrom,
-    DEFAULT_ETCD_CLUSTER, DEFAULT_KEY_PREFIX, MAX_SERVICE_NAME_BYTES,
+    DEFAULT_CONDITIONAL_MAX_BODY, DEFAULT_ETCD_CLUSTER, DEFAULT_KEY_PREFIX, MAX_SERVICE_NAME_BYTES,
 };
 pub use settings::{
     EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings, Switch,

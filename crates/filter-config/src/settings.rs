@@ -67,6 +67,9 @@ pub struct Settings {
     /// deletes are refused).
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub conditional_deletes: Option<bool>,
+    /// With `conditional_writes`: the largest body a write may have, in bytes (16 MiB).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub conditional_max_body: Option<u64>,
     /// Testing only (the filter's `faults` build): a request carrying this header
     /// makes the filter trap.
     #[cfg(feature = "faults")]

@@ -177,7 +177,7 @@ pub struct Args {
     /// filter holds a PUT's body in Envoy until it is whole (the version it makes is
     /// its MD5), so each write in flight may buffer this much; a larger one is refused
     /// (413) before any of it reaches the store.
-    #[arg(long, default_value_t = 16 << 20, value_name = "BYTES", requires = "conditional_writes")]
+    #[arg(long, default_value_t = fencekeeper_filter_config::DEFAULT_CONDITIONAL_MAX_BODY, value_name = "BYTES", requires = "conditional_writes")]
     conditional_max_body: u64,
     /// What the probe found: the store honours If-Match on DELETE.
     #[arg(skip)]
@@ -396,6 +396,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         start_grace_ms: (!args.start_grace.is_zero()).then_some(args.start_grace.as_millis() as u64),
         conditional_writes: args.conditional_writes.then_some(true),
         conditional_deletes: args.conditional_writes.then_some(args.conditional_deletes),
+        conditional_max_body: args.conditional_writes.then_some(args.conditional_max_body),
         test_fault_header: args.test_fault_header.clone(),
         ..Settings::default()
     }

@@ -188,7 +188,12 @@ impl Request {
                 self.reply.error(501, "NotImplemented", &text);
                 return Action::Pause;
             }
-            let empty = seen.conditional("content-length") == Some(b"0");
+            let length =
+                seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
+            if let Some(length) = length.filter(|&l| l > c.max_body) {
+                return self.too_large(&resource, length, c.max_body);
+            }
+            let empty = length == Some(0);
             self.to_lend = Some(method == "DELETE");
             self.headers_end |= empty;
         }
@@ -228,6 +233,18 @@ impl Request {
             }
             refusal => self.finish(Ok(refusal), &resource, &""),
         }
+    }
+
+    /// Refuse a conditional write whose body is over `max` bytes (413): the filter holds
+    /// a body whole, and none of this one reaches the store.
+    fn too_large(&mut self, resource: &str, length: u64, max: u64) -> Action {
+        self.filter.metrics.not_conditional();
+        let text = format!(
+            "cannot write {resource:?}: the body is {length} bytes or more, and a conditional write's body is held \
+             whole in Envoy, up to conditional_max_body ({max} bytes; envoy-config --conditional-max-body)"
+        );
+        self.reply.error(413, "EntityTooLarge", &text);
+        Action::Pause
     }
 
     /// Refuse a fenced write in the start grace (503, `Retry-After`), before any admit.
@@ -616,6 +633,12 @@ impl HttpContext for Request {
     fn on_http_request_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
         if !self.holding_body() {
             return Action::Continue;
+        }
+        // A body sent without a length (chunked) is measured as it comes.
+        let max = self.filter.config.conditional.map_or(u64::MAX, |c| c.max_body);
+        if body_size as u64 > max {
+            let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
+            return self.too_large(&resource, body_size as u64, max);
         }
         // Envoy buffers the body until it is whole. After the store answered early it is
         // never released: no body goes without its lend.
