@@ -174,10 +174,21 @@ pub fn http(
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
-    s.write_all(body)?;
+    // One write: a server that answers from the headers alone (a refusal) and closes
+    // with the body still unread sends a reset, which can discard its answer before
+    // it is read; a body sent with the headers is read with them.
+    let mut request = req.into_bytes();
+    request.extend_from_slice(body);
+    s.write_all(&request)?;
     let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
+    if let Err(e) = s.read_to_end(&mut raw) {
+        // A reset once the answer's head arrived (a server closing on an unread body)
+        // keeps what was read, which the caller checks; before it, it is an error.
+        let answered = raw.windows(4).any(|w| w == b"\r\n\r\n");
+        if e.kind() != std::io::ErrorKind::ConnectionReset || !answered {
+            return Err(e.into());
+        }
+    }
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n").context("no HTTP header end")?;
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let status: u16 = head.split_whitespace().nth(1).context("no status")?.parse()?;
