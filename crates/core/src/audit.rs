@@ -37,6 +37,11 @@ pub enum Change {
     Set,
     /// An operator removed the mark by force (`fencekeeper marks --clear --force`).
     Clear,
+    /// Retention forgot the mark of an idle resource (`fencekeeper marks --compact`),
+    /// under a floor at or above it.
+    Forget,
+    /// Retention raised its floor (the record's resource is `(the retention floor)`).
+    Floor,
 }
 
 impl Change {
@@ -47,6 +52,8 @@ impl Change {
             Change::Raise => "raise",
             Change::Set => "set",
             Change::Clear => "clear",
+            Change::Forget => "forget",
+            Change::Floor => "floor",
         }
     }
 }

@@ -176,6 +176,13 @@ impl<M: fmt::Display> fmt::Display for Reason<'_, M> {
         match self.verdict {
             Some(Verdict::Admit { mark, advanced: true }) => write!(f, "admitted token {mark} on {r:?}; the mark advanced"),
             Some(Verdict::Admit { mark, advanced: false }) => write!(f, "admitted token {mark} on {r:?}; the mark is unchanged"),
+            // A cause on a stale verdict says why the mark it was judged against is not
+            // one the resource has seen: the retention floor ([`Forgotten`]).
+            Some(Verdict::Stale { presented, .. }) if !is_empty(self.cause) => write!(
+                f,
+                "stale fencing token {presented} for {r:?}: {}; reacquire the lock for a newer token",
+                self.cause
+            ),
             Some(Verdict::Stale { mark, presented }) => write!(
                 f,
                 "stale fencing token {presented} for {r:?}: the resource has seen token {mark}; a newer lock holder exists, reacquire the lock"
@@ -196,6 +203,39 @@ impl<M: fmt::Display> fmt::Display for Reason<'_, M> {
             ),
         }
     }
+}
+
+/// Why a token was judged against the retention floor: the resource has no mark of
+/// its own because a compaction forgot it, so it is held to the floor, which lies at
+/// or above every mark forgotten. The cause of a stale [`Reason`] so judged.
+pub struct Forgotten {
+    /// The retention floor.
+    pub floor: Token,
+}
+
+impl fmt::Display for Forgotten {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the resource has no mark of its own (retention forgets the marks of idle resources) and is held to \
+             the retention floor {}, at or above every mark retention forgot",
+            self.floor
+        )
+    }
+}
+
+/// True when `text` writes nothing (no allocation: the bytes are only counted).
+fn is_empty(text: &dyn fmt::Display) -> bool {
+    struct Count(usize);
+    impl fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = fmt::write(&mut count, format_args!("{text}"));
+    count.0 == 0
 }
 
 /// The one-line reason for an unverified refusal ([`NoVerdict::Unverified`]), for
@@ -281,5 +321,15 @@ mod tests {
         let v = stale();
         let text = std::format!("{}", Reason { verdict: Some(&v), resource: "f", cause: &"" });
         assert!(text.contains("34") && text.contains("33") && !text.contains('\n'));
+    }
+
+    #[test]
+    fn a_stale_reason_against_the_retention_floor_names_retention() {
+        let v = stale();
+        let floor = Forgotten { floor: Token::parse("34").unwrap() };
+        let text = std::format!("{}", Reason { verdict: Some(&v), resource: "f", cause: &floor });
+        assert!(text.starts_with("stale fencing token 33 for \"f\": the resource has no mark of its own"), "{text}");
+        assert!(text.contains("retention floor 34") && !text.contains("has seen token"), "{text}");
+        assert!(!text.contains('\n'));
     }
 }

@@ -289,7 +289,7 @@ mod tests {
     fn flight(resource: &str, instance: u64, token: &str) -> KeyValue {
         let key = flight_key(P, resource, instance, &token!(token));
         let value = record::encode(key.as_bytes(), &token!(token)).as_bytes().to_vec();
-        KeyValue { key: key.into_bytes(), value, create_revision: 1 }
+        KeyValue { key: key.into_bytes(), value, create_revision: 1, mod_revision: 1 }
     }
 
     fn answer(succeeded: bool, put: bool, reads: &[&[KeyValue]]) -> TxnAnswer {
@@ -327,6 +327,7 @@ mod tests {
             key: b"/fencekeeper/marks//r".to_vec(),
             value: record::encode(b"/r", &token!(token)).as_bytes().to_vec(),
             create_revision: 1,
+            mod_revision: 1,
         };
         let r = |a: &TxnAnswer| passed(a, P, "/r", &token!("34"), 1, true).unwrap().0;
         assert_eq!(r(&answer(false, true, &[&[mark("35")]])), Registration::Stale(token!("35")));
@@ -343,7 +344,8 @@ mod tests {
         let mut moved = flight("/r", 2, "33");
         moved.key = flight_key(P, "/r", 3, &token!("33")).into_bytes();
         assert!(passed(&answer(true, false, &[&[moved]]), P, "/r", &token!("34"), 1, false).is_err(), "a value moved");
-        let damaged = KeyValue { key: b"m".to_vec(), value: b"fk2 99 00000000".to_vec(), create_revision: 1 };
+        let damaged =
+            KeyValue { key: b"m".to_vec(), value: b"fk2 99 00000000".to_vec(), create_revision: 1, mod_revision: 1 };
         assert!(passed(&answer(false, true, &[&[damaged]]), P, "/r", &token!("34"), 1, true).is_err());
     }
 

@@ -15,6 +15,8 @@
 //! * [`provenance`]: the reads and the rules that decide whether etcd issued a token
 //!   (the lock's holder, the cluster's revision);
 //! * [`flights`]: the shared in-flight registry, the ordering gate across instances;
+//! * [`retention`]: the floor under forgotten marks, and the checkpoints that tell
+//!   idle marks;
 //! * [`error`]: the one error, a printable line, and how foreign text is quoted in it.
 //!
 //! The items of `keys`, `mark`, `txn`, `auth` and `error` are re-exported here, so a
@@ -27,6 +29,7 @@ pub mod grpc;
 pub mod keys;
 pub mod mark;
 pub mod provenance;
+pub mod retention;
 pub mod txn;
 
 pub use auth::{AuthRefusal, MAX_TOKEN_BYTES};

@@ -163,7 +163,7 @@ mod tests {
     use fencekeeper_core::token;
 
     fn holder(create: u64) -> KeyValue {
-        KeyValue { key: b"/locks/r/694d8a".to_vec(), value: Vec::new(), create_revision: create }
+        KeyValue { key: b"/locks/r/694d8a".to_vec(), value: Vec::new(), create_revision: create, mod_revision: create }
     }
 
     #[test]

@@ -93,6 +93,8 @@ pub struct KeyValue {
     pub value: Vec<u8>,
     /// The revision that created the key.
     pub create_revision: u64,
+    /// The revision that last changed the key (retention tells idle marks by it).
+    pub mod_revision: u64,
 }
 
 /// What a transaction answered.

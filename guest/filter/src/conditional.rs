@@ -246,7 +246,7 @@ mod tests {
     use fencekeeper_etcd_wire::{grpc::txn_answer, KeyValue};
 
     fn kv(value: &[u8]) -> KeyValue {
-        KeyValue { key: b"k".to_vec(), value: value.to_vec(), create_revision: 3 }
+        KeyValue { key: b"k".to_vec(), value: value.to_vec(), create_revision: 3, mod_revision: 3 }
     }
 
     fn read(value: Option<&[u8]>) -> Response {

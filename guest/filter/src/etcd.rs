@@ -242,7 +242,7 @@ mod tests {
     use fencekeeper_core::token;
 
     fn kv(key: &str, value: &[u8], create_revision: u64) -> KeyValue {
-        KeyValue { key: key.as_bytes().to_vec(), value: value.to_vec(), create_revision }
+        KeyValue { key: key.as_bytes().to_vec(), value: value.to_vec(), create_revision, mod_revision: create_revision }
     }
 
     fn value(resource: &str, token: &str) -> Vec<u8> {

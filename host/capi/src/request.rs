@@ -75,7 +75,13 @@ impl<'a> Request<'a> {
 /// one that fails its own precheck.
 pub(crate) fn malformed(mode: Mode, why: Malformed) -> Decision {
     let verdict = Verdict::Malformed(GuestText::new(&why.to_string()));
-    Decision { action: refusal::resolve(mode, Ok(&verdict)), verdict: Some(verdict), undecided: None, advance: None }
+    Decision {
+        action: refusal::resolve(mode, Ok(&verdict)),
+        verdict: Some(verdict),
+        undecided: None,
+        advance: None,
+        retention_floor: None,
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `fencekeeper marks`: list a store's marks, or show one resource's mark; with
-//! `--verify`, `--raise`, `--set`, `--clear` or `--upgrade`, check or repair the
-//! store (`repair.rs`).
+//! `--verify`, `--raise`, `--set`, `--clear`, `--upgrade` or `--compact`, check,
+//! repair or compact the store (`repair.rs`).
 //! Exit 0 found, 1 the resource has no mark, 2 the store cannot be read. A missing
 //! or corrupt store is an error: inspecting never creates or replaces one.
 
@@ -52,10 +52,20 @@ pub struct Args {
     /// The version is then unknown until the gateway learns it again. Logged on stderr.
     #[arg(long, group = "action", value_name = "RESOURCE", conflicts_with = "resource")]
     pub release_lends: Option<String>,
+    /// Forget the marks of resources idle for --idle-for, under a retention floor at or
+    /// above every mark forgotten: a resource without a mark then refuses tokens below
+    /// the floor. Only for tokens ordered across resources (etcd revisions, ZooKeeper
+    /// zxids). Logged on stderr.
+    #[arg(long, group = "action", requires = "idle_for", conflicts_with = "resource")]
+    pub compact: bool,
+    /// With --compact: how long a mark must not have risen to be forgotten (`30d`,
+    /// `12h`, `0s`). Longer than any lock is held with one token.
+    #[arg(long, value_name = "T", value_parser = crate::serve::parse_duration, requires = "compact")]
+    pub idle_for: Option<Duration>,
     /// Confirm --set, --clear or --release-lends.
     #[arg(long)]
     pub force: bool,
-    /// With --raise, --set or --clear: also append the change to this file as a JSON
+    /// With --raise, --set, --clear or --compact: also append the change to this file as a JSON
     /// line (the audit record every host writes).
     #[arg(long, value_name = "PATH")]
     pub audit: Option<PathBuf>,
@@ -117,8 +127,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.verify {
         return repair::verify(&args);
     }
-    let changes = args.raise.is_some() || args.set.is_some() || args.clear.is_some();
-    anyhow::ensure!(args.audit.is_none() || changes, "--audit goes with --raise, --set or --clear");
+    let changes = args.raise.is_some() || args.set.is_some() || args.clear.is_some() || args.compact;
+    anyhow::ensure!(args.audit.is_none() || changes, "--audit goes with --raise, --set, --clear or --compact");
+    if let (true, Some(idle_for)) = (args.compact, args.idle_for) {
+        return repair::compact(&args, idle_for);
+    }
     let forced = args.set.is_some() || args.clear.is_some() || args.release_lends.is_some();
     anyhow::ensure!(!args.force || forced, "--force goes with --set, --clear or --release-lends");
     if let Some(resource) = &args.chain {

@@ -1,6 +1,7 @@
 //! `fencekeeper marks --verify | --raise RESOURCE TOKEN | --set RESOURCE TOKEN |
-//! --clear RESOURCE | --upgrade`: check a store record by record, raise a lost or
-//! damaged mark by hand, set or clear one by force, convert an old store.
+//! --clear RESOURCE | --upgrade | --compact --idle-for T`: check a store record by
+//! record, raise a lost or damaged mark by hand, set or clear one by force, convert
+//! an old store, forget idle marks under a retention floor.
 //!
 //! `--set RESOURCE TOKEN --force` and `--clear RESOURCE --force` replace or remove a
 //! mark, lower included: to undo a mark a forged token raised.
@@ -13,7 +14,8 @@
 use crate::marks::{self, print_table, Args};
 use anyhow::Context;
 use fencekeeper::audit::{AuditLog, Change, Entry};
-use fencekeeper::store::{EtcdStore, FileStore, Previous, Raise, Upgrade};
+use fencekeeper::etcd::EtcdOptions;
+use fencekeeper::store::{Compaction, EtcdStore, FileStore, Previous, Raise, Retention, Upgrade};
 use fencekeeper::Token;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -95,6 +97,95 @@ pub fn force(args: &Args, resource: &str, token: Option<&str>) -> anyhow::Result
     println!("{}", change.summary(None));
     change.record(args, audit.as_ref())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--compact --idle-for T`: forget the marks idle for `idle_for`, under the floor.
+pub fn compact(args: &Args, idle_for: Duration) -> anyhow::Result<ExitCode> {
+    let audit = open_audit(args)?;
+    let store: Box<dyn Retention> = match &args.etcd {
+        Some(url) => {
+            let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
+            Box::new(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &args.etcd_prefix, &options)?)
+        }
+        None => {
+            anyhow::ensure!(args.store.exists(), "no mark store at {} (or pass --store)", args.store.display());
+            Box::new(FileStore::open(&args.store)?)
+        }
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let compaction = store.compact(idle_for, now)?;
+    let summary = compaction_summary(&compaction, idle_for, &args.describe());
+    eprintln!("fencekeeper: audit: {summary}");
+    if let Some(audit) = &audit {
+        record_compaction(args, audit, &compaction)?;
+    }
+    if args.json {
+        let forgotten: Vec<serde_json::Value> = compaction
+            .forgotten
+            .iter()
+            .map(|(r, m)| serde_json::json!({"resource": r, "mark": m.to_string()}))
+            .collect();
+        let out = serde_json::json!({
+            "forgotten": forgotten,
+            "floor_before": compaction.floor_before.map(|f| f.to_string()),
+            "floor": compaction.floor.map(|f| f.to_string()),
+            "kept": compaction.kept,
+            "other_arity": compaction.other_arity,
+            "not_yet": compaction.not_yet,
+        });
+        println!("{out}");
+    } else {
+        println!("{summary}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line: what a compaction did.
+fn compaction_summary(c: &Compaction, idle_for: Duration, store: &str) -> String {
+    let show = |f: Option<Token>| f.map_or_else(|| "none".to_owned(), |f| f.to_string());
+    let mut line = format!(
+        "forgot {} marks idle for {}s in {store}; retention floor {} -> {}; kept {}",
+        c.forgotten.len(),
+        idle_for.as_secs(),
+        show(c.floor_before),
+        show(c.floor),
+        c.kept
+    );
+    if c.other_arity > 0 {
+        line.push_str(&format!(" ({} idle but of another arity than the floor)", c.other_arity));
+    }
+    if let Some(why) = &c.not_yet {
+        line.push_str(&format!("; {why}"));
+    }
+    line
+}
+
+/// The audit records of a compaction: the floor's rise, then each mark forgotten.
+fn record_compaction(args: &Args, audit: &AuditLog, c: &Compaction) -> anyhow::Result<()> {
+    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
+    let store = args.audit_store();
+    let entry = |reason, resource, old, new| Entry {
+        unix_ms: fencekeeper::audit::now_ms(),
+        host: "cli",
+        reason,
+        resource,
+        old,
+        old_damaged: None,
+        new,
+        token: None,
+        client: None,
+        user: user.as_deref(),
+        store: &store,
+    };
+    if c.floor != c.floor_before {
+        audit.append(&entry(Change::Floor, "(the retention floor)", c.floor_before, c.floor))?;
+    }
+    for (resource, mark) in &c.forgotten {
+        audit
+            .append(&entry(Change::Forget, resource, Some(*mark), None))
+            .context("the marks were forgotten, but writing the audit log failed")?;
+    }
+    Ok(())
 }
 
 /// `--audit PATH`, opened before the store is touched: a change that cannot be

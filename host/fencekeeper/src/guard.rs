@@ -18,7 +18,7 @@ use crate::provenance::{Origin, Provenance, ProvenanceError};
 use crate::store::{MarkStore, StoreError, Swap};
 use crate::verify::{self, Breach};
 use crate::{GuestText, Verdict};
-use fencekeeper_core::refusal::{self, Action, NoVerdict, Reason, Unverified};
+use fencekeeper_core::refusal::{self, Action, Forgotten, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Token};
 use std::sync::Arc;
 
@@ -88,6 +88,10 @@ pub struct Decision {
     pub undecided: Option<Undecided>,
     /// The mark this admit raised, when it raised one: what an audit log records.
     pub advance: Option<Advance>,
+    /// The retention floor the token was judged against, when the resource had no
+    /// mark of its own under one ([`crate::store::Retention`]): a stale refusal's
+    /// reason then names retention.
+    pub retention_floor: Option<Token>,
 }
 
 impl Decision {
@@ -119,12 +123,28 @@ impl Decision {
     /// [`Decision::reason`] written into `out`, for a host that has a buffer of its
     /// own (the C ABI writes it into the caller's outcome without allocating).
     pub fn write_reason(&self, out: &mut dyn std::fmt::Write, resource: &str) -> std::fmt::Result {
-        let cause: &dyn std::fmt::Display = match &self.undecided {
-            Some(Undecided::Unverified(why)) => return write!(out, "{}", Unverified { resource, cause: why }),
-            Some(e) => e,
-            None => &"",
+        let forgotten = self.retention_floor.map(|floor| Forgotten { floor });
+        let cause: &dyn std::fmt::Display = match (&self.undecided, &forgotten) {
+            (Some(Undecided::Unverified(why)), _) => return write!(out, "{}", Unverified { resource, cause: why }),
+            (Some(e), _) => e,
+            (None, Some(forgotten)) => forgotten,
+            (None, None) => &"",
         };
         write!(out, "{}", Reason { verdict: self.verdict.as_ref(), resource, cause })
+    }
+}
+
+/// What [`Guard::decide_and_swap`] reached: the verdict, the mark it raised, and the
+/// retention floor it judged against, if the resource had no mark under one.
+struct Decided {
+    verdict: Verdict,
+    advance: Option<Advance>,
+    floor: Option<Token>,
+}
+
+impl Decided {
+    fn of(verdict: Verdict) -> Decided {
+        Decided { verdict, advance: None, floor: None }
     }
 }
 
@@ -168,8 +188,10 @@ impl Guard {
     pub fn admit_in(&self, store: &dyn MarkStore, resource: &str, presented: Option<&str>) -> Decision {
         let mode = self.decider.policy().mode;
         match self.decide_and_swap(store, resource, presented) {
-            Ok((verdict, advance)) => Decision {
+            Ok(Decided { verdict, advance, floor }) => Decision {
                 action: refusal::resolve(mode, Ok(&verdict)),
+                // Only a refusal needs the floor named; an admit says what it did.
+                retention_floor: floor.filter(|_| matches!(verdict, Verdict::Stale { .. })),
                 verdict: Some(verdict),
                 undecided: None,
                 advance,
@@ -183,13 +205,20 @@ impl Guard {
                     None => refusal::resolve::<GuestText>(mode, Err(NoVerdict::Refused)),
                 };
                 action.forward = false;
-                Decision { verdict, action, undecided: Some(Undecided::Breach(breach)), advance: None }
+                Decision {
+                    verdict,
+                    action,
+                    undecided: Some(Undecided::Breach(breach)),
+                    advance: None,
+                    retention_floor: None,
+                }
             }
             Err(e) => Decision {
                 action: refusal::resolve::<GuestText>(mode, Err(e.no_verdict())),
                 verdict: None,
                 undecided: Some(e),
                 advance: None,
+                retention_floor: None,
             },
         }
     }
@@ -214,11 +243,11 @@ impl Guard {
         store: &dyn MarkStore,
         resource: &str,
         presented: Option<&str>,
-    ) -> Result<(Verdict, Option<Advance>), Undecided> {
+    ) -> Result<Decided, Undecided> {
         // Bounded before anything is read or asked: an over-long token never
         // reaches the validator, so no request can exhaust its fuel.
         if let Err(m) = fencekeeper_core::precheck(resource, presented) {
-            return Ok((Verdict::Malformed(GuestText::new(&m.to_string())), None));
+            return Ok(Decided::of(Verdict::Malformed(GuestText::new(&m.to_string()))));
         }
         let policy = self.decider.policy();
         let read = store.read(resource)?;
@@ -228,14 +257,18 @@ impl Guard {
         let mut vouched = self.provenance.is_none();
         let canonical = verify::reading(presented);
         for _ in 0..MAX_ROUNDS {
-            let verdict = self.decider.decide(presented, mark.as_ref()).map_err(|e| match e {
+            // A resource without a mark is held to the retention floor, if any: the
+            // decider judges the token against it as if it were the mark.
+            let floor = if mark.is_none() { store.floor()? } else { None };
+            let judged = mark.or(floor);
+            let verdict = self.decider.decide(presented, judged.as_ref()).map_err(|e| match e {
                 // An answer of the wrong shape is a broken contract like a wrong verdict.
                 DecideError::Contract(what) => {
-                    Undecided::Breach(verify::breach(&policy, presented, mark.as_ref(), what))
+                    Undecided::Breach(verify::breach(&policy, presented, judged.as_ref(), what))
                 }
                 fault => Undecided::Decide(fault),
             })?;
-            verify::check_read(&policy, presented, canonical, mark.as_ref(), &verdict)?;
+            verify::check_read(&policy, presented, canonical, judged.as_ref(), &verdict)?;
             // Every answer rests on the store's own word (a read, a swap or a
             // confirm), never on a local copy alone: the admits stay linearizable.
             let swap = match verdict {
@@ -253,19 +286,32 @@ impl Guard {
                         vouched = true;
                     }
                     match store.compare_and_swap(resource, mark.as_ref(), &new)? {
-                        Swap::Swapped => return Ok((verdict, Some(Advance { from: mark, to: new }))),
+                        Swap::Swapped => {
+                            return Ok(Decided { verdict, advance: Some(Advance { from: mark, to: new }), floor })
+                        }
+                        lost => lost,
+                    }
+                }
+                // The token equals the floor: it gives the resource its mark, with
+                // the swap that checks the floor the store holds now (the one read
+                // may lag it).
+                Verdict::Admit { mark: same, advanced: false } if floor.is_some() => {
+                    match store.compare_and_swap(resource, None, &same)? {
+                        Swap::Swapped => {
+                            return Ok(Decided { verdict, advance: Some(Advance { from: None, to: same }), floor })
+                        }
                         lost => lost,
                     }
                 }
                 Verdict::Admit { mark: same, advanced: false } if !exact || store.confirm_equal_admits() => {
                     store.confirm(resource, &same)?
                 }
-                Verdict::Missing => return Ok((verdict, None)),
+                Verdict::Missing => return Ok(Decided::of(verdict)),
                 _ if !exact => Swap::Conflict(store.get(resource)?),
-                _ => return Ok((verdict, None)),
+                _ => return Ok(Decided { verdict, advance: None, floor }),
             };
             match swap {
-                Swap::Swapped => return Ok((verdict, None)),
+                Swap::Swapped => return Ok(Decided::of(verdict)),
                 Swap::Conflict(current) => (mark, exact) = (current, true),
             }
         }

@@ -412,7 +412,7 @@ async fn admit_blocking(guard: &Arc<Guard>, resource: &str, token: Option<&str>)
             let action =
                 refusal::resolve::<fencekeeper::GuestText>(guard.decider().policy().mode, Err(NoVerdict::Refused));
             let cause = StoreError::Unavailable(format!("the admit task failed: {e}"));
-            Decision { verdict: None, action, undecided: Some(cause.into()), advance: None }
+            Decision { verdict: None, action, undecided: Some(cause.into()), advance: None, retention_floor: None }
         }
     }
 }

@@ -248,7 +248,7 @@ pub fn txn_answer(succeeded: bool, revision: i64, operations: &[Option<&[KeyValu
                     let mut k = Message::default();
                     k.bytes(1, &kv.key);
                     k.uint(2, kv.create_revision);
-                    k.uint(3, kv.create_revision); // mod_revision
+                    k.uint(3, kv.mod_revision);
                     k.uint(4, 1); // version
                     k.bytes(5, &kv.value);
                     r.message(2, k);
@@ -293,15 +293,16 @@ fn header_revision(header: &[u8]) -> Result<u64, WireError> {
     Ok(rev)
 }
 
-/// `KeyValue`: key 1, create_revision 2, value 5.
+/// `KeyValue`: key 1, create_revision 2, mod_revision 3, value 5.
 fn key_value(bytes: &[u8]) -> Result<KeyValue, WireError> {
-    let mut kv = KeyValue { key: Vec::new(), value: Vec::new(), create_revision: 0 };
+    let mut kv = KeyValue { key: Vec::new(), value: Vec::new(), create_revision: 0, mod_revision: 0 };
     for f in fields(bytes, "key-value") {
         match f? {
             (1, Value::Bytes(b)) => kv.key = b.to_vec(),
             (2, Value::Varint(v)) => kv.create_revision = revision(v, "create revision")?,
+            (3, Value::Varint(v)) => kv.mod_revision = revision(v, "mod revision")?,
             (5, Value::Bytes(b)) => kv.value = b.to_vec(),
-            (n @ (1 | 2 | 5), _) => return Err(wrong_type("key-value", n)),
+            (n @ (1 | 2 | 3 | 5), _) => return Err(wrong_type("key-value", n)),
             _ => {}
         }
     }
@@ -597,6 +598,7 @@ mod tests {
                         key: key.to_vec(),
                         value: value.to_vec(),
                         create_revision: *create,
+                        mod_revision: *create,
                     })
                     .collect()
             })

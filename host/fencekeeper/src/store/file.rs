@@ -48,6 +48,7 @@
 use super::contain::contained;
 use super::group::{Commits, Group, Written};
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
+use super::retention::{clears, plan, Compaction, Retention};
 use super::{MarkStore, StoreError, Swap};
 use crate::chain::ChainStore;
 use fencekeeper_core::{record, Token};
@@ -369,6 +370,7 @@ impl Commits<Advance, Result<Swap, StoreError>> for FileStore {
             let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
             let mut answers = Vec::with_capacity(batch.len());
             let mut changed = false;
+            let mut floor: Option<Result<Option<Token>, StoreError>> = None;
             for a in &batch {
                 let current = match table.get(a.resource.as_bytes()).map_err(|e| self.error(e))? {
                     Some(v) => self.decode(&a.resource, v.value()).map(Some),
@@ -387,6 +389,23 @@ impl Commits<Advance, Result<Swap, StoreError>> for FileStore {
                 if current != a.expected || !super::raises(current.as_ref(), &a.new) {
                     answers.push(Ok(Swap::Conflict(current)));
                     continue;
+                }
+                // A first mark clears the retention floor, read in the same transaction.
+                if current.is_none() {
+                    if floor.is_none() {
+                        floor = Some(self.floor_in(txn));
+                    }
+                    match &floor {
+                        Some(Ok(f)) if clears(f.as_ref(), &a.new) => {}
+                        Some(Ok(_)) | None => {
+                            answers.push(Ok(Swap::Conflict(None)));
+                            continue;
+                        }
+                        Some(Err(e)) => {
+                            answers.push(Err(e.again()));
+                            continue;
+                        }
+                    }
                 }
                 let value = record::encode(a.resource.as_bytes(), &a.new);
                 table.insert(a.resource.as_bytes(), value.as_bytes()).map_err(|e| self.error(e))?;
@@ -437,6 +456,124 @@ impl MarkStore for FileStore {
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
         self.records()?.into_iter().map(|s| Ok((s.resource, s.mark?))).collect()
+    }
+
+    fn floor(&self) -> Result<Option<Token>, StoreError> {
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let table = match txn.open_table(RETENTION) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(self.error(e)),
+            };
+            let value = table.get(FLOOR).map_err(|e| self.error(e))?;
+            value.map(|v| self.decode_floor(v.value())).transpose()
+        })
+    }
+}
+
+/// Retention (`super::retention`): the floor, and each mark as a compaction last saw
+/// it. Tables of their own, made by the first compaction; an advance never writes
+/// them, so retention costs the write path nothing but a first mark's floor read.
+const RETENTION: TableDefinition<&str, &[u8]> = TableDefinition::new("fencekeeper_retention_v1");
+/// The floor's row in [`RETENTION`]; its record is checked under this name.
+const FLOOR: &str = "floor";
+/// resource -> Unix seconds (8 bytes, little-endian) ‖ the mark's record, as a
+/// compaction last saw it: a mark with the same record has not risen since.
+const SINCE: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencekeeper_retention_since_v1");
+
+impl FileStore {
+    fn decode_floor(&self, value: &[u8]) -> Result<Token, StoreError> {
+        record::decode(FLOOR.as_bytes(), value).map_err(|e| self.damaged("(the retention floor)", e))
+    }
+
+    /// The floor, read inside a write transaction (no table is made for it).
+    fn floor_in(&self, txn: &WriteTransaction) -> Result<Option<Token>, StoreError> {
+        let exists = txn.list_tables().map_err(|e| self.error(e))?.any(|t| t.name() == RETENTION.name());
+        if !exists {
+            return Ok(None);
+        }
+        let table = txn.open_table(RETENTION).map_err(|e| self.error(e))?;
+        let value = table.get(FLOOR).map_err(|e| self.error(e))?;
+        value.map(|v| self.decode_floor(v.value())).transpose()
+    }
+}
+
+/// One write transaction: the marks idle for `idle_for` (by the since table) are
+/// removed after the floor is raised over them. A damaged record is kept (its token
+/// cannot be trusted for the floor) and counted as kept.
+impl Retention for FileStore {
+    fn compact(&self, idle_for: Duration, now_unix_secs: u64) -> Result<Compaction, StoreError> {
+        self.write(|txn| {
+            let floor_before = self.floor_in(txn)?;
+            let mut marks = Vec::new();
+            let mut damaged = 0;
+            {
+                let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+                for entry in table.iter().map_err(|e| self.error(e))? {
+                    let (key, value) = entry.map_err(|e| self.error(e))?;
+                    match std::str::from_utf8(key.value()).ok().map(|r| (r, self.decode(r, value.value()))) {
+                        Some((resource, Ok(mark))) => marks.push((resource.to_owned(), mark)),
+                        _ => damaged += 1,
+                    }
+                }
+            }
+            let mut since = txn.open_table(SINCE).map_err(|e| self.error(e))?;
+            let mut idle = Vec::new();
+            for (resource, mark) in &marks {
+                let seen = record::encode(resource.as_bytes(), mark);
+                let stored = since.get(resource.as_bytes()).map_err(|e| self.error(e))?.map(|v| v.value().to_vec());
+                let from = match stored.as_deref().and_then(|v| v.split_first_chunk::<8>()) {
+                    Some((secs, rec)) if rec == seen.as_bytes() => u64::from_le_bytes(*secs),
+                    _ => {
+                        let mut value = now_unix_secs.to_le_bytes().to_vec();
+                        value.extend_from_slice(seen.as_bytes());
+                        since.insert(resource.as_bytes(), value.as_slice()).map_err(|e| self.error(e))?;
+                        now_unix_secs
+                    }
+                };
+                if now_unix_secs.saturating_sub(from) >= idle_for.as_secs() {
+                    idle.push((resource.clone(), *mark));
+                }
+            }
+            let not_idle = marks.len() - idle.len();
+            let plan = plan(floor_before, idle);
+            if plan.floor != floor_before {
+                if let Some(floor) = &plan.floor {
+                    let mut retention = txn.open_table(RETENTION).map_err(|e| self.error(e))?;
+                    let value = record::encode(FLOOR.as_bytes(), floor);
+                    retention.insert(FLOOR, value.as_bytes()).map_err(|e| self.error(e))?;
+                }
+            }
+            {
+                let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+                for (resource, _) in &plan.forget {
+                    table.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
+                    since.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
+                }
+            }
+            // Rows of marks removed by hand since go too.
+            let present: std::collections::HashSet<&[u8]> = marks.iter().map(|(r, _)| r.as_bytes()).collect();
+            let mut gone = Vec::new();
+            for entry in since.iter().map_err(|e| self.error(e))? {
+                let (key, _) = entry.map_err(|e| self.error(e))?;
+                if !present.contains(key.value()) {
+                    gone.push(key.value().to_vec());
+                }
+            }
+            for key in gone {
+                since.remove(key.as_slice()).map_err(|e| self.error(e))?;
+            }
+            let compaction = Compaction {
+                kept: not_idle + plan.other_arity + damaged,
+                other_arity: plan.other_arity,
+                forgotten: plan.forget,
+                floor_before,
+                floor: plan.floor,
+                not_yet: None,
+            };
+            Ok((compaction, true))
+        })
     }
 }
 

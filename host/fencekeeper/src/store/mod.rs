@@ -12,12 +12,14 @@ mod file;
 mod group;
 mod memory;
 mod repair;
+mod retention;
 
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
 pub use file::{FileStore, Upgrade};
 pub use memory::MemoryStore;
 pub use repair::{Previous, Raise, Repair, Scanned};
+pub use retention::{clears, Compaction, Retention};
 
 use fencekeeper_core::Token;
 use std::path::PathBuf;
@@ -120,8 +122,20 @@ pub trait MarkStore {
     /// The resource's current mark, or `None` if it has none.
     fn get(&self, resource: &str) -> Result<Option<Token>, StoreError>;
 
-    /// Set the mark to `new` if it is still `expected`.
+    /// Set the mark to `new` if it is still `expected`. From `None` (a first mark) in a
+    /// store with a retention floor ([`MarkStore::floor`]): only if the resource still
+    /// has no mark and `new` [clears](clears) the floor etcd or the file holds now,
+    /// else [`Swap::Conflict`] (with `None` when only the floor stood in the way:
+    /// [`MarkStore::floor`] then answers the floor that did).
     fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError>;
+
+    /// The retention floor ([`Retention`]): a resource without a mark is held to it
+    /// (`None`: no compaction has forgotten a mark). It only rises, and the answer may
+    /// lag the store's, never lead it: a token below it is stale, and a first mark
+    /// at or above it is checked against the store's own floor by the swap that makes it.
+    fn floor(&self) -> Result<Option<Token>, StoreError> {
+        Ok(None)
+    }
 
     /// Every (resource, mark), sorted by resource, for inspection.
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
@@ -182,6 +196,9 @@ impl<S: MarkStore + ?Sized> MarkStore for std::sync::Arc<S> {
     }
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
         (**self).list()
+    }
+    fn floor(&self) -> Result<Option<Token>, StoreError> {
+        (**self).floor()
     }
     fn read(&self, resource: &str) -> Result<Read, StoreError> {
         (**self).read(resource)

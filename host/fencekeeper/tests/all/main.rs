@@ -8,6 +8,7 @@ mod file_store_corruption;
 mod file_store_disk_full;
 mod guest_faults;
 mod hostile_guests;
+mod retention;
 mod store_contract;
 #[path = "../support/wat_guest.rs"]
 mod wat_guest;

@@ -30,6 +30,7 @@
 //! an admit is durable (on a quorum) when it is reported.
 
 mod confirms;
+mod retention;
 mod seen;
 
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
@@ -51,6 +52,8 @@ pub struct EtcdStore {
     prefix: String,
     seen: Seen,
     confirms: Confirms,
+    /// The retention floor as last read (it only rises, so this is a lower bound).
+    floor: std::sync::Mutex<Option<Token>>,
 }
 
 impl EtcdStore {
@@ -76,8 +79,11 @@ impl EtcdStore {
             prefix: prefix.to_owned(),
             seen: Seen::new(),
             confirms: Confirms::default(),
+            floor: std::sync::Mutex::default(),
         };
         store.read_range(Range { key: store.prefix.as_bytes(), prefix: true, limit: 1, ..Range::default() })?;
+        // A damaged floor fails here, at start-up, rather than on a first mark.
+        store.read_floor()?;
         Ok(store)
     }
 
@@ -116,13 +122,18 @@ impl EtcdStore {
 
     /// Verify one value as `resource`'s record.
     fn verify(&self, resource: &str, value: &[u8]) -> Result<Token, StoreError> {
-        let store = format!("etcd at {} key {:?}", self.client.endpoint(), self.key(resource));
-        wire::mark_of(resource, value).map_err(|e| match e {
+        wire::mark_of(resource, value).map_err(|e| self.mark_error(resource, &self.key(resource), e))
+    }
+
+    /// Why the value at `key` is not `resource`'s mark (or the floor's record).
+    fn mark_error(&self, resource: &str, key: &str, e: MarkError) -> StoreError {
+        let store = format!("etcd at {} key {key:?}", self.client.endpoint());
+        match e {
             MarkError::OldFormat => StoreError::OldFormat { store, upgrade: self.upgrade_command() },
             MarkError::Damaged(detail) => {
                 StoreError::Damaged { resource: resource.to_owned(), store, detail: detail.to_string() }
             }
-        })
+        }
     }
 
     /// The verified mark among read key-values (the first: a key read holds one).
@@ -185,6 +196,13 @@ impl EtcdStore {
     /// pages of [`PAGE_KEYS`] keys, each a linearizable read of its own (a listing of
     /// many marks is not one snapshot; marks only rise, and each is judged alone).
     fn range_all(&self) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let mut all = self.raw(self.range_all_kv()?)?;
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(all)
+    }
+
+    /// Every key-value under the prefix, read as [`EtcdStore::range_all`] reads them.
+    fn range_all_kv(&self) -> Result<Vec<KeyValue>, StoreError> {
         let end = wire::prefix_end(self.prefix.as_bytes());
         let mut from = self.prefix.as_bytes().to_vec();
         let mut all = Vec::new();
@@ -195,12 +213,11 @@ impl EtcdStore {
                 // The next page starts just after the last key read.
                 from = last.key.iter().copied().chain([0]).collect();
             }
-            all.extend(self.raw(page)?);
+            all.extend(page);
             if !more {
                 break;
             }
         }
-        all.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(all)
     }
 
@@ -293,6 +310,9 @@ impl MarkStore for EtcdStore {
         if !super::raises(expected, new) {
             return Ok(Swap::Conflict(self.get(resource)?));
         }
+        if expected.is_none() {
+            return self.create(resource, new);
+        }
         let answer = self.txn(grpc::mark_txn(&self.key(resource), resource, expected, new))?;
         if answer.succeeded {
             self.seen.set(resource, Some(*new));
@@ -314,6 +334,10 @@ impl MarkStore for EtcdStore {
         // A compare without a put, the current mark read back when it fails; the
         // confirms that arrive while one is in flight share the next (confirms.rs).
         self.confirms.confirm(resource, mark, |marks| self.confirm_many(marks))
+    }
+
+    fn floor(&self) -> Result<Option<Token>, StoreError> {
+        Ok(*self.cached_floor())
     }
 
     fn list(&self) -> Result<Vec<(String, Token)>, StoreError> {
