@@ -22,7 +22,7 @@ use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::reply::Reply;
 use crate::{Filter, Tally};
 use fencekeeper_core::decision::decide_token;
-use fencekeeper_core::refusal::NoVerdict;
+use fencekeeper_core::refusal::{Forgotten, NoVerdict};
 use fencekeeper_core::{Policy, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::MAX_CONFIRMS_PER_TXN;
 use proxy_wasm::hostcalls;
@@ -147,7 +147,7 @@ pub fn send_ready(f: &Filter) {
     for group in ready.chunks(MAX_CONFIRMS_PER_TXN) {
         let fail = |cause: String| {
             for r in group {
-                answer_all(f, &r.resource, Err(EtcdError(cause.clone())));
+                answer_all(f, &r.resource, Err(EtcdError(cause.clone())), Ok(None));
             }
         };
         // The host ties a call to the effective context and cancels it when that
@@ -173,16 +173,17 @@ pub fn send_ready(f: &Filter) {
 /// the batches that queued meanwhile. False when the call is no batch's.
 pub fn on_answer(f: &Filter, token: u32, response: &Response) -> bool {
     let Some(resources) = f.confirms.answered(token) else { return false };
-    match etcd::confirmed(response, &resources) {
-        Ok((outcomes, revision)) => {
+    let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+    match etcd::confirmed(response, prefix, &resources) {
+        Ok((outcomes, floor, revision)) => {
             f.saw(revision);
             for (resource, seen) in resources.iter().zip(outcomes) {
-                answer_all(f, resource, seen);
+                answer_all(f, resource, seen, floor.clone());
             }
         }
         Err(e) => {
             for resource in &resources {
-                answer_all(f, resource, Err(e.clone()));
+                answer_all(f, resource, Err(e.clone()), Ok(None));
             }
         }
     }
@@ -190,16 +191,30 @@ pub fn on_answer(f: &Filter, token: u32, response: &Response) -> bool {
     true
 }
 
-/// Answer every request of `resource`'s batch in flight from what its Txn saw.
-fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
+/// Answer every request of `resource`'s batch in flight from what its Txn saw (and
+/// the retention floor it read, when any mark moved).
+fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>, floor: Result<Option<Token>, EtcdError>) {
     let Flight { compare, waiters } = f.confirms.landed(resource);
     let mark = seen.map(|outcome| match outcome {
         // The compare held: the mark is the token the Txn compared.
         Outcome::Succeeded => compare,
         Outcome::Current(current) => current,
     });
-    if let Ok(Some(m)) = &mark {
-        let _ = f.slots.raise(resource, *m);
+    // Without a mark the floor decides: a floor that could not be read fails it.
+    let (mark, floor) = match (mark, floor) {
+        (Ok(None), Err(e)) => (Err(e), None),
+        (mark, floor) => (mark, floor.ok().flatten()),
+    };
+    match &mark {
+        Ok(Some(m)) => {
+            let _ = f.slots.raise(resource, *m);
+        }
+        // Gone from etcd (retention forgot it, or an operator cleared it): a retry then
+        // starts without the copy and meets the floor, if any.
+        Ok(None) => {
+            let _ = f.slots.forget(resource);
+        }
+        Err(_) => {}
     }
     let mut tally = Tally::default();
     for w in waiters {
@@ -210,7 +225,7 @@ fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
         tally.batched += 1;
         let (outcome, cause) = match &mark {
             Err(e) => (Err(NoVerdict::StoreUnreachable), e.0.clone()),
-            Ok(m) => judge(&f.config.policy, resource, w.token, *m),
+            Ok(m) => judge(&f.config.policy, resource, w.token, *m, floor),
         };
         if let Action::Continue = w.reply.answer(f, outcome, resource, &cause, &mut tally) {
             let _ = hostcalls::resume_http_request();
@@ -219,12 +234,33 @@ fn answer_all(f: &Filter, resource: &str, seen: Result<Outcome, EtcdError>) {
     f.metrics.add(&tally);
 }
 
-/// A request's verdict on the mark a batch's Txn saw.
-fn judge(policy: &Policy, resource: &str, token: Token, mark: Option<Token>) -> (Result<Verdict, NoVerdict>, String) {
+/// A request's verdict on the mark a batch's Txn saw, or with none the retention
+/// floor it read in the same Txn.
+fn judge(
+    policy: &Policy,
+    resource: &str,
+    token: Token,
+    mark: Option<Token>,
+    floor: Option<Token>,
+) -> (Result<Verdict, NoVerdict>, String) {
     if mark == Some(token) {
         return (Ok(Verdict::Admit { mark: token, advanced: false }), String::new());
     }
-    match decide_token(policy, token, mark.as_ref()) {
+    let held_to = mark.or(floor);
+    match decide_token(policy, token, held_to.as_ref()) {
+        // The mark left etcd (retention forgot it): the token equals the floor the
+        // same Txn read, so the holder writes again.
+        v @ Verdict::Admit { advanced: false, .. } => (Ok(v), String::new()),
+        // The mark is gone (an operator cleared it, or the token lies above the
+        // floor): a first mark takes a Txn of the request's own. Rare; the client
+        // retries, and its Txn reads the mark and the floor.
+        Verdict::Admit { .. } if mark.is_none() => (
+            Err(NoVerdict::Refused),
+            format!("the mark of {resource:?} left etcd while it was checked (retention or an operator); retry"),
+        ),
+        stale @ Verdict::Stale { .. } if mark.is_none() => {
+            (Ok(stale), floor.map(|floor| Forgotten { floor }.to_string()).unwrap_or_default())
+        }
         // The mark fell below the token while it was checked (an operator lowered
         // it): advancing takes a compare-and-swap of the request's own. Rare; the
         // client retries.

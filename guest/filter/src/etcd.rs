@@ -25,7 +25,8 @@
 use crate::config::Etcd;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::grpc::{self, Status};
-use fencekeeper_etcd_wire::{self as wire, KeyValue, MarkError};
+use fencekeeper_etcd_wire::retention::{self, CreateError};
+use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError, Op, Range};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::BufferType;
 use std::time::Duration;
@@ -105,6 +106,33 @@ pub fn txn(key: &str, resource: &str, expected: Option<&Token>, token: &Token) -
     grpc::mark_txn(key, resource, expected, token)
 }
 
+/// The message of the transaction that gives `resource` (at `key`) its first mark
+/// `token`: it compares the retention floor beside the marks under `prefix` with
+/// `floor` (the one this request last read; `None`: none), and reads the mark and the
+/// floor back when either moved (`fencekeeper_etcd_wire::retention`).
+pub fn create(prefix: &str, key: &str, resource: &str, floor: Option<&Token>, token: &Token) -> Vec<u8> {
+    retention::create_txn(key, resource, &retention::floor_key(prefix), floor, token)
+}
+
+/// Parse etcd's answer to [`create`]: the outcome, the floor it read back (when the
+/// compare failed), and the cluster's revision.
+pub fn created(response: &Response, prefix: &str, resource: &str) -> Result<(Outcome, Option<Token>, u64), EtcdError> {
+    let answer = grpc::parse_txn(ok(response)?).map_err(|e| EtcdError(e.0))?;
+    let floor_key = retention::floor_key(prefix);
+    match retention::created(&answer, resource, &floor_key) {
+        Ok(None) => Ok((Outcome::Succeeded, None, answer.revision)),
+        Ok(Some((mark, floor))) => Ok((Outcome::Current(mark), floor, answer.revision)),
+        Err(CreateError::Wire(e)) => Err(EtcdError(e.0)),
+        Err(CreateError::Mark(_)) => Err(read_back(&answer, 0, resource)
+            .err()
+            .unwrap_or_else(|| EtcdError(format!("etcd holds a damaged mark for {}", wire::excerpt(resource))))),
+        Err(CreateError::Floor(e)) => Err(EtcdError(format!(
+            "etcd holds a damaged retention floor at {floor_key:?} ({e:?}); no first mark is made under it until \
+             an operator repairs it"
+        ))),
+    }
+}
+
 /// What a transaction answered.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -140,31 +168,46 @@ pub fn answer(response: &Response, resource: &str) -> Result<(Outcome, u64), Etc
 }
 
 /// The message of one Txn that confirms several resources' marks at once (`(resource,
-/// mark)`, keys under `prefix`): each compared; when any moved, each read back.
+/// mark)`, keys under `prefix`): each compared; when any moved, each read back, and
+/// the retention floor after them (a mark that left etcd is held to it).
 pub fn confirms(prefix: &str, marks: &[(&str, Token)]) -> Vec<u8> {
     let keys: Vec<String> = marks.iter().map(|(resource, _)| format!("{prefix}{resource}")).collect();
-    let items: Vec<(&str, &str, &Token)> =
-        keys.iter().zip(marks).map(|(key, (resource, mark))| (key.as_str(), *resource, mark)).collect();
-    grpc::confirm_txn(&items)
+    let records: Vec<_> =
+        marks.iter().map(|(resource, mark)| fencekeeper_core::record::encode(resource.as_bytes(), mark)).collect();
+    let compares: Vec<(&[u8], Expect<'_>)> =
+        keys.iter().zip(&records).map(|(key, r)| (key.as_bytes(), Expect::Value(r.as_bytes()))).collect();
+    let floor_key = retention::floor_key(prefix);
+    let reads: Vec<Op<'_>> = keys
+        .iter()
+        .map(|key| Op::Range(Range::of(key.as_bytes())))
+        .chain([Op::Range(Range::of(floor_key.as_bytes()))])
+        .collect();
+    grpc::txn(&compares, &[], &reads)
 }
 
-/// Parse the answer to [`confirms`] on `resources`, in the order sent: each one's
-/// outcome (a value that is not that resource's verified record fails it alone),
-/// and the cluster's revision.
-pub fn confirmed(
-    response: &Response,
-    resources: &[String],
-) -> Result<(Vec<Result<Outcome, EtcdError>>, u64), EtcdError> {
+/// What a batch's Txn answered: each resource's outcome, in the order sent (a value
+/// that is not that resource's verified record fails it alone), the retention floor
+/// it read when any moved (an error fails only the resources without a mark), and
+/// the cluster's revision.
+pub type Confirmed = (Vec<Result<Outcome, EtcdError>>, Result<Option<Token>, EtcdError>, u64);
+
+/// Parse the answer to [`confirms`] on `resources` under `prefix`.
+pub fn confirmed(response: &Response, prefix: &str, resources: &[String]) -> Result<Confirmed, EtcdError> {
     let answer = grpc::parse_txn(ok(response)?).map_err(|e| EtcdError(e.0))?;
     if answer.succeeded {
-        return Ok((resources.iter().map(|_| Ok(Outcome::Succeeded)).collect(), answer.revision));
+        return Ok((resources.iter().map(|_| Ok(Outcome::Succeeded)).collect(), Ok(None), answer.revision));
     }
     let outcomes = resources
         .iter()
         .enumerate()
         .map(|(i, resource)| Ok(Outcome::Current(read_back(&answer, i, resource)?)))
         .collect();
-    Ok((outcomes, answer.revision))
+    let floor_key = retention::floor_key(prefix);
+    let floor = answer.read(resources.len()).map_err(|e| EtcdError(e.0)).and_then(|kvs| {
+        retention::floor_of(&floor_key, &kvs)
+            .map_err(|e| EtcdError(format!("etcd holds a damaged retention floor at {floor_key:?} ({e:?})")))
+    });
+    Ok((outcomes, floor, answer.revision))
 }
 
 /// `resource`'s verified mark as operation `i` of a failed Txn read it back. An
@@ -298,6 +341,21 @@ mod tests {
     }
 
     #[test]
+    fn a_first_mark_reads_the_floor_back_and_a_damaged_floor_is_an_error() {
+        let floor_key = retention::floor_key("/p/");
+        let floor = |token: &str| kv(&floor_key, retention::floor_record(&floor_key, &token!(token)).as_bytes(), 2);
+        let lost = Ok(grpc::txn_answer(false, 9, &[Some(&[]), Some(&[floor("40")])]));
+        assert_eq!(created(&lost, "/p/", "r"), Ok((Outcome::Current(None), Some(token!("40")), 9)));
+        let won = Ok(grpc::txn_answer(true, 9, &[None]));
+        assert_eq!(created(&won, "/p/", "r"), Ok((Outcome::Succeeded, None, 9)));
+        let damaged = Ok(grpc::txn_answer(false, 9, &[Some(&[]), Some(&[kv(&floor_key, b"fk2 40 00000000", 2)])]));
+        assert!(created(&damaged, "/p/", "r").unwrap_err().0.contains("damaged retention floor"));
+        // The message compares the floor this request last saw.
+        let body = create("/p/", "/p/r", "r", Some(&token!("40")), &token!("41"));
+        assert_eq!(body, retention::create_txn("/p/r", "r", &floor_key, Some(&token!("40")), &token!("41")));
+    }
+
+    #[test]
     fn errors_quote_what_answered_on_one_bounded_line() {
         // A proxy's error text with CR LF or control bytes, or of any length, goes
         // into the refusal's reason (a header, a grpc-message): quoted and cut.
@@ -316,8 +374,8 @@ mod tests {
     #[test]
     fn a_confirm_of_several_resources_decides_each_on_its_own_read() {
         let resources = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
-        let all = confirmed(&Ok(grpc::txn_answer(true, 9, &[])), &resources).unwrap();
-        assert_eq!(all, (vec![Ok(Outcome::Succeeded); 3], 9));
+        let all = confirmed(&Ok(grpc::txn_answer(true, 9, &[])), "/p/", &resources).unwrap();
+        assert_eq!(all, (vec![Ok(Outcome::Succeeded); 3], Ok(None), 9));
         // "b" moved on; "c" holds another resource's record: each is decided alone.
         let reads = [
             vec![kv("x", &value("a", "5"), 3)],
@@ -325,15 +383,16 @@ mod tests {
             vec![kv("x", &value("a", "5"), 3)],
         ];
         let ops: Vec<Option<&[KeyValue]>> = reads.iter().map(|r| Some(r.as_slice())).collect();
-        let (outcomes, revision) = confirmed(&Ok(grpc::txn_answer(false, 12, &ops)), &resources).unwrap();
+        let (outcomes, floor, revision) = confirmed(&Ok(grpc::txn_answer(false, 12, &ops)), "/p/", &resources).unwrap();
         assert_eq!(revision, 12);
+        assert!(floor.is_err(), "the floor's read is missing: an error, never no floor");
         assert_eq!(outcomes[0], Ok(Outcome::Current(Some(token!("5")))));
         assert_eq!(outcomes[1], Ok(Outcome::Current(Some(token!("9")))));
         assert!(outcomes[2].as_ref().unwrap_err().0.contains("damaged mark for \"c\""));
         // A read missing from the answer fails its resource, not "no mark".
-        let short = confirmed(&Ok(grpc::txn_answer(false, 12, &ops[..2])), &resources).unwrap();
+        let short = confirmed(&Ok(grpc::txn_answer(false, 12, &ops[..2])), "/p/", &resources).unwrap();
         assert!(short.0[2].as_ref().unwrap_err().0.contains("lacks the read"));
-        assert!(confirmed(&Err(Status { code: 14, message: "down".into() }), &resources).is_err());
+        assert!(confirmed(&Err(Status { code: 14, message: "down".into() }), "/p/", &resources).is_err());
         // The largest confirm: 64 resources of the longest keys, every one read back.
         let long: Vec<String> = (0..64).map(|i| format!("{i:02}{}", "k".repeat(1022))).collect();
         let reads: Vec<Vec<KeyValue>> =
@@ -341,10 +400,25 @@ mod tests {
         let ops: Vec<Option<&[KeyValue]>> = reads.iter().map(|r| Some(r.as_slice())).collect();
         let answer = grpc::txn_answer(false, 12, &ops);
         assert!(answer.len() > 64 * 1024);
-        let (outcomes, _) = confirmed(&Ok(answer), &long).unwrap();
+        let (outcomes, _, _) = confirmed(&Ok(answer), "/fencekeeper/marks/", &long).unwrap();
         assert!(outcomes.iter().all(|o| *o == Ok(Outcome::Current(Some(token!("5"))))));
+        // The library's confirm, and the floor read after the marks.
         let message = confirms("/p/", &[("a", token!("5")), ("b", token!("9"))]);
-        assert_eq!(message, grpc::confirm_txn(&[("/p/a", "a", &token!("5")), ("/p/b", "b", &token!("9"))]));
+        let (a, b) = (
+            fencekeeper_core::record::encode(b"a", &token!("5")),
+            fencekeeper_core::record::encode(b"b", &token!("9")),
+        );
+        let expected = grpc::txn(
+            &[(b"/p/a", Expect::Value(a.as_bytes())), (b"/p/b", Expect::Value(b.as_bytes()))],
+            &[],
+            &[Op::Range(Range::of(b"/p/a")), Op::Range(Range::of(b"/p/b")), Op::Range(Range::of(b"/p.floor"))],
+        );
+        assert_eq!(message, expected);
+        // With every read back: the floor's too.
+        let floor = kv("/p.floor", retention::floor_record("/p.floor", &token!("7")).as_bytes(), 2);
+        let answer = grpc::txn_answer(false, 12, &[Some(&[]), Some(&[]), Some(std::slice::from_ref(&floor))]);
+        let (_, floor, _) = confirmed(&Ok(answer), "/p/", &["a".to_owned(), "b".to_owned()]).unwrap();
+        assert_eq!(floor, Ok(Some(token!("7"))));
     }
 
     #[test]

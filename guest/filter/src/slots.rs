@@ -225,6 +225,25 @@ impl Slots {
     }
 }
 
+impl Slots {
+    /// Drop the cached mark of `resource` (etcd holds none: retention forgot it, or an
+    /// operator cleared it), with bounded retries. A copy of etcd's: a miss only costs
+    /// a round trip, so a lost race is left as it is.
+    pub fn forget(&self, resource: &str) -> Result<(), SlotError> {
+        for _ in 0..MAX_CAS_ATTEMPTS {
+            let mut read = self.read(resource)?;
+            match read.entries.iter_mut().find(|e| e.key == resource) {
+                Some(entry) if entry.mark.is_some() => entry.mark = None,
+                _ => return Ok(()),
+            }
+            if self.store(&mut read)? {
+                return Ok(());
+            }
+        }
+        Ok(())
+    }
+}
+
 /// How many times a lost CAS is retried before the request is undecided.
 pub const MAX_CAS_ATTEMPTS: usize = 64;
 

@@ -71,7 +71,12 @@ mod tests {
     use fencekeeper_etcd_wire::KeyValue;
 
     fn found(mark: Option<&str>, holder: Option<u64>, revision: u64) -> Found {
-        let holder = holder.map(|c| KeyValue { key: b"/locks/r/1".to_vec(), value: vec![], create_revision: c, mod_revision: c });
+        let holder = holder.map(|c| KeyValue {
+            key: b"/locks/r/1".to_vec(),
+            value: vec![],
+            create_revision: c,
+            mod_revision: c,
+        });
         Found { mark: mark.map(|m| token!(m)), holder, revision }
     }
 

@@ -30,7 +30,7 @@ use fencekeeper_chain as chain;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
-use fencekeeper_core::refusal::NoVerdict;
+use fencekeeper_core::refusal::{Forgotten, NoVerdict};
 use fencekeeper_core::s3::{self, Addressing, Multipart};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_etcd_wire::grpc::{self, Status};
@@ -109,6 +109,9 @@ struct Pending {
     token_retried: bool,
     /// The call in flight.
     stage: Stage,
+    /// The retention floor as this request's last first-mark Txn read it back: the
+    /// resource has no mark and is held to it (`None`: no floor seen).
+    floor: Option<Token>,
 }
 
 /// Which etcd call a request waits for.
@@ -228,6 +231,7 @@ impl Request {
                     generation: 0,
                     token_retried: false,
                     stage,
+                    floor: None,
                 });
                 self.call_etcd()
             }
@@ -327,7 +331,10 @@ impl Request {
             etcd::vouch(&key, vouch::lock(&f.config.provenance, &p.resource).as_deref())
         } else {
             p.stage = Stage::Mark;
-            etcd::txn(&key, &p.resource, p.expected.as_ref(), &p.token)
+            match p.expected {
+                Some(expected) => etcd::txn(&key, &p.resource, Some(&expected), &p.token),
+                None => etcd::create(&e.key_prefix, &key, &p.resource, p.floor.as_ref(), &p.token),
+            }
         };
         let resource = p.resource.clone();
         // With a user: the VM's token, or first an authentication (then this call).
@@ -415,8 +422,9 @@ impl Request {
         }
     }
 
-    /// The verdict for the mark transaction's answer, or `None` to ask again.
-    fn on_etcd(&mut self, outcome: Result<(Outcome, u64), EtcdError>) -> Answered {
+    /// The verdict for the mark transaction's answer, or `None` to ask again. `floor`:
+    /// the retention floor a first-mark Txn read back.
+    fn on_etcd(&mut self, outcome: Result<(Outcome, u64), EtcdError>, floor: Option<Token>) -> Answered {
         let f = Rc::clone(&self.filter);
         let p = self.pending.as_mut()?;
         let current = match outcome {
@@ -434,11 +442,22 @@ impl Request {
             }
             Outcome::Current(current) => current,
         };
-        if let Some(m) = current {
-            let _ = f.slots.raise(&p.resource, m);
+        match current {
+            Some(m) => {
+                let _ = f.slots.raise(&p.resource, m);
+            }
+            // Gone from etcd (retention forgot it, or an operator cleared it): the
+            // copy goes too, or every request would start from it.
+            None => {
+                let _ = f.slots.forget(&p.resource);
+            }
         }
-        match decide_token(&f.config.policy, p.token, current.as_ref()) {
-            // The range read the mark equal to the token: the holder writing again.
+        // A resource without a mark is held to the retention floor the Txn read.
+        p.floor = if current.is_none() { floor } else { None };
+        let judged = current.or(p.floor);
+        match decide_token(&f.config.policy, p.token, judged.as_ref()) {
+            // The range read the mark (or the floor, with the mark's absence, in one
+            // Txn) equal to the token: the holder writing again.
             v @ Verdict::Admit { advanced: false, .. } => Some((Ok(v), String::new())),
             Verdict::Admit { .. } if p.rounds + 1 >= MAX_ETCD_ROUNDS => {
                 Some((Err(NoVerdict::Refused), "etcd compare-and-swap kept losing".to_owned()))
@@ -447,6 +466,10 @@ impl Request {
                 p.rounds += 1;
                 p.expected = current;
                 None
+            }
+            refusal @ Verdict::Stale { .. } if current.is_none() => {
+                let cause = p.floor.map(|floor| Forgotten { floor }.to_string()).unwrap_or_default();
+                Some((Ok(refusal), cause))
             }
             refusal => Some((Ok(refusal), String::new())),
         }
@@ -523,7 +546,7 @@ impl Context for Request {
             return self.on_chain(&response);
         }
         let Some(p) = self.pending.as_ref() else { return };
-        let (resource, stage) = (p.resource.clone(), p.stage);
+        let (resource, stage, creating) = (p.resource.clone(), p.stage, p.expected.is_none());
         // With a user: an authentication's answer, or a call refused for its token.
         let mut handled = None;
         if self.filter.auth.is_some() {
@@ -541,7 +564,14 @@ impl Context for Request {
         }
         let answered = match stage {
             Stage::Vouch => self.on_vouch(etcd::parse_vouch(&response, &resource)),
-            Stage::Mark | Stage::Authenticate => self.on_etcd(etcd::answer(&response, &resource)),
+            Stage::Mark | Stage::Authenticate => match (creating, &self.filter.config.etcd) {
+                (true, Some(e)) => {
+                    let created = etcd::created(&response, &e.key_prefix, &resource);
+                    let floor = created.as_ref().ok().and_then(|(_, floor, _)| *floor);
+                    self.on_etcd(created.map(|(outcome, _, revision)| (outcome, revision)), floor)
+                }
+                _ => self.on_etcd(etcd::answer(&response, &resource), None),
+            },
         };
         let next = match answered {
             None => self.call_etcd(),
