@@ -6,6 +6,7 @@
 //! One module per subcommand.
 
 mod admit;
+mod compaction;
 mod conformance;
 mod envoy_config;
 mod etcd_connection;

@@ -11,11 +11,12 @@
 //! host writes) appended to that file, written before the command reports success; if
 //! the file cannot be opened, nothing is changed.
 
+use crate::compaction;
 use crate::marks::{self, print_table, Args};
 use anyhow::Context;
 use fencekeeper::audit::{AuditLog, Change, Entry};
 use fencekeeper::etcd::EtcdOptions;
-use fencekeeper::store::{Compaction, EtcdStore, FileStore, Previous, Raise, Retention, Upgrade};
+use fencekeeper::store::{EtcdStore, FileStore, Previous, Raise, Retention, Upgrade};
 use fencekeeper::Token;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -114,10 +115,10 @@ pub fn compact(args: &Args, idle_for: Duration) -> anyhow::Result<ExitCode> {
     };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let compaction = store.compact(idle_for, now)?;
-    let summary = compaction_summary(&compaction, idle_for, &args.describe());
+    let summary = compaction::summary(&compaction, idle_for, &args.describe());
     eprintln!("fencekeeper: audit: {summary}");
     if let Some(audit) = &audit {
-        record_compaction(args, audit, &compaction)?;
+        compaction::record(audit, &compaction, "cli", &args.audit_store())?;
     }
     if args.json {
         let forgotten: Vec<serde_json::Value> = compaction
@@ -138,54 +139,6 @@ pub fn compact(args: &Args, idle_for: Duration) -> anyhow::Result<ExitCode> {
         println!("{summary}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// One line: what a compaction did.
-fn compaction_summary(c: &Compaction, idle_for: Duration, store: &str) -> String {
-    let show = |f: Option<Token>| f.map_or_else(|| "none".to_owned(), |f| f.to_string());
-    let mut line = format!(
-        "forgot {} marks idle for {}s in {store}; retention floor {} -> {}; kept {}",
-        c.forgotten.len(),
-        idle_for.as_secs(),
-        show(c.floor_before),
-        show(c.floor),
-        c.kept
-    );
-    if c.other_arity > 0 {
-        line.push_str(&format!(" ({} idle but of another arity than the floor)", c.other_arity));
-    }
-    if let Some(why) = &c.not_yet {
-        line.push_str(&format!("; {why}"));
-    }
-    line
-}
-
-/// The audit records of a compaction: the floor's rise, then each mark forgotten.
-fn record_compaction(args: &Args, audit: &AuditLog, c: &Compaction) -> anyhow::Result<()> {
-    let user = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")).ok();
-    let store = args.audit_store();
-    let entry = |reason, resource, old, new| Entry {
-        unix_ms: fencekeeper::audit::now_ms(),
-        host: "cli",
-        reason,
-        resource,
-        old,
-        old_damaged: None,
-        new,
-        token: None,
-        client: None,
-        user: user.as_deref(),
-        store: &store,
-    };
-    if c.floor != c.floor_before {
-        audit.append(&entry(Change::Floor, "(the retention floor)", c.floor_before, c.floor))?;
-    }
-    for (resource, mark) in &c.forgotten {
-        audit
-            .append(&entry(Change::Forget, resource, Some(*mark), None))
-            .context("the marks were forgotten, but writing the audit log failed")?;
-    }
-    Ok(())
 }
 
 /// `--audit PATH`, opened before the store is touched: a change that cannot be

@@ -11,7 +11,7 @@ use anyhow::Context;
 use fencekeeper::chain::ChainStore;
 use fencekeeper::etcd::{EtcdClient, EtcdOptions};
 use fencekeeper::provenance::{EtcdProvenance, ZooKeeperProvenance};
-use fencekeeper::store::EtcdStore;
+use fencekeeper::store::{EtcdStore, Retention};
 use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
 use fencekeeper_gateway::conditional;
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
@@ -150,6 +150,16 @@ pub struct Args {
     /// does not have, such as S3 with SigV4).
     #[arg(long, value_name = "PATH|off", requires = "conditional_writes")]
     precondition_probe: Option<String>,
+    /// Retention: every --compact-every, forget the marks of resources whose mark has
+    /// not risen for this long (`30d`, `12h`), under a floor at or above each (as
+    /// `fencekeeper marks --compact`, which a running gateway's file store cannot take).
+    /// Only for tokens ordered across resources (etcd revisions, ZooKeeper zxids);
+    /// longer than any lock is held with one token. Logged, and audited with --audit.
+    #[arg(long, value_name = "T", value_parser = parse_duration)]
+    compact_idle_for: Option<Duration>,
+    /// How often the gateway compacts, with --compact-idle-for.
+    #[arg(long, value_name = "P", default_value = "1h", value_parser = parse_duration, requires = "compact_idle_for")]
+    compact_every: Duration,
     /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
     #[arg(long)]
     upstream_http2: bool,
@@ -180,7 +190,7 @@ enum LogFormat {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     let mut config = configure(&args)?;
-    let (store, chains, provenance) = open_store(&args)?;
+    let (store, chains, retained, provenance) = open_store(&args)?;
     let mut guard = Guard::new(decider(&args, config.policy)?, store);
     if let Some(p) = &provenance {
         guard = guard.with_provenance(p.clone());
@@ -205,6 +215,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let conditional = chains.is_some();
     let server = Server::bind(config.clone(), Arc::new(guard), registry, chains)?;
+    if let Some(idle_for) = args.compact_idle_for {
+        anyhow::ensure!(!args.compact_every.is_zero(), "--compact-every must be above 0");
+        let audit = args.audit.as_ref().map(fencekeeper::audit::AuditLog::open).transpose()?;
+        crate::compaction::periodic(retained, idle_for, args.compact_every, audit, config.store.clone())
+            .context("starting the compaction thread")?;
+    }
     tracing::info!(
         listen = %server.local_addr()?,
         admin = %server.admin_addr().map_or("off".to_owned(), |a| a.to_string()),
@@ -215,6 +231,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         gate = if !config.gate { "off" } else if args.shared_gate { "shared through etcd" } else { "this gateway's" },
         store_apply_bound = ?config.apply_bound,
         conditional_writes = conditional,
+        retention = %args.compact_idle_for.map_or("off".to_owned(), |t| {
+            format!("marks idle for {}s forgotten every {}s", t.as_secs(), args.compact_every.as_secs())
+        }),
         "fencekeeper gateway serving"
     );
     if !config.gate {
@@ -266,13 +285,16 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
 
 type Store = Arc<dyn MarkStore + Send + Sync>;
 type Chains = Arc<dyn ChainStore>;
-/// The mark store, the chains beside its marks, and the provenance check.
-type Opened = (Store, Chains, Option<Arc<dyn Provenance>>);
+type Retained = Arc<dyn Retention + Send + Sync>;
+/// The mark store, the chains beside its marks, the store as retention compacts
+/// it, and the provenance check.
+type Opened = (Store, Chains, Retained, Option<Arc<dyn Provenance>>);
 
-/// One store, as the mark store and as the store of version chains beside the marks.
-fn both<S: MarkStore + ChainStore + 'static>(store: S) -> (Store, Chains) {
+/// One store, as the mark store, the store of version chains beside the marks, and
+/// the store retention compacts.
+fn both<S: MarkStore + ChainStore + Retention + Send + Sync + 'static>(store: S) -> (Store, Chains, Retained) {
     let store = Arc::new(store);
-    (store.clone(), store)
+    (store.clone(), store.clone(), store)
 }
 
 /// The mark store, and the provenance check: on ZooKeeper with --lock-zookeeper; else
@@ -282,12 +304,12 @@ fn open_store(args: &Args) -> anyhow::Result<Opened> {
     let timeout = Duration::from_secs(2);
     if let Some(address) = &args.lock_zookeeper {
         let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;
-        let (store, chains) = match &args.etcd {
+        let (store, chains, retained) = match &args.etcd {
             Some(url) => both(etcd_store(args, url, timeout)?),
             None => both(fencekeeper::FileStore::open(&args.store)?),
         };
         let provenance = ZooKeeperProvenance::connect(address, lock_prefix, timeout)?;
-        return Ok((store, chains, Some(Arc::new(provenance))));
+        return Ok((store, chains, retained, Some(Arc::new(provenance))));
     }
     let check = etcd_check(args.provenance, args.lock_prefix.as_deref())?;
     anyhow::ensure!(check.is_some() || args.lock_etcd.is_none(), "--lock-etcd goes with --provenance weak or strong");
@@ -302,7 +324,7 @@ fn open_store(args: &Args) -> anyhow::Result<Opened> {
         let options = EtcdOptions { timeout, ..args.etcd_connection.options()? };
         Ok(Some(Arc::new(EtcdProvenance::connect_with(&args.etcd_connection.endpoint(url), check, &options)?)))
     };
-    let (store, chains) = match &args.etcd {
+    let (store, chains, retained) = match &args.etcd {
         Some(url) => {
             let store = etcd_store(args, url, timeout)?;
             let provenance: Option<Arc<dyn Provenance>> = match check {
@@ -310,8 +332,8 @@ fn open_store(args: &Args) -> anyhow::Result<Opened> {
                 Some(check) => separate(check)?,
                 None => None,
             };
-            let (store, chains) = both(store);
-            return Ok((store, chains, provenance));
+            let (store, chains, retained) = both(store);
+            return Ok((store, chains, retained, provenance));
         }
         None => both(fencekeeper::FileStore::open(&args.store)?),
     };
@@ -319,7 +341,7 @@ fn open_store(args: &Args) -> anyhow::Result<Opened> {
         Some(check) => separate(check)?,
         None => None,
     };
-    Ok((store, chains, provenance))
+    Ok((store, chains, retained, provenance))
 }
 
 /// This gateway's part of the in-flight registry in the etcd at `url` (its own
@@ -388,16 +410,20 @@ fn parse_size(text: &str) -> Result<usize, String> {
     digits.parse::<usize>().ok().and_then(|n| n.checked_mul(1 << shift)).ok_or_else(|| format!("bad size {text:?}"))
 }
 
-/// A duration: `250ms`, `5s`, `2m`.
+/// A duration: `250ms`, `5s`, `2m`, `12h`, `30d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let bad = || format!("bad duration {text:?}; expected a number with ms, s or m, like 500ms or 5s");
+    let bad = || format!("bad duration {text:?}; expected a number with ms, s, m, h or d, like 500ms, 5s or 30d");
     let (number, scale) = if let Some(n) = t.strip_suffix("ms") {
         (n, 0.001)
     } else if let Some(n) = t.strip_suffix('s') {
         (n, 1.0)
     } else if let Some(n) = t.strip_suffix('m') {
         (n, 60.0)
+    } else if let Some(n) = t.strip_suffix('h') {
+        (n, 3600.0)
+    } else if let Some(n) = t.strip_suffix('d') {
+        (n, 86400.0)
     } else {
         return Err(bad());
     };
@@ -417,6 +443,8 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("5s"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_duration("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86400)));
         assert!(parse_duration("5").is_err());
     }
 }

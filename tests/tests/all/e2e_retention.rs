@@ -15,7 +15,7 @@ use fencekeeper_core::token;
 use fencekeeper_harness::envoy::Envoy;
 use fencekeeper_harness::gateway::Gateway;
 use fencekeeper_harness::holder::fencekeeper_lock;
-use fencekeeper_harness::services::{Etcd, NginxDav};
+use fencekeeper_harness::services::{poll_until, Etcd, NginxDav};
 use fencekeeper_harness::workspace_bin;
 use std::process::Command;
 use std::sync::Arc;
@@ -26,8 +26,10 @@ use std::time::Duration;
 fn lock_token(etcd: &Etcd, name: &str) -> String {
     let url = etcd.client.to_string();
     let args = ["--etcd", &url, "--ttl", "2", "--on-loss", "none", name];
-    let out =
-        fencekeeper_lock(&args, &["sh".into(), "-c".into(), "printf %s \"$FENCING_TOKEN\"".into()]).unwrap().output().unwrap();
+    let out = fencekeeper_lock(&args, &["sh".into(), "-c".into(), "printf %s \"$FENCING_TOKEN\"".into()])
+        .unwrap()
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -123,7 +125,10 @@ fn a_store_with_an_old_floor_cannot_create_a_mark_below_the_new_one() {
     assert_eq!(two.compare_and_swap("y", None, &token!("12")).unwrap(), Swap::Conflict(None));
     assert_eq!(two.floor().unwrap(), Some(token!("40")), "read back by the failed create");
     assert_eq!(two.get("y").unwrap(), None);
-    let guard = Guard::new(Arc::new(NativeDecider(Policy { mode: fencekeeper::Mode::Correctness, strict: false })), two.clone());
+    let guard = Guard::new(
+        Arc::new(NativeDecider(Policy { mode: fencekeeper::Mode::Correctness, strict: false })),
+        two.clone(),
+    );
     let refused = guard.admit("x", Some("39"));
     assert!(!refused.admitted() && refused.reason("x").contains("retention floor 40"), "{}", refused.reason("x"));
     assert!(guard.admit("x", Some("41")).admitted());
@@ -157,4 +162,36 @@ fn only_marks_unchanged_since_a_checkpoint_old_enough_are_forgotten() {
     let err = store.compact(Duration::ZERO, 1_000_000 + 7200).unwrap_err().to_string();
     assert!(err.contains("retention checkpoints") && err.contains("damaged"), "{err}");
     assert_eq!(store.get("busy").unwrap(), Some(token!("12")), "nothing forgotten");
+}
+
+/// The gateway's periodic form on its own file store, which `marks --compact` cannot
+/// open while the gateway holds it: the compaction forgets the idle marks under a
+/// floor, audited, and the gateway holds a resource without a mark to it.
+#[test]
+fn a_gateway_compacts_its_file_store_on_a_period_and_holds_writes_to_the_floor() {
+    let nginx = NginxDav::start().unwrap();
+    let audit = tempfile::NamedTempFile::new().unwrap();
+    let gateway = Gateway::start(
+        &format!("http://{}", nginx.addr),
+        &["--compact-idle-for", "0s", "--compact-every", "100ms", "--audit", audit.path().to_str().unwrap()],
+    )
+    .unwrap();
+    for (path, token) in [("/f/a", "30"), ("/f/b", "41")] {
+        let put = gateway.put(path, Some(token), token.as_bytes()).unwrap();
+        assert!(matches!(put.status, 201 | 204), "{}", put.body);
+    }
+    poll_until("the gateway forgets both marks", Duration::from_secs(20), || {
+        gateway.mark("/f/a").unwrap().is_none() && gateway.mark("/f/b").unwrap().is_none()
+    })
+    .unwrap();
+    let stale = gateway.put("/f/a", Some("31"), b"31").unwrap();
+    assert_eq!((stale.status, stale.header("fencing-highest")), (409, Some("41")), "{}", stale.body);
+    assert!(stale.body.contains("retention floor 41"), "{}", stale.body);
+    let put = gateway.put("/f/new", Some("42"), b"42").unwrap();
+    assert!(matches!(put.status, 201 | 204), "{}", put.body);
+    assert_eq!(nginx.read("/f/a").as_deref(), Some(&b"30"[..]));
+    let logged = std::fs::read_to_string(audit.path()).unwrap();
+    assert!(logged.contains(r#""reason":"forget""#) && logged.contains(r#""host":"gateway""#), "{logged}");
+    assert!(logged.contains(r#""reason":"floor""#) && logged.contains(r#""new":"41""#), "{logged}");
+    assert!(gateway.log().contains("forgot "), "{}", gateway.log());
 }
