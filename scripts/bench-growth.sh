@@ -3,7 +3,8 @@
 # (host/fencekeeper/benches/growth.rs): bytes per mark, admit p50/p99 of a holder
 # writing again and of an advance at each size, and for the file store the time to
 # open it again (every page verified: a gateway's start-up) and to verify every record
-# (`marks --verify`).
+# (`marks --verify`), and what retention's compactions take (one that forgets nothing
+# yet, one that forgets every mark).
 #
 # Usage: scripts/bench-growth.sh [FILE_SIZES] [ETCD_SIZES]
 #   default: "1000 100000 1000000" for the file store, "1000 100000" for etcd

@@ -10,11 +10,16 @@
 //!   drawn across the whole store (a read, and for etcd the confirming Txn), and over
 //!   2,000 advances of existing marks (a compare-and-swap);
 //! * for the file store, the time to open it again (redb verifies every page: what a
-//!   gateway's start-up pays) and to list and verify every record (`marks --verify`).
+//!   gateway's start-up pays) and to list and verify every record (`marks --verify`);
+//! * retention (`store::Retention`): a compaction that forgets nothing yet (`--idle-for
+//!   365d` the first time: the file store stamps every mark in its since table, whose
+//!   bytes a mark are shown beside; etcd reads every mark and records a checkpoint),
+//!   then one that forgets every mark (`--idle-for 0s`: on the file store's copy at
+//!   each size, on etcd at the last size only, since it empties the store).
 //!
 //! Prints one Markdown row per N. `scripts/bench-growth.sh` starts etcd and runs both.
 
-use fencekeeper::store::{EtcdStore, Repair};
+use fencekeeper::store::{EtcdStore, Repair, Retention};
 use fencekeeper::{FileStore, Guard, MarkStore, NativeDecider, Policy};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -33,14 +38,19 @@ fn main() {
     let dir = std::env::var_os("FENCEKEEPER_BENCH_DIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
     let path = dir.join(format!("fencekeeper-growth-{}.redb", std::process::id()));
     let etcd = kind.strip_prefix("etcd=").map(str::to_owned);
-    let store: Arc<dyn MarkStore + Send + Sync> = match &etcd {
-        Some(url) => Arc::new(EtcdStore::connect(url).expect("connect to etcd")),
+    let etcd_store = etcd.as_ref().map(|url| Arc::new(EtcdStore::connect(url).expect("connect to etcd")));
+    let store: Arc<dyn MarkStore + Send + Sync> = match &etcd_store {
+        Some(store) => store.clone(),
         None => Arc::new(FileStore::open(&path).expect("open the file store")),
     };
     let guard = Arc::new(Guard::new(Arc::new(NativeDecider(Policy::default())), store));
-    println!("| store | marks | bytes per mark | again p50 | again p99 | advance p50 | advance p99 | open | verify |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| store | marks | bytes per mark | again p50 | again p99 | advance p50 | advance p99 | open | verify | \
+         compact, nothing idle yet | compact, all idle |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut have = 0;
+    let last = sizes.last().copied();
     for n in sizes {
         fill(&guard, have, n);
         have = n;
@@ -49,13 +59,19 @@ fn main() {
         let again = latencies(&guard, n, |resource| guard.mark(resource).ok().flatten().map(|m| m.to_string()));
         let round = AtomicU64::new(1_000_000 * n);
         let advance = latencies(&guard, n, |_| Some((round.fetch_add(1, Ordering::Relaxed)).to_string()));
-        let (bytes, open, verify) = match &etcd {
-            Some(url) => (etcd_db_size(url), "-".to_owned(), "-".to_owned()),
-            None => file_figures(&guard, &path),
+        let (bytes, open, verify, watch, forget) = match (&etcd, &etcd_store) {
+            (Some(url), Some(store)) => {
+                let bytes = etcd_db_size(url);
+                let watch = timed(|| store.compact(Duration::from_secs(365 * 86_400), now()), 0);
+                let forget =
+                    if Some(n) == last { timed(|| store.compact(Duration::ZERO, now()), n) } else { "-".into() };
+                (bytes, "-".to_owned(), "-".to_owned(), watch, forget)
+            }
+            _ => file_figures(&guard, &path, n),
         };
         let name = if etcd.is_some() { "etcd" } else { "file" };
         println!(
-            "| {name} | {n} | {:.0} | {} | {} | {} | {} | {open} | {verify} |",
+            "| {name} | {n} | {:.0} | {} | {} | {} | {} | {open} | {verify} | {watch} | {forget} |",
             bytes as f64 / n as f64,
             again.0,
             again.1,
@@ -115,9 +131,27 @@ fn latencies(guard: &Guard, n: u64, token: impl Fn(&str) -> Option<String>) -> (
     (at(0.5), at(0.99))
 }
 
+/// Seconds since the Unix epoch.
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// The time a compaction took, checking that it forgot `forgets` marks.
+fn timed(
+    compact: impl FnOnce() -> Result<fencekeeper::store::Compaction, fencekeeper::StoreError>,
+    forgets: u64,
+) -> String {
+    let start = Instant::now();
+    let c = compact().expect("compact");
+    let took = start.elapsed();
+    assert_eq!(c.forgotten.len() as u64, forgets, "{c:?}");
+    format!("{:.0} ms", took.as_secs_f64() * 1e3)
+}
+
 /// The file's size, the time to open it again (every page verified) and to verify
-/// every record.
-fn file_figures(guard: &Arc<Guard>, path: &std::path::Path) -> (u64, String, String) {
+/// every record; then on the same copy the two compactions, the first one's with the
+/// bytes a mark its since table added.
+fn file_figures(guard: &Arc<Guard>, path: &std::path::Path, n: u64) -> (u64, String, String, String, String) {
     let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     // The guard holds the store (redb allows one opener): measure on a copy.
     let copy = path.with_extension("copy.redb");
@@ -129,10 +163,15 @@ fn file_figures(guard: &Arc<Guard>, path: &std::path::Path) -> (u64, String, Str
     let scanned = reopened.scan().expect("scan");
     let verify = start.elapsed();
     assert!(scanned.iter().all(|s| s.mark.is_ok()));
+    let watch = timed(|| reopened.compact(Duration::from_secs(365 * 86_400), now()), 0);
+    let stamped = std::fs::metadata(&copy).map(|m| m.len()).unwrap_or(0);
+    let watch = format!("{watch} (+{:.0} B a mark)", stamped.saturating_sub(bytes) as f64 / n as f64);
+    let forget = timed(|| reopened.compact(Duration::ZERO, now()), n);
     drop(reopened);
     let _ = std::fs::remove_file(&copy);
     let _ = guard;
-    (bytes, format!("{:.0} ms", open.as_secs_f64() * 1e3), format!("{:.0} ms", verify.as_secs_f64() * 1e3))
+    let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
+    (bytes, ms(open), ms(verify), watch, forget)
 }
 
 /// etcd's database size, from its metrics.
