@@ -2,17 +2,19 @@
 //! which marks are idle.
 //!
 //! A compaction forgets the marks of idle resources and keeps one floor at or above
-//! every mark it forgot; a resource without a mark is then held to the floor. Both
-//! live beside the marks, outside their range (like the version chains), so listing
-//! marks never meets them:
+//! every mark it forgot; a resource without a mark is then held to the floor.
 //!
-//! * the floor at the prefix with `.floor` in place of its last `/`
-//!   (`/fencekeeper/marks.floor`), a checked record of the floor token, the floor key
-//!   standing for the resource in its checksum;
-//! * the checkpoints at `.retention` (`/fencekeeper/marks.retention`): when each
-//!   compaction ran and etcd's revision then, `fkr1 SECS:REV ... CRC`. etcd keeps no
-//!   time, so "idle for T" is "not changed since the revision of a checkpoint at least
-//!   T old".
+//! * The floor lives at the marks' prefix itself (`/fencekeeper/marks/`): the key of
+//!   the empty resource, which no resource has (keys are 1 byte or more). So every host
+//!   that may read and write the marks' prefix (an etcd role granted on it) reads the
+//!   floor too; listings skip it. Its value is a checked record of the floor token,
+//!   the floor key standing for the resource in its checksum, so it never passes for
+//!   a mark.
+//! * The checkpoints live at the prefix with `.retention` in place of its last `/`
+//!   (`/fencekeeper/marks.retention`), outside the marks' range: only a compaction
+//!   reads them. When each compaction ran and etcd's revision then, `fkr1 SECS:REV ...
+//!   CRC`. etcd keeps no time, so "idle for T" is "not changed since the revision of a
+//!   checkpoint at least T old".
 //!
 //! Every writer that creates a mark compares the floor in the same Txn
 //! ([`create_txn`]): a compaction that raised the floor meanwhile fails the create, and
@@ -26,9 +28,9 @@ use crate::WireError;
 use fencekeeper_core::record;
 use fencekeeper_core::Token;
 
-/// The etcd key of the retention floor of the marks under `prefix`.
+/// The etcd key of the retention floor of the marks under `prefix`: the prefix itself.
 pub fn floor_key(prefix: &str) -> String {
-    format!("{}.floor", prefix.trim_end_matches('/'))
+    prefix.to_owned()
 }
 
 /// The etcd key of the retention checkpoints of the marks under `prefix`.
@@ -187,10 +189,14 @@ mod tests {
     use fencekeeper_core::token;
 
     #[test]
-    fn the_floor_and_checkpoints_live_outside_the_marks_range() {
-        assert_eq!(floor_key("/fencekeeper/marks/"), "/fencekeeper/marks.floor");
+    fn the_floor_is_the_empty_resources_key_and_the_checkpoints_lie_outside_the_range() {
+        assert_eq!(floor_key("/fencekeeper/marks/"), "/fencekeeper/marks/");
+        assert_eq!(floor_key("/p/"), crate::mark_key("/p/", ""), "no resource is empty");
         assert_eq!(checkpoints_key("/fencekeeper/marks/"), "/fencekeeper/marks.retention");
-        assert!(!floor_key("/p/").starts_with("/p/"));
+        assert!(!checkpoints_key("/p/").starts_with("/p/"));
+        // The floor's record is not the empty resource's mark.
+        let floor = floor_record(&floor_key("/p/"), &token!("9"));
+        assert!(mark_of("", floor.as_bytes()).is_err());
     }
 
     #[test]
@@ -248,12 +254,12 @@ mod tests {
 
     #[test]
     fn a_create_compares_the_floor_and_reads_both_back() {
-        let body = create_txn("/p/r", "r", "/p.floor", Some(&token!("9")), &token!("12"));
-        let floor = floor_record("/p.floor", &token!("9"));
+        let body = create_txn("/p/r", "r", "/p/", Some(&token!("9")), &token!("12"));
+        let floor = floor_record("/p/", &token!("9"));
         let expected = grpc::txn(
-            &[(b"/p/r", Expect::Absent), (b"/p.floor", Expect::Value(floor.as_bytes()))],
+            &[(b"/p/r", Expect::Absent), (b"/p/", Expect::Value(floor.as_bytes()))],
             &[Op::Put { key: b"/p/r", value: record::encode(b"r", &token!("12")).as_bytes(), lease: None }],
-            &[Op::Range(Range::of(b"/p/r")), Op::Range(Range::of(b"/p.floor"))],
+            &[Op::Range(Range::of(b"/p/r")), Op::Range(Range::of(b"/p/"))],
         );
         assert_eq!(body, expected);
         let lost = grpc::parse_txn(&grpc::txn_answer(
@@ -262,16 +268,16 @@ mod tests {
             &[
                 Some(&[]),
                 Some(&[KeyValue {
-                    key: b"/p.floor".to_vec(),
-                    value: floor_record("/p.floor", &token!("20")).as_bytes().to_vec(),
+                    key: b"/p/".to_vec(),
+                    value: floor_record("/p/", &token!("20")).as_bytes().to_vec(),
                     create_revision: 3,
                     mod_revision: 4,
                 }]),
             ],
         ))
         .unwrap();
-        assert_eq!(created(&lost, "r", "/p.floor"), Ok(Some((None, Some(token!("20"))))));
+        assert_eq!(created(&lost, "r", "/p/"), Ok(Some((None, Some(token!("20"))))));
         let won = grpc::parse_txn(&grpc::txn_answer(true, 5, &[None])).unwrap();
-        assert_eq!(created(&won, "r", "/p.floor"), Ok(None));
+        assert_eq!(created(&won, "r", "/p/"), Ok(None));
     }
 }

@@ -411,11 +411,11 @@ mod tests {
         let expected = grpc::txn(
             &[(b"/p/a", Expect::Value(a.as_bytes())), (b"/p/b", Expect::Value(b.as_bytes()))],
             &[],
-            &[Op::Range(Range::of(b"/p/a")), Op::Range(Range::of(b"/p/b")), Op::Range(Range::of(b"/p.floor"))],
+            &[Op::Range(Range::of(b"/p/a")), Op::Range(Range::of(b"/p/b")), Op::Range(Range::of(b"/p/"))],
         );
         assert_eq!(message, expected);
         // With every read back: the floor's too.
-        let floor = kv("/p.floor", retention::floor_record("/p.floor", &token!("7")).as_bytes(), 2);
+        let floor = kv("/p/", retention::floor_record("/p/", &token!("7")).as_bytes(), 2);
         let answer = grpc::txn_answer(false, 12, &[Some(&[]), Some(&[]), Some(std::slice::from_ref(&floor))]);
         let (_, floor, _) = confirmed(&Ok(answer), "/p/", &["a".to_owned(), "b".to_owned()]).unwrap();
         assert_eq!(floor, Ok(Some(token!("7"))));

@@ -165,9 +165,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if args.json {
                 println!("{}", serde_json::to_string(&entry)?);
             } else {
-                match &entry.mark {
-                    Some(m) => println!("{m}"),
-                    None => println!("no mark for {:?}", entry.resource),
+                match (&entry.mark, store.floor()?) {
+                    (Some(m), _) => println!("{m}"),
+                    (None, Some(floor)) => println!(
+                        "no mark for {:?}: it is held to the retention floor {floor} (tokens below it are refused)",
+                        entry.resource
+                    ),
+                    (None, None) => println!("no mark for {:?}", entry.resource),
                 }
             }
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -6,9 +6,10 @@
 //! `cargo bench --bench etcd_txn -p fencekeeper --features etcd -- ENDPOINT TOKENS CONNS SECONDS`
 //! with TOKENS `fixed` (the confirm of `/fixed`'s mark 1, as the gateway sends it),
 //! `spread` (the same on `/spread/0` .. `/spread/63` in turn) or `rising` (an
-//! unconditional put of a new value each time, as etcd's JSON row). The marks must
-//! exist (the script writes them through the gateway). Prints `REQUESTS_PER_SECOND
-//! ERRORS`.
+//! unconditional put of a new value each time, as etcd's JSON row); `fixed-range` and
+//! `spread-range` make the same confirms as a plain linearizable `Range` of the key,
+//! its record compared here (`scripts/bench-confirm-range.sh`). The marks must exist
+//! (the scripts write them through the gateway). Prints `REQUESTS_PER_SECOND ERRORS`.
 
 use fencekeeper::etcd::{EtcdClient, EtcdOptions};
 use fencekeeper::store::ETCD_DEFAULT_PREFIX;
@@ -44,12 +45,21 @@ fn main() {
         let key = wire::mark_key(ETCD_DEFAULT_PREFIX, resource);
         grpc::confirm_txn(&[(key.as_str(), resource, &one)])
     };
-    let messages: Vec<Vec<u8>> = match tokens.as_str() {
-        "fixed" => vec![confirm("/fixed")],
-        "spread" => (0..64).map(|i| confirm(&format!("/spread/{i}"))).collect(),
-        "rising" => Vec::new(),
+    // A plain Range of the key, and the record the answer must hold.
+    let read = |resource: &str| {
+        let key = wire::mark_key(ETCD_DEFAULT_PREFIX, resource);
+        let record = fencekeeper_core::record::encode(resource.as_bytes(), &one);
+        (grpc::range_request(&wire::Range::of(key.as_bytes())), record.as_bytes().to_vec())
+    };
+    let ranged = tokens.ends_with("-range");
+    let (messages, records): (Vec<Vec<u8>>, Vec<Vec<u8>>) = match tokens.as_str() {
+        "fixed" => (vec![confirm("/fixed")], Vec::new()),
+        "spread" => ((0..64).map(|i| confirm(&format!("/spread/{i}"))).collect(), Vec::new()),
+        "fixed-range" => [read("/fixed")].into_iter().unzip(),
+        "spread-range" => (0..64).map(|i| read(&format!("/spread/{i}"))).unzip(),
+        "rising" => (Vec::new(), Vec::new()),
         other => {
-            eprintln!("TOKENS is fixed, spread or rising, not {other:?}");
+            eprintln!("TOKENS is fixed, spread, fixed-range, spread-range or rising, not {other:?}");
             std::process::exit(2);
         }
     };
@@ -58,11 +68,21 @@ fn main() {
     let started = Instant::now();
     std::thread::scope(|s| {
         for worker in 0..conns {
-            let (client, messages, done, errors) = (client.clone(), &messages, done.clone(), errors.clone());
+            let (client, messages, records) = (client.clone(), &messages, &records);
+            let (done, errors) = (done.clone(), errors.clone());
             s.spawn(move || {
                 let mut n = worker as u64 * 1_000_000_000;
                 while Instant::now() < until {
                     n += 1;
+                    if ranged {
+                        let i = n as usize % messages.len();
+                        let held = client
+                            .range(&messages[i])
+                            .is_ok_and(|kvs| kvs.first().map(|kv| &kv.value) == Some(&records[i]));
+                        let counter = if held { &done } else { &errors };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let answer = if messages.is_empty() {
                         let value = format!("{n:016}");
                         let put = Op::Put { key: b"/bench/rising", value: value.as_bytes(), lease: None };

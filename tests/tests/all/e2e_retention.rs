@@ -81,9 +81,14 @@ fn forgotten_marks_hold_every_host_to_the_floor_with_real_lock_revisions() {
     assert_eq!(report["floor"].as_str(), Some(b1.as_str()), "the highest forgotten mark");
     assert!(err.contains("forgot 2 marks"), "{err}");
     assert_eq!(etcd_get(&etcd, "/fencekeeper/marks//r/a"), "", "the mark is gone from etcd");
-    assert!(etcd_get(&etcd, "/fencekeeper/marks.floor").starts_with(&format!("fk2 {b1} ")));
+    assert!(etcd_get(&etcd, "/fencekeeper/marks/").starts_with(&format!("fk2 {b1} ")), "the floor, at the prefix");
+    let (code, listed, _) = marks(&etcd, &["--json"]);
+    assert_eq!((code, listed.trim()), (0, "[]"), "the floor is no resource's mark");
     let logged = std::fs::read_to_string(audit.path()).unwrap();
     assert!(logged.contains(r#""reason":"floor""#) && logged.matches(r#""reason":"forget""#).count() == 2, "{logged}");
+    let (code, out, _) = marks(&etcd, &["/r/a"]);
+    assert_eq!(code, 1, "no mark of its own");
+    assert!(out.contains(&format!("held to the retention floor {b1}")), "{out}");
 
     // The first holder of /r/a comes back: its mark is forgotten, and its token lies
     // below the floor. The gateway still has its mark in its copy; refused all the same.

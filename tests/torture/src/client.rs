@@ -244,6 +244,9 @@ pub fn etcd_marks(etcd: &Etcd) -> Result<BTreeMap<String, String>> {
     let mut marks = BTreeMap::new();
     for kv in etcd.range_prefix(prefix)? {
         let resource = String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+        if resource.is_empty() {
+            continue; // the retention floor's key, no resource's
+        }
         let mark = fencekeeper_etcd_wire::mark_of(&resource, &kv.value)
             .map(|t| t.to_string())
             .unwrap_or_else(|e| format!("damaged: {e:?}"));

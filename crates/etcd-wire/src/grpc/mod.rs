@@ -435,6 +435,20 @@ pub fn swap_txn(key: &[u8], expected: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
     txn(&[(key, expect)], &[Op::Put { key, value: new, lease: None }], &[Op::Range(Range::of(key))])
 }
 
+/// The KV service's plain read.
+pub const RANGE_METHOD: &str = "Range";
+
+/// A `RangeRequest`: a linearizable read of `range` by itself, which costs etcd less
+/// than the same read inside a Txn (BENCHMARKS.md, "The etcd confirm as a Range").
+pub fn range_request(range: &Range<'_>) -> Vec<u8> {
+    self::range(range).0
+}
+
+/// A `RangeResponse`: its key-values and the revision it answered at.
+pub fn parse_range(answer: &[u8]) -> Result<(Vec<KeyValue>, u64), WireError> {
+    range_response(answer)
+}
+
 /// etcd's lease service (`fencekeeper lock --etcd`).
 pub const LEASE_SERVICE: &str = "etcdserverpb.Lease";
 /// Its method that grants a lease with a TTL.

@@ -6,7 +6,7 @@
 
 use super::channel::{Channel, Target};
 use super::EtcdError;
-use fencekeeper_etcd_wire::{grpc, AuthRefusal, TxnAnswer};
+use fencekeeper_etcd_wire::{grpc, AuthRefusal, KeyValue, TxnAnswer};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -130,6 +130,15 @@ impl EtcdClient {
         let answer = grpc::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
         self.saw(answer.revision);
         Ok(answer)
+    }
+
+    /// One plain read (`message`: a `RangeRequest`, [`grpc::range_request`]): the
+    /// key-values, linearizable; the revision it answered at is remembered.
+    pub fn range(&self, message: &[u8]) -> Result<Vec<KeyValue>, EtcdError> {
+        let answer = self.unary(grpc::KV_SERVICE, grpc::RANGE_METHOD, message)?;
+        let (kvs, revision) = grpc::parse_range(&answer).map_err(|e| self.unavailable(e))?;
+        self.saw(revision);
+        Ok(kvs)
     }
 
     /// One call of etcd's gRPC API (`service`/`method`, e.g. [`grpc::LEASE_SERVICE`]/
