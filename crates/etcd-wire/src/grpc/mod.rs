@@ -311,16 +311,36 @@ fn key_value(bytes: &[u8]) -> Result<KeyValue, WireError> {
 
 /// `RangeResponse.kvs` (field 2), and its header's revision.
 fn range_response(bytes: &[u8]) -> Result<(Vec<KeyValue>, u64), WireError> {
-    let (mut kvs, mut rev) = (Vec::new(), 0);
+    range_page(bytes).map(|page| (page.kvs, page.revision))
+}
+
+/// A `RangeResponse`: header 1, kvs 2, more 3, count 4.
+fn range_page(bytes: &[u8]) -> Result<RangePage, WireError> {
+    let mut page = RangePage::default();
     for f in fields(bytes, "range") {
         match f? {
-            (1, Value::Bytes(h)) => rev = header_revision(h)?,
-            (2, Value::Bytes(kv)) => kvs.push(key_value(kv)?),
-            (n @ (1 | 2), _) => return Err(wrong_type("range", n)),
+            (1, Value::Bytes(h)) => page.revision = header_revision(h)?,
+            (2, Value::Bytes(kv)) => page.kvs.push(key_value(kv)?),
+            (3, Value::Varint(v)) => page.more = v != 0,
+            (4, Value::Varint(v)) => page.count = revision(v, "count")?,
+            (n @ (1..=4), _) => return Err(wrong_type("range", n)),
             _ => {}
         }
     }
-    Ok((kvs, rev))
+    Ok(page)
+}
+
+/// What a plain `Range` answered ([`parse_range`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RangePage {
+    /// The key-values read (at most the request's limit).
+    pub kvs: Vec<KeyValue>,
+    /// The revision it answered at.
+    pub revision: u64,
+    /// More keys lie in the range past the limit.
+    pub more: bool,
+    /// How many keys the whole range holds (etcd counts them all, whatever the limit).
+    pub count: u64,
 }
 
 /// `ResponseOp`: a read's key-values (`response_range`, field 1), or `None` for
@@ -444,9 +464,9 @@ pub fn range_request(range: &Range<'_>) -> Vec<u8> {
     self::range(range).0
 }
 
-/// A `RangeResponse`: its key-values and the revision it answered at.
-pub fn parse_range(answer: &[u8]) -> Result<(Vec<KeyValue>, u64), WireError> {
-    range_response(answer)
+/// A `RangeResponse`, parsed.
+pub fn parse_range(answer: &[u8]) -> Result<RangePage, WireError> {
+    range_page(answer)
 }
 
 /// etcd's lease service (`fencekeeper lock --etcd`).

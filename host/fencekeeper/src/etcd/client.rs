@@ -6,7 +6,8 @@
 
 use super::channel::{Channel, Target};
 use super::EtcdError;
-use fencekeeper_etcd_wire::{grpc, AuthRefusal, KeyValue, TxnAnswer};
+use fencekeeper_etcd_wire::grpc::RangePage;
+use fencekeeper_etcd_wire::{grpc, AuthRefusal, TxnAnswer};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -132,13 +133,13 @@ impl EtcdClient {
         Ok(answer)
     }
 
-    /// One plain read (`message`: a `RangeRequest`, [`grpc::range_request`]): the
-    /// key-values, linearizable; the revision it answered at is remembered.
-    pub fn range(&self, message: &[u8]) -> Result<Vec<KeyValue>, EtcdError> {
+    /// One plain read (`message`: a `RangeRequest`, [`grpc::range_request`]),
+    /// linearizable; the revision it answered at is remembered.
+    pub fn range(&self, message: &[u8]) -> Result<RangePage, EtcdError> {
         let answer = self.unary(grpc::KV_SERVICE, grpc::RANGE_METHOD, message)?;
-        let (kvs, revision) = grpc::parse_range(&answer).map_err(|e| self.unavailable(e))?;
-        self.saw(revision);
-        Ok(kvs)
+        let page = grpc::parse_range(&answer).map_err(|e| self.unavailable(e))?;
+        self.saw(page.revision);
+        Ok(page)
     }
 
     /// One call of etcd's gRPC API (`service`/`method`, e.g. [`grpc::LEASE_SERVICE`]/

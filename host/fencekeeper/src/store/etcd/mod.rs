@@ -168,7 +168,7 @@ impl EtcdStore {
         // less than the compare Txn (BENCHMARKS.md, "The etcd confirm as a Range").
         if let [(resource, _)] = marks {
             let read = self.client.range(&grpc::range_request(&Range::of(self.key(resource).as_bytes())));
-            let current = read.map_err(StoreError::from).and_then(|kvs| self.mark(kvs));
+            let current = read.map_err(StoreError::from).and_then(|page| self.mark(page.kvs));
             if let Ok(mark) = &current {
                 self.seen.set(resource, *mark);
             }
@@ -211,23 +211,40 @@ impl EtcdStore {
         Ok(all)
     }
 
-    /// Every mark's key-value under the prefix, read as [`EtcdStore::range_all`] reads
-    /// them.
+    /// Every mark's key-value under the prefix, in key order, read in pages of
+    /// [`PAGE_KEYS`] keys, each a linearizable read of its own (a listing of many marks
+    /// is not one snapshot; marks only rise, and each is judged alone).
+    ///
+    /// etcd 3.4 counts every key of a ranged read's range, whatever its limit, so pages
+    /// over the rest of the prefix would cost etcd the square of the marks (3 minutes
+    /// of its CPU for a million). Each page reads a window instead: the keys that share
+    /// the next key's first `depth` bytes, `depth` growing by a byte while a window
+    /// holds more than [`WINDOW_KEYS`] keys (the count etcd answers) and shrinking
+    /// while windows hold few. Windows follow each other in key order, so every key is
+    /// read once.
     fn range_all_kv(&self) -> Result<Vec<KeyValue>, StoreError> {
-        let end = wire::prefix_end(self.prefix.as_bytes());
-        let mut from = self.prefix.as_bytes().to_vec();
+        let prefix = self.prefix.as_bytes();
+        let end = wire::prefix_end(prefix);
+        let (mut from, mut depth) = (prefix.to_vec(), prefix.len());
         let mut all = Vec::new();
         loop {
-            let page = self.read_range(Range { key: &from, end: Some(&end), limit: PAGE_KEYS, ..Range::default() })?;
-            let more = page.len() as u64 == PAGE_KEYS;
-            if let Some(last) = page.last() {
-                // The next page starts just after the last key read.
-                from = last.key.iter().copied().chain([0]).collect();
+            let window = window_end(&from, depth, &end);
+            let range = Range { key: &from, end: Some(&window), limit: PAGE_KEYS, ..Range::default() };
+            let page = self.client.range(&grpc::range_request(&range))?;
+            if page.count > WINDOW_KEYS {
+                depth = (depth + 1).max(prefix.len());
+            } else if page.count < PAGE_KEYS / 4 && depth > prefix.len() {
+                depth -= 1;
             }
+            let last = page.kvs.last().map(|kv| kv.key.clone());
             // The prefix's own key is the retention floor's, no resource's (`retention`).
-            all.extend(page.into_iter().filter(|kv| kv.key != self.prefix.as_bytes()));
-            if !more {
-                break;
+            all.extend(page.kvs.into_iter().filter(|kv| kv.key != prefix));
+            match (page.more, last) {
+                // The next page starts just after the last key read.
+                (true, Some(last)) => from = last.into_iter().chain([0]).collect(),
+                (true, None) => return Err(self.unavailable("etcd said more keys follow but sent none")),
+                (false, _) if window >= end => break,
+                (false, _) => from = window,
             }
         }
         Ok(all)
@@ -301,6 +318,23 @@ impl EtcdStore {
 /// Keys per read when listing every mark: 512 of the longest keys (1 KiB) with their
 /// records stay well under the 1 MiB one gRPC answer may hold.
 const PAGE_KEYS: u64 = 512;
+
+/// The most keys a listing's window may hold before the next window narrows: what one
+/// read makes etcd count.
+const WINDOW_KEYS: u64 = 16 * PAGE_KEYS;
+
+/// The end of the window of keys that share `from`'s first `depth` bytes, within the
+/// prefix's range (which ends at `end`).
+fn window_end(from: &[u8], depth: usize, end: &[u8]) -> Vec<u8> {
+    let shared = from.get(..depth.min(from.len())).unwrap_or(from);
+    let window = wire::prefix_end(shared);
+    // `prefix_end` of all 0xff bytes is "to the end of the key space": [0].
+    if window == [0] || window.as_slice() > end {
+        end.to_vec()
+    } else {
+        window
+    }
+}
 
 /// How many times a raise or a forced set reads and swaps again after another writer
 /// changed the key.
