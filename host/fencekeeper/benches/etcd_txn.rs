@@ -78,7 +78,7 @@ fn main() {
                         let i = n as usize % messages.len();
                         let held = client
                             .range(&messages[i])
-                            .is_ok_and(|kvs| kvs.first().map(|kv| &kv.value) == Some(&records[i]));
+                            .is_ok_and(|page| page.kvs.first().map(|kv| &kv.value) == Some(&records[i]));
                         let counter = if held { &done } else { &errors };
                         counter.fetch_add(1, Ordering::Relaxed);
                         continue;
