@@ -80,7 +80,12 @@ impl Answer {
             .map(|op| match op {
                 Op::Range(kvs) => Some(
                     kvs.iter()
-                        .map(|kv| KeyValue { key: b"x".to_vec(), value: kv.value(&self.resource), create_revision: 3 })
+                        .map(|kv| KeyValue {
+                            key: b"x".to_vec(),
+                            value: kv.value(&self.resource),
+                            create_revision: 3,
+                            mod_revision: 3,
+                        })
                         .collect(),
                 ),
                 Op::Put => None,
@@ -135,11 +140,19 @@ fn answer_body(body: &[u8]) {
             bounded_error(answer.read(i));
         }
     }
+    // As the answer to a first mark's Txn: the mark and the retention floor read back.
+    if let Ok(answer) = &txn {
+        let _ = fencekeeper_etcd_wire::retention::created(answer, RESOURCE, "/fencekeeper/marks/");
+    }
     bounded_error(txn);
     bounded_error(grpc::parse_vouch_txn(body));
     token_or_error(grpc::parse_authentication(Ok(body)));
     bounded_error(grpc::parse_lease_grant(body).map(|id| assert!(id > 0, "{id}")));
     bounded_error(grpc::parse_keepalive(body));
+    bounded_error(grpc::parse_range(body));
+    if let Err(e) = fencekeeper_filter::etcd::created(&Ok(body.to_vec()), "/fencekeeper/marks/", RESOURCE) {
+        assert!(is_printable_line(&e.0), "{:?}", e.0);
+    }
     if let Err(e) = parse(&Ok(body.to_vec()), RESOURCE) {
         let bound = MAX_ERROR_BYTES + format!("{RESOURCE:?}").len();
         assert!(is_printable_line(&e.0) && e.0.len() <= bound, "{:?}", e.0);
@@ -162,11 +175,14 @@ fuzz_target!(|data: &[u8]| {
             // The same answer to a confirm of two resources: each decided alone, every
             // error one bounded line.
             let pair = [resource.clone(), "orders/2026.csv".to_owned()];
-            match fencekeeper_filter::etcd::confirmed(&response, &pair) {
-                Ok((outcomes, _)) => {
+            match fencekeeper_filter::etcd::confirmed(&response, "/fencekeeper/marks/", &pair) {
+                Ok((outcomes, floor, _)) => {
                     for e in outcomes.into_iter().filter_map(Result::err) {
                         let bound = MAX_ERROR_BYTES + format!("{resource:?}").len();
                         assert!(is_printable_line(&e.0) && e.0.len() <= bound, "{:?}", e.0);
+                    }
+                    if let Err(e) = floor {
+                        assert!(is_printable_line(&e.0), "{:?}", e.0);
                     }
                 }
                 Err(e) => assert!(is_printable_line(&e.0), "{:?}", e.0),
