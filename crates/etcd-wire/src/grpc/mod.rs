@@ -458,8 +458,8 @@ pub fn swap_txn(key: &[u8], expected: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
 /// The KV service's plain read.
 pub const RANGE_METHOD: &str = "Range";
 
-/// A `RangeRequest`: a linearizable read of `range` by itself, which costs etcd less
-/// than the same read inside a Txn (BENCHMARKS.md, "The etcd confirm as a Range").
+/// A `RangeRequest`: a linearizable read of `range` by itself, whose answer carries
+/// `more` and `count` (a listing sizes its windows by them).
 pub fn range_request(range: &Range<'_>) -> Vec<u8> {
     self::range(range).0
 }

@@ -164,16 +164,6 @@ impl EtcdStore {
     /// each read back when any moved. A value that is not its resource's verified
     /// record fails that resource alone.
     fn confirm_many(&self, marks: &[(String, Token)]) -> Vec<confirms::Outcome> {
-        // One mark: a plain linearizable Range, its record compared here, costs etcd
-        // less than the compare Txn (BENCHMARKS.md, "The etcd confirm as a Range").
-        if let [(resource, _)] = marks {
-            let read = self.client.range(&grpc::range_request(&Range::of(self.key(resource).as_bytes())));
-            let current = read.map_err(StoreError::from).and_then(|page| self.mark(page.kvs));
-            if let Ok(mark) = &current {
-                self.seen.set(resource, *mark);
-            }
-            return vec![current];
-        }
         let mut outcomes = Vec::with_capacity(marks.len());
         for chunk in marks.chunks(wire::MAX_CONFIRMS_PER_TXN) {
             let keys: Vec<String> = chunk.iter().map(|(resource, _)| self.key(resource)).collect();
