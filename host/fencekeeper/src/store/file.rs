@@ -499,45 +499,147 @@ impl FileStore {
     }
 }
 
-/// One write transaction: the marks idle for `idle_for` (by the since table) are
-/// removed after the floor is raised over them. A damaged record is kept (its token
-/// cannot be trusted for the floor) and counted as kept.
-impl Retention for FileStore {
-    fn compact(&self, idle_for: Duration, now_unix_secs: u64) -> Result<Compaction, StoreError> {
-        self.write(|txn| {
-            let floor_before = self.floor_in(txn)?;
-            let mut marks = Vec::new();
-            let mut damaged = 0;
-            {
-                let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-                for entry in table.iter().map_err(|e| self.error(e))? {
+/// Marks a compaction reads and decides on at a time: each chunk is one read and one
+/// short write transaction, so advances never wait for a whole compaction (a single
+/// transaction over 10^7 marks held every writer for 25 s: BENCHMARKS.md).
+const COMPACT_CHUNK: usize = 4096;
+
+/// A chunk of a compaction, read: each mark (its key, its verified token or none when
+/// its record is damaged, its record's bytes), and the since rows of the same keys.
+struct Chunk {
+    marks: Vec<(Vec<u8>, Option<Token>, Vec<u8>)>,
+    since: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    /// Since rows in the chunk's span whose marks are gone (removed by hand).
+    gone: Vec<Vec<u8>>,
+    /// Where the next chunk starts (`None`: this was the last).
+    next: Option<Vec<u8>>,
+}
+
+impl FileStore {
+    /// Read the chunk of marks from `from` on (and the since rows of its span) in one
+    /// read transaction.
+    fn compaction_chunk(&self, from: &[u8]) -> Result<Chunk, StoreError> {
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let mut marks = Vec::with_capacity(COMPACT_CHUNK);
+            let mut next = None;
+            for entry in table.range::<&[u8]>(from..).map_err(|e| self.error(e))? {
+                let (key, value) = entry.map_err(|e| self.error(e))?;
+                if marks.len() == COMPACT_CHUNK {
+                    next = Some(key.value().to_vec());
+                    break;
+                }
+                let token = std::str::from_utf8(key.value()).ok().and_then(|r| self.decode(r, value.value()).ok());
+                marks.push((key.value().to_vec(), token, value.value().to_vec()));
+            }
+            let (mut since, mut gone) = (std::collections::HashMap::new(), Vec::new());
+            let rows = match txn.open_table(SINCE) {
+                Ok(rows) => Some(rows),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(self.error(e)),
+            };
+            if let Some(rows) = rows {
+                let present: std::collections::HashSet<&[u8]> = marks.iter().map(|(k, _, _)| k.as_slice()).collect();
+                let span = match &next {
+                    Some(end) => rows.range::<&[u8]>(from..end.as_slice()),
+                    None => rows.range::<&[u8]>(from..),
+                };
+                for entry in span.map_err(|e| self.error(e))? {
                     let (key, value) = entry.map_err(|e| self.error(e))?;
-                    match std::str::from_utf8(key.value()).ok().map(|r| (r, self.decode(r, value.value()))) {
-                        Some((resource, Ok(mark))) => marks.push((resource.to_owned(), mark)),
-                        _ => damaged += 1,
+                    if present.contains(key.value()) {
+                        since.insert(key.value().to_vec(), value.value().to_vec());
+                    } else {
+                        gone.push(key.value().to_vec());
                     }
                 }
             }
-            let mut since = txn.open_table(SINCE).map_err(|e| self.error(e))?;
+            Ok(Chunk { marks, since, gone, next })
+        })
+    }
+}
+
+/// Chunk by chunk ([`COMPACT_CHUNK`] marks in key order): a read transaction decides
+/// which marks are idle (by the since table) and which since rows to write; then one
+/// write transaction stamps those rows, and forgets the idle marks that are still what
+/// was read, raising the floor over them in the same transaction. A damaged record is
+/// kept (its token cannot be trusted for the floor) and counted as kept.
+impl Retention for FileStore {
+    fn compact(&self, idle_for: Duration, now_unix_secs: u64) -> Result<Compaction, StoreError> {
+        let floor_before = self.floor()?;
+        let mut c = Compaction { floor_before, floor: floor_before, ..Compaction::default() };
+        let mut from: Vec<u8> = Vec::new();
+        loop {
+            let chunk = self.compaction_chunk(&from)?;
+            let mut stamps = Vec::new();
             let mut idle = Vec::new();
-            for (resource, mark) in &marks {
-                let seen = record::encode(resource.as_bytes(), mark);
-                let stored = since.get(resource.as_bytes()).map_err(|e| self.error(e))?.map(|v| v.value().to_vec());
-                let from = match stored.as_deref().and_then(|v| v.split_first_chunk::<8>()) {
-                    Some((secs, rec)) if rec == seen.as_bytes() => u64::from_le_bytes(*secs),
+            for (key, token, record) in &chunk.marks {
+                let Some(token) = token else {
+                    c.kept += 1;
+                    continue;
+                };
+                let stored = chunk.since.get(key).and_then(|v| v.split_first_chunk::<8>());
+                let since = match stored {
+                    Some((secs, seen)) if seen == record.as_slice() => u64::from_le_bytes(*secs),
                     _ => {
-                        let mut value = now_unix_secs.to_le_bytes().to_vec();
-                        value.extend_from_slice(seen.as_bytes());
-                        since.insert(resource.as_bytes(), value.as_slice()).map_err(|e| self.error(e))?;
+                        let mut row = now_unix_secs.to_le_bytes().to_vec();
+                        row.extend_from_slice(record);
+                        stamps.push((key.clone(), row));
                         now_unix_secs
                     }
                 };
-                if now_unix_secs.saturating_sub(from) >= idle_for.as_secs() {
-                    idle.push((resource.clone(), *mark));
+                if now_unix_secs.saturating_sub(since) >= idle_for.as_secs() {
+                    idle.push((key.clone(), *token, record.clone()));
+                } else {
+                    c.kept += 1;
                 }
             }
-            let not_idle = marks.len() - idle.len();
-            let plan = plan(floor_before, idle);
+            self.compact_chunk(&stamps, &idle, &chunk.gone, &mut c)?;
+            match chunk.next {
+                Some(next) => from = next,
+                None => break,
+            }
+        }
+        c.forgotten.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(c)
+    }
+}
+
+impl FileStore {
+    /// One chunk's write transaction: stamp the since rows, drop those of marks that
+    /// are gone, and forget the idle marks still as read, the floor raised over them
+    /// first within the same transaction.
+    fn compact_chunk(
+        &self,
+        stamps: &[(Vec<u8>, Vec<u8>)],
+        idle: &[(Vec<u8>, Token, Vec<u8>)],
+        gone: &[Vec<u8>],
+        c: &mut Compaction,
+    ) -> Result<(), StoreError> {
+        if stamps.is_empty() && idle.is_empty() && gone.is_empty() {
+            return Ok(());
+        }
+        let (forgotten, kept, other_arity, floor) = self.write(|txn| {
+            let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
+            let mut since = txn.open_table(SINCE).map_err(|e| self.error(e))?;
+            for (key, row) in stamps {
+                since.insert(key.as_slice(), row.as_slice()).map_err(|e| self.error(e))?;
+            }
+            for key in gone {
+                since.remove(key.as_slice()).map_err(|e| self.error(e))?;
+            }
+            // Only marks still as read: one that rose meanwhile is active again.
+            let mut unchanged = Vec::new();
+            let mut kept = 0;
+            for (key, token, record) in idle {
+                let now = table.get(key.as_slice()).map_err(|e| self.error(e))?.map(|v| v.value().to_vec());
+                match (now, std::str::from_utf8(key)) {
+                    (Some(now), Ok(resource)) if now == *record => unchanged.push((resource.to_owned(), *token)),
+                    _ => kept += 1,
+                }
+            }
+            let floor_before = self.floor_in(txn)?;
+            let plan = plan(floor_before, unchanged);
             if plan.floor != floor_before {
                 if let Some(floor) = &plan.floor {
                     let mut retention = txn.open_table(RETENTION).map_err(|e| self.error(e))?;
@@ -545,35 +647,17 @@ impl Retention for FileStore {
                     retention.insert(FLOOR, value.as_bytes()).map_err(|e| self.error(e))?;
                 }
             }
-            {
-                let mut table = txn.open_table(MARKS).map_err(|e| self.error(e))?;
-                for (resource, _) in &plan.forget {
-                    table.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
-                    since.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
-                }
+            for (resource, _) in &plan.forget {
+                table.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
+                since.remove(resource.as_bytes()).map_err(|e| self.error(e))?;
             }
-            // Rows of marks removed by hand since go too.
-            let present: std::collections::HashSet<&[u8]> = marks.iter().map(|(r, _)| r.as_bytes()).collect();
-            let mut gone = Vec::new();
-            for entry in since.iter().map_err(|e| self.error(e))? {
-                let (key, _) = entry.map_err(|e| self.error(e))?;
-                if !present.contains(key.value()) {
-                    gone.push(key.value().to_vec());
-                }
-            }
-            for key in gone {
-                since.remove(key.as_slice()).map_err(|e| self.error(e))?;
-            }
-            let compaction = Compaction {
-                kept: not_idle + plan.other_arity + damaged,
-                other_arity: plan.other_arity,
-                forgotten: plan.forget,
-                floor_before,
-                floor: plan.floor,
-                not_yet: None,
-            };
-            Ok((compaction, true))
-        })
+            Ok(((plan.forget, kept, plan.other_arity, plan.floor), true))
+        })?;
+        c.kept += kept + other_arity;
+        c.other_arity += other_arity;
+        c.floor = floor;
+        c.forgotten.extend(forgotten);
+        Ok(())
     }
 }
 

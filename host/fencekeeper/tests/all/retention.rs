@@ -214,3 +214,36 @@ fn stores() -> Vec<Arc<dyn Retention + Send + Sync>> {
     let file = dir.join(format!("marks-{}.redb", std::process::id()));
     vec![Arc::new(MemoryStore::new()), Arc::new(FileStore::open(file).unwrap())]
 }
+
+/// The file store compacts in chunks of a few thousand marks, each its own short write
+/// transaction: across chunk boundaries every idle mark is forgotten once, a mark that
+/// rose is kept and stamped again, and one cleared by hand leaves nothing behind.
+#[test]
+fn the_file_store_compacts_in_chunks_across_their_boundaries() {
+    use fencekeeper::store::{Repair, Swap};
+    let dir = tempfile::tempdir().unwrap();
+    let store = FileStore::open(dir.path().join("marks.redb")).unwrap();
+    let five = Token::parse("5").unwrap();
+    let resources: Vec<String> = (0..9000).map(|i| format!("r{i:05}")).collect();
+    std::thread::scope(|s| {
+        for chunk in resources.chunks(1125) {
+            let store = &store;
+            s.spawn(move || {
+                for r in chunk {
+                    assert_eq!(store.compare_and_swap(r, None, &five).unwrap(), Swap::Swapped);
+                }
+            });
+        }
+    });
+    let first = store.compact(Duration::from_secs(60), 1000).unwrap();
+    assert_eq!((first.forgotten.len(), first.kept, first.floor), (0, 9000, None), "stamped, none idle yet");
+    store.compare_and_swap("r04500", Some(&five), &Token::parse("6").unwrap()).unwrap();
+    store.force("r04096", None).unwrap();
+    let second = store.compact(Duration::from_secs(60), 1060).unwrap();
+    assert_eq!((second.forgotten.len(), second.kept, second.floor), (8998, 1, Some(five)));
+    assert!(second.forgotten.windows(2).all(|w| w[0].0 < w[1].0), "sorted, each once");
+    assert_eq!(store.list().unwrap(), vec![("r04500".to_owned(), Token::parse("6").unwrap())]);
+    let third = store.compact(Duration::from_secs(60), 1200).unwrap();
+    assert_eq!((third.forgotten.len(), third.floor), (1, Token::parse("6").ok()));
+    assert!(store.list().unwrap().is_empty());
+}
