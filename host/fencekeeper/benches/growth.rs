@@ -39,9 +39,11 @@ fn main() {
     let path = dir.join(format!("fencekeeper-growth-{}.redb", std::process::id()));
     let etcd = kind.strip_prefix("etcd=").map(str::to_owned);
     let etcd_store = etcd.as_ref().map(|url| Arc::new(EtcdStore::connect(url).expect("connect to etcd")));
-    let store: Arc<dyn MarkStore + Send + Sync> = match &etcd_store {
-        Some(store) => store.clone(),
-        None => Arc::new(FileStore::open(&path).expect("open the file store")),
+    let file_store = etcd.is_none().then(|| Arc::new(FileStore::open(&path).expect("open the file store")));
+    let store: Arc<dyn MarkStore + Send + Sync> = match (&etcd_store, &file_store) {
+        (Some(store), _) => store.clone(),
+        (_, Some(store)) => store.clone(),
+        _ => unreachable!("one of the two"),
     };
     let guard = Arc::new(Guard::new(Arc::new(NativeDecider(Policy::default())), store));
     println!(
@@ -77,6 +79,36 @@ fn main() {
             again.1,
             advance.0,
             advance.1
+        );
+    }
+    // Advances while the live file store compacts (the pass that stamps every mark):
+    // how long a writer can wait for a compaction's write transaction.
+    if let (Some(file), Some(n)) = (&file_store, last) {
+        let compacting = {
+            let file = file.clone();
+            std::thread::spawn(move || file.compact(Duration::from_secs(365 * 86_400), now()).expect("compact"))
+        };
+        let round = AtomicU64::new(2_000_000 * n);
+        let mut took = Vec::new();
+        while !compacting.is_finished() {
+            let i = (took.len() as u64 * 2_654_435_761) % n;
+            let (resource, token) = (resource(i), round.fetch_add(1, Ordering::Relaxed).to_string());
+            let start = Instant::now();
+            assert!(guard.admit(&resource, Some(&token)).admitted());
+            took.push(start.elapsed());
+        }
+        let compaction = compacting.join().expect("the compaction");
+        took.sort();
+        let at =
+            |q: f64| took[((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1))].as_secs_f64() * 1e6;
+        println!();
+        println!(
+            "advances while the live store of {n} marks compacts (kept {}): {} advances, p50 {:.0} µs, p99 {:.0} µs, max {:.0} µs",
+            compaction.kept,
+            took.len(),
+            at(0.5),
+            at(0.99),
+            took.last().map_or(0.0, |d| d.as_secs_f64() * 1e6)
         );
     }
     drop(guard);
