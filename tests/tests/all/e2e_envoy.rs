@@ -193,7 +193,7 @@ fn etcd_down_or_frozen_refuses_with_503_in_correctness_mode_passes_in_efficiency
     assert_admitted(&correct.put("/d", "5", "five").unwrap());
     assert_admitted(&efficient.put("/e", "1", "one").unwrap());
     // A frozen etcd: the call times out (etcd.timeout_ms) and the request is undecided.
-    etcd.process.signal("STOP").unwrap();
+    etcd.process.freeze().unwrap();
     let frozen = correct.put("/d", "6", "six").unwrap();
     etcd.process.signal("CONT").unwrap();
     assert_eq!(frozen.status, 503, "{}", frozen.text());
@@ -232,7 +232,7 @@ fn an_evicted_shared_data_mark_is_asked_of_etcd_and_never_admits_below_it() {
             assert_admitted(&envoy.put(&format!("/other/{i}"), "1", "x").unwrap());
         }
     }
-    etcd.process.signal("STOP").unwrap();
+    etcd.process.freeze().unwrap();
     let from_copy = default.put("/kept", "33", "stale").unwrap();
     let evicted = small.put("/kept", "33", "stale").unwrap();
     etcd.process.signal("CONT").unwrap();
