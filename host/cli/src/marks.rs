@@ -6,8 +6,9 @@
 
 use crate::admit::DEFAULT_STORE;
 use crate::repair;
+use fencekeeper::chain::ChainStore;
 use fencekeeper::etcd::EtcdOptions;
-use fencekeeper::store::{EtcdStore, FileStore, Repair};
+use fencekeeper::store::{EtcdStore, FileStore, Repair, Retention};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -103,23 +104,59 @@ struct Entry {
     mark: Option<String>,
 }
 
+/// The store named by the arguments, of either kind.
+pub enum Store {
+    /// `--etcd`.
+    Etcd(EtcdStore),
+    /// `--store`.
+    File(FileStore),
+}
+
+impl Store {
+    /// Open it; a file store must exist already (opening a missing file would create an
+    /// empty store, and an inspection or a repair must not).
+    pub fn open(args: &Args) -> anyhow::Result<Store> {
+        if let Some(url) = &args.etcd {
+            let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
+            let endpoint = args.etcd_connection.endpoint(url);
+            return Ok(Store::Etcd(EtcdStore::connect_with(&endpoint, &args.etcd_prefix, &options)?));
+        }
+        anyhow::ensure!(
+            args.store.exists(),
+            "no mark store at {} (nothing admitted there yet, or pass --store)",
+            args.store.display()
+        );
+        Ok(Store::File(FileStore::open(&args.store)?))
+    }
+
+    /// As a store to inspect and repair.
+    pub fn repair(self) -> Box<dyn Repair> {
+        match self {
+            Store::Etcd(s) => Box::new(s),
+            Store::File(s) => Box::new(s),
+        }
+    }
+
+    /// As a store to compact.
+    pub fn retention(self) -> Box<dyn Retention> {
+        match self {
+            Store::Etcd(s) => Box::new(s),
+            Store::File(s) => Box::new(s),
+        }
+    }
+
+    /// As the store of version chains beside the marks.
+    pub fn chains(self) -> Box<dyn ChainStore> {
+        match self {
+            Store::Etcd(s) => Box::new(s),
+            Store::File(s) => Box::new(s),
+        }
+    }
+}
+
 /// Open the store named by the arguments; a file store must exist already.
 pub fn open(args: &Args) -> anyhow::Result<Box<dyn Repair>> {
-    if let Some(url) = &args.etcd {
-        let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
-        return Ok(Box::new(EtcdStore::connect_with(
-            &args.etcd_connection.endpoint(url),
-            &args.etcd_prefix,
-            &options,
-        )?));
-    }
-    // Opening a missing file would create an empty store; an inspection must not.
-    anyhow::ensure!(
-        args.store.exists(),
-        "no mark store at {} (nothing admitted there yet, or pass --store)",
-        args.store.display()
-    );
-    Ok(Box::new(FileStore::open(&args.store)?))
+    Ok(Store::open(args)?.repair())
 }
 
 /// Run the subcommand.
@@ -191,17 +228,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Show `resource`'s version chain, after releasing its lends when `release`.
 fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode> {
-    use fencekeeper::chain::{self, ChainStore};
-    let store: Box<dyn ChainStore> = match &args.etcd {
-        Some(url) => {
-            let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
-            Box::new(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &args.etcd_prefix, &options)?)
-        }
-        None => {
-            anyhow::ensure!(args.store.exists(), "no mark store at {} (or pass --store)", args.store.display());
-            Box::new(FileStore::open(&args.store)?)
-        }
-    };
+    use fencekeeper::chain;
+    let store = Store::open(args)?.chains();
     if release {
         let released = chain::update(&*store, resource, |c| Ok::<_, ()>(c.release()))?.unwrap_or(0);
         eprintln!("released {released} lent writes of {resource:?} in {}", args.describe());

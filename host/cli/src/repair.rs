@@ -15,8 +15,7 @@ use crate::compaction;
 use crate::marks::{self, print_table, Args};
 use anyhow::Context;
 use fencekeeper::audit::{AuditLog, Change, Entry};
-use fencekeeper::etcd::EtcdOptions;
-use fencekeeper::store::{EtcdStore, FileStore, Previous, Raise, Retention, Upgrade};
+use fencekeeper::store::{EtcdStore, FileStore, Previous, Raise, Upgrade};
 use fencekeeper::Token;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -103,16 +102,7 @@ pub fn force(args: &Args, resource: &str, token: Option<&str>) -> anyhow::Result
 /// `--compact --idle-for T`: forget the marks idle for `idle_for`, under the floor.
 pub fn compact(args: &Args, idle_for: Duration) -> anyhow::Result<ExitCode> {
     let audit = open_audit(args)?;
-    let store: Box<dyn Retention> = match &args.etcd {
-        Some(url) => {
-            let options = EtcdOptions { timeout: Duration::from_secs(5), ..args.etcd_connection.options()? };
-            Box::new(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &args.etcd_prefix, &options)?)
-        }
-        None => {
-            anyhow::ensure!(args.store.exists(), "no mark store at {} (or pass --store)", args.store.display());
-            Box::new(FileStore::open(&args.store)?)
-        }
-    };
+    let store = marks::Store::open(args)?.retention();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let compaction = store.compact(idle_for, now)?;
     let summary = compaction::summary(&compaction, idle_for, &args.describe());
