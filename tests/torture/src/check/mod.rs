@@ -42,6 +42,11 @@ pub enum Class {
     /// writes: the store refused the precondition, or the version is not known); not
     /// applied. Only a write the store applied late, after a fault, explains it.
     Conflict,
+    /// 503 "cannot write": a conditional write refused because too many writes given up
+    /// on are lent on its resource's chain (each may still be applied by the store) until
+    /// an operator releases them. Admitted (the mark may have advanced), never applied.
+    /// Only writes given up on during earlier faults explain it, and it lasts past them.
+    Lent,
     /// Anything else: unaccounted for.
     Other,
 }
@@ -78,6 +83,7 @@ impl Class {
             Class::Unreachable => "unreachable",
             Class::Unknown => "unknown",
             Class::Conflict => "conflict",
+            Class::Lent => "lent",
             Class::Other => "other",
         }
     }
@@ -96,6 +102,7 @@ pub fn classify(w: &Write) -> Class {
         (None, 428) => Class::Missing,
         (None, 400) => Class::Malformed,
         (None, 503) if w.body.starts_with("cannot decide") => Class::Undecided,
+        (None, 503) if w.body.starts_with("cannot write") => Class::Lent,
         (None, 502 | 504) => Class::UpstreamFailed,
         (None, 503) if w.body.starts_with("upstream connect error") => Class::UpstreamFailed,
         // Envoy's own 503 with no body: the filter's VM failed (a trap) or is being

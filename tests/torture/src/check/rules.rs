@@ -281,7 +281,7 @@ fn linearizable(input: &Input, classes: &[Class], report: &mut Report) {
                 None => continue,
             },
             // Admitted (the mark may have advanced), never applied.
-            Class::Undecided | Class::Unknown | Class::Conflict => Answer::Unknown,
+            Class::Undecided | Class::Unknown | Class::Conflict | Class::Lent => Answer::Unknown,
             _ => continue,
         };
         if matches!(answer, Answer::Stale { .. }) {
@@ -325,7 +325,8 @@ fn envoy_copy_refusals(input: &Input, classes: &[Class], refusals: &[usize], rep
         // refuse an admitted write that a higher one overtook while it was held. A
         // conditional write refused for the store's version (409 "cannot write") was
         // admitted, and its token lent on the chain, whose highest an Envoy reports.
-        let wrote = matches!(classes[i], Class::Undecided | Class::Unknown | Class::Stale | Class::Conflict);
+        let wrote =
+            matches!(classes[i], Class::Undecided | Class::Unknown | Class::Stale | Class::Conflict | Class::Lent);
         if classes[i].admitted() || wrote {
             let first = writers.entry((&w.resource, t)).or_insert(w.start);
             *first = (*first).min(w.start);
@@ -425,6 +426,9 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
                 let end = win.end.get(&w.target).copied().unwrap_or(win.fallback_end);
                 win.targets.contains(&w.target) && w.start <= end && w.end >= win.start
             });
+        // Lends left by writes given up on outlast the fault that left them: any fault
+        // before the write explains it.
+        let explained = explained || (c == Class::Lent && windows.iter().any(|win| win.start <= w.start));
         if !explained {
             let why = if c == Class::Other {
                 "an answer outside the contract".to_owned()

@@ -185,6 +185,22 @@ fn an_undecided_answer_needs_a_fault_on_its_target_and_a_missing_token_its_own_r
     assert_eq!(rules(&check(&input)), vec![5]);
 }
 
+/// A conditional write refused because writes given up on are lent on its resource
+/// (503 "cannot write") is a documented answer that lasts past the fault that left the
+/// lends: any earlier fault explains it; with none before it, it is a violation.
+#[test]
+fn a_refusal_for_writes_left_lent_needs_an_earlier_fault_not_an_active_one() {
+    let mut input = clean();
+    let mut lent = write("l1", "/t/pin-gw1/0", "gw1", 20, 80, 503);
+    lent.body = "cannot write \"/t/pin-gw1/0\": 32 writes given up on may still be applied by the store".into();
+    input.writes.push(lent);
+    assert_eq!(rules(&check(&input)), vec![5], "no fault at all: unexplained");
+    input.faults.push(fault("envoy-kill", &["envoy1"], 90, 95));
+    assert_eq!(rules(&check(&input)), vec![5], "a fault after it does not explain it");
+    input.faults.push(fault("etcd-quorum-loss-stop", &["envoy1"], 25, 40));
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "one before it does, healed or not");
+}
+
 /// a1 was in flight through gw1 when the nemesis killed gw1; the store applied it
 /// after b1.
 fn killed_in_flight_then_applied_late() -> Input {
