@@ -129,6 +129,11 @@ pub struct Args {
     /// each instance orders only its own writes: route each resource to one instance.
     #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
     shared_gate: bool,
+    /// Run every admit on a blocking thread, as the gateway did before it awaited etcd
+    /// on the request's own task (with --etcd and no provenance check it does). The
+    /// same decisions: for comparisons (BENCHMARKS.md), or a fallback.
+    #[arg(long)]
+    blocking_admits: bool,
     /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
     /// land after a higher one. For measurements and demonstrations only.
     #[arg(long)]
@@ -275,6 +280,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.apply_bound = args.store_apply_bound.unwrap_or(bound);
     c.start_grace = args.start_grace;
     c.gate = !args.no_gate;
+    c.blocking_admits = args.blocking_admits;
     c.audit = args.audit.clone();
     c.store = match &args.etcd {
         Some(url) => format!("etcd {} prefix {}", config::with_scheme(url), args.etcd_prefix),

@@ -15,7 +15,7 @@
 
 use crate::decider::{DecideError, Decider};
 use crate::provenance::{Origin, Provenance, ProvenanceError};
-use crate::store::{MarkStore, StoreError, Swap};
+use crate::store::{AwaitableMarks, MarkStore, Read, StoreError, Swap};
 use crate::verify::{self, Breach};
 use crate::{GuestText, Verdict};
 use fencekeeper_core::refusal::{self, Action, Forgotten, NoVerdict, Reason, Unverified};
@@ -186,8 +186,36 @@ impl Guard {
     /// [`Guard::admit`] against another store, such as a view of your engine's open
     /// transaction, so that the mark commits or rolls back with the write itself.
     pub fn admit_in(&self, store: &dyn MarkStore, resource: &str, presented: Option<&str>) -> Decision {
+        // Every call of `Blocking` is answered before it returns: one poll.
+        let decided = crate::wait::block_on(self.decide_and_swap(Blocking(store), resource, presented));
+        self.conclude(decided)
+    }
+
+    /// True when [`Guard::admit_async`] never blocks its thread: the store can be
+    /// awaited ([`MarkStore::awaitable`]) and there is no provenance check (whose lock
+    /// service is asked synchronously).
+    pub fn awaits(&self) -> bool {
+        self.store.awaitable().is_some() && self.provenance.is_none()
+    }
+
+    /// [`Guard::admit`] for a host on an asynchronous runtime: the same decision, with
+    /// the store's calls awaited rather than blocked on, when the store offers them
+    /// ([`MarkStore::awaitable`]; a tokio runtime with its timer must be running). A
+    /// store that does not, and a provenance check, are called on the calling thread
+    /// and block it; [`Guard::awaits`] says whether either would. The decider runs on
+    /// the calling thread (its fuel bounds it).
+    pub async fn admit_async(&self, resource: &str, presented: Option<&str>) -> Decision {
+        let decided = match self.store.awaitable() {
+            Some(calls) => self.decide_and_swap(Awaiting { store: &*self.store, calls }, resource, presented).await,
+            None => self.decide_and_swap(Blocking(&*self.store), resource, presented).await,
+        };
+        self.conclude(decided)
+    }
+
+    /// The decision the loop reached, with its action in the decider's mode.
+    fn conclude(&self, decided: Result<Decided, Undecided>) -> Decision {
         let mode = self.decider.policy().mode;
-        match self.decide_and_swap(store, resource, presented) {
+        match decided {
             Ok(Decided { verdict, advance, floor }) => Decision {
                 action: refusal::resolve(mode, Ok(&verdict)),
                 // Only a refusal needs the floor named; an admit says what it did.
@@ -238,9 +266,9 @@ impl Guard {
         &*self.store
     }
 
-    fn decide_and_swap(
+    async fn decide_and_swap(
         &self,
-        store: &dyn MarkStore,
+        store: impl Calls,
         resource: &str,
         presented: Option<&str>,
     ) -> Result<Decided, Undecided> {
@@ -250,7 +278,7 @@ impl Guard {
             return Ok(Decided::of(Verdict::Malformed(GuestText::new(&m.to_string()))));
         }
         let policy = self.decider.policy();
-        let read = store.read(resource)?;
+        let read = store.read(resource).await?;
         let (mut mark, mut exact) = (read.mark, read.exact);
         // The token does not change between rounds: the lock service is asked once,
         // and its text read once.
@@ -279,13 +307,13 @@ impl Guard {
                         // A copy can lag the mark, and a token equal to the mark is
                         // not asked about: read the store's own mark first.
                         if !exact {
-                            (mark, exact) = (store.get(resource)?, true);
+                            (mark, exact) = (store.get(resource).await?, true);
                             continue;
                         }
                         self.vouch(resource, &new)?;
                         vouched = true;
                     }
-                    match store.compare_and_swap(resource, mark.as_ref(), &new)? {
+                    match store.compare_and_swap(resource, mark.as_ref(), &new).await? {
                         Swap::Swapped => {
                             return Ok(Decided { verdict, advance: Some(Advance { from: mark, to: new }), floor })
                         }
@@ -296,7 +324,7 @@ impl Guard {
                 // the swap that checks the floor the store holds now (the one read
                 // may lag it).
                 Verdict::Admit { mark: same, advanced: false } if floor.is_some() => {
-                    match store.compare_and_swap(resource, None, &same)? {
+                    match store.compare_and_swap(resource, None, &same).await? {
                         Swap::Swapped => {
                             return Ok(Decided { verdict, advance: Some(Advance { from: None, to: same }), floor })
                         }
@@ -304,10 +332,10 @@ impl Guard {
                     }
                 }
                 Verdict::Admit { mark: same, advanced: false } if !exact || store.confirm_equal_admits() => {
-                    store.confirm(resource, &same)?
+                    store.confirm(resource, &same).await?
                 }
                 Verdict::Missing => return Ok(Decided::of(verdict)),
-                _ if !exact => Swap::Conflict(store.get(resource)?),
+                _ if !exact => Swap::Conflict(store.get(resource).await?),
                 _ => return Ok(Decided { verdict, advance: None, floor }),
             };
             match swap {
@@ -327,6 +355,80 @@ impl Guard {
             },
             None => Ok(()),
         }
+    }
+}
+
+/// How the admit loop calls the store: [`Blocking`] answers each call before it
+/// returns, [`Awaiting`] awaits the store's futures. One loop serves both, so the
+/// synchronous and asynchronous admits cannot decide differently.
+trait Calls {
+    async fn read(&self, resource: &str) -> Result<Read, StoreError>;
+    async fn get(&self, resource: &str) -> Result<Option<Token>, StoreError>;
+    async fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token)
+        -> Result<Swap, StoreError>;
+    async fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError>;
+    fn floor(&self) -> Result<Option<Token>, StoreError>;
+    fn confirm_equal_admits(&self) -> bool;
+}
+
+struct Blocking<'a, S: MarkStore + ?Sized>(&'a S);
+
+impl<S: MarkStore + ?Sized> Calls for Blocking<'_, S> {
+    async fn read(&self, resource: &str) -> Result<Read, StoreError> {
+        self.0.read(resource)
+    }
+    async fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+        self.0.get(resource)
+    }
+    async fn compare_and_swap(
+        &self,
+        resource: &str,
+        expected: Option<&Token>,
+        new: &Token,
+    ) -> Result<Swap, StoreError> {
+        self.0.compare_and_swap(resource, expected, new)
+    }
+    async fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+        self.0.confirm(resource, mark)
+    }
+    fn floor(&self) -> Result<Option<Token>, StoreError> {
+        self.0.floor()
+    }
+    fn confirm_equal_admits(&self) -> bool {
+        self.0.confirm_equal_admits()
+    }
+}
+
+/// The store's awaitable calls; the floor and the store's nature are asked of the
+/// store itself (neither waits).
+struct Awaiting<'a> {
+    store: &'a (dyn MarkStore + Send + Sync),
+    calls: &'a dyn AwaitableMarks,
+}
+
+impl Calls for Awaiting<'_> {
+    async fn read(&self, resource: &str) -> Result<Read, StoreError> {
+        self.calls.read(resource).await
+    }
+    async fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+        self.calls.get(resource).await
+    }
+    async fn compare_and_swap(
+        &self,
+        resource: &str,
+        expected: Option<&Token>,
+        new: &Token,
+    ) -> Result<Swap, StoreError> {
+        self.calls.compare_and_swap(resource, expected, new).await
+    }
+    async fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+        self.calls.confirm(resource, mark).await
+    }
+    fn floor(&self) -> Result<Option<Token>, StoreError> {
+        self.store.floor()
+    }
+    fn confirm_equal_admits(&self) -> bool {
+        self.store.confirm_equal_admits()
     }
 }
 

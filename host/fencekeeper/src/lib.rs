@@ -54,6 +54,7 @@ pub mod store;
 pub mod text;
 pub mod validator;
 pub mod verify;
+mod wait;
 #[cfg(feature = "zookeeper")]
 pub mod zookeeper;
 

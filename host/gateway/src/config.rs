@@ -153,6 +153,10 @@ pub struct Config {
     pub start_grace: Duration,
     /// The ordering gate is on (turning it off reopens the check-then-forward window).
     pub gate: bool,
+    /// Run every admit on the blocking pool, even when the store can be awaited (an
+    /// etcd store's admits are otherwise awaited on the request's own task): the
+    /// earlier way, kept for comparisons.
+    pub blocking_admits: bool,
     /// Append every mark the gateway raises to this file, one JSON line each.
     pub audit: Option<PathBuf>,
     /// Where the marks live, as the audit log names it (`file PATH`, `etcd URL prefix P`).
@@ -183,6 +187,7 @@ impl Config {
             apply_bound: Duration::from_secs(30),
             start_grace: Duration::ZERO,
             gate: true,
+            blocking_admits: false,
             audit: None,
             store: String::new(),
             conditional_deletes: true,

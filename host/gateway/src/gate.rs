@@ -35,6 +35,7 @@ use fencekeeper_core::refusal::{self, NoVerdict};
 use fencekeeper_core::Class;
 use fencekeeper_core::Token;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -44,6 +45,8 @@ use tokio::time::Instant;
 /// The gate for every resource of one gateway.
 pub struct Gate {
     enabled: bool,
+    /// Admits may be awaited on the request's task (else always the blocking pool).
+    awaiting: bool,
     timeout: Duration,
     /// How long a write given up on keeps holding its resource.
     apply_bound: Duration,
@@ -166,10 +169,19 @@ impl Gate {
     /// A gate whose writes wait at most `timeout`, and where a write given up on holds
     /// its resource for `apply_bound`; with a `registry`, writes are also ordered
     /// across the instances that share it. When `enabled` is false, writes are
-    /// admitted and forwarded without ordering (the window stays open).
-    pub fn new(enabled: bool, timeout: Duration, apply_bound: Duration, registry: Option<Arc<Registry>>) -> Arc<Gate> {
+    /// admitted and forwarded without ordering (the window stays open). Admits are
+    /// awaited on the request's task when `awaiting` and the guard never blocks
+    /// ([`Guard::awaits`]), else run on the blocking pool.
+    pub fn new(
+        enabled: bool,
+        timeout: Duration,
+        apply_bound: Duration,
+        registry: Option<Arc<Registry>>,
+        awaiting: bool,
+    ) -> Arc<Gate> {
         Arc::new(Gate {
             enabled,
+            awaiting,
             timeout,
             apply_bound,
             epoch: Instant::now(),
@@ -227,7 +239,7 @@ impl Gate {
     /// against the writes in flight.
     pub async fn order(self: &Arc<Self>, guard: &Arc<Guard>, resource: &str, token: Option<&str>) -> Ordered {
         if !self.enabled {
-            return from_decision(admit_blocking(guard, resource, token).await, resource, None);
+            return from_decision(admit(guard, resource, token, self.awaiting).await, resource, None);
         }
         // Entered before the admit and held until the write is registered: the entry,
         // and the highest token it has registered, cannot be evicted in between. So a
@@ -235,7 +247,7 @@ impl Gate {
         // and one registered and answered before this entry existed had advanced the
         // store's mark before this admit read it.
         let entry = self.enter(resource);
-        let decision = admit_blocking(guard, resource, token).await;
+        let decision = admit(guard, resource, token, self.awaiting).await;
         let advance = decision.advance;
         let mut ordered = self.order_decided(guard, entry, resource, decision).await;
         ordered.advance = advance;
@@ -403,16 +415,41 @@ enum Registered {
     Wait(Option<u64>),
 }
 
-/// The guard is synchronous (wasm and a blocking store): run it off the reactor.
-async fn admit_blocking(guard: &Arc<Guard>, resource: &str, token: Option<&str>) -> Decision {
-    let (g, r, t) = (guard.clone(), resource.to_owned(), token.map(str::to_owned));
-    match tokio::task::spawn_blocking(move || g.admit(&r, t.as_deref())).await {
-        Ok(decision) => decision,
-        Err(e) => {
-            let action =
-                refusal::resolve::<fencekeeper::GuestText>(guard.decider().policy().mode, Err(NoVerdict::Refused));
-            let cause = StoreError::Unavailable(format!("the admit task failed: {e}"));
-            Decision { verdict: None, action, undecided: Some(cause.into()), advance: None, retention_floor: None }
+/// The guard's decision. Awaited on this task when the guard never blocks (an etcd
+/// store: the round trip goes from this task to etcd's connection and back); else on
+/// the blocking pool, off the reactor (the file store's commit, a provenance check).
+/// A panic in the guard is an undecided write, either way.
+async fn admit(guard: &Arc<Guard>, resource: &str, token: Option<&str>, awaiting: bool) -> Decision {
+    let decided = if awaiting && guard.awaits() {
+        Unwinding(std::pin::pin!(guard.admit_async(resource, token))).await
+    } else {
+        let (g, r, t) = (guard.clone(), resource.to_owned(), token.map(str::to_owned));
+        tokio::task::spawn_blocking(move || g.admit(&r, t.as_deref())).await.map_err(|e| e.to_string())
+    };
+    decided.unwrap_or_else(|why| {
+        let action = refusal::resolve::<fencekeeper::GuestText>(guard.decider().policy().mode, Err(NoVerdict::Refused));
+        let cause = StoreError::Unavailable(format!("the admit task failed: {why}"));
+        Decision { verdict: None, action, undecided: Some(cause.into()), advance: None, retention_floor: None }
+    })
+}
+
+/// A future whose panic is its output's error, as a blocking task's would be.
+struct Unwinding<F>(F);
+
+impl<F: Future + Unpin> Future for Unwinding<F> {
+    type Output = Result<F::Output, String>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let inner = &mut self.0;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| std::pin::Pin::new(inner).poll(cx))) {
+            Ok(poll) => poll.map(Ok),
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned());
+                std::task::Poll::Ready(Err(format!("it panicked: {}", why.unwrap_or_default())))
+            }
         }
     }
 }
@@ -446,7 +483,7 @@ mod tests {
 
     #[tokio::test]
     async fn higher_token_waits_for_lower_in_flight_then_passes() {
-        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None, true), guard());
         let a = gate.order(&guard, "r", Some("33")).await;
         assert!(a.permit.is_some() && !a.waited);
         let (g2, gd2) = (gate.clone(), guard.clone());
@@ -463,7 +500,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiter_overtaken_by_a_higher_token_is_refused_as_stale() {
-        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None, true), guard());
         let a = gate.order(&guard, "r", Some("33")).await;
         let (g2, gd2) = (gate.clone(), guard.clone());
         let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
@@ -480,7 +517,7 @@ mod tests {
 
     #[tokio::test]
     async fn waiting_past_the_gate_timeout_is_undecided() {
-        let (gate, guard) = (Gate::new(true, Duration::from_millis(50), Duration::from_secs(30), None), guard());
+        let (gate, guard) = (Gate::new(true, Duration::from_millis(50), Duration::from_secs(30), None, true), guard());
         let _a = gate.order(&guard, "r", Some("33")).await;
         let b = gate.order(&guard, "r", Some("34")).await;
         assert!(b.timed_out && !b.action.forward);
@@ -490,7 +527,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_given_up_on_holds_its_resource_for_the_apply_bound() {
-        let gate = Gate::new(true, Duration::from_secs(60), Duration::from_secs(10), None);
+        let gate = Gate::new(true, Duration::from_secs(60), Duration::from_secs(10), None, true);
         let guard = guard();
         let a = gate.order(&guard, "r", Some("33")).await;
         a.permit.expect("33 in flight").given_up();
@@ -508,7 +545,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_write_held_by_a_given_up_one_past_the_budget_is_told_when_to_retry() {
-        let gate = Gate::new(true, Duration::from_secs(1), Duration::from_secs(10), None);
+        let gate = Gate::new(true, Duration::from_secs(1), Duration::from_secs(10), None, true);
         let guard = guard();
         gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
         let b = gate.order(&guard, "r", Some("34")).await;
@@ -519,7 +556,7 @@ mod tests {
 
     #[tokio::test]
     async fn with_no_apply_bound_a_write_given_up_on_ends_at_once() {
-        let gate = Gate::new(true, Duration::from_secs(5), Duration::ZERO, None);
+        let gate = Gate::new(true, Duration::from_secs(5), Duration::ZERO, None, true);
         let guard = guard();
         gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
         assert_eq!(gate.in_flight("r"), 0);

@@ -69,7 +69,7 @@ impl Proxy {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
-        let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry);
+        let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry, !config.blocking_admits);
         let started = Instant::now();
         let (metrics, uploads) = (Arc::default(), Uploads::default());
         let conditional = chains.map(|chains| {

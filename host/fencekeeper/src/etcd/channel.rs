@@ -8,10 +8,12 @@
 //! (`fencekeeper-etcd-wire`'s `grpc` module) over one HTTP/2 connection, which every
 //! call in flight shares (HTTP/2 streams).
 //!
-//! The store is synchronous (the guard is), so the connection lives on a small
-//! runtime of its own (one worker thread); a call blocks its thread until the answer
-//! or the timeout. The connection is opened on first use, and again after a call on
-//! it failed or timed out. A refusal (a gRPC status) keeps it.
+//! The connection lives on a small runtime of its own (one worker thread), which reads
+//! and writes the socket whoever calls: a call is a future ([`Channel::call`]) that a
+//! host on a runtime of its own awaits (the gateway's admits), and that a synchronous
+//! caller blocks its thread on ([`Channel::block_on`]) until the answer or the
+//! timeout. The connection is opened on first use, and again after a call on it
+//! failed or timed out. A refusal (a gRPC status) keeps it.
 
 use bytes::{Buf, Bytes};
 use fencekeeper_etcd_wire::grpc::{self, Status};
@@ -51,32 +53,34 @@ impl Channel {
             .enable_time()
             .build()
             .map_err(|e| format!("cannot start the etcd client's runtime: {e}"))?;
-        let shared = Arc::new(Shared { target, sender: tokio::sync::Mutex::new(None) });
+        let shared = Arc::new(Shared {
+            target: Arc::new(target),
+            runtime: runtime.handle().clone(),
+            sender: Default::default(),
+        });
         Ok(Channel { runtime: Some(runtime), shared, timeout })
     }
 
     /// Call `service`/`method` with `message`: etcd's answer, or its status when it
-    /// refused, or why there is neither.
-    pub(super) fn call(
+    /// refused, or why there is neither. Awaited on any tokio runtime with a timer (the
+    /// timeout's), or on a thread that may block with [`Channel::block_on`].
+    pub(super) async fn call(
         &self,
         service: &str,
         method: &str,
         message: &[u8],
         token: Option<&str>,
     ) -> Result<Result<Vec<u8>, Status>, Failure> {
-        let (path, message, token) =
-            (format!("/{service}/{method}"), Bytes::from(frame(message)), token.map(str::to_owned));
-        let (shared, timeout) = (self.shared.clone(), self.timeout);
-        let (answered, answer) = std::sync::mpsc::sync_channel(1);
-        let Some(runtime) = &self.runtime else {
-            return Err("the etcd client is shut down".to_owned());
-        };
-        // Run on the channel's runtime and wait here: this works from any thread,
-        // including one that belongs to another runtime (a gateway's blocking pool).
-        runtime.spawn(async move {
-            let _ = answered.send(shared.exchange(timeout, &path, message, token.as_deref()).await);
-        });
-        answer.recv().unwrap_or_else(|_| Err("the etcd client's runtime stopped".to_owned()))
+        let path = format!("/{service}/{method}");
+        self.shared.exchange(self.timeout, &path, Bytes::from(frame(message)), token).await
+    }
+
+    /// Run `future` (calls of this channel) to its end on this thread, which blocks
+    /// meanwhile. This works from any thread, including one that belongs to another
+    /// runtime (a gateway's blocking pool): the future's timer is the channel's.
+    pub(super) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        let _timer = self.shared.runtime.enter();
+        crate::wait::block_on(future)
     }
 }
 
@@ -90,7 +94,9 @@ impl Drop for Channel {
 
 /// What the calls in flight share: the target and the open connection.
 struct Shared {
-    target: Target,
+    target: Arc<Target>,
+    /// The channel's runtime, where the connection is opened and driven.
+    runtime: tokio::runtime::Handle,
     sender: tokio::sync::Mutex<Option<h2::client::SendRequest<Bytes>>>,
 }
 
@@ -128,23 +134,27 @@ impl Shared {
                 Err(_) => *held = None,
             }
         }
-        let sender = self.connect().await?;
+        // Opened on the channel's runtime, so that the connection is driven there
+        // whichever runtime the call came from (and outlives it).
+        let target = self.target.clone();
+        let opened = self.runtime.spawn(async move { connect(&target).await });
+        let sender = opened.await.map_err(|e| format!("opening the connection failed: {e}"))??;
         *held = Some(sender.clone());
         sender.ready().await.map_err(h2_error)
     }
+}
 
-    async fn connect(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {
-        let tcp = TcpStream::connect(&self.target.authority).await.map_err(|e| format!("cannot connect: {e}"))?;
-        let _ = tcp.set_nodelay(true);
-        match &self.target.tls {
-            None => handshake(tcp).await,
-            Some((config, name)) => {
-                let tls = tokio_rustls::TlsConnector::from(config.clone())
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(|e| format!("TLS: {}", super::client::error_line(&e)))?;
-                handshake(tls).await
-            }
+async fn connect(target: &Target) -> Result<h2::client::SendRequest<Bytes>, Failure> {
+    let tcp = TcpStream::connect(&target.authority).await.map_err(|e| format!("cannot connect: {e}"))?;
+    let _ = tcp.set_nodelay(true);
+    match &target.tls {
+        None => handshake(tcp).await,
+        Some((config, name)) => {
+            let tls = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name.clone(), tcp)
+                .await
+                .map_err(|e| format!("TLS: {}", super::client::error_line(&e)))?;
+            handshake(tls).await
         }
     }
 }

@@ -127,7 +127,13 @@ impl EtcdClient {
     /// One Txn (`message`: a `TxnRequest`), its answer parsed; the revision it
     /// answered at is remembered ([`EtcdClient::revision`]).
     pub fn txn(&self, message: &[u8]) -> Result<TxnAnswer, EtcdError> {
-        let answer = self.unary(grpc::KV_SERVICE, grpc::TXN_METHOD, message)?;
+        self.block_on(self.txn_async(message))
+    }
+
+    /// [`EtcdClient::txn`], awaited (on a tokio runtime with a timer) rather than
+    /// blocked on.
+    pub async fn txn_async(&self, message: &[u8]) -> Result<TxnAnswer, EtcdError> {
+        let answer = self.unary_async(grpc::KV_SERVICE, grpc::TXN_METHOD, message).await?;
         let answer = grpc::parse_txn(&answer).map_err(|e| self.unavailable(e))?;
         self.saw(answer.revision);
         Ok(answer)
@@ -147,22 +153,35 @@ impl EtcdClient {
     /// a user, the call carries its token; a token etcd no longer accepts is renewed
     /// once. A refusal (a gRPC status) is an error naming it.
     pub fn unary(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>, EtcdError> {
+        self.block_on(self.unary_async(service, method, message))
+    }
+
+    /// [`EtcdClient::unary`], awaited (on a tokio runtime with a timer) rather than
+    /// blocked on.
+    pub async fn unary_async(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>, EtcdError> {
         let token = match &self.auth {
-            Some(_) => Some(self.token(false)?),
+            Some(_) => Some(self.token(false).await?),
             None => None,
         };
-        let call =
-            |token: Option<&str>| self.channel.call(service, method, message, token).map_err(|e| self.unavailable(e));
-        match call(token.as_deref())? {
+        let call = async |token: Option<&str>| {
+            self.channel.call(service, method, message, token).await.map_err(|e| self.unavailable(e))
+        };
+        match call(token.as_deref()).await? {
             Err(status) if self.auth.is_some() && grpc::token_refused(&status) => {
-                call(Some(&self.token(true)?))?.map_err(|status| self.unavailable(status.error()))
+                call(Some(&self.token(true).await?)).await?.map_err(|status| self.unavailable(status.error()))
             }
             answer => answer.map_err(|status| self.unavailable(status.error())),
         }
     }
 
+    /// Run `future` (this client's calls) to its end on this thread, which blocks
+    /// meanwhile; from any thread, one of another runtime's included.
+    pub(crate) fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.channel.block_on(future)
+    }
+
     /// The user's token: the one held, or a new one when `renew` or none is held.
-    fn token(&self, renew: bool) -> Result<String, EtcdError> {
+    async fn token(&self, renew: bool) -> Result<String, EtcdError> {
         if !renew {
             if let Some(t) = self.token.read().unwrap_or_else(|p| p.into_inner()).clone() {
                 return Ok(t);
@@ -172,7 +191,7 @@ impl EtcdClient {
             return Err(self.unavailable("no user to authenticate"));
         };
         let mut request = grpc::authenticate(&auth.user, &auth.password);
-        let answer = self.channel.call(grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD, &request, None);
+        let answer = self.channel.call(grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD, &request, None).await;
         // The password was in it.
         request.fill(0);
         let token = grpc::parse_authentication(answer.map_err(|e| self.unavailable(e))?.as_deref()).map_err(|e| {

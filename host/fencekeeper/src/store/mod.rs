@@ -4,6 +4,7 @@
 //! Implement the trait on your engine's transaction handle to keep marks inside
 //! your own transaction (see `examples/engine_transaction.rs`).
 
+mod awaitable;
 mod contain;
 pub mod contract;
 #[cfg(feature = "etcd")]
@@ -14,6 +15,7 @@ mod memory;
 mod repair;
 mod retention;
 
+pub use awaitable::{AwaitableMarks, Pending};
 #[cfg(feature = "etcd")]
 pub use etcd::{EtcdStore, DEFAULT_PREFIX as ETCD_DEFAULT_PREFIX};
 pub use file::{FileStore, Upgrade};
@@ -169,6 +171,13 @@ pub trait MarkStore {
     fn confirm_equal_admits(&self) -> bool {
         false
     }
+
+    /// The admit's calls as futures, when the store waits on a network and can be
+    /// awaited rather than blocked on ([`AwaitableMarks`]; the etcd store). `None` by
+    /// default: the store answers on the calling thread.
+    fn awaitable(&self) -> Option<&dyn AwaitableMarks> {
+        None
+    }
 }
 
 /// Whether a swap from `expected` to `new` raises the mark: every store refuses one
@@ -208,5 +217,8 @@ impl<S: MarkStore + ?Sized> MarkStore for std::sync::Arc<S> {
     }
     fn confirm_equal_admits(&self) -> bool {
         (**self).confirm_equal_admits()
+    }
+    fn awaitable(&self) -> Option<&dyn AwaitableMarks> {
+        (**self).awaitable()
     }
 }

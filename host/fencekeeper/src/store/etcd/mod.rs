@@ -34,7 +34,7 @@ mod retention;
 mod seen;
 
 use super::repair::{judge, previous, Previous, Raise, Repair, Scanned};
-use super::{MarkStore, Read, StoreError, Swap};
+use super::{AwaitableMarks, MarkStore, Pending, Read, StoreError, Swap};
 use crate::etcd::{EtcdClient, EtcdOptions};
 use confirms::Confirms;
 use fencekeeper_core::Token;
@@ -159,17 +159,22 @@ impl EtcdStore {
         Ok(self.client.txn(&message)?)
     }
 
+    /// [`EtcdStore::txn`], awaited.
+    async fn txn_async(&self, message: Vec<u8>) -> Result<wire::TxnAnswer, StoreError> {
+        Ok(self.client.txn_async(&message).await?)
+    }
+
     /// The mark etcd holds for each of `marks`' resources, confirmed with one read-only
     /// Txn per [`wire::MAX_CONFIRMS_PER_TXN`] of them: each compared with its mark,
     /// each read back when any moved. A value that is not its resource's verified
     /// record fails that resource alone.
-    fn confirm_many(&self, marks: &[(String, Token)]) -> Vec<confirms::Outcome> {
+    async fn confirm_many(&self, marks: Vec<(String, Token)>) -> Vec<confirms::Outcome> {
         let mut outcomes = Vec::with_capacity(marks.len());
         for chunk in marks.chunks(wire::MAX_CONFIRMS_PER_TXN) {
             let keys: Vec<String> = chunk.iter().map(|(resource, _)| self.key(resource)).collect();
             let items: Vec<(&str, &str, &Token)> =
                 keys.iter().zip(chunk).map(|(key, (resource, mark))| (key.as_str(), resource.as_str(), mark)).collect();
-            match self.txn(grpc::confirm_txn(&items)) {
+            match self.txn_async(grpc::confirm_txn(&items)).await {
                 Err(e) => outcomes.extend(chunk.iter().map(|_| Err(e.again()))),
                 Ok(answer) if answer.succeeded => {
                     for (resource, mark) in chunk {
@@ -330,26 +335,30 @@ fn window_end(from: &[u8], depth: usize, end: &[u8]) -> Vec<u8> {
 /// changed the key.
 const REPAIR_ROUNDS: usize = 16;
 
-impl MarkStore for EtcdStore {
-    fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+/// The admit's calls, awaited by the asynchronous admit ([`AwaitableMarks`]) and
+/// blocked on by [`MarkStore`]'s: one implementation of each.
+impl EtcdStore {
+    async fn get_async(&self, resource: &str) -> Result<Option<Token>, StoreError> {
         // Ranges are linearizable unless "serializable" is set.
-        let kvs = self.range(&self.key(resource))?;
+        let key = self.key(resource);
+        let read = grpc::txn(&[], &[Op::Range(Range::of(key.as_bytes()))], &[]);
+        let kvs = self.txn_async(read).await?.read(0).map_err(|e| self.unavailable(e))?;
         let mark = self.mark(kvs)?;
         self.seen.set(resource, mark);
         Ok(mark)
     }
 
-    fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
+    async fn swap_async(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
         // etcd compares bytes, not tokens: a swap that would not raise the mark is
         // refused here, before it is sent, whatever its caller asks (a swap from the
         // mark to itself would even be a confirm on the wire).
         if !super::raises(expected, new) {
-            return Ok(Swap::Conflict(self.get(resource)?));
+            return Ok(Swap::Conflict(self.get_async(resource).await?));
         }
         if expected.is_none() {
-            return self.create(resource, new);
+            return self.create(resource, new).await;
         }
-        let answer = self.txn(grpc::mark_txn(&self.key(resource), resource, expected, new))?;
+        let answer = self.txn_async(grpc::mark_txn(&self.key(resource), resource, expected, new)).await?;
         if answer.succeeded {
             self.seen.set(resource, Some(*new));
             return Ok(Swap::Swapped);
@@ -359,17 +368,59 @@ impl MarkStore for EtcdStore {
         Ok(Swap::Conflict(current))
     }
 
-    fn read(&self, resource: &str) -> Result<Read, StoreError> {
+    async fn read_async(&self, resource: &str) -> Result<Read, StoreError> {
         match self.seen.get(resource) {
             Some(mark) => Ok(Read { mark: Some(mark), exact: false }),
-            None => Ok(Read { mark: self.get(resource)?, exact: true }),
+            None => Ok(Read { mark: self.get_async(resource).await?, exact: true }),
         }
     }
 
-    fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+    async fn confirm_async(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
         // A compare without a put, the current mark read back when it fails; the
         // confirms that arrive while one is in flight share the next (confirms.rs).
-        self.confirms.confirm(resource, mark, |marks| self.confirm_many(marks))
+        self.confirms.confirm(resource, mark, |marks| self.confirm_many(marks)).await
+    }
+}
+
+impl AwaitableMarks for EtcdStore {
+    fn read<'a>(&'a self, resource: &'a str) -> Pending<'a, Read> {
+        Box::pin(self.read_async(resource))
+    }
+    fn get<'a>(&'a self, resource: &'a str) -> Pending<'a, Option<Token>> {
+        Box::pin(self.get_async(resource))
+    }
+    fn compare_and_swap<'a>(
+        &'a self,
+        resource: &'a str,
+        expected: Option<&'a Token>,
+        new: &'a Token,
+    ) -> Pending<'a, Swap> {
+        Box::pin(self.swap_async(resource, expected, new))
+    }
+    fn confirm<'a>(&'a self, resource: &'a str, mark: &'a Token) -> Pending<'a, Swap> {
+        Box::pin(self.confirm_async(resource, mark))
+    }
+}
+
+impl MarkStore for EtcdStore {
+    fn get(&self, resource: &str) -> Result<Option<Token>, StoreError> {
+        self.client.block_on(self.get_async(resource))
+    }
+
+    fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token) -> Result<Swap, StoreError> {
+        self.client.block_on(self.swap_async(resource, expected, new))
+    }
+
+    fn read(&self, resource: &str) -> Result<Read, StoreError> {
+        self.client.block_on(self.read_async(resource))
+    }
+
+    fn confirm(&self, resource: &str, mark: &Token) -> Result<Swap, StoreError> {
+        self.client.block_on(self.confirm_async(resource, mark))
+    }
+
+    fn awaitable(&self) -> Option<&dyn AwaitableMarks> {
+        Some(self)
     }
 
     fn floor(&self) -> Result<Option<Token>, StoreError> {

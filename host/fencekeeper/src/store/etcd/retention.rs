@@ -35,10 +35,10 @@ impl EtcdStore {
     /// Give `resource` its first mark `new`, if it still has none and the floor is
     /// still the one last read; else read both back, so the guard decides again
     /// against the mark or the floor etcd holds.
-    pub(super) fn create(&self, resource: &str, new: &Token) -> Result<Swap, StoreError> {
+    pub(super) async fn create(&self, resource: &str, new: &Token) -> Result<Swap, StoreError> {
         let (key, floor_key) = (self.key(resource), self.floor_key());
         let floor = *self.cached_floor();
-        let answer = self.txn(wire::create_txn(&key, resource, &floor_key, floor.as_ref(), new))?;
+        let answer = self.txn_async(wire::create_txn(&key, resource, &floor_key, floor.as_ref(), new)).await?;
         match wire::created(&answer, resource, &floor_key) {
             Ok(None) => {
                 self.seen.set(resource, Some(*new));
