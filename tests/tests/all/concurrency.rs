@@ -52,7 +52,7 @@ fn resource_name(r: usize) -> String {
 /// resource (rising), writes again with the token it holds (equal), or wakes from a
 /// pause and writes with an older one (falling).
 fn record_history(guard: &Guard, ops_per_thread: usize, seed: u64) -> Vec<Op> {
-    record_history_through(&[guard], ops_per_thread, seed, MIXED)
+    record_history_through(&[guard], ops_per_thread, seed, MIXED, false)
 }
 
 /// How the lock clients choose their tokens, out of four draws: fresh (rising), the
@@ -72,8 +72,9 @@ struct Mix {
 const MIXED: Mix = Mix { rising: 2, falling: 1, of: 4, newest: false };
 
 /// [`record_history`] with thread `t` admitting through `guards[t % len]`: several
-/// hosts in front of one store.
-fn record_history_through(guards: &[&Guard], ops_per_thread: usize, seed: u64, mix: Mix) -> Vec<Op> {
+/// hosts in front of one store. When `awaited`, every odd thread awaits its admits
+/// ([`Guard::admit_async`]) on a tokio runtime of its own, as the gateway does.
+fn record_history_through(guards: &[&Guard], ops_per_thread: usize, seed: u64, mix: Mix, awaited: bool) -> Vec<Op> {
     let clock = AtomicU64::new(0);
     let lock_service: Vec<AtomicU64> = (0..RESOURCES).map(|_| AtomicU64::new(1)).collect();
     std::thread::scope(|s| {
@@ -82,6 +83,9 @@ fn record_history_through(guards: &[&Guard], ops_per_thread: usize, seed: u64, m
                 let (clock, lock_service) = (&clock, &lock_service);
                 let guard = guards[t % guards.len()];
                 s.spawn(move || {
+                    let runtime = (awaited && t % 2 == 1).then(|| {
+                        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime")
+                    });
                     let mut rng = Rng(seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(t as u64 + 1)));
                     let mut held = [0u64; RESOURCES];
                     let mut ops = Vec::with_capacity(ops_per_thread);
@@ -99,7 +103,11 @@ fn record_history_through(guards: &[&Guard], ops_per_thread: usize, seed: u64, m
                             held[r]
                         };
                         let start = clock.fetch_add(1, Ordering::SeqCst);
-                        let decision = guard.admit(&resource_name(r), Some(&token.to_string()));
+                        let (resource, token_text) = (resource_name(r), token.to_string());
+                        let decision = match &runtime {
+                            Some(runtime) => runtime.block_on(guard.admit_async(&resource, Some(&token_text))),
+                            None => guard.admit(&resource, Some(&token_text)),
+                        };
                         let end = clock.fetch_add(1, Ordering::SeqCst);
                         let answer = match decision.verdict {
                             Some(Verdict::Admit { mark, advanced }) => {
@@ -174,7 +182,7 @@ fn etcd_guard(etcd: &fencekeeper_harness::services::Etcd) -> Guard {
 fn concurrent_admits_through_two_etcd_stores_with_their_copies_are_linearizable() {
     let etcd = fencekeeper_harness::services::Etcd::start().expect("start etcd");
     let (a, b) = (etcd_guard(&etcd), etcd_guard(&etcd));
-    let ops = record_history_through(&[&a, &b], 150, 0x5EED_0003, MIXED);
+    let ops = record_history_through(&[&a, &b], 150, 0x5EED_0003, MIXED, false);
     check_history(&a, &ops);
 }
 
@@ -182,14 +190,78 @@ fn concurrent_admits_through_two_etcd_stores_with_their_copies_are_linearizable(
 /// queue behind the etcd Txn in flight and share the next one (the store's batched
 /// confirms). Advances land in between, through the other store too. A confirm
 /// answered by a Txn that began before it arrived would show here as an equal token
-/// admitted after a higher one was: not linearizable.
+/// admitted after a higher one was: not linearizable. Half the threads await their
+/// admits, as the gateway does, so a batch holds both kinds of caller.
 #[test]
 fn batched_confirms_on_etcd_stay_linearizable() {
     let etcd = fencekeeper_harness::services::Etcd::start().expect("start etcd");
     let (a, b) = (etcd_guard(&etcd), etcd_guard(&etcd));
     let mix = Mix { rising: 3, falling: 2, of: 10, newest: true };
-    let ops = record_history_through(&[&a, &a, &a, &b], 250, 0x5EED_0004, mix);
+    let ops = record_history_through(&[&a, &a, &a, &b], 250, 0x5EED_0004, mix, true);
     check_history(&a, &ops);
     let repeated = ops.iter().filter(|op| op.op.answer == Answer::Admitted { advanced: Some(false) }).count();
     assert!(repeated > ops.len() / 5, "only {repeated} of {} admits repeated the mark", ops.len());
+}
+
+/// The gateway awaits admits over etcd on its request tasks: they must never block
+/// the thread. Here sixteen holders and advancers share one thread (a current-thread
+/// runtime). Awaited, the holders' confirms wait together and share etcd Txns; an
+/// admit that blocked the thread on the store would run every confirm alone, one
+/// Txn each, which etcd's own count of Txns shows.
+#[test]
+fn awaited_admits_on_etcd_share_one_thread_without_blocking_it() {
+    let etcd = fencekeeper_harness::services::Etcd::start().expect("start etcd");
+    let guard = Arc::new(etcd_guard(&etcd));
+    assert!(guard.awaits(), "an etcd store without a provenance check is awaited");
+    let file = tempfile::tempdir().expect("a directory");
+    let store = FileStore::open(file.path().join("marks")).expect("a file store");
+    assert!(!Guard::new(wasm_validator(), Arc::new(store)).awaits(), "a file store's commit blocks");
+    assert!(guard.admit("one", Some("1")).admitted());
+    let txns_before = etcd_txns(&etcd);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    let (admitted, advanced) = runtime.block_on(async {
+        let tasks: Vec<_> = (0..16u64)
+            .map(|t| {
+                let guard = guard.clone();
+                tokio::spawn(async move {
+                    let (mut admitted, mut advanced) = (0, 0);
+                    for i in 0..25u64 {
+                        // Most write again at the mark; every fourth task advances its own.
+                        let (resource, token) =
+                            if t % 4 == 0 { (format!("own/{t}"), i + 1) } else { ("one".to_owned(), 1) };
+                        let decision = guard.admit_async(&resource, Some(&token.to_string())).await;
+                        admitted += usize::from(decision.admitted());
+                        advanced += usize::from(decision.advance.is_some());
+                    }
+                    (admitted, advanced)
+                })
+            })
+            .collect();
+        let mut sums = (0, 0);
+        for task in tasks {
+            let (a, v) = tokio::time::timeout(std::time::Duration::from_secs(60), task)
+                .await
+                .expect("an awaited admit blocked the runtime's only thread")
+                .expect("the task");
+            sums = (sums.0 + a, sums.1 + v);
+        }
+        sums
+    });
+    assert_eq!((admitted, advanced), (400, 100), "every write admitted, every advance made");
+    assert_eq!(guard.mark("own/4").expect("read"), fencekeeper::Token::parse("25").ok());
+    // 100 advances and 300 confirms: one Txn each if nothing waited together.
+    let txns = etcd_txns(&etcd) - txns_before;
+    assert!(txns < 300, "{txns} etcd Txns for 100 advances and 300 confirms: the confirms did not share Txns");
+}
+
+/// The Txns etcd has answered, from its metrics.
+fn etcd_txns(etcd: &fencekeeper_harness::services::Etcd) -> u64 {
+    let (status, body) =
+        fencekeeper_harness::services::http(etcd.client, "GET", "/metrics", &[], b"").expect("metrics");
+    assert_eq!(status, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains("grpc_method=\"Txn\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
