@@ -161,7 +161,7 @@ impl Settings {
             store: o.store,
             store_path: path(o.store_path, "store_path")?,
             etcd_endpoint: text(o.etcd_endpoint, "etcd_endpoint")?,
-            etcd: EtcdOptions { timeout, tls, auth },
+            etcd: EtcdOptions { timeout, tls, auth, runtime: None },
             etcd_prefix: prefix,
             audit: path(o.audit_path, "audit_path")?,
             host: text(o.host_name, "host_name")?.unwrap_or_else(|| "capi".to_owned()),

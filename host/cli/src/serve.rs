@@ -129,9 +129,10 @@ pub struct Args {
     /// each instance orders only its own writes: route each resource to one instance.
     #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
     shared_gate: bool,
-    /// Run every admit on a blocking thread, as the gateway did before it awaited etcd
-    /// on the request's own task (with --etcd and no provenance check it does). The
-    /// same decisions: for comparisons (BENCHMARKS.md), or a fallback.
+    /// Run every admit on a blocking thread, and the etcd store's connection on a
+    /// thread of its own, as the gateway did before it awaited etcd on the request's
+    /// own task (with --etcd and no provenance check it does). The same decisions: for
+    /// comparisons (BENCHMARKS.md), or a fallback.
     #[arg(long)]
     blocking_admits: bool,
     /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
@@ -195,7 +196,12 @@ enum LogFormat {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     let mut config = configure(&args)?;
-    let (store, chains, retained, provenance) = open_store(&args)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    // Admits over etcd are awaited on the gateway's runtime, which then drives the
+    // store's connection too; --blocking-admits keeps the earlier way (the blocking
+    // pool, the connection on a thread of its own).
+    let drives = (!args.blocking_admits).then(|| runtime.handle().clone());
+    let (store, chains, retained, provenance) = open_store(&args, drives)?;
     let mut guard = Guard::new(decider(&args, config.policy)?, store);
     if let Some(p) = &provenance {
         guard = guard.with_provenance(p.clone());
@@ -204,7 +210,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         (Some(url), true) => Some(join_registry(&args, url, &config)?),
         _ => None,
     };
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let chains = match args.precondition_probe.as_deref() {
         None => None,
         Some("off") => Some(chains),
@@ -306,12 +311,14 @@ fn both<S: MarkStore + ChainStore + Retention + Send + Sync + 'static>(store: S)
 /// The mark store, and the provenance check: on ZooKeeper with --lock-zookeeper; else
 /// on the store's own etcd when the locks live there (one connection, and the
 /// revisions the store sees spare the weak check its round trip), else on --lock-etcd.
-fn open_store(args: &Args) -> anyhow::Result<Opened> {
+/// The etcd store's connection is driven by `runtime` when given (the gateway's, which
+/// awaits its admits).
+fn open_store(args: &Args, runtime: Option<tokio::runtime::Handle>) -> anyhow::Result<Opened> {
     let timeout = Duration::from_secs(2);
     if let Some(address) = &args.lock_zookeeper {
         let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;
         let (store, chains, retained) = match &args.etcd {
-            Some(url) => both(etcd_store(args, url, timeout)?),
+            Some(url) => both(etcd_store(args, url, timeout, runtime.clone())?),
             None => both(fencekeeper::FileStore::open(&args.store)?),
         };
         let provenance = ZooKeeperProvenance::connect(address, lock_prefix, timeout)?;
@@ -332,7 +339,7 @@ fn open_store(args: &Args) -> anyhow::Result<Opened> {
     };
     let (store, chains, retained) = match &args.etcd {
         Some(url) => {
-            let store = etcd_store(args, url, timeout)?;
+            let store = etcd_store(args, url, timeout, runtime.clone())?;
             let provenance: Option<Arc<dyn Provenance>> = match check {
                 Some(check) if args.lock_etcd.is_none() => Some(Arc::new(EtcdProvenance::sharing(&store, check))),
                 Some(check) => separate(check)?,
@@ -360,9 +367,15 @@ fn join_registry(args: &Args, url: &str, config: &Config) -> anyhow::Result<Arc<
         .context("joining the in-flight registry in etcd (--shared-gate)")
 }
 
-/// The etcd mark store at `url`, each call bounded by `timeout`.
-fn etcd_store(args: &Args, url: &str, timeout: Duration) -> anyhow::Result<EtcdStore> {
-    let options = EtcdOptions { timeout, ..args.etcd_connection.options()? };
+/// The etcd mark store at `url`, each call bounded by `timeout`, its connection driven
+/// by `runtime` (by a thread of its own when `None`).
+fn etcd_store(
+    args: &Args,
+    url: &str,
+    timeout: Duration,
+    runtime: Option<tokio::runtime::Handle>,
+) -> anyhow::Result<EtcdStore> {
+    let options = EtcdOptions { timeout, runtime, ..args.etcd_connection.options()? };
     Ok(EtcdStore::connect_with(&args.etcd_connection.endpoint(url), &args.etcd_prefix, &options)?)
 }
 

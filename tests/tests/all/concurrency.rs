@@ -174,6 +174,16 @@ fn etcd_guard(etcd: &fencekeeper_harness::services::Etcd) -> Guard {
     Guard::new(wasm_validator(), Arc::new(store))
 }
 
+/// [`etcd_guard`] whose store's connection is driven by `runtime` rather than by a
+/// thread of its own, as the gateway's is.
+fn etcd_guard_on(etcd: &fencekeeper_harness::services::Etcd, runtime: &tokio::runtime::Runtime) -> Guard {
+    let options = fencekeeper::etcd::EtcdOptions { runtime: Some(runtime.handle().clone()), ..Default::default() };
+    let store =
+        fencekeeper::store::EtcdStore::connect_with(&etcd.url(), fencekeeper::store::ETCD_DEFAULT_PREFIX, &options)
+            .expect("connect to etcd");
+    Guard::new(wasm_validator(), Arc::new(store))
+}
+
 /// Two gateways' stores on one real etcd, each deciding first on its own copy of the
 /// marks (one round trip per admit), so their copies are often behind each other: the
 /// history must still be linearizable, because every answer rests on an etcd
@@ -191,11 +201,14 @@ fn concurrent_admits_through_two_etcd_stores_with_their_copies_are_linearizable(
 /// confirms). Advances land in between, through the other store too. A confirm
 /// answered by a Txn that began before it arrived would show here as an equal token
 /// admitted after a higher one was: not linearizable. Half the threads await their
-/// admits, as the gateway does, so a batch holds both kinds of caller.
+/// admits, as the gateway does, so a batch holds both kinds of caller; the other
+/// store's connection is driven by a runtime it was given, as the gateway's is.
 #[test]
 fn batched_confirms_on_etcd_stay_linearizable() {
     let etcd = fencekeeper_harness::services::Etcd::start().expect("start etcd");
-    let (a, b) = (etcd_guard(&etcd), etcd_guard(&etcd));
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
+    let (a, b) = (etcd_guard(&etcd), etcd_guard_on(&etcd, &runtime));
     let mix = Mix { rising: 3, falling: 2, of: 10, newest: true };
     let ops = record_history_through(&[&a, &a, &a, &b], 250, 0x5EED_0004, mix, true);
     check_history(&a, &ops);

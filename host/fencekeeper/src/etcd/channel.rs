@@ -8,8 +8,8 @@
 //! (`fencekeeper-etcd-wire`'s `grpc` module) over one HTTP/2 connection, which every
 //! call in flight shares (HTTP/2 streams).
 //!
-//! The connection lives on a small runtime of its own (one worker thread), which reads
-//! and writes the socket whoever calls: a call is a future ([`Channel::call`]) that a
+//! The connection lives on a small runtime of its own (one worker thread), or on the
+//! runtime a host gives it, which reads and writes the socket whoever calls: a call is a future ([`Channel::call`]) that a
 //! host on a runtime of its own awaits (the gateway's admits), and that a synchronous
 //! caller blocks its thread on ([`Channel::block_on`]) until the answer or the
 //! timeout. The connection is opened on first use, and again after a call on it
@@ -34,8 +34,9 @@ pub(super) struct Target {
 
 /// One HTTP/2 connection to etcd, reopened after a failure.
 pub(super) struct Channel {
-    /// Always `Some` until dropped (then shut down without waiting, which is allowed
-    /// anywhere, even inside another runtime's task).
+    /// The channel's own runtime, unless the host gave one (then `None`); shut down
+    /// without waiting when dropped, which is allowed anywhere, even inside another
+    /// runtime's task.
     runtime: Option<tokio::runtime::Runtime>,
     shared: Arc<Shared>,
     timeout: Duration,
@@ -45,20 +46,29 @@ pub(super) struct Channel {
 pub(super) type Failure = String;
 
 impl Channel {
-    pub(super) fn new(target: Target, timeout: Duration) -> Result<Channel, Failure> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("fencekeeper-etcd")
-            .enable_io()
-            .enable_time()
-            .build()
-            .map_err(|e| format!("cannot start the etcd client's runtime: {e}"))?;
-        let shared = Arc::new(Shared {
-            target: Arc::new(target),
-            runtime: runtime.handle().clone(),
-            sender: Default::default(),
-        });
-        Ok(Channel { runtime: Some(runtime), shared, timeout })
+    /// A channel to `target` whose calls each take at most `timeout`, its connection
+    /// driven by `runtime` (a runtime of its own when `None`).
+    pub(super) fn new(
+        target: Target,
+        timeout: Duration,
+        runtime: Option<tokio::runtime::Handle>,
+    ) -> Result<Channel, Failure> {
+        let (own, handle) = match runtime {
+            Some(handle) => (None, handle),
+            None => {
+                let own = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("fencekeeper-etcd")
+                    .enable_io()
+                    .enable_time()
+                    .build()
+                    .map_err(|e| format!("cannot start the etcd client's runtime: {e}"))?;
+                let handle = own.handle().clone();
+                (Some(own), handle)
+            }
+        };
+        let shared = Arc::new(Shared { target: Arc::new(target), runtime: handle, sender: Default::default() });
+        Ok(Channel { runtime: own, shared, timeout })
     }
 
     /// Call `service`/`method` with `message`: etcd's answer, or its status when it

@@ -24,11 +24,18 @@ pub struct EtcdOptions {
     pub tls: Option<EtcdTls>,
     /// etcd's user and password authentication.
     pub auth: Option<EtcdAuth>,
+    /// The runtime that drives the connection. `None`: a one-thread runtime of the
+    /// client's own, which serves callers on any thread. A host that awaits the
+    /// client's calls on a tokio runtime of its own (the gateway) gives that runtime's
+    /// handle: the connection is then read and written by the same threads that await
+    /// it, with no thread hop each way. Its blocking calls must then come from other
+    /// threads than that runtime's workers (its blocking pool, threads of their own).
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Default for EtcdOptions {
     fn default() -> EtcdOptions {
-        EtcdOptions { timeout: Duration::from_secs(2), tls: None, auth: None }
+        EtcdOptions { timeout: Duration::from_secs(2), tls: None, auth: None, runtime: None }
     }
 }
 
@@ -97,7 +104,7 @@ impl EtcdClient {
         }
         Ok(EtcdClient {
             endpoint: endpoint.clone(),
-            channel: Channel::new(target, options.timeout).map_err(|e| bad(&e))?,
+            channel: Channel::new(target, options.timeout, options.runtime.clone()).map_err(|e| bad(&e))?,
             auth: options.auth.clone(),
             token: RwLock::new(None),
             revision: AtomicU64::new(0),
