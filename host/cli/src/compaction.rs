@@ -56,20 +56,23 @@ pub fn record(audit: &AuditLog, c: &Compaction, host: &str, store: &str) -> anyh
 }
 
 /// The gateway's periodic compaction: every `every`, forget the marks idle for
-/// `idle_for`, logged and audited. A failed run is logged and tried again next time;
-/// it never stops the gateway (nothing is forgotten unless the floor was raised first).
+/// `idle_for`, logged, audited and counted in `metrics`. A failed run is logged and
+/// tried again next time; it never stops the gateway (nothing is forgotten unless the
+/// floor was raised first).
 pub fn periodic(
     store: Arc<dyn Retention + Send + Sync>,
     idle_for: Duration,
     every: Duration,
     audit: Option<AuditLog>,
     described: String,
+    metrics: Arc<fencekeeper_gateway::metrics::Metrics>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new().name("fencekeeper-compaction".into()).spawn(move || loop {
         std::thread::sleep(every);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         match store.compact(idle_for, now) {
             Ok(c) => {
+                metrics.compaction(Some(c.forgotten.len()));
                 tracing::info!(
                     forgotten = c.forgotten.len(),
                     floor = %c.floor.map_or_else(|| "none".to_owned(), |f| f.to_string()),
@@ -83,7 +86,10 @@ pub fn periodic(
                     }
                 }
             }
-            Err(e) => tracing::error!("compaction of {described} failed, nothing forgotten by it: {e}"),
+            Err(e) => {
+                metrics.compaction(None);
+                tracing::error!("compaction of {described} failed, nothing forgotten by it: {e}")
+            }
         }
     })
 }

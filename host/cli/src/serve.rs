@@ -228,7 +228,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(idle_for) = args.compact_idle_for {
         anyhow::ensure!(!args.compact_every.is_zero(), "--compact-every must be above 0");
         let audit = args.audit.as_ref().map(fencekeeper::audit::AuditLog::open).transpose()?;
-        crate::compaction::periodic(retained, idle_for, args.compact_every, audit, config.store.clone())
+        let metrics = server.proxy().metrics().clone();
+        crate::compaction::periodic(retained, idle_for, args.compact_every, audit, config.store.clone(), metrics)
             .context("starting the compaction thread")?;
     }
     tracing::info!(

@@ -3,7 +3,8 @@
 //!
 //! * `GET /metrics`: Prometheus text;
 //! * `GET /fencekeeper/marks/<resource>`: a resource's mark, read-only (`404` when it has
-//!   none); the resource is the rest of the path, percent-decoded, so the path resource
+//!   none, naming the retention floor it is held to if a compaction raised one); the
+//!   resource is the rest of the path, percent-decoded, so the path resource
 //!   `/import/a` is `GET /fencekeeper/marks//import/a`;
 //! * `GET /fencekeeper/marks`: every mark, one `resource<TAB>mark` line each (where the
 //!   store can list);
@@ -51,10 +52,22 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
 
 async fn mark(proxy: &Arc<Proxy>, resource: String) -> (StatusCode, String) {
     let guard = proxy.guard().clone();
-    let read = tokio::task::spawn_blocking(move || guard.mark(&resource).map(|m| (resource, m))).await;
+    let read = tokio::task::spawn_blocking(move || {
+        let mark = guard.mark(&resource)?;
+        // Without a mark of its own, a resource is held to the retention floor.
+        let floor = if mark.is_none() { guard.store().floor()? } else { None };
+        Ok::<_, fencekeeper::StoreError>((resource, mark, floor))
+    })
+    .await;
     match read {
-        Ok(Ok((_, Some(mark)))) => (StatusCode::OK, format!("{mark}\n")),
-        Ok(Ok((resource, None))) => (StatusCode::NOT_FOUND, format!("no mark for {resource:?}\n")),
+        Ok(Ok((_, Some(mark), _))) => (StatusCode::OK, format!("{mark}\n")),
+        Ok(Ok((resource, None, None))) => (StatusCode::NOT_FOUND, format!("no mark for {resource:?}\n")),
+        Ok(Ok((resource, None, Some(floor)))) => (
+            StatusCode::NOT_FOUND,
+            format!(
+                "no mark for {resource:?}; it is held to the retention floor {floor} (a token below it is refused)\n"
+            ),
+        ),
         Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }

@@ -29,6 +29,9 @@ pub struct Metrics {
     not_conditional: AtomicU64,
     version_refused: AtomicU64,
     precondition_failed: AtomicU64,
+    compactions: AtomicU64,
+    compaction_failures: AtomicU64,
+    forgotten: AtomicU64,
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
@@ -94,6 +97,20 @@ impl Metrics {
             Event::PreconditionFailed => &self.precondition_failed,
         };
         counter.fetch_add(1, Relaxed);
+    }
+
+    /// Count one periodic compaction (`--compact-idle-for`): the marks it forgot, or
+    /// `None` when it failed (and forgot nothing).
+    pub fn compaction(&self, forgotten: Option<usize>) {
+        match forgotten {
+            Some(n) => {
+                self.compactions.fetch_add(1, Relaxed);
+                self.forgotten.fetch_add(n as u64, Relaxed);
+            }
+            None => {
+                self.compaction_failures.fetch_add(1, Relaxed);
+            }
+        }
     }
 
     /// Record how long one request took, from its arrival to its response head.
@@ -199,6 +216,21 @@ impl Metrics {
                 "Conditional writes whose precondition the store refused (412).",
                 &self.precondition_failed,
             ),
+            (
+                "fencekeeper_gateway_compactions_total",
+                "Periodic compactions that ran (--compact-idle-for).",
+                &self.compactions,
+            ),
+            (
+                "fencekeeper_gateway_compaction_failures_total",
+                "Periodic compactions that failed and forgot nothing (each logged at error).",
+                &self.compaction_failures,
+            ),
+            (
+                "fencekeeper_gateway_marks_forgotten_total",
+                "Marks the periodic compactions forgot under the retention floor.",
+                &self.forgotten,
+            ),
         ];
         for (name, help, value) in simple {
             counter(name, help, &[("", value.load(Relaxed))]);
@@ -229,6 +261,8 @@ mod tests {
         m.outcome(Class::Stale, false);
         m.outcome(Class::Undecided, true);
         m.outcome(Class::Unverified, false);
+        m.compaction(Some(3));
+        m.compaction(None);
         m.latency(Duration::from_micros(700));
         m.latency(Duration::from_millis(20));
         let text = m.render();
@@ -238,5 +272,8 @@ mod tests {
         assert!(text.contains("fencekeeper_gateway_request_duration_seconds_bucket{le=\"0.001\"} 1"));
         assert!(text.contains("fencekeeper_gateway_request_duration_seconds_bucket{le=\"0.025\"} 2"));
         assert!(text.contains("fencekeeper_gateway_request_duration_seconds_count 2"));
+        assert!(text.contains("fencekeeper_gateway_compactions_total 1"), "{text}");
+        assert!(text.contains("fencekeeper_gateway_compaction_failures_total 1"), "{text}");
+        assert!(text.contains("fencekeeper_gateway_marks_forgotten_total 3"), "{text}");
     }
 }

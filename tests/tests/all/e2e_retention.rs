@@ -199,4 +199,17 @@ fn a_gateway_compacts_its_file_store_on_a_period_and_holds_writes_to_the_floor()
     assert!(logged.contains(r#""reason":"forget""#) && logged.contains(r#""host":"gateway""#), "{logged}");
     assert!(logged.contains(r#""reason":"floor""#) && logged.contains(r#""new":"41""#), "{logged}");
     assert!(gateway.log().contains("forgot "), "{}", gateway.log());
+    assert!(gateway.metric("fencekeeper_gateway_compactions_total").unwrap() >= 1);
+    assert!(gateway.metric("fencekeeper_gateway_marks_forgotten_total").unwrap() >= 2);
+    assert_eq!(gateway.metric("fencekeeper_gateway_compaction_failures_total").unwrap(), 0);
+    // The admin lookup of a forgotten mark names the floor it is held to (41, or 42
+    // once a later run forgot /f/new too).
+    let (status, body) =
+        fencekeeper_harness::services::http(gateway.admin, "GET", "/fencekeeper/marks//f/b", &[], b"").unwrap();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body.contains("held to the retention floor 41 ") || body.contains("held to the retention floor 42 "),
+        "{body}"
+    );
 }
