@@ -201,13 +201,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // store's connection too; --blocking-admits keeps the earlier way (the blocking
     // pool, the connection on a thread of its own).
     let drives = (!args.blocking_admits).then(|| runtime.handle().clone());
-    let (store, chains, retained, provenance) = open_store(&args, drives)?;
+    let (store, chains, retained, provenance) = open_store(&args, drives.clone())?;
     let mut guard = Guard::new(decider(&args, config.policy)?, store);
     if let Some(p) = &provenance {
         guard = guard.with_provenance(p.clone());
     }
     let registry = match (&args.etcd, args.shared_gate) {
-        (Some(url), true) => Some(join_registry(&args, url, &config)?),
+        (Some(url), true) => Some(join_registry(&args, url, &config, drives)?),
         _ => None,
     };
     let chains = match args.precondition_probe.as_deref() {
@@ -359,9 +359,14 @@ fn open_store(args: &Args, runtime: Option<tokio::runtime::Handle>) -> anyhow::R
 }
 
 /// This gateway's part of the in-flight registry in the etcd at `url` (its own
-/// connection, with the marks' TLS and user).
-fn join_registry(args: &Args, url: &str, config: &Config) -> anyhow::Result<Arc<Registry>> {
-    let options = EtcdOptions { timeout: Duration::from_secs(2), ..args.etcd_connection.options()? };
+/// connection, with the marks' TLS and user, driven by `runtime` when given).
+fn join_registry(
+    args: &Args,
+    url: &str,
+    config: &Config,
+    runtime: Option<tokio::runtime::Handle>,
+) -> anyhow::Result<Arc<Registry>> {
+    let options = EtcdOptions { timeout: Duration::from_secs(2), runtime, ..args.etcd_connection.options()? };
     let client = Arc::new(EtcdClient::new(&args.etcd_connection.endpoint(url), &options)?);
     let prefix = fencekeeper_etcd_wire::flights::DEFAULT_FLIGHT_PREFIX;
     Registry::join(client, prefix, &args.etcd_prefix, config.request_timeout, config.apply_bound)

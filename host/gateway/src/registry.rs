@@ -147,14 +147,12 @@ impl Registry {
             let marks = mark_key(&self.marks, resource);
             let message =
                 flights::pass_txn(&self.prefix, &marks, resource, &token, self.instance, put.then_some(lease.id));
-            let (client, prefix, owned, instance) =
-                (self.client.clone(), self.prefix.clone(), resource.to_owned(), self.instance);
-            let answer = tokio::task::spawn_blocking(move || {
-                let answer = client.txn(&message)?;
-                flights::passed(&answer, &prefix, &owned, &token, instance, put).map_err(|e| client.unavailable(e))
-            })
-            .await
-            .unwrap_or_else(|e| Err(EtcdError::Unavailable(format!("the registry task failed: {e}"))));
+            // Awaited on this task: no blocking thread between the write and etcd.
+            let answer = match self.client.txn_async(&message).await {
+                Ok(answer) => flights::passed(&answer, &self.prefix, resource, &token, self.instance, put)
+                    .map_err(|e| self.client.unavailable(e)),
+                Err(e) => Err(e),
+            };
             let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;
             if let Some(revision) = revision {
                 let lease_until = lease.until.saturating_duration_since(self.epoch).as_millis() as u64;
@@ -208,18 +206,15 @@ impl Registry {
             if idle.is_empty() {
                 return;
             }
-            let client = registry.client.clone();
-            let (prefix, instance) = (registry.prefix.clone(), registry.instance);
+            let (client, prefix, instance) = (&registry.client, &registry.prefix, registry.instance);
             // A delete that fails leaves the key to its lease, which nobody keeps
             // alive: the resource waits at most a TTL longer, never less.
-            let _ = tokio::task::spawn_blocking(move || {
-                for (resource, token, revision) in idle {
-                    if let Err(e) = client.txn(&flights::end_txn(&prefix, &resource, instance, &token, revision)) {
-                        tracing::warn!(resource, error = %e, "a flight could not be deleted from the in-flight registry");
-                    }
+            for (resource, token, revision) in idle {
+                if let Err(e) = client.txn_async(&flights::end_txn(prefix, &resource, instance, &token, revision)).await
+                {
+                    tracing::warn!(resource, error = %e, "a flight could not be deleted from the in-flight registry");
                 }
-            })
-            .await;
+            }
         };
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(sweep);
