@@ -19,11 +19,7 @@ duration=${1:-5}
 rounds=${2:-3}
 . scripts/lib/bench.sh
 
-peer=$(cargo bench --no-run -q -p fencekeeper --features etcd --bench etcd_txn --message-format=json |
-  python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "etcd_txn": print(m["executable"])')
+peer=$(bench_binary etcd_txn)
 start_nginx_204
 start_services etcd
 start_gateway awaited awaited "127.0.0.1:$up" --etcd "$FK_ETCD"

@@ -17,11 +17,7 @@ duration=${1:-3}
 rounds=${2:-5}
 . scripts/lib/bench.sh
 
-peer=$(cargo bench --no-run -q -p fencekeeper --features etcd --bench etcd_txn --message-format=json |
-  python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "etcd_txn": print(m["executable"])')
+peer=$(bench_binary etcd_txn)
 start_services etcd
 etcd=${FK_ETCD#http://}
 etcdpid=$(pgrep -f -- "--listen-client-urls=http://$etcd( |$)")

@@ -33,11 +33,7 @@ rounds=${2:-3}
 . scripts/lib/bench.sh
 b64() { printf '%s' "$1" | base64 -w0; }
 
-peer=$(cargo bench --no-run -q -p fencekeeper --features etcd --bench etcd_txn --message-format=json |
-  python3 -c 'import json,sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "etcd_txn": print(m["executable"])')
+peer=$(bench_binary etcd_txn)
 start_nginx_204
 start_services etcd
 etcd=${FK_ETCD#http://}

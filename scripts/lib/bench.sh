@@ -24,6 +24,16 @@ wait_http() { # URL [TEXT the body must contain]
     echo "not ready: $1" >&2; exit 2
 }
 
+# The path of the library's bench binary NAME (host/fencekeeper/benches/NAME.rs),
+# built with the etcd feature.
+bench_binary() { # NAME
+    cargo bench --no-run -q -p fencekeeper --features etcd --bench "$1" --message-format=json |
+      python3 -c 'import json,sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]: print(m["executable"])' "$1"
+}
+
 # Services from the test harness, started as the tests start them (FK_* variables
 # set here); the harness stops them when it is stopped. It says why on stderr if it
 # cannot start them.
