@@ -131,7 +131,7 @@ pub struct Args {
     shared_gate: bool,
     /// Run every admit on a blocking thread, and the etcd store's connection on a
     /// thread of its own, as the gateway did before it awaited etcd on the request's
-    /// own task (with --etcd and no provenance check it does). The same decisions: for
+    /// own task (with --etcd, and provenance off or on etcd, it does). The same decisions: for
     /// comparisons (BENCHMARKS.md), or a fallback.
     #[arg(long)]
     blocking_admits: bool,

@@ -192,17 +192,17 @@ impl Guard {
     }
 
     /// True when [`Guard::admit_async`] never blocks its thread: the store can be
-    /// awaited ([`MarkStore::awaitable`]) and there is no provenance check (whose lock
-    /// service is asked synchronously).
+    /// awaited ([`MarkStore::awaitable`]), and so can the provenance check if there is
+    /// one ([`Provenance::awaitable`]: etcd's; ZooKeeper's client is synchronous).
     pub fn awaits(&self) -> bool {
-        self.store.awaitable().is_some() && self.provenance.is_none()
+        self.store.awaitable().is_some() && self.provenance.as_ref().is_none_or(|p| p.awaitable().is_some())
     }
 
     /// [`Guard::admit`] for a host on an asynchronous runtime: the same decision, with
-    /// the store's calls awaited rather than blocked on, when the store offers them
-    /// ([`MarkStore::awaitable`]; a tokio runtime with its timer must be running). A
-    /// store that does not, and a provenance check, are called on the calling thread
-    /// and block it; [`Guard::awaits`] says whether either would. The decider runs on
+    /// the store's calls and the provenance check awaited rather than blocked on, when
+    /// they offer it ([`MarkStore::awaitable`], [`Provenance::awaitable`]; a tokio
+    /// runtime with its timer must be running). One that does not is called on the
+    /// calling thread and blocks it; [`Guard::awaits`] says whether any would. The decider runs on
     /// the calling thread (its fuel bounds it).
     pub async fn admit_async(&self, resource: &str, presented: Option<&str>) -> Decision {
         let decided = match self.store.awaitable() {
@@ -266,9 +266,9 @@ impl Guard {
         &*self.store
     }
 
-    async fn decide_and_swap(
+    async fn decide_and_swap<S: Calls>(
         &self,
-        store: impl Calls,
+        store: S,
         resource: &str,
         presented: Option<&str>,
     ) -> Result<Decided, Undecided> {
@@ -310,7 +310,7 @@ impl Guard {
                             (mark, exact) = (store.get(resource).await?, true);
                             continue;
                         }
-                        self.vouch(resource, &new)?;
+                        self.vouch(resource, &new, S::AWAITS).await?;
                         vouched = true;
                     }
                     match store.compare_and_swap(resource, mark.as_ref(), &new).await? {
@@ -347,13 +347,19 @@ impl Guard {
     }
 
     /// Ask the lock service about `token`; an error unless it vouches for it.
-    fn vouch(&self, resource: &str, token: &Token) -> Result<(), Undecided> {
-        match &self.provenance {
-            Some(provenance) => match provenance.check(resource, token)? {
-                Origin::Issued => Ok(()),
-                Origin::Unverified(why) => Err(Undecided::Unverified(why)),
-            },
-            None => Ok(()),
+    /// Ask the provenance check about `token`, awaiting it when `awaiting` and it
+    /// can be awaited.
+    async fn vouch(&self, resource: &str, token: &Token, awaiting: bool) -> Result<(), Undecided> {
+        let Some(provenance) = &self.provenance else {
+            return Ok(());
+        };
+        let origin = match provenance.awaitable().filter(|_| awaiting) {
+            Some(awaited) => awaited.check(resource, token).await?,
+            None => provenance.check(resource, token)?,
+        };
+        match origin {
+            Origin::Issued => Ok(()),
+            Origin::Unverified(why) => Err(Undecided::Unverified(why)),
         }
     }
 }
@@ -362,6 +368,8 @@ impl Guard {
 /// returns, [`Awaiting`] awaits the store's futures. One loop serves both, so the
 /// synchronous and asynchronous admits cannot decide differently.
 trait Calls {
+    /// Whether the provenance check is awaited too.
+    const AWAITS: bool;
     async fn read(&self, resource: &str) -> Result<Read, StoreError>;
     async fn get(&self, resource: &str) -> Result<Option<Token>, StoreError>;
     async fn compare_and_swap(&self, resource: &str, expected: Option<&Token>, new: &Token)
@@ -374,6 +382,7 @@ trait Calls {
 struct Blocking<'a, S: MarkStore + ?Sized>(&'a S);
 
 impl<S: MarkStore + ?Sized> Calls for Blocking<'_, S> {
+    const AWAITS: bool = false;
     async fn read(&self, resource: &str) -> Result<Read, StoreError> {
         self.0.read(resource)
     }
@@ -407,6 +416,7 @@ struct Awaiting<'a> {
 }
 
 impl Calls for Awaiting<'_> {
+    const AWAITS: bool = true;
     async fn read(&self, resource: &str) -> Result<Read, StoreError> {
         self.calls.read(resource).await
     }

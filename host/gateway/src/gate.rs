@@ -417,7 +417,8 @@ enum Registered {
 
 /// The guard's decision. Awaited on this task when the guard never blocks (an etcd
 /// store: the round trip goes from this task to etcd's connection and back); else on
-/// the blocking pool, off the reactor (the file store's commit, a provenance check).
+/// the blocking pool, off the reactor (the file store's commit, ZooKeeper's provenance
+/// check).
 /// A panic in the guard is an undecided write, either way.
 async fn admit(guard: &Arc<Guard>, resource: &str, token: Option<&str>, awaiting: bool) -> Decision {
     let decided = if awaiting && guard.awaits() {

@@ -262,6 +262,16 @@ fn awaited_admits_on_etcd_share_one_thread_without_blocking_it() {
     });
     assert_eq!((admitted, advanced), (400, 100), "every write admitted, every advance made");
     assert_eq!(guard.mark("own/4").expect("read"), fencekeeper::Token::parse("25").ok());
+
+    // etcd's provenance check is awaited too: a token above every revision etcd has
+    // issued is refused as unverified, an issued one admitted.
+    let store = fencekeeper::store::EtcdStore::connect(&etcd.url()).expect("connect to etcd");
+    let weak = fencekeeper::provenance::EtcdProvenance::sharing(&store, fencekeeper::provenance::EtcdCheck::Weak);
+    let vouched = Guard::new(wasm_validator(), Arc::new(store)).with_provenance(Arc::new(weak));
+    assert!(vouched.awaits(), "an etcd store and etcd's provenance check are both awaited");
+    let forged = runtime.block_on(vouched.admit_async("vouched", Some("18446744073709551615")));
+    assert_eq!(forged.class(), fencekeeper::Class::Unverified, "{}", forged.reason("vouched"));
+    assert!(runtime.block_on(vouched.admit_async("vouched", Some("2"))).admitted());
     // 100 advances and 300 confirms: one Txn each if nothing waited together.
     let txns = etcd_txns(&etcd) - txns_before;
     assert!(txns < 300, "{txns} etcd Txns for 100 advances and 300 confirms: the confirms did not share Txns");

@@ -10,7 +10,7 @@
 //!   first key under it by create revision); the token must lie between that key's
 //!   create revision and the read's revision.
 
-use super::{Origin, Provenance, ProvenanceError};
+use super::{AwaitableProvenance, Origin, Provenance, ProvenanceError};
 use crate::etcd::{EtcdClient, EtcdOptions};
 use crate::store::EtcdStore;
 use fencekeeper_core::Token;
@@ -51,7 +51,7 @@ impl EtcdProvenance {
         options: &EtcdOptions,
     ) -> Result<EtcdProvenance, ProvenanceError> {
         let provenance = EtcdProvenance { client: Arc::new(EtcdClient::new(endpoint, options)?), check };
-        provenance.revision()?;
+        provenance.client.block_on(provenance.revision())?;
         Ok(provenance)
     }
 
@@ -63,14 +63,43 @@ impl EtcdProvenance {
     }
 
     /// The cluster's current revision: a Txn without operations answers it.
-    fn revision(&self) -> Result<u64, ProvenanceError> {
-        Ok(self.read(&[])?.revision)
+    async fn revision(&self) -> Result<u64, ProvenanceError> {
+        Ok(self.read(&[]).await?.revision)
     }
 
     /// A read-only Txn of `reads` (over gRPC, as the mark store's; the client
     /// remembers the revision it answered at).
-    fn read(&self, reads: &[Op<'_>]) -> Result<wire::TxnAnswer, ProvenanceError> {
-        Ok(self.client.txn(&grpc::txn(&[], reads, &[]))?)
+    async fn read(&self, reads: &[Op<'_>]) -> Result<wire::TxnAnswer, ProvenanceError> {
+        Ok(self.client.txn_async(&grpc::txn(&[], reads, &[])).await?)
+    }
+
+    /// The check, awaited or blocked on ([`Provenance::check`]).
+    async fn check_async(&self, resource: &str, token: &Token) -> Result<Origin, ProvenanceError> {
+        match &self.check {
+            EtcdCheck::Weak => match rules::weak(token, self.client.revision()) {
+                // Above every revision seen so far: ask for the current one.
+                Err(Unissued::AboveRevision { .. }) => Ok(origin(rules::weak(token, self.revision().await?))),
+                seen => Ok(origin(seen)),
+            },
+            EtcdCheck::Strong { lock_prefix } => {
+                let lock = rules::lock_name(lock_prefix, resource);
+                let answer = self.read(&[rules::holder_op(&rules::holder_keys(&lock))]).await?;
+                let holder = answer
+                    .read(0)
+                    .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.client.endpoint())))?;
+                Ok(origin(rules::strong(token, holder.first(), &lock, answer.revision)))
+            }
+        }
+    }
+}
+
+impl AwaitableProvenance for EtcdProvenance {
+    fn check<'a>(
+        &'a self,
+        resource: &'a str,
+        token: &'a Token,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Origin, ProvenanceError>> + Send + 'a>> {
+        Box::pin(self.check_async(resource, token))
     }
 }
 
@@ -83,21 +112,11 @@ fn origin(rule: Result<(), Unissued>) -> Origin {
 
 impl Provenance for EtcdProvenance {
     fn check(&self, resource: &str, token: &Token) -> Result<Origin, ProvenanceError> {
-        match &self.check {
-            EtcdCheck::Weak => match rules::weak(token, self.client.revision()) {
-                // Above every revision seen so far: ask for the current one.
-                Err(Unissued::AboveRevision { .. }) => Ok(origin(rules::weak(token, self.revision()?))),
-                seen => Ok(origin(seen)),
-            },
-            EtcdCheck::Strong { lock_prefix } => {
-                let lock = rules::lock_name(lock_prefix, resource);
-                let answer = self.read(&[rules::holder_op(&rules::holder_keys(&lock))])?;
-                let holder = answer
-                    .read(0)
-                    .map_err(|e| ProvenanceError::Unavailable(format!("etcd at {}: {e}", self.client.endpoint())))?;
-                Ok(origin(rules::strong(token, holder.first(), &lock, answer.revision)))
-            }
-        }
+        self.client.block_on(self.check_async(resource, token))
+    }
+
+    fn awaitable(&self) -> Option<&dyn AwaitableProvenance> {
+        Some(self)
     }
 
     fn issued_as_far_as_known(&self, _resource: &str, token: &Token) -> bool {

@@ -66,4 +66,21 @@ pub trait Provenance: Send + Sync {
 
     /// What the check is, for logs (`etcd http://10.0.0.2:2379 weak`).
     fn describe(&self) -> String;
+
+    /// The check as a future, for a host that awaits the guard
+    /// ([`Guard::admit_async`](crate::Guard::admit_async)) rather than block a thread
+    /// on the lock service (etcd's). `None` by default: the check blocks.
+    fn awaitable(&self) -> Option<&dyn AwaitableProvenance> {
+        None
+    }
+}
+
+/// [`Provenance::check`], awaitable: the same answer, on a tokio runtime with a timer.
+pub trait AwaitableProvenance: Send + Sync {
+    /// [`Provenance::check`].
+    fn check<'a>(
+        &'a self,
+        resource: &'a str,
+        token: &'a Token,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Origin, ProvenanceError>> + Send + 'a>>;
 }
