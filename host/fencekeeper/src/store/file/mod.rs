@@ -468,22 +468,35 @@ impl MarkStore for FileStore {
     }
 }
 
+impl FileStore {
+    /// `key`'s value in `table`, decoded, in a read transaction of its own; `None`
+    /// when the key is absent, or the table (made by its first write) is.
+    fn read_one<K: redb::Key + 'static, T>(
+        &self,
+        table: TableDefinition<'_, K, &'static [u8]>,
+        key: K::SelfType<'_>,
+        decode: impl FnOnce(&[u8]) -> Result<T, StoreError>,
+    ) -> Result<Option<T>, StoreError> {
+        contained(&self.path, || {
+            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
+            let table = match txn.open_table(table) {
+                Ok(table) => table,
+                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+                Err(e) => return Err(self.error(e)),
+            };
+            let value = table.get(key).map_err(|e| self.error(e))?;
+            value.map(|v| decode(v.value())).transpose()
+        })
+    }
+}
+
 /// Version chains of conditional writes (`crate::chain`), in a table of their own
 /// beside the marks: as durable as a mark (sealed by an empty commit, like one).
 const CHAINS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("fencekeeper_chains_v1");
 
 impl ChainStore for FileStore {
     fn get(&self, resource: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        contained(&self.path, || {
-            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
-            let table = match txn.open_table(CHAINS) {
-                Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(e) => return Err(self.error(e)),
-            };
-            let value = table.get(resource.as_bytes()).map_err(|e| self.error(e))?;
-            Ok(value.map(|v| v.value().to_vec()))
-        })
+        self.read_one(CHAINS, resource.as_bytes(), |value| Ok(value.to_vec()))
     }
 
     fn swap(&self, resource: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<bool, StoreError> {

@@ -25,16 +25,7 @@ impl FileStore {
 
     /// The floor, in a read transaction of its own.
     pub(super) fn read_floor(&self) -> Result<Option<Token>, StoreError> {
-        contained(&self.path, || {
-            let txn = self.db()?.begin_read().map_err(|e| self.error(e))?;
-            let table = match txn.open_table(RETENTION) {
-                Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(e) => return Err(self.error(e)),
-            };
-            let value = table.get(FLOOR).map_err(|e| self.error(e))?;
-            value.map(|v| self.decode_floor(v.value())).transpose()
-        })
+        self.read_one(RETENTION, FLOOR, |value| self.decode_floor(value))
     }
 
     /// The floor, read inside a write transaction (no table is made for it).
