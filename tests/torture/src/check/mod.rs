@@ -89,6 +89,10 @@ impl Class {
     }
 }
 
+/// What a refusal for writes left lent on a resource says (`fencekeeper-chain`'s
+/// `Refusal::TooManyLent`).
+const LENT: &str = "writes given up on may still be applied by the store";
+
 /// Classify one recorded answer.
 pub fn classify(w: &Write) -> Class {
     match (&w.error, w.status) {
@@ -98,6 +102,8 @@ pub fn classify(w: &Write) -> Class {
         (None, 200..=299) => Class::Stored,
         (None, _) if w.upstream_error => Class::UpstreamError,
         (None, 409) if w.highest.is_some() => Class::Stale,
+        // Writes left lent: the gateway answers 503, the Envoy filter 409.
+        (None, 409 | 503) if w.body.starts_with("cannot write") && w.body.contains(LENT) => Class::Lent,
         (None, 409) if w.body.starts_with("cannot write") => Class::Conflict,
         (None, 428) => Class::Missing,
         (None, 400) => Class::Malformed,

@@ -2,7 +2,7 @@
 //! rule, and pass the clean one.
 
 use super::rules::{check, Report};
-use super::Input;
+use super::{classify, Class, Input};
 use crate::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
 use std::collections::BTreeMap;
 
@@ -199,6 +199,12 @@ fn a_refusal_for_writes_left_lent_needs_an_earlier_fault_not_an_active_one() {
     assert_eq!(rules(&check(&input)), vec![5], "a fault after it does not explain it");
     input.faults.push(fault("etcd-quorum-loss-stop", &["envoy1"], 25, 40));
     assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "one before it does, healed or not");
+    // The Envoy filter answers the same refusal 409: the same class.
+    if let Some(w) = input.writes.last_mut() {
+        w.status = 409;
+    }
+    assert_eq!(classify(input.writes.last().unwrap()), Class::Lent);
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "through Envoy too");
 }
 
 /// a1 was in flight through gw1 when the nemesis killed gw1; the store applied it
