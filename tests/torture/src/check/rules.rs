@@ -17,7 +17,9 @@
 //! 5. **Accounting**: every answer is one of the contract's (stored, stale, missing,
 //!    malformed, undecided, or the store's own failure); missing and malformed tokens
 //!    get exactly their refusal; answers only a fault explains (undecided, no answer,
-//!    store failures) come only while a fault disturbing that target is active.
+//!    store failures) come only while a fault disturbing that target is active; a
+//!    conditional write's version conflict also when another client's write on its
+//!    resource was in flight meanwhile (a paused holder writing on beside its successor).
 
 use super::{classify, Class, Input};
 use crate::record::{Kind, Write};
@@ -429,6 +431,10 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
         // Lends left by writes given up on outlast the fault that left them: any fault
         // before the write explains it.
         let explained = explained || (c == Class::Lent && windows.iter().any(|win| win.start <= w.start));
+        // A conditional write refused for its version ("another write to the object
+        // went first") is the answer to two writers at once: a paused holder writing on
+        // while its successor writes explains it as well as a fault does.
+        let explained = explained || (c == Class::Conflict && overlapped(input, w));
         if !explained {
             let why = if c == Class::Other {
                 "an answer outside the contract".to_owned()
@@ -454,6 +460,14 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
             });
         }
     }
+}
+
+/// Another client's write on `w`'s resource was in flight while `w` was.
+fn overlapped(input: &Input, w: &Write) -> bool {
+    input
+        .writes
+        .iter()
+        .any(|o| o.resource == w.resource && o.client != w.client && o.start <= w.end && o.end >= w.start)
 }
 
 /// Where the write stood against the windows on its target: the last one that ended

@@ -340,3 +340,39 @@ fn an_envoy_refusal_may_report_the_token_of_a_write_refused_for_the_stores_versi
     let report = check(&input);
     assert!(!report.violations.iter().any(|v| v.message.contains("which no admit")), "{:?}", report.violations);
 }
+
+/// A conditional write refused for its version (409 "cannot write ... the store's
+/// version moved") outside every fault is explained only by another client's write on
+/// the same resource in flight meanwhile: a paused holder writing on beside its
+/// successor (seed 52538205716477).
+#[test]
+fn a_version_conflict_needs_a_fault_or_another_writer_in_flight_on_its_resource() {
+    let mut input = clean();
+    let mut conflict = write("n1", "/t/envoy/0", "envoy1", 40, 80, 409);
+    conflict.client = "successor".into();
+    conflict.body = "cannot write \"/t/envoy/0\": the store's version moved from \"a\" to \"b\"".into();
+    input.writes.push(conflict);
+    assert_eq!(classify(input.writes.last().unwrap()), Class::Conflict);
+    assert_eq!(rules(&check(&input)), vec![5], "alone: unexplained");
+    // The same client's earlier write, or another client's on another resource, or one
+    // that ended before it began: none explains it.
+    let mut own = write("n0", "/t/envoy/0", "envoy1", 40, 78, 201);
+    own.client = "successor".into();
+    let mut elsewhere = write("x1", "/t/pin-gw1/0", "gw1", 0, 79, 428);
+    (elsewhere.client, elsewhere.kind, elsewhere.token) = ("other".into(), Kind::Missing, None);
+    let mut before = write("o0", "/t/envoy/0", "envoy1", 30, 70, 409);
+    before.client = "paused".into();
+    before.kind = Kind::Late;
+    before.highest = Some("40".into());
+    for w in [own, elsewhere, before] {
+        input.writes.push(w);
+        assert_eq!(rules(&check(&input)), vec![5], "{:?}", input.writes.last().map(|w| &w.id));
+    }
+    // A paused holder's late write on the resource, in flight meanwhile, does.
+    let mut late = write("o1", "/t/envoy/0", "envoy1", 30, 82, 409);
+    late.client = "paused".into();
+    late.kind = Kind::Late;
+    late.highest = Some("40".into());
+    input.writes.push(late);
+    assert_eq!(rules(&check(&input)), Vec::<u8>::new());
+}
