@@ -137,6 +137,17 @@ pub fn send(agent: &ureq::Agent, target: &Target, what: Send<'_>) -> Write {
     write
 }
 
+/// What a conditional write refused because the fence lost the store's version says
+/// (`fencekeeper-chain`'s `Refusal::Unknown`).
+const VERSION_NOT_KNOWN: &str = "version of this object is not known";
+
+/// Read `resource` through `target` (a HEAD), for the fence to learn its version; the
+/// answer is not recorded: reads are not fenced, and the next refusal tells if it
+/// was not learned.
+fn read(agent: &ureq::Agent, target: &Target, resource: &str) {
+    let _ = agent.head(format!("{}{resource}", target.url)).header("x-torture-target", &target.name).call();
+}
+
 /// `refused` when the request was certainly never sent; otherwise a word for the cause.
 fn error_word(e: &ureq::Error) -> &'static str {
     use std::io::ErrorKind;
@@ -208,6 +219,11 @@ pub fn run(shared: &Shared, group: &Group, index: usize, seed: u64) {
                 _ => write(Kind::Valid, Some(token.clone()), &mut rng),
             };
             if w.status == 409 {
+                if w.body.contains(VERSION_NOT_KNOWN) {
+                    // What the refusal asks: a read through the fence, so that it learns the
+                    // store's version (the Envoy filter does not ask the store itself).
+                    read(&agent, &shared.targets[&w.target], &resource);
+                }
                 break;
             }
             if lock.since_renewed() >= Duration::from_millis(TTL * 1000 / 3) && lock.renew(&etcd).is_err() {

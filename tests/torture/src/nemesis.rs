@@ -260,15 +260,11 @@ impl Nemesis<'_> {
                 Ok(done(self.all_targets(), format!("{name} killed under {knobs}, down {hold:?}"), true))
             }
             "gateway-kill" | "gateway-stop" | "gateway-term" | "file-gateway-kill" => {
-                let names: Vec<String> = if kind == "file-gateway-kill" {
-                    vec!["gwfile".into()]
-                } else {
-                    ["gw1", "gw2"]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .filter(|g| self.shared.targets.contains_key(g))
-                        .collect()
-                };
+                let names: Vec<String> = if kind == "file-gateway-kill" { &["gwfile"][..] } else { &["gw1", "gw2"] }
+                    .iter()
+                    .map(|s| s.to_string())
+                    .filter(|g| self.shared.targets.contains_key(g))
+                    .collect();
                 let Some(name) = (!names.is_empty()).then(|| self.rng.pick(&names).clone()) else {
                     return Ok(not_injected("that gateway is not running in this run"));
                 };
