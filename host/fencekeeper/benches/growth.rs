@@ -113,6 +113,7 @@ fn main() {
     }
     drop(guard);
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(FileStore::journal_path(&path));
 }
 
 /// Admit token 1 on resources `from..to` (each a new mark), 16 threads.
@@ -188,6 +189,8 @@ fn file_figures(guard: &Arc<Guard>, path: &std::path::Path, n: u64) -> (u64, Str
     // The guard holds the store (redb allows one opener): measure on a copy.
     let copy = path.with_extension("copy.redb");
     std::fs::copy(path, &copy).expect("copy the store");
+    // A store in use is its file and its journal (the marks not folded in yet).
+    std::fs::copy(FileStore::journal_path(path), FileStore::journal_path(&copy)).expect("copy the journal");
     let start = Instant::now();
     let reopened = FileStore::open(&copy).expect("reopen");
     let open = start.elapsed();
@@ -201,6 +204,7 @@ fn file_figures(guard: &Arc<Guard>, path: &std::path::Path, n: u64) -> (u64, Str
     let forget = timed(|| reopened.compact(Duration::ZERO, now()), n);
     drop(reopened);
     let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_file(FileStore::journal_path(&copy));
     let _ = guard;
     let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1e3);
     (bytes, ms(open), ms(verify), watch, forget)

@@ -1,9 +1,10 @@
 //! Every byte of a store file, damaged: the exhaustive corruption test.
 //!
 //! A small store with a few marks (one a tuple token, one advanced several times so
-//! that older versions of its record lie in freed pages) is copied, and on each copy
-//! one byte is flipped, at every offset of the file; separately the file is cut at
-//! every page boundary. Each variant is opened and every mark read, through `get`,
+//! that older versions of its record lie in freed pages, or older frames in its
+//! journal) is copied, its file and its journal, and on each copy one byte is
+//! flipped, at every offset of the file and of the journal's frames; separately
+//! either file is cut at every page boundary. Each variant is opened and every mark read, through `get`,
 //! `list` and the guard. The only outcomes allowed are a one-line store error that
 //! names the file, or exactly the original marks; and no variant may ever admit a
 //! token below an original mark.
@@ -38,8 +39,8 @@ fn originals() -> Vec<(String, Token)> {
 }
 
 /// Build the store, and keep it open: advance "journal" through 10..=50 so that its
-/// older records (lower marks, each once valid) are left in the file's freed pages,
-/// and end on an advance, so that redb's previous commit lacks a mark.
+/// older marks (each once valid) are left in the journal's earlier frames, and, once
+/// the store is closed and the journal folded in, in the file's freed pages.
 fn build(path: &Path) -> Guard {
     let store = FileStore::open(path).unwrap();
     let g = Guard::new(Arc::new(NativeDecider(Policy::default())), Arc::new(store));
@@ -104,8 +105,45 @@ fn judge(path: &Path, originals: &[(String, Token)]) -> Result<Outcome, String> 
     Ok(refused.unwrap_or(Outcome::Intact))
 }
 
+/// A store as its files: the store's bytes, and its journal's (`None`: no journal).
+#[derive(Clone)]
+struct Files {
+    store: Vec<u8>,
+    journal: Option<Vec<u8>>,
+}
+
+impl Files {
+    fn read(path: &Path) -> Files {
+        Files { store: std::fs::read(path).unwrap(), journal: std::fs::read(journal_of(path)).ok() }
+    }
+
+    fn write(&self, path: &Path) {
+        std::fs::write(path, &self.store).unwrap();
+        match &self.journal {
+            Some(bytes) => std::fs::write(journal_of(path), bytes).unwrap(),
+            None => {
+                let _ = std::fs::remove_file(journal_of(path));
+            }
+        }
+    }
+
+    /// The journal's bytes up to just past its last frame (the rest is zeros, where a
+    /// flipped byte is garbage after the log's end whatever it is).
+    fn journal_live(&self) -> usize {
+        let journal = self.journal.as_deref().unwrap_or_default();
+        let last = journal.iter().rposition(|b| *b != 0).map_or(0, |at| at + 1);
+        (last + 64).min(journal.len())
+    }
+}
+
+fn journal_of(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap().to_os_string();
+    name.push(".journal");
+    path.with_file_name(name)
+}
+
 /// Judge every variant `damage` makes of `original` (by index), on two threads.
-fn sweep(name: &str, original: &[u8], count: usize, damage: impl Fn(usize, &mut Vec<u8>) + Sync) -> (usize, usize) {
+fn sweep(name: &str, original: &Files, count: usize, damage: impl Fn(usize, &mut Files) + Sync) -> (usize, usize) {
     let originals = originals();
     let workers = 2;
     let results: Vec<(usize, usize, Vec<String>)> = std::thread::scope(|s| {
@@ -117,9 +155,9 @@ fn sweep(name: &str, original: &[u8], count: usize, damage: impl Fn(usize, &mut 
                     let path: PathBuf = dir.path().join("variant.redb");
                     let (mut intact, mut refused, mut wrong) = (0, 0, Vec::new());
                     for i in (w..count).step_by(workers) {
-                        let mut bytes = original.to_vec();
-                        damage(i, &mut bytes);
-                        std::fs::write(&path, &bytes).unwrap();
+                        let mut files = original.clone();
+                        damage(i, &mut files);
+                        files.write(&path);
                         match judge(&path, originals) {
                             Ok(Outcome::Intact) => intact += 1,
                             Ok(Outcome::Refused) => refused += 1,
@@ -137,27 +175,45 @@ fn sweep(name: &str, original: &[u8], count: usize, damage: impl Fn(usize, &mut 
     (results.iter().map(|r| r.0).sum(), results.iter().map(|r| r.1).sum())
 }
 
-/// Flip bits at every offset, cut at every page boundary: report and check counts.
-fn every_offset_and_every_cut(label: &str, original: &[u8]) {
+/// Flip bits at every offset of the store and of the journal's frames, cut either at
+/// every page boundary: report and check counts.
+fn every_offset_and_every_cut(label: &str, original: &Files) {
     let started = Instant::now();
-    assert_eq!(judge_bytes(original), Outcome::Intact, "{label}: the undamaged copy reads back");
+    assert_eq!(judge_files(original), Outcome::Intact, "{label}: the undamaged copy reads back");
+    let live = original.journal_live();
     for (pattern, xor) in [("low bit", 0x01u8), ("all bits", 0xff)] {
-        let (intact, refused) = sweep(&format!("{label}, {pattern} flipped at"), original, original.len(), |i, b| {
-            b[i] ^= xor;
-        });
-        assert_eq!(intact + refused, original.len());
+        let n = original.store.len();
+        let (intact, refused) =
+            sweep(&format!("{label}, {pattern} flipped at store byte"), original, n, |i, f| f.store[i] ^= xor);
+        assert_eq!(intact + refused, n);
         assert!(refused > 0, "{label}: some flips must land in live data and be refused");
-        eprintln!("{label}, {pattern}: {} offsets, {intact} read intact, {refused} refused", original.len());
+        eprintln!("{label}, {pattern}: {n} store offsets, {intact} read intact, {refused} refused");
+        let (intact, refused) =
+            sweep(&format!("{label}, {pattern} flipped at journal byte"), original, live, |i, f| {
+                if let Some(j) = f.journal.as_mut() {
+                    j[i] ^= xor;
+                }
+            });
+        eprintln!("{label}, {pattern}: {live} journal offsets, {intact} read intact, {refused} refused");
     }
-    let cuts = original.len() / PAGE;
-    let (intact, refused) = sweep(&format!("{label}, cut at page"), original, cuts, |i, b| b.truncate(i * PAGE));
-    eprintln!("{label}: {cuts} cuts, {intact} read intact, {refused} refused; {:?}", started.elapsed());
+    let cuts = original.store.len() / PAGE;
+    let (intact, refused) =
+        sweep(&format!("{label}, store cut at page"), original, cuts, |i, f| f.store.truncate(i * PAGE));
+    eprintln!("{label}: {cuts} store cuts, {intact} read intact, {refused} refused");
+    let cuts = original.journal.as_ref().map_or(0, |j| j.len() / PAGE);
+    let (intact, refused) = sweep(&format!("{label}, journal cut at page"), original, cuts, |i, f| {
+        if let Some(j) = f.journal.as_mut() {
+            j.truncate(i * PAGE);
+        }
+    });
+    assert_eq!(intact, 0, "{label}: a cut journal is refused, never read short");
+    eprintln!("{label}: {cuts} journal cuts, {refused} refused; {:?}", started.elapsed());
 }
 
-fn judge_bytes(bytes: &[u8]) -> Outcome {
+fn judge_files(files: &Files) -> Outcome {
     let dir = scratch();
     let path = dir.path().join("undamaged.redb");
-    std::fs::write(&path, bytes).unwrap();
+    files.write(&path);
     judge(&path, &originals()).unwrap()
 }
 
@@ -166,7 +222,10 @@ fn every_flipped_byte_and_every_cut_of_a_closed_store_is_an_error_or_the_origina
     let dir = scratch();
     let path = dir.path().join("marks.redb");
     drop(build(&path));
-    every_offset_and_every_cut("closed store", &std::fs::read(&path).unwrap());
+    let closed = Files::read(&path);
+    // Closed cleanly, the store's own file holds every mark: without its journal too.
+    assert_eq!(judge_files(&Files { journal: None, ..closed.clone() }), Outcome::Intact);
+    every_offset_and_every_cut("closed store", &closed);
 }
 
 #[test]
@@ -174,9 +233,12 @@ fn every_flipped_byte_and_every_cut_of_a_copy_taken_while_open_is_an_error_or_th
     let dir = scratch();
     let path = dir.path().join("marks.redb");
     let open = build(&path);
-    // Copied under a running store: redb has not closed it, so its next open must
-    // recover, choosing between the two commit slots.
-    let hot = std::fs::read(&path).unwrap();
+    // Copied under a running store, as a backup tool might: redb has not closed it, so
+    // its next open must recover, choosing between the two commit slots; and the
+    // marks are in the journal, not yet folded in.
+    let hot = Files::read(&path);
     drop(open);
+    // The store's file alone is refused: its journal may hold marks it lacks.
+    assert_eq!(judge_files(&Files { journal: None, ..hot.clone() }), Outcome::Refused);
     every_offset_and_every_cut("copy of an open store", &hot);
 }

@@ -6,6 +6,7 @@
 mod file_store;
 mod file_store_corruption;
 mod file_store_disk_full;
+mod file_store_journal;
 mod guest_faults;
 mod hostile_guests;
 mod retention;

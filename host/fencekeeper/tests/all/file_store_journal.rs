@@ -1,0 +1,123 @@
+//! The file store's journal (`STORE.journal`): an advance is durable in it before it is
+//! reported, and a process killed with SIGKILL leaves its advances there for the next
+//! open; it is folded into the store's file as it fills and when the store is closed;
+//! a journal that may hold advances is never done without, and another store's is
+//! refused. Damage to its bytes is `file_store_corruption.rs`.
+
+// A test states its expectations by panicking.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
+use fencekeeper::{FileStore, MarkStore, StoreError, Swap, Token};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn journal_of(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap().to_os_string();
+    name.push(".journal");
+    path.with_file_name(name)
+}
+
+fn t(n: u64) -> Token {
+    Token::from_parts(&[n]).unwrap()
+}
+
+/// Advance `resource` from nothing through `1..=n`, each swap from the one before.
+fn advance(store: &FileStore, resource: &str, n: u64) {
+    for i in 1..=n {
+        let expected = (i > 1).then(|| t(i - 1));
+        assert_eq!(store.compare_and_swap(resource, expected.as_ref(), &t(i)).unwrap(), Swap::Swapped);
+    }
+}
+
+fn open_error(path: &Path) -> String {
+    let err = FileStore::open(path).expect_err("must not open");
+    let text = err.to_string();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err:?}");
+    assert!(text.contains(&path.display().to_string()) && !text.contains('\n'), "{text}");
+    text
+}
+
+/// A child process advances marks, says so, and is killed with SIGKILL before it
+/// can close the store: every reported advance is read back, from the journal.
+#[test]
+fn advances_of_a_process_killed_with_sigkill_come_back_from_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["file_store_journal::advancing_child", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("FK_JOURNAL_STORE", &path)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Readiness: the child prints once its advances were reported.
+    // (libtest prints the test's name on the same line first).
+    let reported = lines.by_ref().map_while(Result::ok).find(|l| l.contains("reported"));
+    assert!(reported.as_deref().is_some_and(|l| l.ends_with("reported 3000")), "{reported:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The store's file alone is refused: it says its journal may hold advances.
+    let journal = journal_of(&path);
+    let kept = std::fs::read(&journal).unwrap();
+    std::fs::remove_file(&journal).unwrap();
+    assert!(open_error(&path).contains("journal is missing"));
+    std::fs::write(&journal, kept).unwrap();
+
+    let store = FileStore::open(&path).unwrap();
+    assert_eq!(store.get("lone").unwrap(), Some(t(3000)));
+    assert_eq!(store.get("other").unwrap(), Some(t(7)));
+    assert_eq!(store.list().unwrap(), vec![("lone".into(), t(3000)), ("other".into(), t(7))]);
+    // Nothing lower is taken, and the next advance goes on from there.
+    assert_eq!(store.compare_and_swap("lone", None, &t(2999)).unwrap(), Swap::Conflict(Some(t(3000))));
+    assert_eq!(store.compare_and_swap("lone", Some(&t(3000)), &t(3001)).unwrap(), Swap::Swapped);
+    drop(store);
+    // Closed cleanly: folded in, so the store's file alone holds every mark.
+    std::fs::remove_file(&journal).unwrap();
+    let store = FileStore::open(&path).unwrap();
+    assert_eq!(store.get("lone").unwrap(), Some(t(3001)));
+    assert_eq!(store.get("other").unwrap(), Some(t(7)));
+}
+
+/// The child half: 3000 advances on one resource (past a fold or two: a lone
+/// advance's frame is about 110 bytes) and 7 on another, then wait to be killed.
+#[test]
+#[ignore = "run by the test above, which kills it"]
+fn advancing_child() {
+    let path = std::env::var_os("FK_JOURNAL_STORE").expect("run by its parent test");
+    let store = FileStore::open(&path).unwrap();
+    advance(&store, "lone", 3000);
+    advance(&store, "other", 7);
+    println!("reported 3000");
+    std::thread::sleep(std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn a_journal_of_another_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.redb"), dir.path().join("b.redb"));
+    advance(&FileStore::open(&a).unwrap(), "r", 3);
+    advance(&FileStore::open(&b).unwrap(), "r", 9);
+    std::fs::copy(journal_of(&b), journal_of(&a)).unwrap();
+    assert!(open_error(&a).contains("belongs to another store"));
+}
+
+#[test]
+fn marks_survive_many_folds_and_a_store_only_read_leaves_its_journal_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    let store = FileStore::open(&path).unwrap();
+    // Enough to fold the journal into the file several times while advancing.
+    for r in 0..4 {
+        advance(&store, &format!("r{r}"), 2500);
+    }
+    drop(store);
+    let journal = std::fs::read(journal_of(&path)).unwrap();
+    let store = FileStore::open(&path).unwrap();
+    let marks = store.list().unwrap();
+    assert_eq!(marks, (0..4).map(|r| (format!("r{r}"), t(2500))).collect::<Vec<_>>());
+    drop(store);
+    // No fold and no new epoch: nothing was written to the journal.
+    assert!(journal == std::fs::read(journal_of(&path)).unwrap(), "reading the store rewrote its journal");
+}
