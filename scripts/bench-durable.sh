@@ -36,12 +36,18 @@ trap cleanup EXIT
 if [ -n "${BEFORE:-}" ]; then
     say "building the file store as of $BEFORE"
     git worktree add -q --detach "$work/before" "$BEFORE"
-    # The same target directory: only the workspace's own crates are built again.
-    before_bin=$(cd "$work/before" && CARGO_TARGET_DIR="$OLDPWD/target" cargo bench --no-run -q -p fencekeeper \
+    # The same target directory, so only the workspace's own crates are built again.
+    # They land on the current ones' files, which cargo then takes for fresh (their
+    # sources are older): the binary is copied out, and the current sources touched so
+    # that cargo builds them again.
+    built=$(cd "$work/before" && CARGO_TARGET_DIR="$OLDPWD/target" cargo bench --no-run -q -p fencekeeper \
         --bench durable --message-format=json | python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "durable": print(m["executable"])')
+    before_bin=$work/durable-before
+    cp "$built" "$before_bin"
+    find crates host -name '*.rs' -exec touch {} +
 fi
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 as_pg "$pgbin/initdb" -D "$work/pg" -A trust -U bench >/dev/null

@@ -1,10 +1,13 @@
-//! A durable mark store in one file: an embedded redb database.
+//! A durable mark store in one file, an embedded redb database, with a journal
+//! beside it (`STORE.journal`) where advances are made durable first.
 //!
-//! Why redb rather than a home-made append log: it is a real embedded database
-//! with checksummed pages, copy-on-write commits that are fsync'd before
+//! Why redb rather than a home-made append log for the marks: it is a real embedded
+//! database with checksummed pages, copy-on-write commits that are fsync'd before
 //! `commit` returns (`Durability::Immediate`), crash recovery that falls back to
-//! the last committed root, and a file lock against a second writer process. An
-//! append log would have to get every one of those right again.
+//! the last committed root, and a file lock against a second writer process. The
+//! journal (`journal.rs`) is the one small log beside it, for the one thing a redb
+//! commit does slowly: one advance alone. It only ever holds the latest advances,
+//! and is folded into redb as it fills and when the store is closed.
 //!
 //! The one promise above all: a store that cannot be read is an error, never an
 //! empty store and never a lower mark, because either re-admits stale writers.
@@ -20,26 +23,34 @@
 //!   the committed trees before the store is used, so a damaged page (a key that no
 //!   longer sorts where it did, a record cut from a leaf, a garbage branch) fails
 //!   the open instead of making a lookup miss or panic. This reads the whole file:
-//!   opening costs time in proportion to the store's size.
-//! * **Both commit slots agree.** redb keeps the previous commit as a fallback for
-//!   a damaged or torn latest one, and its header byte that picks between them has
-//!   no checksum. So every commit that changes marks is followed by another before
-//!   any of its changes is reported: the next group's commit when advances are
-//!   waiting, else an empty one (`group.rs`). The fallback then holds every reported
-//!   mark, and neither a damaged slot nor that byte can bring back a lower one. A
-//!   lone advance costs two fsyncs; under load, a group costs one.
+//!   opening costs time in proportion to the store's size. The journal is read and
+//!   checked whole at open too.
+//! * **Two copies of everything reported.** redb keeps the previous commit as a
+//!   fallback for a damaged or torn latest one, and its header byte that picks
+//!   between them has no checksum. So every redb commit that changes marks (a fold,
+//!   a repair) is followed by an empty one before it returns: the fallback then
+//!   holds every mark, and neither a damaged slot nor that byte can bring back a
+//!   lower one. An advance goes to the journal instead, as a frame written twice
+//!   and made durable by one `fdatasync` before it is reported; concurrent advances
+//!   share a frame (group commit, `group.rs`).
+//! * **A journal never done without.** The store's file records which journal is
+//!   its own and whether it may hold advances not folded in; such a store without
+//!   its journal, or with another store's, does not open.
 //! * **No panic escapes.** Every call into redb runs inside a panic boundary
 //!   (`contain`): damage that reaches redb after the open is the one-line store
 //!   error of this file.
-//! * **No half-made store.** Opening an existing file never creates anything; a
-//!   new file is built under a temporary name and linked into place only when
-//!   complete, so a crash during creation leaves nothing that would read as empty.
+//! * **No half-made store.** Opening an existing file never creates anything but
+//!   its journal when it has none; a new file is built under a temporary name and
+//!   linked into place only when complete, so a crash during creation leaves
+//!   nothing that would read as empty.
 //! * **Reopened after an I/O error.** redb refuses every transaction after one I/O
 //!   error (a full disk, an EIO) until the database is closed and opened again. The
 //!   store does that itself, at most once a second while it fails, through the same
 //!   verified open: so writes resume once the disk has room, without restarting the
 //!   process. Nothing is lost by it: a commit that failed answered an error, never
-//!   [`Swap::Swapped`], and the reopened file holds the last durable commit.
+//!   [`Swap::Swapped`], and the reopened file holds the last durable commit. A
+//!   journal whose write failed takes no frame until it was folded in and started
+//!   over.
 //!
 //! Retention (`retention.rs`) keeps two more tables, made by the first compaction:
 //! the floor, and each mark as a compaction last saw it. An advance never writes them.
