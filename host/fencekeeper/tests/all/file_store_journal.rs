@@ -103,6 +103,22 @@ fn a_journal_of_another_store_is_refused() {
     assert!(open_error(&a).contains("belongs to another store"));
 }
 
+/// A store removed while its journal held advances, and a new one made at its path:
+/// the old journal is not taken for the new store's.
+#[test]
+fn a_journal_left_by_a_removed_store_is_not_taken_by_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, parked) = (dir.path().join("marks.redb"), dir.path().join("parked.journal"));
+    let store = FileStore::open(&path).unwrap();
+    advance(&store, "r", 5);
+    // A copy of the journal as it was while the store ran, holding the advances.
+    std::fs::copy(journal_of(&path), &parked).unwrap();
+    drop(store);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::copy(&parked, journal_of(&path)).unwrap();
+    assert!(open_error(&path).contains("has no record of it"));
+}
+
 #[test]
 fn marks_survive_many_folds_and_a_store_only_read_leaves_its_journal_alone() {
     let dir = tempfile::tempdir().unwrap();

@@ -509,7 +509,9 @@ impl FileStore {
                     answers.push(Ok(Swap::Conflict(current)));
                     continue;
                 }
-                // A first mark clears the retention floor (raised only with the journal held).
+                // A first mark clears the retention floor, read after the mark was found
+                // absent: a compaction raises it in the transaction that forgets a mark,
+                // so a mark forgotten before that read lies under the floor it returns.
                 if current.is_none() {
                     match floor.get_or_insert_with(|| self.read_floor()) {
                         Ok(f) if clears(f.as_ref(), &a.new) => {}
@@ -585,6 +587,18 @@ impl FileStore {
         let path = journal::path_of(&self.path);
         let row = self.read_one(JOURNAL, JOURNAL_ROW, |v| self.decode_journal_row(v))?;
         let (journal, entries) = match Journal::open(&path) {
+            // A journal the store has no record of, holding advances: another store's
+            // (one made at this path before, then removed), not this one's to take.
+            Ok((_, entries)) if row.is_none() && !entries.is_empty() => {
+                return Err(corrupt(
+                    &path,
+                    format!(
+                        "the journal holds advances but {} has no record of it (a journal of a store that was \
+                         removed?); move it aside",
+                        self.path.display()
+                    ),
+                ))
+            }
             Ok((journal, entries)) => {
                 if let Some((id, _)) = row.filter(|(id, _)| *id != journal.id()) {
                     return Err(corrupt(
