@@ -8,12 +8,15 @@
 #
 # Usage: scripts/bench-growth.sh [FILE_SIZES] [ETCD_SIZES]
 #   default: "1000 100000 1000000" for the file store, "1000 100000" for etcd
+#   etcd at 10^7: FENCEKEEPER_GROWTH_FILL=txn FENCEKEEPER_GROWTH_FORGET=no \
+#                 scripts/bench-growth.sh "" "1000000 10000000"
+#   (filled by Txns of 128 puts; see host/fencekeeper/benches/growth.rs)
 # Prints Markdown tables for BENCHMARKS.md. Needs etcd (scripts/install-deps.sh),
 # started by the test harness with a fresh data directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-file_sizes=${1:-"1000 100000 1000000"}
-etcd_sizes=${2:-"1000 100000"}
+file_sizes=${1-"1000 100000 1000000"}
+etcd_sizes=${2-"1000 100000"}
 
 . scripts/lib/scratch.sh
 cargo build --release --quiet -p fencekeeper-harness
