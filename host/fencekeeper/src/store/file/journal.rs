@@ -86,21 +86,37 @@ pub(super) fn path_of(store: &Path) -> PathBuf {
 
 impl Journal {
     /// Create the journal at `path` for the store with `id`: a header and zeros up to
-    /// [`SIZE`], durable (the directory entry too) before it returns.
+    /// [`SIZE`], durable (the directory entry too) before it returns. Built under a
+    /// temporary name and linked into place whole, so a crash while making it leaves
+    /// no half-made journal where the store looks for one.
     pub(super) fn create(path: &Path, id: u64) -> Result<Journal, StoreError> {
         let io_err = |error| StoreError::Io { path: path.to_owned(), error };
-        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path).map_err(io_err)?;
-        let journal = Journal { file, path: path.to_owned(), id, epoch: 1, seq: 0, end: FRAMES, broken: false };
-        let mut bytes = vec![0u8; SIZE as usize];
-        let header = journal.header();
-        bytes[..HEADER_BYTES].copy_from_slice(&header);
-        bytes[HEADER_COPY as usize..HEADER_COPY as usize + HEADER_BYTES].copy_from_slice(&header);
-        journal.file.write_all_at(&bytes, 0).and_then(|()| journal.file.sync_all()).map_err(io_err)?;
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+        let _ = fs::remove_file(&temp);
+        let mut journal = Journal {
+            file: File::create(&temp).map_err(io_err)?,
+            path: path.to_owned(),
+            id,
+            epoch: 1,
+            seq: 0,
+            end: FRAMES,
+            broken: false,
+        };
+        let mut bytes = vec![0u8; SIZE as usize];
+        let header = journal.header();
+        bytes[..HEADER_BYTES].copy_from_slice(&header);
+        bytes[HEADER_COPY as usize..HEADER_COPY as usize + HEADER_BYTES].copy_from_slice(&header);
+        let built = journal.file.write_all_at(&bytes, 0).and_then(|()| journal.file.sync_all());
+        let linked = built.and_then(|()| fs::hard_link(&temp, path));
+        let _ = fs::remove_file(&temp);
+        linked.map_err(io_err)?;
         File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
+        journal.file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err)?;
         Ok(journal)
     }
 
@@ -406,6 +422,18 @@ mod tests {
         let mut b = fs::read(path).unwrap();
         b[at as usize] ^= 0xff;
         fs::write(path, b).unwrap();
+    }
+
+    #[test]
+    fn a_journal_is_made_whole_under_a_temporary_name_and_never_over_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.journal");
+        let temp = dir.path().join(format!(".s.journal.{}.tmp", std::process::id()));
+        fs::write(&temp, b"what a crash mid-way left").unwrap();
+        Journal::create(&path, 1).unwrap();
+        assert!(!temp.exists());
+        assert!(Journal::create(&path, 2).is_err());
+        assert_eq!(Journal::open(&path).unwrap().0.id(), 1);
     }
 
     #[test]
