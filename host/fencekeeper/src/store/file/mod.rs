@@ -389,21 +389,21 @@ impl FileStore {
                 };
                 all.push(Scanned { resource: String::from_utf8_lossy(key.value()).into_owned(), mark });
             }
-            // The journal's marks are newer than redb's.
-            let recent = self.recent.read().unwrap_or_else(|p| p.into_inner());
+            // The journal's marks are newer than redb's (a few thousand at most: one
+            // lookup a record, and what is left added).
+            let mut recent = self.recent.read().unwrap_or_else(|p| p.into_inner()).clone();
+            if recent.is_empty() {
+                return Ok(all);
+            }
             for s in all.iter_mut() {
-                if let Some(t) = recent.get(&s.resource) {
-                    s.mark = Ok(*t);
+                if let Some(t) = recent.remove(&s.resource) {
+                    s.mark = Ok(t);
                 }
             }
-            let stored: std::collections::HashSet<String> = all.iter().map(|s| s.resource.clone()).collect();
-            all.extend(
-                recent
-                    .iter()
-                    .filter(|(r, _)| !stored.contains(*r))
-                    .map(|(r, t)| Scanned { resource: r.clone(), mark: Ok(*t) }),
-            );
-            all.sort_by(|a, b| a.resource.cmp(&b.resource));
+            if !recent.is_empty() {
+                all.extend(recent.into_iter().map(|(resource, t)| Scanned { resource, mark: Ok(t) }));
+                all.sort_by(|a, b| a.resource.cmp(&b.resource));
+            }
             Ok(all)
         })
     }
