@@ -81,8 +81,20 @@ impl Channel {
         message: &[u8],
         token: Option<&str>,
     ) -> Result<Result<Vec<u8>, Status>, Failure> {
+        self.call_within(None, service, method, message, token).await
+    }
+
+    /// [`Channel::call`] within `timeout` (`None`: the channel's own).
+    pub(super) async fn call_within(
+        &self,
+        timeout: Option<Duration>,
+        service: &str,
+        method: &str,
+        message: &[u8],
+        token: Option<&str>,
+    ) -> Result<Result<Vec<u8>, Status>, Failure> {
         let path = format!("/{service}/{method}");
-        self.shared.exchange(self.timeout, &path, Bytes::from(frame(message)), token).await
+        self.shared.exchange(timeout.unwrap_or(self.timeout), &path, Bytes::from(frame(message)), token).await
     }
 
     /// Run `future` (calls of this channel) to its end on this thread, which blocks

@@ -149,7 +149,18 @@ impl EtcdClient {
     /// One plain read (`message`: a `RangeRequest`, [`grpc::range_request`]),
     /// linearizable; the revision it answered at is remembered.
     pub fn range(&self, message: &[u8]) -> Result<RangePage, EtcdError> {
-        let answer = self.unary(grpc::KV_SERVICE, grpc::RANGE_METHOD, message)?;
+        self.range_page(message, None)
+    }
+
+    /// [`EtcdClient::range`] within `timeout` instead of the client's own: for reads
+    /// etcd takes longer over (a listing's, which etcd 3.4 makes count every key of
+    /// its range), never on a write's path.
+    pub fn range_within(&self, message: &[u8], timeout: Duration) -> Result<RangePage, EtcdError> {
+        self.range_page(message, Some(timeout))
+    }
+
+    fn range_page(&self, message: &[u8], timeout: Option<Duration>) -> Result<RangePage, EtcdError> {
+        let answer = self.block_on(self.unary_within(timeout, grpc::KV_SERVICE, grpc::RANGE_METHOD, message))?;
         let page = grpc::parse_range(&answer).map_err(|e| self.unavailable(e))?;
         self.saw(page.revision);
         Ok(page)
@@ -166,12 +177,23 @@ impl EtcdClient {
     /// [`EtcdClient::unary`], awaited (on a tokio runtime with a timer) rather than
     /// blocked on.
     pub async fn unary_async(&self, service: &str, method: &str, message: &[u8]) -> Result<Vec<u8>, EtcdError> {
+        self.unary_within(None, service, method, message).await
+    }
+
+    /// [`EtcdClient::unary_async`] within `timeout` (`None`: the client's own).
+    async fn unary_within(
+        &self,
+        timeout: Option<Duration>,
+        service: &str,
+        method: &str,
+        message: &[u8],
+    ) -> Result<Vec<u8>, EtcdError> {
         let token = match &self.auth {
             Some(_) => Some(self.token(false).await?),
             None => None,
         };
         let call = async |token: Option<&str>| {
-            self.channel.call(service, method, message, token).await.map_err(|e| self.unavailable(e))
+            self.channel.call_within(timeout, service, method, message, token).await.map_err(|e| self.unavailable(e))
         };
         match call(token.as_deref()).await? {
             Err(status) if self.auth.is_some() && grpc::token_refused(&status) => {

@@ -225,9 +225,16 @@ impl EtcdStore {
         loop {
             let window = window_end(&from, depth, &end);
             let range = Range { key: &from, end: Some(&window), limit: PAGE_KEYS, ..Range::default() };
-            let page = self.client.range(&grpc::range_request(&range))?;
+            let page = self.client.range_within(&grpc::range_request(&range), LISTING_TIMEOUT)?;
             if page.count > WINDOW_KEYS {
-                depth = (depth + 1).max(prefix.len());
+                // Narrowed at once to the bytes the page's keys share and one more:
+                // a byte at a time, each read over a long shared prefix (10^7 keys
+                // named `bucket/objects/...`) would count them all again.
+                let shared = match (page.kvs.first(), page.kvs.last()) {
+                    (Some(a), Some(b)) => a.key.iter().zip(&b.key).take_while(|(x, y)| x == y).count(),
+                    _ => 0,
+                };
+                depth = (depth + 1).max(shared + 1).max(prefix.len());
             } else if page.count < PAGE_KEYS / 4 && depth > prefix.len() {
                 depth -= 1;
             }
@@ -313,6 +320,11 @@ impl EtcdStore {
 /// Keys per read when listing every mark: 512 of the longest keys (1 KiB) with their
 /// records stay well under the 1 MiB one gRPC answer may hold.
 const PAGE_KEYS: u64 = 512;
+
+/// How long a listing's read may take: etcd 3.4 counts every key of the first window
+/// (the whole prefix), 2.5 s for 10^7 marks on a 2-core machine, and a listing is never
+/// on a write's path.
+const LISTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The most keys a listing's window may hold before the next window narrows: what one
 /// read makes etcd count.
