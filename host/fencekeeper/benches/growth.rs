@@ -19,8 +19,7 @@
 //!
 //! `FENCEKEEPER_GROWTH_FORGET=no` skips etcd's compaction that forgets every mark
 //! (at 10^7 its deletes' tombstones would pass etcd's default 2 GiB quota), and
-//! `FENCEKEEPER_GROWTH_COMPACT=no` both of etcd's (at 10^7 the listing's first read,
-//! which etcd 3.4 makes count every key, outlasts the 2 s call timeout).
+//! `FENCEKEEPER_GROWTH_COMPACT=no` both of etcd's compactions.
 //! With `FENCEKEEPER_GROWTH_FILL=txn`, etcd is filled by Txns of 128 puts of the same
 //! keys and records the store's first admits write (10^7 marks in minutes instead of
 //! an hour; each Txn is one revision for its 128 marks); what is measured is the same.

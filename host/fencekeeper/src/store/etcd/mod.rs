@@ -322,8 +322,8 @@ impl EtcdStore {
 const PAGE_KEYS: u64 = 512;
 
 /// How long a listing's read may take: etcd 3.4 counts every key of the first window
-/// (the whole prefix), 2.5 s for 10^7 marks on a 2-core machine, and a listing is never
-/// on a write's path.
+/// (the whole prefix), longer than the 2 s call timeout for 10^7 marks on a 2-core
+/// machine; a listing is never on a write's path.
 const LISTING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The most keys a listing's window may hold before the next window narrows: what one

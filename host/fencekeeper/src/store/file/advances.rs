@@ -146,10 +146,13 @@ impl FileStore {
     /// Fold the journal into redb: every mark it holds in one sealed commit, then the
     /// journal starts over. A crash between the two replays marks redb already has.
     pub(super) fn checkpoint(&self, journal: &mut Journal) -> Result<(), StoreError> {
-        let marks: Vec<(String, Token)> = {
+        let mut marks: Vec<(String, Token)> = {
             let recent = self.recent.read().unwrap_or_else(|p| p.into_inner());
             recent.iter().map(|(r, t)| (r.clone(), *t)).collect()
         };
+        // In key order, as redb's tree is: inserted in the map's order, a fold of new
+        // keys left its leaves about half full (143 bytes a mark at 10^6 against 76).
+        marks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         if !marks.is_empty() {
             self.put_marks(&marks)?;
         }
