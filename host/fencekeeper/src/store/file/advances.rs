@@ -9,6 +9,7 @@ use super::{contained, corrupt, Advance, FileStore, JOURNAL, JOURNAL_ROW, MARKS}
 use crate::store::group::Commits;
 use crate::store::retention::clears;
 use crate::store::{raises, StoreError, Swap};
+use fencekeeper_core::resource::MAX_KEY_BYTES;
 use fencekeeper_core::{record, Token};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::HashMap;
@@ -57,8 +58,8 @@ impl Commits<Advance, Result<Swap, StoreError>> for FileStore {
 impl FileStore {
     /// Make `advances` durable: a journal frame, once the store's file says the journal
     /// may hold some. More than the journal has left is folded in first; more than a
-    /// whole journal holds (a group of many long keys) goes to redb itself, sealed, as
-    /// a fold does. `unfolded`: why an earlier fold failed, the cause when the journal
+    /// whole journal holds (a group of many long keys), or a key longer than a resource
+    /// key may be, goes to redb itself after the fold, sealed, as a fold does. `unfolded`: why an earlier fold failed, the cause when the journal
     /// then cannot take the frame.
     fn make_durable(
         &self,
@@ -66,9 +67,12 @@ impl FileStore {
         advances: &[(String, Token)],
         unfolded: Option<StoreError>,
     ) -> Result<(), StoreError> {
-        if !journal.fits(advances) {
+        // A key longer than any resource key (only a caller of the store itself can
+        // make one) goes to redb, which took every key before the journal did.
+        let journaled = advances.iter().all(|(r, _)| r.len() <= MAX_KEY_BYTES);
+        if !journaled || !journal.fits(advances) {
             self.checkpoint(journal)?;
-            if !journal.fits(advances) {
+            if !journaled || !journal.fits(advances) {
                 return self.put_marks(advances);
             }
         }
@@ -317,5 +321,31 @@ mod tests {
         drop(store);
         std::fs::remove_file(journal::path_of(&path)).unwrap();
         assert_eq!(MarkStore::get(&FileStore::open(&path).unwrap(), &keys[299]).unwrap(), Some(one));
+    }
+
+    /// Keys no resource has (empty, or longer than a resource key may be: only a caller
+    /// of the store itself makes them) are kept as before the journal, and the store
+    /// opens again after them, with or without a clean close.
+    #[test]
+    fn keys_no_resource_has_are_kept_and_the_store_opens_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("marks.redb");
+        let (one, two) = (Token::parse("1").unwrap(), Token::parse("2").unwrap());
+        let long = "k".repeat(MAX_KEY_BYTES + 1);
+        let store = FileStore::open(&path).unwrap();
+        for key in ["", long.as_str(), &"x".repeat(70_000)] {
+            assert_eq!(store.compare_and_swap(key, None, &one).unwrap(), Swap::Swapped);
+        }
+        assert_eq!(store.compare_and_swap("", Some(&one), &two).unwrap(), Swap::Swapped);
+        // Without a clean close: what the journal holds is read back at the next open.
+        let kept = std::fs::read(journal::path_of(&path)).unwrap();
+        let file = std::fs::read(&path).unwrap();
+        drop(store);
+        std::fs::write(&path, file).unwrap();
+        std::fs::write(journal::path_of(&path), kept).unwrap();
+        let store = FileStore::open(&path).unwrap();
+        assert_eq!(MarkStore::get(&store, "").unwrap(), Some(two));
+        assert_eq!(MarkStore::get(&store, &long).unwrap(), Some(one));
+        assert_eq!(MarkStore::list(&store).unwrap().len(), 3);
     }
 }

@@ -379,7 +379,7 @@ fn decode(payload: &[u8], out: &mut Vec<(String, Token)>) -> Result<(), String> 
     while !rest.is_empty() {
         let (len, tail) = rest.split_first_chunk::<2>().ok_or("an entry is cut short")?;
         let len = usize::from(u16::from_le_bytes(*len));
-        if len == 0 || len > MAX_KEY_BYTES || tail.len() < len + 1 {
+        if len > MAX_KEY_BYTES || tail.len() < len + 1 {
             return Err(format!("an entry's key length {len} is not one this store writes"));
         }
         let resource = std::str::from_utf8(&tail[..len]).map_err(|_| "an entry's key is not UTF-8")?;
