@@ -257,8 +257,9 @@ fn read_header(b: &[u8]) -> Option<Header> {
         return None;
     }
     let header = Header { id: u64_at(b, 8), epoch: u64_at(b, 16), size: u64_at(b, 24) };
-    // A header that checks is ours; a length outside what this version makes is not.
-    (header.size >= FRAMES && header.size <= 1 << 30).then_some(header)
+    // A header that checks is ours; a length other than the one this version makes and
+    // writes frames up to is not (frames past a shorter one would never be read).
+    (header.size == SIZE).then_some(header)
 }
 
 /// The payloads of the frames that carry `advances`: each `key length (u16) ‖ key ‖
