@@ -26,7 +26,9 @@ fn seeded(path: &Path) {
     assert!(g.admit("b", Some("7.1042")).admitted());
 }
 
-fn open_error(path: &Path) -> StoreError {
+/// Why the store at `path` does not open: an error that names the file, in one line.
+/// Shared by the modules on the file store.
+pub(crate) fn open_error(path: &Path) -> StoreError {
     let err = FileStore::open(path).expect_err("a damaged store must not open");
     let text = err.to_string();
     assert!(text.contains(&path.display().to_string()), "the error must name the file: {text}");

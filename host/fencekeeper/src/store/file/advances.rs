@@ -4,7 +4,7 @@
 //! as it fills, before a repair or a compaction, and when the store is closed; and the
 //! store's file records which journal is its own and whether it may hold advances.
 
-use super::journal::{self, Journal};
+use super::journal::{self, Frames, Journal};
 use super::{contained, corrupt, Advance, FileStore, JOURNAL, JOURNAL_ROW, MARKS};
 use crate::store::group::Commits;
 use crate::store::retention::clears;
@@ -70,9 +70,10 @@ impl FileStore {
         // A key longer than any resource key (only a caller of the store itself can
         // make one) goes to redb, which took every key before the journal did.
         let journaled = advances.iter().all(|(r, _)| r.len() <= MAX_KEY_BYTES);
-        if !journaled || !journal.fits(advances) {
+        let frames = Frames::of(advances);
+        if !journaled || !journal.fits(&frames) {
             self.checkpoint(journal)?;
-            if !journaled || !journal.fits(advances) {
+            if !journaled || !journal.fits(&frames) {
                 return self.put_marks(advances);
             }
         }
@@ -80,7 +81,7 @@ impl FileStore {
             self.set_journal_row(journal.id(), true)?;
             self.journal_holds.store(true, Ordering::Release);
         }
-        journal.append(advances).map_err(|e| unfolded.unwrap_or(e))?;
+        journal.append(&frames).map_err(|e| unfolded.unwrap_or(e))?;
         self.recent.write().unwrap_or_else(|p| p.into_inner()).extend(advances.iter().cloned());
         Ok(())
     }

@@ -28,7 +28,7 @@
 //!   records, with whether the journal may hold advances (`mod.rs`): a journal of
 //!   another store is refused, and so is a missing one that may hold advances.
 
-use super::corrupt;
+use super::{corrupt, create_whole};
 use crate::store::StoreError;
 use fencekeeper_core::resource::MAX_KEY_BYTES;
 use fencekeeper_core::{record, Token};
@@ -91,33 +91,16 @@ impl Journal {
     /// no half-made journal where the store looks for one.
     pub(super) fn create(path: &Path, id: u64) -> Result<Journal, StoreError> {
         let io_err = |error| StoreError::Io { path: path.to_owned(), error };
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let _ = fs::remove_file(&temp);
-        let mut journal = Journal {
-            file: File::create(&temp).map_err(io_err)?,
-            path: path.to_owned(),
-            id,
-            epoch: 1,
-            seq: 0,
-            end: FRAMES,
-            broken: false,
-        };
+        let header = Journal::header_of(id, 1);
         let mut bytes = vec![0u8; SIZE as usize];
-        let header = journal.header();
         bytes[..HEADER_BYTES].copy_from_slice(&header);
         bytes[HEADER_COPY as usize..HEADER_COPY as usize + HEADER_BYTES].copy_from_slice(&header);
-        let built = journal.file.write_all_at(&bytes, 0).and_then(|()| journal.file.sync_all());
-        let linked = built.and_then(|()| fs::hard_link(&temp, path));
-        let _ = fs::remove_file(&temp);
-        linked.map_err(io_err)?;
-        File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
-        journal.file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err)?;
-        Ok(journal)
+        create_whole(path, |temp| {
+            let file = File::create(temp).map_err(io_err)?;
+            file.write_all_at(&bytes, 0).and_then(|()| file.sync_all()).map_err(io_err)
+        })?;
+        let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err)?;
+        Ok(Journal { file, path: path.to_owned(), id, epoch: 1, seq: 0, end: FRAMES, broken: false })
     }
 
     /// Open the journal at `path` and read every advance of its epoch, verified, in
@@ -168,25 +151,24 @@ impl Journal {
         self.broken
     }
 
-    /// Whether `advances` fit in what is left of the file.
-    pub(super) fn fits(&self, advances: &[(String, Token)]) -> bool {
-        self.end + encoded_len(advances) <= SIZE
+    /// Whether `frames` fit in what is left of the file.
+    pub(super) fn fits(&self, frames: &Frames) -> bool {
+        self.end + frames.len <= SIZE
     }
 
-    /// Append `advances` as frames (each twice) and make them durable with one
-    /// `fdatasync`. On an error nothing may be reported: the journal is then broken
-    /// until it starts over.
-    pub(super) fn append(&mut self, advances: &[(String, Token)]) -> Result<(), StoreError> {
+    /// Append `frames` (each twice) and make them durable with one `fdatasync`. On an
+    /// error nothing may be reported: the journal is then broken until it starts over.
+    pub(super) fn append(&mut self, frames: &Frames) -> Result<(), StoreError> {
         if self.broken {
             return Err(self.unavailable("an earlier write failed and it has not started over"));
         }
-        if !self.fits(advances) {
+        if !self.fits(frames) {
             return Err(self.unavailable("it is full and could not be folded into the store"));
         }
-        let mut bytes = Vec::with_capacity(encoded_len(advances) as usize);
+        let mut bytes = Vec::with_capacity(frames.len as usize);
         let mut seq = self.seq;
-        for payload in payloads(advances) {
-            let copy = frame(self.epoch, seq, &payload);
+        for payload in &frames.payloads {
+            let copy = frame(self.epoch, seq, payload);
             bytes.extend_from_slice(&copy);
             bytes.extend_from_slice(&copy);
             seq += 1;
@@ -219,10 +201,14 @@ impl Journal {
     }
 
     fn header(&self) -> Vec<u8> {
+        Journal::header_of(self.id, self.epoch)
+    }
+
+    fn header_of(id: u64, epoch: u64) -> Vec<u8> {
         let mut h = Vec::with_capacity(HEADER_BYTES);
         h.extend_from_slice(MAGIC);
-        h.extend_from_slice(&self.id.to_le_bytes());
-        h.extend_from_slice(&self.epoch.to_le_bytes());
+        h.extend_from_slice(&id.to_le_bytes());
+        h.extend_from_slice(&epoch.to_le_bytes());
         h.extend_from_slice(&SIZE.to_le_bytes());
         let crc = record::checksum(HEADER_SUM, &h);
         h.extend_from_slice(&crc.to_le_bytes());
@@ -262,30 +248,35 @@ fn read_header(b: &[u8]) -> Option<Header> {
     (header.size == SIZE).then_some(header)
 }
 
-/// The payloads of the frames that carry `advances`: each `key length (u16) ‖ key ‖
-/// token length (u8) ‖ token text`, at most [`MAX_PAYLOAD`] bytes a frame.
-fn payloads(advances: &[(String, Token)]) -> Vec<Vec<u8>> {
-    let mut out = vec![Vec::new()];
-    for (resource, token) in advances {
-        let text = token.to_string();
-        let entry = 2 + resource.len() + 1 + text.len();
-        if out.last().is_some_and(|p| !p.is_empty() && p.len() + entry > MAX_PAYLOAD) {
-            out.push(Vec::new());
-        }
-        if let Some(p) = out.last_mut() {
-            // Keys are at most MAX_KEY_BYTES and token text far below 255 bytes.
-            p.extend_from_slice(&(resource.len() as u16).to_le_bytes());
-            p.extend_from_slice(resource.as_bytes());
-            p.push(text.len() as u8);
-            p.extend_from_slice(text.as_bytes());
-        }
-    }
-    out
+/// Advances encoded as the payloads of the frames that carry them, each `key length
+/// (u16) ‖ key ‖ token length (u8) ‖ token text`, at most [`MAX_PAYLOAD`] bytes a
+/// frame: encoded once, then measured against the room left and appended.
+pub(super) struct Frames {
+    payloads: Vec<Vec<u8>>,
+    /// The bytes they take in the file, both copies of every frame.
+    len: u64,
 }
 
-/// The bytes `advances` take in the file, both copies of every frame.
-fn encoded_len(advances: &[(String, Token)]) -> u64 {
-    payloads(advances).iter().map(|p| 2 * (FRAME_HEAD + p.len() + 4) as u64).sum()
+impl Frames {
+    pub(super) fn of(advances: &[(String, Token)]) -> Frames {
+        let mut payloads = vec![Vec::new()];
+        for (resource, token) in advances {
+            let text = token.to_string();
+            let entry = 2 + resource.len() + 1 + text.len();
+            if payloads.last().is_some_and(|p: &Vec<u8>| !p.is_empty() && p.len() + entry > MAX_PAYLOAD) {
+                payloads.push(Vec::new());
+            }
+            if let Some(p) = payloads.last_mut() {
+                // Keys are at most MAX_KEY_BYTES and token text far below 255 bytes.
+                p.extend_from_slice(&(resource.len() as u16).to_le_bytes());
+                p.extend_from_slice(resource.as_bytes());
+                p.push(text.len() as u8);
+                p.extend_from_slice(text.as_bytes());
+            }
+        }
+        let len = payloads.iter().map(|p| 2 * (FRAME_HEAD + p.len() + 4) as u64).sum();
+        Frames { payloads, len }
+    }
 }
 
 fn frame(epoch: u64, seq: u64, payload: &[u8]) -> Vec<u8> {
@@ -414,7 +405,7 @@ mod tests {
         let path = dir.path().join("s.journal");
         let mut j = Journal::create(&path, 7).unwrap();
         for f in frames {
-            j.append(f).unwrap();
+            j.append(&Frames::of(f)).unwrap();
         }
         (dir, path)
     }
@@ -444,14 +435,14 @@ mod tests {
         let (j, entries) = Journal::open(&path).unwrap();
         assert_eq!(entries, frames.concat());
         assert_eq!((j.id(), j.seq), (7, 2));
-        assert_eq!(j.end(), FRAMES + encoded_len(&frames[0]) + encoded_len(&frames[1]));
+        assert_eq!(j.end(), FRAMES + Frames::of(&frames[0]).len + Frames::of(&frames[1]).len);
     }
 
     #[test]
     fn a_large_group_is_several_frames_and_reads_back_whole() {
         let big: Vec<(String, Token)> =
             (0..100u64).map(|i| ("k".repeat(900) + &i.to_string(), Token::from_parts(&[i + 1]).unwrap())).collect();
-        assert!(payloads(&big).len() > 1);
+        assert!(Frames::of(&big).payloads.len() > 1);
         let (_d, path) = journal_with(std::slice::from_ref(&big));
         assert_eq!(Journal::open(&path).unwrap().1, big);
     }
@@ -476,7 +467,7 @@ mod tests {
     fn both_copies_damaged_before_a_whole_frame_is_refused_and_at_the_tail_is_a_torn_write() {
         let frames = [advances(2), advances(2)];
         let (_d, path) = journal_with(&frames);
-        let copy = encoded_len(&frames[0]) / 2;
+        let copy = Frames::of(&frames[0]).len / 2;
         flip(&path, FRAMES + 30);
         flip(&path, FRAMES + copy + 30);
         let err = Journal::open(&path).err().unwrap().to_string();
@@ -495,7 +486,7 @@ mod tests {
         let (_d, path) = journal_with(&[advances(4)]);
         let (mut j, _) = Journal::open(&path).unwrap();
         j.restart().unwrap();
-        j.append(&advances(1)).unwrap();
+        j.append(&Frames::of(&advances(1))).unwrap();
         let (j, entries) = Journal::open(&path).unwrap();
         assert_eq!((entries, j.epoch), (advances(1), 2));
     }
@@ -518,12 +509,12 @@ mod tests {
         let (_d, path) = journal_with(&[]);
         let (mut j, _) = Journal::open(&path).unwrap();
         j.end = SIZE - 10;
-        assert!(!j.fits(&advances(1)));
-        assert!(j.append(&advances(1)).is_err());
+        assert!(!j.fits(&Frames::of(&advances(1))));
+        assert!(j.append(&Frames::of(&advances(1))).is_err());
         j.broken = true;
         j.end = FRAMES;
-        assert!(j.append(&advances(1)).is_err());
+        assert!(j.append(&Frames::of(&advances(1))).is_err());
         j.restart().unwrap();
-        j.append(&advances(1)).unwrap();
+        j.append(&Frames::of(&advances(1))).unwrap();
     }
 }

@@ -550,10 +550,33 @@ fn open_verified(path: &Path) -> Result<Database, StoreError> {
     })
 }
 
-/// Create an empty store at `path` atomically: build it under a temporary name,
-/// then hard-link it into place, which fails rather than replace a file another
-/// process created meanwhile.
+/// Create an empty store at `path` atomically (someone else's, made meanwhile, is
+/// used instead).
 fn create(path: &Path) -> Result<(), StoreError> {
+    let made = create_whole(path, |temp| {
+        contained(path, || {
+            let db =
+                Database::builder().set_cache_size(CACHE_BYTES).create(temp).map_err(|e| database_error(path, e))?;
+            let store = FileStore::with(db, path.to_owned());
+            store.write(|txn| {
+                txn.open_table(MARKS).map_err(|e| store.error(e))?;
+                Ok(((), true))
+            })
+        })
+    });
+    match made {
+        // Someone else created the store first: use theirs.
+        Err(StoreError::Io { error, .. }) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        other => other,
+    }
+}
+
+/// Make a new file at `path` whole, or not at all: `build` writes it, durable, under
+/// a temporary name beside `path`; it is then hard-linked into place, which fails
+/// with [`io::ErrorKind::AlreadyExists`] rather than replace a file another process
+/// made meanwhile, and the new directory entry is made durable. A crash at any point
+/// leaves no half-made file where `path` is looked for.
+fn create_whole(path: &Path, build: impl FnOnce(&Path) -> Result<(), StoreError>) -> Result<(), StoreError> {
     let io_err = |error| StoreError::Io { path: path.to_owned(), error };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -563,22 +586,9 @@ fn create(path: &Path) -> Result<(), StoreError> {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let temp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let _ = fs::remove_file(&temp);
-    let built = contained(path, || {
-        let db = Database::builder().set_cache_size(CACHE_BYTES).create(&temp).map_err(|e| database_error(path, e))?;
-        let store = FileStore::with(db, path.to_owned());
-        store.write(|txn| {
-            txn.open_table(MARKS).map_err(|e| store.error(e))?;
-            Ok(((), true))
-        })
-    });
-    let linked = built.and_then(|()| match fs::hard_link(&temp, path) {
-        // Someone else created the store first: use theirs.
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        other => other.map_err(io_err),
-    });
+    let linked = build(&temp).and_then(|()| fs::hard_link(&temp, path).map_err(io_err));
     let _ = fs::remove_file(&temp);
     linked?;
-    // Make the new directory entry itself durable.
     fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)
 }
 
