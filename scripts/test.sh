@@ -7,6 +7,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A full disk fails deep inside rustc or a store's write with an error that names
+# neither; say it first. A run here takes about 3 GiB (target/ and the temporary stores).
+need_kib=$((4 * 1024 * 1024))
+for where in . "${TMPDIR:-/tmp}"; do
+    free_kib=$(df -Pk "$where" | awk 'NR == 2 { print $4 }')
+    if ((free_kib < need_kib)); then
+        echo "test: $((free_kib / 1024)) MiB free on the disk holding $(cd "$where" && pwd); the build and tests need about 4 GiB: free some space (old target/ directories, temporary stores)" >&2
+        exit 1
+    fi
+done
+
 scripts/install-deps.sh
 # Envoy comes from a PyPI wheel; nginx lives in /usr/sbin: put both on PATH.
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
