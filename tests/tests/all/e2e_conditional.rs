@@ -14,7 +14,8 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use crate::late_writes::{
-    assert_landed_late, assert_refused_late, hold_old, object, release_and_answer, BUCKET, FIRST, KEY, NEW, OLD,
+    assert_landed_late, assert_refused_late, hold_old, lends_bar_the_resource_past_the_bound, object,
+    release_and_answer, BUCKET, FIRST, KEY, NEW, OLD,
 };
 use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, Gateway, RecordingUpstream};
 use fencekeeper_harness::moto::Moto;
@@ -270,6 +271,18 @@ fn a_store_that_answers_without_an_etag_stops_the_next_write_with_a_reason() {
     let bodies: Vec<Vec<u8>> = upstream.applied().into_iter().map(|a| a.body).collect();
     assert_eq!(bodies, vec![b"one".to_vec(), Vec::new()], "the second write never reached the store");
     assert!(gateway.log().contains("without telling its version"), "{}", gateway.log());
+}
+
+#[test]
+fn past_the_bound_of_writes_given_up_on_the_gateway_refuses_the_resource_503() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let args = ["--conditional-writes", "--precondition-probe", "off", "--request-timeout", "200ms"];
+    let gateway = Gateway::start(&upstream.url(), &args).unwrap();
+    let put = |token: &str, body: &[u8]| {
+        let reply = gateway.put("/r", Some(token), body).unwrap();
+        (reply.status, reply.body)
+    };
+    lends_bar_the_resource_past_the_bound(&upstream, put, || gateway.log());
 }
 
 #[test]

@@ -15,7 +15,8 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use crate::late_writes::{
-    assert_landed_late, assert_refused_late, hold_old, object, release_and_answer, Held, BUCKET, FIRST, KEY, NEW, OLD,
+    assert_landed_late, assert_refused_late, hold_old, lends_bar_the_resource_past_the_bound, object,
+    release_and_answer, Held, BUCKET, FIRST, KEY, NEW, OLD,
 };
 use fencekeeper_harness::envoy::{generate, Envoy};
 use fencekeeper_harness::gateway::RecordingUpstream;
@@ -247,6 +248,21 @@ fn through_envoy_writes_that_cannot_be_conditional_are_refused_before_they_are_a
     assert_eq!(multipart.status, Some(501), "{multipart:?}");
     assert_eq!(envoy.stat("wasmcustom.fencekeeper.conditional.not_conditional").unwrap(), 2);
     assert_eq!(envoy.stat("wasmcustom.fencekeeper.admitted").unwrap(), 0, "nothing was admitted");
+}
+
+#[test]
+fn past_the_bound_of_writes_given_up_on_envoy_refuses_the_resource_503_as_the_gateway_does() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let etcd = Etcd::start().unwrap();
+    let (up, client) = (upstream.addr.to_string(), etcd.client.to_string());
+    let args = ["--upstream", &up, "--etcd", &client, "--provenance", "off", "--route-timeout", "200ms"];
+    let envoy =
+        Envoy::start(2, &[&args[..], &["--conditional-writes", "--precondition-probe", "off"]].concat()).unwrap();
+    let put = |token: &str, body: &[u8]| {
+        let reply = envoy.put("/r", token, body).unwrap();
+        (reply.status, reply.text())
+    };
+    lends_bar_the_resource_past_the_bound(&upstream, put, || envoy.log());
 }
 
 #[test]

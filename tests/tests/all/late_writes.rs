@@ -6,6 +6,8 @@
 //! object, the three holders' bodies, and a relay that holds the old holder's write
 //! until a story lets it reach the store late.
 
+use fencekeeper_chain::MAX_LENDS;
+use fencekeeper_harness::gateway::RecordingUpstream;
 use fencekeeper_harness::moto::Moto;
 use fencekeeper_harness::relay::{Relay, Trap};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -73,4 +75,26 @@ pub fn assert_refused_late(late: &str, object: &[u8], log: &str) {
 pub fn assert_landed_late(late: &str, object: &[u8], window: &str) {
     assert!(late.contains(" 200 "), "{late:?}");
     assert_eq!(object, OLD, "the control shows the window {window}");
+}
+
+/// Give up on [`MAX_LENDS`] writes to `/r` with token 34, which `upstream` holds,
+/// through `put` (token, body → status, body), each answered 504 and left lent; then
+/// a write with the higher token 35 is refused 503 with a reason that says how to
+/// release them, and reaches no store.
+pub fn lends_bar_the_resource_past_the_bound(
+    upstream: &RecordingUpstream,
+    put: impl Fn(&str, &[u8]) -> (u16, String),
+    log: impl Fn() -> String,
+) {
+    upstream.hold("34");
+    for n in 0..MAX_LENDS {
+        let (status, body) = put("34", format!("given up on {n}").as_bytes());
+        assert_eq!(status, 504, "write {n}: {body}\n{}", log());
+    }
+    let (status, body) = put("35", b"past the bound");
+    assert_eq!(status, 503, "{body}\n{}", log());
+    let says = format!("{MAX_LENDS} writes given up on");
+    assert!(body.contains(&says) && body.contains("--release-lends"), "says what to do: {body}");
+    assert!(upstream.applied().is_empty(), "the refused write reached the store");
+    upstream.release("34");
 }

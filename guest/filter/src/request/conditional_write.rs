@@ -173,6 +173,11 @@ impl Request {
                 let stale = Ok(Verdict::Stale { mark: higher, presented: token });
                 let _ = self.reply.finish(&f, stale, &resource, &refusal);
             }
+            // Writes left lent bar the resource until an operator releases them: no
+            // retry or read of the client's mends it (503, as the gateway answers).
+            Refusal::TooManyLent(_) => {
+                self.reply.error(503, "FencingUnavailable", &format!("cannot write {resource:?}: {refusal}"))
+            }
             other => self.reply.error(409, "FencingVersionConflict", &format!("cannot write {resource:?}: {other}")),
         }
     }

@@ -102,7 +102,8 @@ pub fn classify(w: &Write) -> Class {
         (None, 200..=299) => Class::Stored,
         (None, _) if w.upstream_error => Class::UpstreamError,
         (None, 409) if w.highest.is_some() => Class::Stale,
-        // Writes left lent: the gateway answers 503, the Envoy filter 409.
+        // Writes left lent: 503 from the gateway and the Envoy filter alike (the filter
+        // answered 409 before, and a log of then still reads so).
         (None, 409 | 503) if w.body.starts_with("cannot write") && w.body.contains(LENT) => Class::Lent,
         (None, 409) if w.body.starts_with("cannot write") => Class::Conflict,
         (None, 428) => Class::Missing,
