@@ -199,7 +199,7 @@ fn a_refusal_for_writes_left_lent_needs_an_earlier_fault_not_an_active_one() {
     assert_eq!(rules(&check(&input)), vec![5], "a fault after it does not explain it");
     input.faults.push(fault("etcd-quorum-loss-stop", &["envoy1"], 25, 40));
     assert_eq!(rules(&check(&input)), Vec::<u8>::new(), "one before it does, healed or not");
-    // The Envoy filter answers the same refusal 409: the same class.
+    // Logs of Envoy filters from before they answered it 503 read 409: the same class.
     if let Some(w) = input.writes.last_mut() {
         w.status = 409;
     }
