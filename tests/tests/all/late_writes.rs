@@ -3,8 +3,8 @@
 
 //! What the conditional-writes stories share, through the gateway
 //! (`e2e_conditional`) and through Envoy (`e2e_envoy_conditional`): moto's bucket and
-//! object, the three holders' bodies, and a relay that holds the old holder's write
-//! until a story lets it reach the store late.
+//! object, the three holders' bodies, a relay that holds the old holder's write
+//! until a story lets it reach the store late, and the bound on writes left lent.
 
 use fencekeeper_chain::MAX_LENDS;
 use fencekeeper_harness::gateway::RecordingUpstream;
