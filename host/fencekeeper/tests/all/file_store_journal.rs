@@ -63,6 +63,11 @@ fn advances_of_a_process_killed_with_sigkill_come_back_from_the_journal() {
     let kept = std::fs::read(&journal).unwrap();
     std::fs::remove_file(&journal).unwrap();
     assert!(corrupt_reason(&path).contains("journal is missing"));
+    // Nor is it read in an earlier development format's place (it would read empty).
+    let mut earlier = kept.clone();
+    earlier[..8].copy_from_slice(b"FKJRNL1\n");
+    std::fs::write(&journal, earlier).unwrap();
+    assert!(corrupt_reason(&path).contains("earlier development format"));
     std::fs::write(&journal, kept).unwrap();
 
     let store = FileStore::open(&path).unwrap();
@@ -91,6 +96,78 @@ fn advancing_child() {
     advance(&store, "other", 7);
     println!("reported 3000");
     std::thread::sleep(std::time::Duration::from_secs(60));
+}
+
+/// A key whose bytes are a whole journal frame of `epoch` with sequence number
+/// `seq`, checksummed as anyone who knows the format but not the journal's id can:
+/// its magic, epoch, sequence number, payload length, payload (one entry: `victim`
+/// advanced to a huge token), CRC32C. Zero bytes are UTF-8, and a path's `%00`
+/// makes one; a token is tried until the whole is UTF-8.
+fn key_forging_a_frame(epoch: u64, seq: u64) -> String {
+    (1u64..)
+        .find_map(|n| {
+            let token = format!("{}", 900_000 + n);
+            let mut payload = vec![6, 0];
+            payload.extend_from_slice(b"victim");
+            payload.push(token.len() as u8);
+            payload.extend_from_slice(token.as_bytes());
+            let mut frame = 0x4a4b_4631u32.to_le_bytes().to_vec();
+            frame.extend_from_slice(&epoch.to_le_bytes());
+            frame.extend_from_slice(&seq.to_le_bytes());
+            frame.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+            frame.extend_from_slice(&payload);
+            let crc = fencekeeper_core::record::checksum(b"fencekeeper journal frame", &frame);
+            frame.extend_from_slice(&crc.to_le_bytes());
+            String::from_utf8([b"k/".as_slice(), &frame].concat()).ok()
+        })
+        .unwrap()
+}
+
+/// A client chooses its keys: here one holding a frame forged for the journal's next
+/// epoch, with a sequence number past any. After a fold it lies in the file beyond
+/// the new epoch's frames, where a crash's recovery looks for a later whole frame
+/// (one would mean reported advances were lost). A copy of the store taken while it
+/// runs, as a crash leaves it, still opens, with every mark and no `victim`.
+#[test]
+fn a_key_holding_a_forged_frame_never_stops_the_store_opening_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, copy) = (dir.path().join("marks.redb"), dir.path().join("copy.redb"));
+    let store = FileStore::open(&path).unwrap();
+    advance(&store, "lone", 800);
+    let key = key_forging_a_frame(2, 1 << 40);
+    assert_eq!(store.compare_and_swap(&key, None, &t(1)).unwrap(), Swap::Swapped);
+    // On, past the fold (a lone advance's frame is under 80 bytes, so it comes before
+    // the 1700th), until epoch 2 holds a few hundred frames: fewer than lie before
+    // the key's.
+    for i in 801..=2000 {
+        assert_eq!(store.compare_and_swap("lone", Some(&t(i - 1)), &t(i)).unwrap(), Swap::Swapped);
+    }
+    std::fs::copy(journal_of(&path), journal_of(&copy)).unwrap();
+    std::fs::copy(&path, &copy).unwrap();
+    drop(store);
+    let copied = FileStore::open(&copy).unwrap();
+    assert_eq!(copied.get("lone").unwrap(), Some(t(2000)));
+    assert_eq!(copied.get(&key).unwrap(), Some(t(1)));
+    assert_eq!(copied.get("victim").unwrap(), None);
+}
+
+/// A store closed cleanly holds every mark in its file: a journal beside it in an
+/// earlier development format holds none it needs, and is made again in this one.
+#[test]
+fn a_closed_stores_journal_of_the_earlier_format_is_made_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("marks.redb");
+    advance(&FileStore::open(&path).unwrap(), "r", 3);
+    let journal = journal_of(&path);
+    let mut earlier = std::fs::read(&journal).unwrap();
+    earlier[..8].copy_from_slice(b"FKJRNL1\n");
+    std::fs::write(&journal, &earlier).unwrap();
+    let store = FileStore::open(&path).unwrap();
+    assert_eq!(store.get("r").unwrap(), Some(t(3)));
+    assert_eq!(store.compare_and_swap("r", Some(&t(3)), &t(4)).unwrap(), Swap::Swapped);
+    drop(store);
+    assert_ne!(std::fs::read(&journal).unwrap()[..8], earlier[..8], "made again in this format");
+    assert_eq!(FileStore::open(&path).unwrap().get("r").unwrap(), Some(t(4)));
 }
 
 #[test]

@@ -13,6 +13,7 @@ use fencekeeper_core::resource::MAX_KEY_BYTES;
 use fencekeeper_core::{record, Token};
 use redb::{ReadableDatabase, ReadableTable};
 use std::collections::HashMap;
+use std::fs;
 use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
@@ -225,6 +226,12 @@ impl FileStore {
                     ));
                 }
                 (journal, entries)
+            }
+            // A journal of an earlier development build that can hold no advance (the
+            // store was closed, or folded it in): made again in this format.
+            Err(e) if journal::earlier_format(&e) && !row.is_some_and(|(_, holds)| holds) => {
+                fs::remove_file(&path).map_err(|error| StoreError::Io { path: path.clone(), error })?;
+                (Journal::create(&path, row.map_or_else(new_id, |(id, _)| id))?, Vec::new())
             }
             Err(e) if journal::missing(&e) => {
                 if let Some((_, true)) = row {

@@ -27,6 +27,13 @@
 //! * **Bound to its store.** The header carries an id that the store's own file
 //!   records, with whether the journal may hold advances (`mod.rs`): a journal of
 //!   another store is refused, and so is a missing one that may hold advances.
+//! * **Frames no client can forge.** A frame's payload holds resource keys, which a
+//!   client chooses (any bytes, `%00` included), and a damaged or torn frame is
+//!   searched for byte by byte: a key could hold bytes that check as a frame of the
+//!   epoch, read in a real frame's place, or after a torn tail as a later frame that
+//!   makes the store refuse to open. So a frame's checksum covers the journal's id,
+//!   which is random and only on this disk: a frame written without it checks with a
+//!   chance of one in 2^32.
 
 use super::{corrupt, create_whole};
 use crate::store::StoreError;
@@ -38,7 +45,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The header's magic bytes.
-const MAGIC: &[u8; 8] = b"FKJRNL1\n";
+const MAGIC: &[u8; 8] = b"FKJRNL2\n";
+/// The magic of the format before frame checksums covered the journal's id (made
+/// only by development builds): its frames do not check in this one's.
+const EARLIER_MAGIC: &[u8; 8] = b"FKJRNL1\n";
+/// How the error for a journal of [`EARLIER_MAGIC`] begins ([`earlier_format`]).
+const EARLIER: &str = "the journal is in an earlier development format (FKJRNL1)";
 /// A frame copy's magic number.
 const FRAME: u32 = 0x4a4b_4631;
 /// The header's two copies, at 0 and here; frames start at [`FRAMES`].
@@ -110,6 +122,15 @@ impl Journal {
         let io_err = |error| StoreError::Io { path: path.to_owned(), error };
         let file = OpenOptions::new().read(true).write(true).open(path).map_err(io_err)?;
         let bytes = fs::read(path).map_err(io_err)?;
+        if [0, HEADER_COPY as usize].iter().any(|&at| bytes.get(at..at + 8) == Some(EARLIER_MAGIC.as_slice())) {
+            return Err(corrupt(
+                path,
+                format!(
+                    "{EARLIER}, whose frames this version cannot read; open and close the store once with the \
+                     build that wrote it, which folds the journal into the store"
+                ),
+            ));
+        }
         let header = [0, HEADER_COPY as usize]
             .into_iter()
             .filter_map(|at| bytes.get(at..at + HEADER_BYTES).and_then(read_header))
@@ -125,7 +146,8 @@ impl Journal {
                 ),
             ));
         }
-        let (entries, end, seq) = scan(&bytes[..header.size as usize], header.epoch).map_err(|e| corrupt(path, e))?;
+        let frames = &bytes[..header.size as usize];
+        let (entries, end, seq) = scan(frames, header.id, header.epoch).map_err(|e| corrupt(path, e))?;
         let journal =
             Journal { file, path: path.to_owned(), id: header.id, epoch: header.epoch, seq, end, broken: false };
         Ok((journal, entries))
@@ -166,9 +188,9 @@ impl Journal {
             return Err(self.unavailable("it is full and could not be folded into the store"));
         }
         let mut bytes = Vec::with_capacity(frames.len as usize);
-        let mut seq = self.seq;
+        let (mut seq, domain) = (self.seq, frame_domain(self.id));
         for payload in &frames.payloads {
-            let copy = frame(self.epoch, seq, payload);
+            let copy = frame(&domain, self.epoch, seq, payload);
             bytes.extend_from_slice(&copy);
             bytes.extend_from_slice(&copy);
             seq += 1;
@@ -279,21 +301,27 @@ impl Frames {
     }
 }
 
-fn frame(epoch: u64, seq: u64, payload: &[u8]) -> Vec<u8> {
+/// The checksum domain of the frames of the journal with `id`: the id makes a frame
+/// unforgeable by whoever does not know it.
+fn frame_domain(id: u64) -> Vec<u8> {
+    [FRAME_SUM, &id.to_le_bytes()].concat()
+}
+
+fn frame(domain: &[u8], epoch: u64, seq: u64, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(FRAME_HEAD + payload.len() + 4);
     f.extend_from_slice(&FRAME.to_le_bytes());
     f.extend_from_slice(&epoch.to_le_bytes());
     f.extend_from_slice(&seq.to_le_bytes());
     f.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     f.extend_from_slice(payload);
-    let crc = record::checksum(FRAME_SUM, &f);
+    let crc = record::checksum(domain, &f);
     f.extend_from_slice(&crc.to_le_bytes());
     f
 }
 
 /// The copy of frame `seq` of `epoch` at `at`, if one is there and checks: its
 /// payload and its length.
-fn copy_at(bytes: &[u8], at: usize, epoch: u64, seq: u64) -> Option<(&[u8], usize)> {
+fn copy_at<'a>(bytes: &'a [u8], at: usize, domain: &[u8], epoch: u64, seq: u64) -> Option<(&'a [u8], usize)> {
     let head = bytes.get(at..at + FRAME_HEAD)?;
     if u32_at(head, 0) != FRAME || u64_at(head, 4) != epoch || u64_at(head, 12) != seq {
         return None;
@@ -304,18 +332,18 @@ fn copy_at(bytes: &[u8], at: usize, epoch: u64, seq: u64) -> Option<(&[u8], usiz
     }
     let body = bytes.get(at..at + FRAME_HEAD + len + 4)?;
     let sum = u32_at(body, FRAME_HEAD + len);
-    (record::checksum(FRAME_SUM, &body[..FRAME_HEAD + len]) == sum).then(|| (&body[FRAME_HEAD..FRAME_HEAD + len], len))
+    (record::checksum(domain, &body[..FRAME_HEAD + len]) == sum).then(|| (&body[FRAME_HEAD..FRAME_HEAD + len], len))
 }
 
 /// The first place in `bytes[from..to]` where a copy of a frame of `epoch` whose
 /// sequence number `wanted` accepts checks: where it is, its payload and its length.
-fn find(
-    bytes: &[u8],
-    from: usize,
-    to: usize,
+fn find<'a>(
+    bytes: &'a [u8],
+    (from, to): (usize, usize),
+    domain: &[u8],
     epoch: u64,
     wanted: impl Fn(u64) -> bool,
-) -> Option<(usize, &[u8], usize)> {
+) -> Option<(usize, &'a [u8], usize)> {
     let (magic, to) = (FRAME.to_le_bytes(), to.min(bytes.len()));
     let mut at = from;
     while at < to {
@@ -326,7 +354,7 @@ fn find(
         }
         if bytes[at..].starts_with(&magic) {
             let seq = bytes.get(at + 12..at + 20).map(|b| u64_at(b, 0));
-            if let Some(found) = seq.filter(|s| wanted(*s)).and_then(|s| copy_at(bytes, at, epoch, s)) {
+            if let Some(found) = seq.filter(|s| wanted(*s)).and_then(|s| copy_at(bytes, at, domain, epoch, s)) {
                 return Some((at, found.0, found.1));
             }
         }
@@ -339,15 +367,16 @@ fn find(
 /// and its sequence number.
 type Scanned = (Vec<(String, Token)>, u64, u64);
 
-/// Read the frames of `epoch`.
-fn scan(bytes: &[u8], epoch: u64) -> Result<Scanned, String> {
+/// Read the frames of `epoch` of the journal with `id`.
+fn scan(bytes: &[u8], id: u64, epoch: u64) -> Result<Scanned, String> {
     let (mut at, mut seq, mut entries) = (FRAMES as usize, 0u64, Vec::new());
+    let domain = frame_domain(id);
     loop {
-        let found = match copy_at(bytes, at, epoch, seq) {
+        let found = match copy_at(bytes, at, &domain, epoch, seq) {
             // The first copy checks: the second, right after it, is not needed.
             Some((payload, len)) => Some((payload, at + 2 * (FRAME_HEAD + len + 4))),
             // The first copy is damaged: its twin is within one copy's length.
-            None => find(bytes, at + 1, at + MAX_COPY + 1, epoch, |s| s == seq)
+            None => find(bytes, (at + 1, at + MAX_COPY + 1), &domain, epoch, |s| s == seq)
                 .map(|(twin, payload, len)| (payload, twin + FRAME_HEAD + len + 4)),
         };
         let Some((payload, next)) = found else { break };
@@ -357,7 +386,7 @@ fn scan(bytes: &[u8], epoch: u64) -> Result<Scanned, String> {
     }
     // Both copies of frame `seq` fail: the torn tail of a write never reported, unless
     // a later frame was written after it, which happens only once it was durable.
-    if let Some((later, _, _)) = find(bytes, at, bytes.len(), epoch, |s| s > seq) {
+    if let Some((later, _, _)) = find(bytes, (at, bytes.len()), &domain, epoch, |s| s > seq) {
         return Err(format!(
             "both copies of journal frame {seq} (at byte {at}) are damaged, and a later frame (at byte {later}) \
              is whole: advances that were reported are lost"
@@ -383,6 +412,11 @@ fn decode(payload: &[u8], out: &mut Vec<(String, Token)>) -> Result<(), String> 
         rest = &tail[len + 1 + tlen..];
     }
     Ok(())
+}
+
+/// Whether the error says the journal is in the earlier development format.
+pub(super) fn earlier_format(e: &StoreError) -> bool {
+    matches!(e, StoreError::Corrupt { detail, .. } if detail.starts_with(EARLIER))
 }
 
 /// Whether the error says the file is not there.
@@ -516,5 +550,52 @@ mod tests {
         assert!(j.append(&Frames::of(&advances(1))).is_err());
         j.restart().unwrap();
         j.append(&Frames::of(&advances(1))).unwrap();
+    }
+
+    /// Bytes a client could put in the file inside a resource key (`%00` decodes to a
+    /// zero byte): a copy of frame `seq` of epoch 1 carrying `victim`'s advance to 1,
+    /// checksummed in `domain`.
+    fn forged(domain: &[u8], seq: u64) -> Vec<u8> {
+        let victim = [("victim".to_owned(), Token::from_parts(&[1]).unwrap())];
+        let payload = Frames::of(&victim).payloads.remove(0);
+        frame(domain, 1, seq, &payload)
+    }
+
+    fn write_at(path: &Path, at: u64, bytes: &[u8]) {
+        let file = OpenOptions::new().write(true).open(path).unwrap();
+        file.write_all_at(bytes, at).unwrap();
+    }
+
+    #[test]
+    fn a_frame_forged_without_the_journals_id_is_never_read_nor_refuses_the_journal() {
+        let domains = [("the format's public domain", FRAME_SUM.to_vec()), ("another id", frame_domain(8))];
+        for (what, domain) in domains {
+            // In the next frame's place, as a torn write's bytes could leave it.
+            let (_d, path) = journal_with(&[advances(2)]);
+            let end = Journal::open(&path).unwrap().0.end();
+            write_at(&path, end, &forged(&domain, 1));
+            assert_eq!(Journal::open(&path).unwrap().1, advances(2), "{what}: read in place of frame 1");
+            // After a torn frame, as a later frame: the journal would be refused.
+            write_at(&path, end, &[0xee; 64]);
+            write_at(&path, end + 64, &forged(&domain, 99));
+            assert_eq!(Journal::open(&path).unwrap().1, advances(2), "{what}: taken for a later frame");
+        }
+        // The control: with the journal's own id the same bytes are a frame, both ways.
+        let (_d, path) = journal_with(&[advances(2)]);
+        let end = Journal::open(&path).unwrap().0.end();
+        write_at(&path, end, &forged(&frame_domain(7), 1));
+        assert_eq!(Journal::open(&path).unwrap().1.last().map(|(r, _)| r.as_str()), Some("victim"));
+        write_at(&path, end, &[0xee; 64]);
+        write_at(&path, end + 64, &forged(&frame_domain(7), 99));
+        assert!(Journal::open(&path).err().unwrap().to_string().contains("later frame"));
+    }
+
+    #[test]
+    fn a_journal_of_the_earlier_format_is_named_never_read_as_empty() {
+        let (_d, path) = journal_with(&[advances(2)]);
+        write_at(&path, 0, EARLIER_MAGIC);
+        let err = Journal::open(&path).err().unwrap();
+        assert!(earlier_format(&err) && err.to_string().contains("open and close the store once"), "{err}");
+        assert!(!earlier_format(&corrupt(&path, "something else")));
     }
 }
