@@ -194,6 +194,12 @@ fn a_journal_left_by_a_removed_store_is_not_taken_by_a_new_one() {
     std::fs::remove_file(&path).unwrap();
     std::fs::copy(&parked, journal_of(&path)).unwrap();
     assert!(corrupt_reason(&path).contains("has no record of it"));
+    // In the earlier development format it cannot be read, and it is not made again.
+    let mut earlier = std::fs::read(&parked).unwrap();
+    earlier[..8].copy_from_slice(b"FKJRNL1\n");
+    std::fs::write(journal_of(&path), &earlier).unwrap();
+    assert!(corrupt_reason(&path).contains("earlier development format"));
+    assert_eq!(std::fs::read(journal_of(&path)).unwrap(), earlier, "left as it was");
 }
 
 #[test]

@@ -227,9 +227,10 @@ impl FileStore {
                 }
                 (journal, entries)
             }
-            // A journal of an earlier development build that can hold no advance (the
-            // store was closed, or folded it in): made again in this format.
-            Err(e) if journal::earlier_format(&e) && !row.is_some_and(|(_, holds)| holds) => {
+            // A journal of an earlier development build that the store records as its
+            // own, holding no advance (the store was closed, or folded it in): made
+            // again in this format. One it has no record of may be another store's.
+            Err(e) if journal::earlier_format(&e) && matches!(row, Some((_, false))) => {
                 fs::remove_file(&path).map_err(|error| StoreError::Io { path: path.clone(), error })?;
                 (Journal::create(&path, row.map_or_else(new_id, |(id, _)| id))?, Vec::new())
             }
