@@ -357,7 +357,15 @@ fn capturing_upstream() -> (std::net::SocketAddr, std::sync::mpsc::Receiver<Stri
             let Ok(mut conn) = conn else { return };
             let mut raw = Vec::new();
             let mut buf = [0u8; 4096];
-            while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+            // The head, then the body it announces: closing with a body byte unread
+            // resets the connection, and Envoy could see the reset before the answer.
+            let whole = |raw: &[u8]| {
+                let end = raw.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+                let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+                let length = head.lines().find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok());
+                (raw.len() >= end + length.unwrap_or(0)).then_some(())
+            };
+            while whole(&raw).is_none() {
                 match conn.read(&mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => raw.extend_from_slice(&buf[..n]),
