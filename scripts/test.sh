@@ -23,6 +23,24 @@ scripts/install-deps.sh
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):/usr/sbin:$PATH"
 export PATH
 
+# Every process started from here on inherits this marker, by which
+# scripts/lib/leftovers.sh finds what the tests left running. It is set after
+# install-deps.sh: a daemon a package's installation starts is not the tests'.
+FENCEKEEPER_TEST_RUN="$$-$RANDOM"
+export FENCEKEEPER_TEST_RUN
+log="" installed="" leftovers_checked=""
+on_exit() {
+    local status=$?
+    [[ -n $log ]] && rm -f "$log"
+    [[ -n $installed ]] && rm -rf "$installed"
+    # A run that fails midway (or is interrupted) names its leftovers too; its exit
+    # status stays the failure's.
+    if ((status != 0)) && [[ -z $leftovers_checked ]]; then
+        scripts/lib/leftovers.sh || true
+    fi
+}
+trap on_exit EXIT
+
 echo "== format" >&2
 if cargo fmt --version >/dev/null 2>&1; then
     for ws in . guest/validator guest/filter fuzz host/capi/fuzz; do
@@ -60,7 +78,6 @@ scripts/install-postgres-extension.sh --no-build
 
 echo "== tests" >&2
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 # The proxy-wasm filter is its own workspace (it builds for wasm32); its unit tests
 # run natively.
 (cd guest/filter && cargo test --release --locked) 2>&1 | tee -a "$log"
@@ -102,7 +119,6 @@ echo "== an installed binary is enough: the CLI alone, run from elsewhere, write
 # would rebuild wasmtime, minutes on a 2-core machine, to prove nothing more; that
 # the crates package on their own is checked above).
 installed=$(mktemp -d)
-trap 'rm -f "$log"; rm -rf "$installed"' EXIT
 install -D -m 755 target/release/fencekeeper "$installed/bin/fencekeeper"
 (
     cd "$installed"
@@ -117,6 +133,11 @@ echo "== fuzz: every target in fuzz/ for 10 s (scripts/fuzz.sh)" >&2
 # of about six minutes on 2 cores. The C ABI's own tests ran above; run the target
 # with `scripts/fuzz.sh 60 abi`.
 FK_FUZZ_DIRS=fuzz scripts/fuzz.sh 10
+
+echo "== nothing the tests started is still running" >&2
+# A service that outlives its test keeps its port and its files; one line per leftover.
+leftovers_checked=yes
+scripts/lib/leftovers.sh
 
 # cargo ends on the summary of its last test binary; print the whole suite's.
 # (and pytest's, go test -v's and node --test's own lines).

@@ -8,7 +8,7 @@
 //! sent. Everything waited for is a line the worker prints, bounded in time.
 
 use crate::gateway::Gateway;
-use crate::services::{freeze, NginxDav};
+use crate::services::{freeze, kill_child_tree, NginxDav};
 use anyhow::{bail, ensure, Context, Result};
 use fencekeeper_core::Token;
 use std::io::{BufRead, BufReader};
@@ -178,14 +178,9 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
-        // The worker is the client's child: while the client runs, the worker's pid is
-        // the worker's (alive, or a zombie the client has not reaped), never reused.
-        // Never `kill 0`: that is the whole process group, this test included.
-        if matches!(self.child.try_wait(), Ok(None)) && self.worker != 0 && self.worker != self.child.id() {
-            let _ = Command::new("kill").arg("-KILL").arg(self.worker.to_string()).stderr(Stdio::null()).status();
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // The worker is the client's descendant (or the client itself, exec'd): it
+        // goes with the client's whole tree.
+        kill_child_tree(&mut self.child);
     }
 }
 

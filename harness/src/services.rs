@@ -28,7 +28,8 @@ pub fn free_port() -> Result<u16> {
     bail!("no fresh loopback port after 100 tries")
 }
 
-/// A child process killed (SIGKILL) and reaped when dropped.
+/// A child process killed (SIGKILL) and reaped when dropped, with every process it
+/// started: see [`kill_tree`].
 pub struct Process {
     /// The child.
     pub child: Child,
@@ -79,10 +80,9 @@ impl Process {
         freeze(self.child.id())
     }
 
-    /// Kill (SIGKILL) and reap.
+    /// Kill (SIGKILL) the process and its descendants ([`kill_tree`]), and reap it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        kill_child_tree(&mut self.child);
     }
 }
 
@@ -99,6 +99,85 @@ impl Drop for Process {
         }
         self.kill();
     }
+}
+
+/// Kill (SIGKILL) `child` and every process descended from it ([`kill_tree`]), and
+/// reap it.
+pub fn kill_child_tree(child: &mut Child) {
+    // Only a child not yet reaped: the number of one reaped may be another process's now.
+    if matches!(child.try_wait(), Ok(None)) {
+        kill_tree(child.id());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Kill (SIGKILL) process `pid` and every process descended from it, and wait (at most
+/// 5 s) until none of them runs. A service that forks (httpd's workers, PostgreSQL's
+/// backends, Redis's background saves) leaves its children running when only it is
+/// killed: handed to init, they keep their ports and outlive the test. Each process is
+/// stopped (SIGSTOP) before its children are listed, so that it forks none unseen.
+///
+/// `pid` must not have been reaped (its number could be another process's by now).
+/// The services stay in the test's process group, so that Ctrl-C still reaches them.
+pub fn kill_tree(pid: u32) {
+    let mut tree = vec![pid];
+    let mut listed = 0;
+    while listed < tree.len() {
+        let parents = tree[listed..].to_vec();
+        listed = tree.len();
+        send("STOP", &parents);
+        for &p in &parents {
+            wait_for_tasks(p, Duration::from_secs(1), |state| matches!(state, 'T' | 't' | 'Z' | 'X'));
+        }
+        tree.extend(children_of(&parents));
+    }
+    send("KILL", &tree);
+    for &p in &tree {
+        wait_for_tasks(p, Duration::from_secs(5), |state| matches!(state, 'Z' | 'X'));
+    }
+}
+
+/// `kill -SIGNAL PID...`; a process that has exited meanwhile is no error.
+fn send(signal: &str, pids: &[u32]) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .args(pids.iter().map(u32::to_string))
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The processes whose parent is one of `parents`, by the fourth field of /proc/PID/stat.
+fn children_of(parents: &[u32]) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let pids = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    pids.filter(|pid| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        ppid.is_some_and(|ppid| parents.contains(&ppid))
+    })
+    .collect()
+}
+
+/// Poll (at most `within`) until every thread of `pid` is in a state `done` accepts,
+/// or the process is gone.
+fn wait_for_tasks(pid: u32, within: Duration, done: impl Fn(char) -> bool) {
+    let deadline = Instant::now() + within;
+    while !task_states(pid).iter().all(|&state| done(state)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The state of each thread of `pid` (none once it is gone), from /proc/PID/task/*/stat.
+fn task_states(pid: u32) -> Vec<char> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .filter_map(|task| {
+            let stat = std::fs::read_to_string(task.ok()?.path().join("stat")).ok()?;
+            // "TID (comm) STATE ...": comm may hold spaces and parentheses.
+            stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next())
+        })
+        .collect()
 }
 
 /// Freeze process `pid` (SIGSTOP) and wait (at most 5 s) until every one of its threads

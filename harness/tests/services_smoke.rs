@@ -1,7 +1,7 @@
 //! The harness itself: each real service starts, answers, and stores what it is given.
 
 // A test states its expectations by panicking.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::panic)]
 
 use fencekeeper_harness::relay::Relay;
 use fencekeeper_harness::services::{four_letters, http, Etcd, NginxDav, Redis, ZooKeeper};
@@ -74,4 +74,54 @@ fn an_etcd_cluster_of_three_elects_a_new_leader_when_its_leader_is_killed() {
     poll_until("a new leader", Duration::from_secs(30), || cluster.leader().is_some_and(|l| l != old)).unwrap();
     cluster.restart(old).unwrap();
     cluster.wait_healthy(old, Duration::from_secs(30)).unwrap();
+}
+
+/// The command line of process `pid` (its arguments joined by spaces), `None` once it
+/// is gone; a zombie has an empty one.
+fn cmdline(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(String::from_utf8_lossy(&raw).split('\0').collect::<Vec<_>>().join(" ").trim().to_owned())
+}
+
+/// Every live process whose command line is `wanted`: a forked child (httpd's
+/// workers) keeps its parent's.
+fn processes_running(wanted: &str) -> Vec<u32> {
+    let pids = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok());
+    pids.filter(|&pid: &u32| cmdline(pid).as_deref() == Some(wanted)).collect()
+}
+
+#[test]
+fn a_dropped_service_leaves_no_process_behind_not_even_the_ones_it_forked() {
+    let apache = fencekeeper_harness::apache::ApacheDav::start().unwrap();
+    let nginx = NginxDav::start().unwrap();
+    let lines = [cmdline(apache.process.child.id()).unwrap(), cmdline(nginx.process.child.id()).unwrap()];
+    // httpd's event MPM forks its workers once it listens: wait for them.
+    poll_until_forked(&lines[0], 2);
+    drop((apache, nginx));
+    for line in lines {
+        assert_eq!(processes_running(&line), Vec::<u32>::new(), "left running: {line}");
+    }
+}
+
+#[test]
+fn a_panicking_test_leaves_no_process_behind() {
+    let (send, line) = std::sync::mpsc::channel();
+    let test = std::thread::spawn(move || {
+        let apache = fencekeeper_harness::apache::ApacheDav::start().unwrap();
+        let line = cmdline(apache.process.child.id()).unwrap();
+        poll_until_forked(&line, 2);
+        send.send(line).unwrap();
+        panic!("a test fails with httpd running");
+    });
+    assert!(test.join().is_err());
+    let line = line.recv().unwrap();
+    assert_eq!(processes_running(&line), Vec::<u32>::new(), "left running: {line}");
+}
+
+/// Until `count` processes run `line`.
+fn poll_until_forked(line: &str, count: usize) {
+    fencekeeper_harness::services::poll_until("httpd's workers", Duration::from_secs(10), || {
+        processes_running(line).len() >= count
+    })
+    .unwrap();
 }
