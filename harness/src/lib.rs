@@ -54,6 +54,7 @@ pub mod moto;
 pub mod pg_wire;
 pub mod postgres;
 pub mod rclone;
+pub mod recorder;
 pub mod redis;
 pub mod relay;
 pub mod resp;

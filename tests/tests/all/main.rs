@@ -39,6 +39,7 @@ mod e2e_shared_gate;
 mod e2e_tokens_etcd;
 mod e2e_tokens_redis;
 mod e2e_tokens_zookeeper;
+mod http_contract;
 mod late_writes;
 mod postgres_concurrency;
 mod postgres_crash;
