@@ -36,6 +36,7 @@ use crate::slots::{self, Entry, SharedFlight, MAX_CAS_ATTEMPTS};
 use crate::{wake, Filter};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
 use fencekeeper_core::{Token, Verdict};
+use fencekeeper_engine::answer::retry_after_seconds;
 use proxy_wasm::hostcalls;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -349,7 +350,8 @@ impl Gate {
                 }
                 Step::Wait(until) if now_ms() >= h.deadline => {
                     f.metrics.gate_timed_out();
-                    let retry = until.map_or(1, |at| at.saturating_sub(now_ms()).div_ceil(1000).max(1));
+                    let left = |at: u64| std::time::Duration::from_millis(at.saturating_sub(now_ms()));
+                    let retry = until.map_or(1, |at| retry_after_seconds(left(at)));
                     let outcome = Err(fencekeeper_core::NoVerdict::Refused);
                     h.reply.conclude(f, outcome, &h.resource, &TIMED_OUT, &mut tally, Some(retry));
                 }

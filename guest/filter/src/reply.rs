@@ -8,11 +8,10 @@
 
 use crate::gate::Entered;
 use crate::{Filter, Tally};
-use fencekeeper_core::http::{
-    Refusal, S3Error, S3ErrorDocument, ADMITTED_HEADER, HIGHEST_HEADER, S3_ERROR_CONTENT_TYPE,
-};
+use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::refusal::{resolve, NoVerdict, Reason, Unverified};
 use fencekeeper_core::{Class, Verdict};
+use fencekeeper_engine::{forward, Answer, Failure, Form};
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 
@@ -92,7 +91,7 @@ impl Reply {
         }
         let reason = Reason { verdict: outcome.as_ref().ok(), resource, cause };
         if action.forward {
-            if let (Class::Admitted, Some(t)) = (action.class, action.token) {
+            if let Some(t) = forward::admitted(&action) {
                 // Replaces any value a client sent.
                 let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, ADMITTED_HEADER, Some(&t.to_string()));
             } else {
@@ -111,48 +110,45 @@ impl Reply {
         Action::Pause
     }
 
-    /// Answer a refusal: a thin renderer of the core's `http::Refusal`, with
-    /// `Retry-After: retry_after` seconds when given.
+    /// Answer a refusal: the engine's answer for `action`, with `Retry-After:
+    /// retry_after` seconds when given. An action that forwards is not answered.
     pub fn refuse(&self, action: &fencekeeper_core::Action, text: &str, retry_after: Option<u64>) {
-        let Some(refusal) = Refusal::of(action) else {
-            return;
-        };
-        let highest = refusal.highest.map(|t| t.to_string());
-        let retry = retry_after.map(|s| s.to_string());
-        if self.grpc {
-            let meta: Vec<(&str, &[u8])> = highest.iter().map(|h| (HIGHEST_HEADER, h.as_bytes())).collect();
-            // Envoy writes the text into grpc-message of its local reply.
-            let _ = hostcalls::send_grpc_response(grpc_code(refusal.grpc_status), Some(text), meta);
-        } else {
-            let (body, content_type) = match self.s3 {
-                true => (S3Error { class: refusal.class, reason: text }.to_string(), S3_ERROR_CONTENT_TYPE),
-                false => (format!("{text}\n"), "text/plain; charset=utf-8"),
-            };
-            let mut headers = vec![("content-type", content_type)];
-            if let Some(h) = &highest {
-                headers.push((HIGHEST_HEADER, h.as_str()));
-            }
-            if let Some(r) = &retry {
-                headers.push(("retry-after", r.as_str()));
-            }
-            let _ = hostcalls::send_http_response(u32::from(refusal.http_status), headers, Some(body.as_bytes()));
+        if !action.forward {
+            send(Answer::refusal(action, text, self.form(), retry_after));
+        }
+    }
+
+    /// Answer a failure that is not a verdict on the token (a conditional write's
+    /// version conflict, 409; a write that cannot be conditional, 501; a body over
+    /// the limit, 413), logged with the client's address.
+    pub fn error(&self, failure: Failure, text: &str) {
+        let client = client().unwrap_or_else(|| "an unknown client".to_owned());
+        log::warn!("fencekeeper: refused a write from {client} ({}): {text}", failure.http_status());
+        send(Answer::failure(failure, text, self.form()));
+    }
+
+    /// How this request's answers are written.
+    fn form(&self) -> Form {
+        match (self.grpc, self.s3) {
+            (true, _) => Form::Grpc,
+            (false, true) => Form::S3,
+            (false, false) => Form::Text,
         }
     }
 }
 
-impl Reply {
-    /// Answer an error that is not a fencing refusal (a conditional write's version
-    /// conflict, 409, or a write that cannot be conditional, 501): `code` is its S3
-    /// error code when the store speaks S3.
-    pub fn error(&self, status: u32, code: &str, text: &str) {
-        let client = client().unwrap_or_else(|| "an unknown client".to_owned());
-        log::warn!("fencekeeper: refused a write from {client} ({status} {code}): {text}");
-        let (body, content_type) = match self.s3 {
-            true => (S3ErrorDocument { code, reason: text }.to_string(), S3_ERROR_CONTENT_TYPE),
-            false => (format!("{text}\n"), "text/plain; charset=utf-8"),
-        };
-        let headers = vec![("content-type", content_type)];
-        let _ = hostcalls::send_http_response(status, headers, Some(body.as_bytes()));
+/// Send `answer` to the effective context: a gRPC answer through the proxy's own gRPC
+/// reply (it writes `grpc-message` from the reason), any other as it is.
+fn send(answer: Answer) {
+    let headers: Vec<(&str, &str)> = answer.headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    match answer.grpc_status {
+        Some(code) => {
+            let meta: Vec<(&str, &[u8])> = headers.iter().map(|(n, v)| (*n, v.as_bytes())).collect();
+            let _ = hostcalls::send_grpc_response(grpc_code(code), Some(&answer.reason), meta);
+        }
+        None => {
+            let _ = hostcalls::send_http_response(u32::from(answer.status), headers, Some(answer.body.as_bytes()));
+        }
     }
 }
 
@@ -165,8 +161,13 @@ pub fn client() -> Option<String> {
 fn grpc_code(code: u32) -> GrpcStatusCode {
     match code {
         3 => GrpcStatusCode::InvalidArgument,
+        4 => GrpcStatusCode::DeadlineExceeded,
         7 => GrpcStatusCode::PermissionDenied,
+        8 => GrpcStatusCode::ResourceExhausted,
         9 => GrpcStatusCode::FailedPrecondition,
+        10 => GrpcStatusCode::Aborted,
+        12 => GrpcStatusCode::Unimplemented,
+        13 => GrpcStatusCode::Internal,
         14 => GrpcStatusCode::Unavailable,
         _ => GrpcStatusCode::Unknown,
     }

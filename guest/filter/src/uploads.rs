@@ -25,6 +25,8 @@ use proxy_wasm::types::Status;
 pub const SLOTS: u32 = 64;
 /// The most uploads one key holds.
 pub const PER_SLOT: usize = 64;
+// The engine's one capacity for every host's upload memory.
+const _: () = assert!(SLOTS as usize * PER_SLOT == fencekeeper_engine::uploads::CAPACITY);
 const KEY_PREFIX: &str = "fencekeeper/uploads/";
 const VERSION: u8 = 1;
 /// Lost CAS races tolerated before an update gives up (the upload's later steps

@@ -13,19 +13,22 @@ use crate::config::{self, Config};
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::ordered::{self, Ordered};
-use crate::refusal::{self, full, Form};
+use crate::refusal::{self, full, Failure, Form};
 use crate::registry::Registry;
-use crate::uploads::{Step, Uploads};
+use crate::uploads::Uploads;
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
 use fencekeeper::chain::ChainStore;
 use fencekeeper::{Advance, Guard};
-use fencekeeper_core::http::{self, ADMITTED_HEADER};
+use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::{Class, Protocol};
+use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::forward;
+use fencekeeper_engine::uploads::Step;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST, RETRY_AFTER, TRANSFER_ENCODING};
+use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -120,10 +123,15 @@ impl Proxy {
     /// Answer one request from `client`.
     pub async fn handle(
         self: Arc<Self>,
-        request: Request<Incoming>,
+        mut request: Request<Incoming>,
         client: SocketAddr,
     ) -> Result<Response<Body>, Infallible> {
         let start = Instant::now();
+        // Removed before any branch can forward the request (an unfenced request, a
+        // write passed failing open): only the fence says what it admitted.
+        for name in forward::NEVER_FROM_CLIENTS {
+            request.headers_mut().remove(name);
+        }
         // Decoded once: the fenced prefix and the resource key are both judged on the
         // path as the store will see it. A path the fence cannot place (an S3 Host it
         // cannot read a bucket from) is in scope of every fenced method, and refused.
@@ -132,12 +140,14 @@ impl Proxy {
             Ok(path) => self.config.fences(request.method(), path, request.headers()),
             Err(_) => self.config.protocol.fences(request.method().as_str(), self.config.fenced_methods.as_deref()),
         };
+        let content_type = request.headers().get(hyper::header::CONTENT_TYPE).map(HeaderValue::as_bytes);
+        let form = Form::of(content_type, self.config.protocol);
         let response = if fences {
-            self.clone().fenced(request, path, client).await
+            self.clone().fenced(request, path, form, client).await
         } else {
             self.metrics.event(Event::Passthrough);
             let read = self.read_resource(&request, path.as_deref().ok());
-            let response = self.forward(request.map(BodyExt::boxed), Vec::new()).await;
+            let response = self.forward(request.map(BodyExt::boxed), Vec::new(), form).await;
             if let (Some(conditional), Some(resource)) = (&self.conditional, read) {
                 conditional.observe_read(&resource, response.status(), response.headers()).await;
             }
@@ -172,33 +182,33 @@ impl Proxy {
         self: Arc<Self>,
         request: Request<Incoming>,
         path: Result<Vec<u8>, ResourceError>,
+        form: Form,
         client: SocketAddr,
     ) -> Response<Body> {
-        let grpc = request.headers().get(hyper::header::CONTENT_TYPE).is_some_and(|v| http::is_grpc(v.as_bytes()));
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
-            return self.too_large();
+            return self.too_large(form);
         }
         let (parts, body) = request.into_parts();
         let bytes = match tokio::time::timeout(self.config.request_timeout, Limited::new(body, limit).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(form),
             Ok(Err(e)) => {
-                return refusal::error(StatusCode::BAD_REQUEST, &format!("could not read the request body: {e}"))
+                return refusal::fail(Failure::BadRequest, &format!("could not read the request body: {e}"), form)
             }
             Err(_) => {
                 self.metrics.event(Event::TimedOut);
                 let reason = format!("the request body did not arrive within {:?}", self.config.request_timeout);
-                return refusal::error(StatusCode::REQUEST_TIMEOUT, &reason);
+                return refusal::fail(Failure::BodyTimeout, &reason, form);
             }
         };
         // Its own task: when the client goes away mid-request, the ordered and the
         // upstream exchange still run to their end, so the gate's bookkeeping is never
         // cut short and a write is never released while the store may still apply it.
-        match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, grpc, client).await }).await {
+        match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, form, client).await }).await {
             Ok(response) => response,
-            Err(e) => refusal::error(StatusCode::INTERNAL_SERVER_ERROR, &format!("the request task failed: {e}")),
+            Err(e) => refusal::fail(Failure::Internal, &format!("the request task failed: {e}"), form),
         }
     }
 
@@ -207,16 +217,15 @@ impl Proxy {
         mut parts: Parts,
         path: Result<Vec<u8>, ResourceError>,
         bytes: Bytes,
-        grpc: bool,
+        form: Form,
         client: SocketAddr,
     ) -> Response<Body> {
         let grace = self.start_grace_left();
-        let form = self.form(grpc);
         if let Some(conditional) = &self.conditional {
             if let Some(why) = conditional.unsupported(&parts) {
                 self.metrics.event(Event::NotConditional);
                 tracing::info!(%client, reason = why, "refused");
-                return refusal::error(StatusCode::NOT_IMPLEMENTED, &why);
+                return refusal::fail(Failure::NotImplemented, &why, form);
             }
         }
         let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
@@ -261,27 +270,23 @@ impl Proxy {
                 Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
                 class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
             }
-            let mut response = refusal::refuse(&action, &ordered.reason, form);
             // Only the gate's own refusals (the start grace, a write held past the gate
             // timeout) say when to retry.
-            if let Some(left) = ordered.retry_after {
-                // Whole seconds, rounded up (at least 1): a client that waits this long
-                // is past it.
-                let seconds = (left.as_secs() + u64::from(left.subsec_nanos() > 0)).max(1);
-                response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(seconds));
-            }
-            return response;
+            let retry_after = ordered.retry_after.map(retry_after_seconds);
+            return refusal::refuse(&action, &ordered.reason, form, retry_after);
+        }
+        if let Some(v) = forward::admitted(&action).and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
+            parts.headers.insert(ADMITTED_HEADER, v);
         }
         if action.class == Class::Admitted {
-            if let Some(v) = action.token.and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
-                parts.headers.insert(ADMITTED_HEADER, v);
-            }
             tracing::debug!(resource, reason = ordered.reason, waited = ordered.waited, "admitted");
         } else {
             tracing::warn!(resource, %client, class = action.class.name(), reason = ordered.reason, "failed open");
         }
         let step = match (&path, &token) {
-            (Ok(path), Some(_)) if s3 && action.class == Class::Admitted => Step::of(&parts.method, target, path),
+            (Ok(path), Some(_)) if s3 && action.class == Class::Admitted => {
+                Step::of(parts.method.as_str(), target, path)
+            }
             _ => Step::Other,
         };
         parts.headers.remove(TRANSFER_ENCODING);
@@ -294,13 +299,13 @@ impl Proxy {
                     return refused;
                 }
             };
-            let (response, delivery) = self.send(Request::from_parts(parts, full(bytes)), permits).await;
+            let (response, delivery) = self.send(Request::from_parts(parts, full(bytes)), permits, form).await;
             if matches!(delivery, Delivery::Answered(StatusCode::PRECONDITION_FAILED)) {
                 self.metrics.event(Event::PreconditionFailed);
             }
             return conditional.settle(lent, delivery, response, &self.guard, form).await;
         }
-        let response = self.forward(Request::from_parts(parts, full(bytes)), permits).await;
+        let response = self.forward(Request::from_parts(parts, full(bytes)), permits, form).await;
         match (step, token) {
             (Step::Other, _) | (_, None) => response,
             (step, Some(token)) => self.uploads.answered(step, &token, response, self.config.request_timeout).await,
@@ -399,37 +404,29 @@ impl Proxy {
         Ok(keys)
     }
 
-    /// How a refusal is written for this client.
-    fn form(&self, grpc: bool) -> Form {
-        match (grpc, self.config.protocol) {
-            (true, _) => Form::Grpc,
-            (false, Protocol::S3) => Form::S3,
-            (false, _) => Form::Text,
-        }
-    }
-
-    fn too_large(&self) -> Response<Body> {
+    fn too_large(&self, form: Form) -> Response<Body> {
         self.metrics.event(Event::TooLarge);
         let reason = format!("request body is larger than the gateway's limit of {} bytes", self.config.max_body);
-        refusal::error(StatusCode::PAYLOAD_TOO_LARGE, &reason)
+        refusal::fail(Failure::TooLarge, &reason, form)
     }
 
     /// Send `request` upstream. `permits` (the write's places at the gate, one for
     /// each resource it writes) are released once the upstream has answered, or
     /// given up on.
-    async fn forward(&self, request: Request<Body>, permits: Vec<Permit>) -> Response<Body> {
-        self.send(request, permits).await.0
+    async fn forward(&self, request: Request<Body>, permits: Vec<Permit>, form: Form) -> Response<Body> {
+        self.send(request, permits, form).await.0
     }
 
-    /// [`Proxy::forward`], telling also what became of the request.
-    async fn send(&self, mut request: Request<Body>, permits: Vec<Permit>) -> (Response<Body>, Delivery) {
+    /// [`Proxy::forward`], telling also what became of the request. The gateway's own
+    /// answers (400, 502, 504) are written in `form`.
+    async fn send(&self, mut request: Request<Body>, permits: Vec<Permit>, form: Form) -> (Response<Body>, Delivery) {
         let upstream = &self.config.upstream;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let target = format!("http://{}{path}", upstream.authority().map_or("", |a| a.as_str()));
         match target.parse::<Uri>() {
             Ok(uri) => *request.uri_mut() = uri,
             Err(e) => {
-                let answer = refusal::error(StatusCode::BAD_REQUEST, &format!("bad request target: {e}"));
+                let answer = refusal::fail(Failure::BadRequest, &format!("bad request target: {e}"), form);
                 return (answer, Delivery::NotSent);
             }
         }
@@ -463,13 +460,13 @@ impl Proxy {
                 self.metrics.event(Event::UpstreamError);
                 let reason = format!("upstream {upstream} failed: {}", error_chain(&e));
                 tracing::warn!(reason, "upstream error");
-                refusal::error(StatusCode::BAD_GATEWAY, &reason)
+                refusal::fail(Failure::UpstreamFailed, &reason, form)
             }
             Err(_) => {
                 self.metrics.event(Event::UpstreamError);
                 let reason = format!("upstream {upstream} did not answer within {timeout:?}");
                 tracing::warn!(reason, "upstream timeout");
-                refusal::error(StatusCode::GATEWAY_TIMEOUT, &reason)
+                refusal::fail(Failure::UpstreamTimeout, &reason, form)
             }
         };
         (response, delivery)

@@ -1,69 +1,23 @@
-//! S3 multipart uploads this gateway saw start, and the token each was admitted with.
-//!
-//! The aws CLI uploads a large file in parts: CreateMultipartUpload carries the
-//! object's metadata, so the token (`--metadata fencing-token=34`), but UploadPart,
-//! CompleteMultipartUpload and AbortMultipartUpload carry neither metadata nor any
-//! header the CLI lets a user add. So the gateway remembers, per object path and
-//! upload id (from the Create answer), the token the Create was admitted with, and a
-//! later step of that upload that sends no token of its own is decided with it. The
-//! step is still decided: the Complete of an upload whose holder lost the lock
-//! meanwhile is refused as stale, so the object is not replaced.
+//! S3 multipart uploads this gateway saw start, and the token each was admitted with:
+//! the engine's rules (`fencekeeper_engine::uploads`: which step a write is, what is
+//! remembered of the store's answer, for how long), kept in a map of this process.
 //!
 //! The memory is a convenience, never a way in: a step it does not know (another
 //! gateway's upload, one from before a restart, one evicted) has no token and is
-//! refused as missing, as without it. It holds at most [`CAPACITY`] uploads, the
-//! oldest evicted first, and forgets an upload once its Complete or Abort succeeded.
-//! Upload ids are the store's, long and random: a client that knows another's id
-//! could use its token only for that same object and upload, and must still sign its
-//! requests for the store.
+//! refused as missing, as without it. Upload ids are the store's, long and random: a
+//! client that knows another's id could use its token only for that same object and
+//! upload, and must still sign its requests for the store.
 
-use crate::refusal::{self, full};
 use crate::Body;
-use fencekeeper_core::http;
-use fencekeeper_core::s3::{self, Multipart};
-use http_body_util::{BodyExt, Limited};
-use hyper::{Method, Response, StatusCode};
+use fencekeeper_engine::uploads::{self, Follow, Step, Upload, CAPACITY, MAX_ANSWER};
+use http_body_util::BodyExt;
+use hyper::body::{Bytes, Frame, SizeHint};
+use hyper::Response;
 use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
 use std::sync::Mutex;
+use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// The most uploads remembered at once.
-pub const CAPACITY: usize = 10_000;
-
-/// The largest CreateMultipartUpload answer read (a few hundred bytes in practice).
-const MAX_ANSWER: usize = 64 << 10;
-
-/// An upload: the object's decoded path and the upload id (percent-decoded).
-type Upload = (Vec<u8>, Vec<u8>);
-
-/// A fenced S3 write's place in a multipart upload, as far as the memory follows it.
-pub enum Step {
-    /// None it follows.
-    Other,
-    /// CreateMultipartUpload (`POST ?uploads`) of the object at this path: its answer
-    /// names the upload.
-    Create(Vec<u8>),
-    /// CompleteMultipartUpload (`POST ?uploadId=`) or AbortMultipartUpload (`DELETE
-    /// ?uploadId=`): a success ends the upload.
-    Finish(Upload),
-}
-
-impl Step {
-    /// The step of a request with `method` and `target` (path and query, as sent) to
-    /// the object at the decoded `path`.
-    pub fn of(method: &Method, target: &[u8], path: &[u8]) -> Step {
-        match s3::multipart(method.as_str(), target) {
-            Multipart::Create => Step::Create(path.to_vec()),
-            Multipart::Ends(id) => Step::Finish((path.to_vec(), decoded(id))),
-            Multipart::Within(_) | Multipart::None => Step::Other,
-        }
-    }
-}
-
-/// A query value, percent-decoded (as the store reads it).
-fn decoded(value: &[u8]) -> Vec<u8> {
-    http::decoded_path(value).collect()
-}
 
 /// The remembered uploads.
 #[derive(Default)]
@@ -110,12 +64,14 @@ impl Uploads {
     /// The token a request that sent none inherits: its upload's (`target`'s
     /// `uploadId`, of the object at the decoded `path`), when remembered.
     pub fn inherited(&self, target: &[u8], path: &[u8]) -> Option<String> {
-        s3::upload_id(target).and_then(|id| self.token(path, &decoded(id)))
+        uploads::of_step(target, path).and_then(|(path, id)| self.token(&path, &id))
     }
 
     /// Follow the store's `response` to an admitted write at `step`, made with
-    /// `token`: remember a Create's upload (its answer is read whole, up to 64 KiB
-    /// within `timeout`, and handed on unchanged), forget a finished one.
+    /// `token`: remember a Create's upload, forget a finished one. The answer goes on
+    /// unchanged in every case: a Create answer over the engine's limit, or one that
+    /// does not arrive whole within `timeout`, is handed on as it comes, and its upload
+    /// is not remembered (its steps then need their own token).
     pub async fn answered(
         &self,
         step: Step,
@@ -123,32 +79,38 @@ impl Uploads {
         response: Response<Body>,
         timeout: Duration,
     ) -> Response<Body> {
-        match step {
-            Step::Create(path) if response.status() == StatusCode::OK => {
-                let (parts, body) = response.into_parts();
-                let bytes = match tokio::time::timeout(timeout, Limited::new(body, MAX_ANSWER).collect()).await {
-                    Ok(Ok(collected)) => collected.to_bytes(),
-                    Ok(Err(e)) => {
-                        let reason = format!("could not read the store's CreateMultipartUpload answer: {e}");
-                        return refusal::error(StatusCode::BAD_GATEWAY, &reason);
-                    }
-                    Err(_) => {
-                        let reason =
-                            format!("the store's CreateMultipartUpload answer did not arrive within {timeout:?}");
-                        return refusal::error(StatusCode::GATEWAY_TIMEOUT, &reason);
-                    }
-                };
-                match s3::upload_id_in_answer(&bytes) {
-                    Some(id) => self.remember(&path, id, token),
-                    None => tracing::warn!("a CreateMultipartUpload answer named no upload id the gateway can keep; its parts need their own token"),
-                }
-                Response::from_parts(parts, full(bytes))
-            }
-            Step::Finish((path, id)) if response.status().is_success() => {
+        match step.answered(response.status().as_u16()) {
+            Follow::Nothing => response,
+            Follow::Forget((path, id)) => {
                 self.forget(&path, &id);
                 response
             }
-            _ => response,
+            Follow::ReadUploadId(path) => {
+                let (parts, mut body) = response.into_parts();
+                let mut read = Vec::new();
+                let whole = tokio::time::timeout(timeout, async {
+                    while read.len() <= MAX_ANSWER {
+                        match body.frame().await {
+                            None => return Ok(true),
+                            Some(Ok(frame)) => read.extend_from_slice(frame.data_ref().map_or(&[][..], |d| &d[..])),
+                            Some(Err(e)) => return Err(e),
+                        }
+                    }
+                    Ok(false)
+                })
+                .await;
+                match &whole {
+                    Ok(Ok(true)) => match uploads::upload_id_in_answer(&read) {
+                        Some(id) => self.remember(&path, id, token),
+                        None => tracing::warn!("a CreateMultipartUpload answer named no upload id the gateway can keep; its parts need their own token"),
+                    },
+                    Ok(Ok(false)) => tracing::warn!("a CreateMultipartUpload answer over {MAX_ANSWER} bytes; handed on, its parts need their own token"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "the store's CreateMultipartUpload answer failed while read; handed on as far as it came"),
+                    Err(_) => tracing::warn!("the store's CreateMultipartUpload answer did not arrive whole within {timeout:?}; handed on, its parts need their own token"),
+                }
+                let body = Prefixed { read: Some(Bytes::from(read)), rest: body };
+                Response::from_parts(parts, body.boxed())
+            }
         }
     }
 
@@ -174,6 +136,39 @@ impl Uploads {
     }
 }
 
+/// A body whose first bytes were already read: those, then the rest as it comes.
+struct Prefixed {
+    read: Option<Bytes>,
+    rest: Body,
+}
+
+impl hyper::body::Body for Prefixed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        if let Some(read) = self.read.take().filter(|r| !r.is_empty()) {
+            return Poll::Ready(Some(Ok(Frame::data(read))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.read.as_ref().is_none_or(Bytes::is_empty) && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let read = self.read.as_ref().map_or(0, |r| r.len() as u64);
+        let rest = self.rest.size_hint();
+        let mut hint = SizeHint::new();
+        hint.set_lower(rest.lower() + read);
+        if let Some(upper) = rest.upper() {
+            hint.set_upper(upper + read);
+        }
+        hint
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,23 +183,6 @@ mod tests {
         u.forget(b"/b/k", b"id1");
         assert_eq!(u.token(b"/b/k", b"id1"), None);
         assert!(u.is_empty());
-    }
-
-    #[test]
-    fn steps_are_told_by_method_and_query() {
-        assert!(matches!(Step::of(&Method::POST, b"/b/k?uploads", b"/b/k"), Step::Create(p) if p == b"/b/k"));
-        let finish = |m: &Method| match Step::of(m, b"/b/k?uploadId=a%2Bb", b"/b/k") {
-            Step::Finish((p, id)) => Some((p, id)),
-            _ => None,
-        };
-        assert_eq!(finish(&Method::POST), Some((b"/b/k".to_vec(), b"a+b".to_vec())), "the id is decoded");
-        assert!(finish(&Method::DELETE).is_some());
-        assert!(finish(&Method::PUT).is_none(), "an UploadPart ends nothing");
-        assert!(matches!(Step::of(&Method::PUT, b"/b/k", b"/b/k"), Step::Other));
-        let u = Uploads::default();
-        u.remember(b"/b/k", b"a+b", "34");
-        assert_eq!(u.inherited(b"/b/k?partNumber=1&uploadId=a%2Bb", b"/b/k").as_deref(), Some("34"));
-        assert_eq!(u.inherited(b"/b/k?partNumber=1", b"/b/k"), None);
     }
 
     #[test]

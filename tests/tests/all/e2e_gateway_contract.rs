@@ -38,6 +38,32 @@ fn refusals_follow_the_contract_and_admits_carry_the_admitted_token() {
     assert_eq!(gw.metric("fencekeeper_gateway_request_duration_seconds_count").unwrap(), 4);
 }
 
+/// Regression: the gateway forwarded a client's own `fencing-admitted-token` on
+/// unfenced requests (and on writes passed failing open), so a store that trusts the
+/// header could be told a token nobody admitted.
+#[test]
+fn a_clients_own_admitted_token_header_is_never_forwarded() {
+    let upstream = RecordingUpstream::start().unwrap();
+    let gw = Gateway::start(&upstream.url(), &["--path-prefix", "/data/"]).unwrap();
+    let forged = ("fencing-admitted-token", "999");
+    for (method, path) in [("GET", "/data/f"), ("HEAD", "/data/f"), ("PUT", "/elsewhere/f")] {
+        let r = request(&gw.url(), method, path, &[forged], b"").unwrap();
+        assert_eq!(r.status, 201, "{method} {path}: {}", r.body);
+        let last = upstream.applied().pop().unwrap();
+        assert_eq!(
+            (last.path.as_str(), last.token.as_str()),
+            (path, ""),
+            "{method} {path} forwarded the client's value"
+        );
+    }
+    let admitted = request(&gw.url(), "PUT", "/data/f", &[("fencing-token", "42"), forged], b"x").unwrap();
+    assert_eq!(admitted.status, 201, "{}", admitted.body);
+    assert_eq!(upstream.applied().pop().unwrap().token, "42", "the admitted token replaces the client's");
+    let stale = request(&gw.url(), "PUT", "/data/f", &[("fencing-token", "41"), forged], b"x").unwrap();
+    assert_eq!(stale.status, 409, "{}", stale.body);
+    assert_eq!(upstream.applied().len(), 4, "a refused write reaches the store in no form");
+}
+
 #[test]
 fn grpc_requests_get_grpc_statuses() {
     let upstream = RecordingUpstream::start().unwrap();

@@ -8,7 +8,7 @@
 
 use fencekeeper::{FileStore, Guard, NativeDecider, Policy, Token};
 use fencekeeper_core::record;
-use fencekeeper_harness::gateway::{Gateway, RecordingUpstream};
+use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream};
 use fencekeeper_harness::services::{Etcd, WorkDir};
 use redb::ReadableTable;
 use std::path::Path;
@@ -49,9 +49,14 @@ fn a_damaged_record_in_the_file_store_is_503_in_correctness_mode_and_fails_open_
 
     let dir = WorkDir::temporary().unwrap();
     let mut efficiency = Gateway::start_in(dir, store, &upstream.url(), &["--mode", "efficiency"]).unwrap();
-    let passed = efficiency.put("/a", Some("49"), b"passes, counted").unwrap();
+    // A client's own admitted-token header does not ride along on a write passed
+    // without a decision: nothing was admitted (the gateway once forwarded it).
+    let headers = [("fencing-token", "49"), ("fencing-admitted-token", "999")];
+    let passed = request(&efficiency.url(), "PUT", "/a", &headers, b"passes, counted").unwrap();
     assert!(matches!(passed.status, 200..=204), "{}", passed.body);
     assert_eq!(efficiency.metric("fencekeeper_gateway_failed_open_total").unwrap(), 1);
+    let last = upstream.applied().pop().unwrap();
+    assert_eq!((last.path.as_str(), last.token.as_str()), ("/a", ""), "failed open with the client's admitted token");
     efficiency.kill();
 }
 

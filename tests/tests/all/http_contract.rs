@@ -496,7 +496,8 @@ impl Fenced {
 fn in_parallel<T: Sync, R: std::marker::Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     std::thread::scope(|s| {
         let handles: Vec<_> = items.iter().map(|item| s.spawn(|| f(item))).collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
+        // A thread's panic is raised again as it was, so its message is the test's.
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
     })
 }
 

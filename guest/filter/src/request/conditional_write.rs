@@ -9,6 +9,7 @@ use crate::etcd;
 use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::{Token, Verdict};
+use fencekeeper_engine::Failure;
 use md5::{Digest, Md5};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -115,7 +116,7 @@ impl Request {
                      arrived (another write to the object went first); retry",
                     c.resource
                 );
-                self.reply.error(409, "FencingVersionConflict", &text);
+                self.reply.error(Failure::VersionConflict, &text);
             }
             (ChainChange::Settle { .. }, Step::Done(Done::Chain(chain))) => self.settled(Some(&chain)),
             (ChainChange::Settle { .. }, Step::Failed(why)) => {
@@ -133,7 +134,7 @@ impl Request {
             }
             (_, Step::Done(_) | Step::Send(_)) => {
                 // Not an outcome any change has: refused, never forwarded.
-                self.reply.error(503, "FencingUnavailable", "an unexpected version chain outcome");
+                self.reply.error(Failure::Unavailable, "an unexpected version chain outcome");
             }
         }
     }
@@ -176,9 +177,9 @@ impl Request {
             // Writes left lent bar the resource until an operator releases them: no
             // retry or read of the client's mends it (503, as the gateway answers).
             Refusal::TooManyLent(_) => {
-                self.reply.error(503, "FencingUnavailable", &format!("cannot write {resource:?}: {refusal}"))
+                self.reply.error(Failure::Unavailable, &format!("cannot write {resource:?}: {refusal}"))
             }
-            other => self.reply.error(409, "FencingVersionConflict", &format!("cannot write {resource:?}: {other}")),
+            other => self.reply.error(Failure::VersionConflict, &format!("cannot write {resource:?}: {other}")),
         }
     }
 
@@ -212,7 +213,7 @@ impl Request {
                      writer that does not go through the fence. Read the object through the fence (GET or HEAD) so \
                      it learns the version, then retry"
                 );
-                self.reply.error(409, "FencingVersionConflict", &text);
+                self.reply.error(Failure::VersionConflict, &text);
             }
         }
     }
@@ -360,7 +361,7 @@ impl Request {
             Err(why) => {
                 c.update = None;
                 let text = format!("cannot write {:?}: the version chain could not be read: {why}", c.resource);
-                self.reply.error(503, "FencingUnavailable", &text);
+                self.reply.error(Failure::Unavailable, &text);
                 Action::Pause
             }
         }

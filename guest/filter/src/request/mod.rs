@@ -31,8 +31,11 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
 use fencekeeper_core::protocol::{self, Writes};
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
-use fencekeeper_core::s3::{self, Addressing, Multipart};
+use fencekeeper_core::s3::{self, Addressing};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
+use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
+use fencekeeper_engine::Failure;
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -53,10 +56,12 @@ pub struct Request {
     reply: Reply,
     /// The resource whose batch of confirms (`confirms`) it joined, answered by the root.
     batched: Option<String>,
-    /// An admitted S3 write's multipart step the filter follows until the store answers.
-    upload: Option<Upload>,
-    /// The store's answer to the CreateMultipartUpload in `upload` is being buffered.
-    reading_upload_id: bool,
+    /// An admitted S3 write's multipart step the filter follows until the store
+    /// answers, and the token it was decided with.
+    upload: Option<(Step, String)>,
+    /// The store's answer to a CreateMultipartUpload of the object at this path,
+    /// decided with this token, is being buffered for its upload id.
+    reading_upload_id: Option<(Vec<u8>, String)>,
     /// The request's headers ended it (no body follows).
     headers_end: bool,
     /// Conditional writes: a write that will be lent once admitted (`delete`).
@@ -68,30 +73,6 @@ pub struct Request {
     /// Conditional writes: the chain change a read's answer makes (learning a version).
     learning: Option<Update>,
 }
-
-/// A multipart step the filter follows ([`uploads`]).
-enum Upload {
-    /// CreateMultipartUpload of the object at `path`, admitted with `token`: its
-    /// answer names the upload.
-    Create { path: Vec<u8>, token: String },
-    /// Complete or Abort of the upload `id` (decoded) of the object at `path`.
-    Ends { path: Vec<u8>, id: Vec<u8> },
-}
-
-impl Upload {
-    /// The step of an S3 write with `method` to `target` (the object at the decoded
-    /// `path`), decided with `token`.
-    fn of(method: &str, target: &[u8], path: &[u8], token: &str) -> Option<Upload> {
-        match s3::multipart(method, target) {
-            Multipart::Create => Some(Upload::Create { path: path.to_vec(), token: token.to_owned() }),
-            Multipart::Ends(id) => Some(Upload::Ends { path: path.to_vec(), id: decoded(id) }),
-            Multipart::Within(_) | Multipart::None => None,
-        }
-    }
-}
-
-/// The largest CreateMultipartUpload answer read for its upload id.
-const MAX_UPLOAD_ANSWER: usize = 64 << 10;
 
 /// A request waiting for etcd.
 struct Pending {
@@ -140,7 +121,7 @@ impl Request {
             reply,
             batched: None,
             upload: None,
-            reading_upload_id: false,
+            reading_upload_id: None,
             headers_end: false,
             to_lend: None,
             cond: None,
@@ -163,7 +144,7 @@ impl Request {
             .and_then(|path| {
                 let sent = protocol::one_token(seen.token.as_deref(), seen.metadata_token.as_deref())?;
                 let sent = sent.map(|v| String::from_utf8_lossy(v).into_owned());
-                let inherited = || s3::upload_id(&seen.path).and_then(|id| uploads::token(&path, &decoded(id)));
+                let inherited = || upload_rules::of_step(&seen.path, &path).and_then(|(p, id)| uploads::token(&p, &id));
                 let presented = if s3 { sent.or_else(inherited) } else { sent };
                 Ok((f.config.resource.key(&path, seen.resource.as_deref())?.to_owned(), presented, path))
             })
@@ -172,8 +153,11 @@ impl Request {
         let (resource, presented) = match checked {
             Ok((resource, presented, path)) => {
                 let method = String::from_utf8_lossy(&seen.method);
-                self.upload =
-                    presented.as_deref().filter(|_| s3).and_then(|t| Upload::of(&method, &seen.path, &path, t));
+                self.upload = presented
+                    .as_deref()
+                    .filter(|_| s3)
+                    .map(|t| (Step::of(&method, &seen.path, &path), t.to_owned()))
+                    .filter(|(step, _)| *step != Step::Other);
                 (resource, presented)
             }
             Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
@@ -188,7 +172,7 @@ impl Request {
                      object's bytes and DELETEs, each with a precondition on the version it last saw applied \
                      (docs/envoy.md)"
                 );
-                self.reply.error(501, "NotImplemented", &text);
+                self.reply.error(Failure::NotImplemented, &text);
                 return Action::Pause;
             }
             let length =
@@ -247,7 +231,7 @@ impl Request {
             "cannot write {resource:?}: the body is {length} bytes or more, and a conditional write's body is held \
              whole in Envoy, up to conditional_max_body ({max} bytes; envoy-config --conditional-max-body)"
         );
-        self.reply.error(413, "EntityTooLarge", &text);
+        self.reply.error(Failure::TooLarge, &text);
         Action::Pause
     }
 
@@ -268,7 +252,7 @@ impl Request {
         let mut tally = crate::Tally::default();
         tally.add(action.class, false);
         f.metrics.add(&tally);
-        self.reply.refuse(&action, &cause, Some(left_ms.div_ceil(1000).max(1)));
+        self.reply.refuse(&action, &cause, Some(retry_after_seconds(std::time::Duration::from_millis(left_ms))));
         Action::Pause
     }
 
@@ -622,11 +606,6 @@ fn written_path(f: &Filter, seen: &Seen) -> Result<Vec<u8>, ResourceError> {
     }
 }
 
-/// A query value, percent-decoded (as the store reads it).
-fn decoded(value: &[u8]) -> Vec<u8> {
-    http::decoded_path(value).collect()
-}
-
 impl HttpContext for Request {
     fn on_http_request_headers(&mut self, _num_headers: usize, end_of_stream: bool) -> Action {
         self.headers_end = end_of_stream;
@@ -685,7 +664,7 @@ impl HttpContext for Request {
         // Trailers would release the held body: the write is refused instead.
         self.filter.metrics.not_conditional();
         let text = "a conditional write's body cannot end in trailers: send it without them (docs/envoy.md)";
-        self.reply.error(501, "NotImplemented", text);
+        self.reply.error(Failure::NotImplemented, text);
         Action::Pause
     }
 
@@ -706,42 +685,44 @@ impl HttpContext for Request {
         }
         // The status is read only for a multipart step (a host call saved on every
         // other write).
-        let Some(upload) = self.upload.take().filter(|_| via_upstream) else { return Action::Continue };
+        let Some((step, token)) = self.upload.take().filter(|_| via_upstream) else { return Action::Continue };
         let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
-        match upload {
-            Upload::Create { path, token } if status == b"200" => {
-                self.upload = Some(Upload::Create { path, token });
-                self.reading_upload_id = true;
-            }
-            Upload::Ends { path, id } if status.starts_with(b"2") => {
+        let status = std::str::from_utf8(&status).ok().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        match step.answered(status) {
+            Follow::ReadUploadId(path) => self.reading_upload_id = Some((path, token)),
+            Follow::Forget((path, id)) => {
                 if let Err(e) = uploads::forget(&path, &id) {
                     log::warn!("fencekeeper: could not forget a finished multipart upload: {e}");
                 }
             }
-            _ => {}
+            Follow::Nothing => {}
         }
         Action::Continue
     }
 
     fn on_http_response_body(&mut self, body_size: usize, end_of_stream: bool) -> Action {
-        if !self.reading_upload_id {
+        if self.reading_upload_id.is_none() {
             return Action::Continue;
         }
-        if body_size > MAX_UPLOAD_ANSWER {
-            self.reading_upload_id = false;
-            log::warn!("fencekeeper: a CreateMultipartUpload answer over 64 KiB; its parts need their own token");
+        if body_size > MAX_ANSWER {
+            self.reading_upload_id = None;
+            log::warn!(
+                "fencekeeper: a CreateMultipartUpload answer over {MAX_ANSWER} bytes; its parts need their own token"
+            );
             return Action::Continue;
         }
         if !end_of_stream {
             return Action::Pause; // Envoy buffers the answer until it is whole
         }
-        self.reading_upload_id = false;
         let body = self.get_http_response_body(0, body_size).unwrap_or_default();
-        if let (Some(Upload::Create { path, token }), Some(id)) = (self.upload.take(), s3::upload_id_in_answer(&body)) {
+        if let (Some((path, token)), Some(id)) =
+            (self.reading_upload_id.take(), upload_rules::upload_id_in_answer(&body))
+        {
             if let Err(e) = uploads::remember(&path, id, &token) {
                 log::warn!("fencekeeper: could not remember a multipart upload; its parts need their own token: {e}");
             }
         }
+        self.reading_upload_id = None;
         Action::Continue
     }
 

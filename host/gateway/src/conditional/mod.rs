@@ -20,15 +20,14 @@
 //!   for a store that wants credentials the gateway does not have;
 //! * the start-up probe: a PUT with an `If-Match` that names no version must fail.
 
-use crate::refusal::{self, full, Form};
+use crate::refusal::{self, full, Failure, Form};
 use crate::Body;
 use fencekeeper::chain::{self, Answer, ChainError, ChainStore, Lend, Refusal, Version};
 use fencekeeper::Guard;
-use fencekeeper_core::http::S3ErrorDocument;
 use fencekeeper_core::refusal::Action;
 use fencekeeper_core::{Class, Token};
 use hyper::body::Bytes;
-use hyper::header::{HeaderMap, HeaderValue, CONTENT_TYPE, ETAG, HOST, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
+use hyper::header::{HeaderMap, HeaderValue, ETAG, HOST, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
 use hyper::http::request::Parts;
 use hyper::{Method, Response, StatusCode, Uri};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
@@ -120,11 +119,11 @@ impl Conditional {
         form: Form,
     ) -> Result<Lent, Response<Body>> {
         let Some(token) = token else {
-            return Err(refusal::error(StatusCode::INTERNAL_SERVER_ERROR, "an admitted write without a token"));
+            return Err(refusal::fail(Failure::Internal, "an admitted write without a token", form));
         };
         let Some(turn) = self.turn(resource).await else {
-            let mut response = conflict(
-                StatusCode::SERVICE_UNAVAILABLE,
+            let mut response = refusal::fail(
+                Failure::Unavailable,
                 &format!(
                     "another write to {resource:?} held it longer than {:?} (conditional writes go one at a time per \
                      resource); retry",
@@ -153,7 +152,7 @@ impl Conditional {
             Err(e) => {
                 tracing::error!(resource, error = %e, "version chain unavailable; refused");
                 let reason = format!("cannot decide on {resource:?}: {e}; the write was not sent");
-                return Err(conflict(StatusCode::SERVICE_UNAVAILABLE, &reason, form));
+                return Err(refusal::fail(Failure::Unavailable, &reason, form));
             }
         };
         let headers = &mut parts.headers;
@@ -209,17 +208,22 @@ impl Conditional {
         match refused {
             Refusal::Stale(highest) => {
                 let reason = format!("stale fencing token for {resource:?}: {refused}");
-                refusal::refuse(&Action { class: Class::Stale, forward: false, token: Some(highest) }, &reason, form)
+                refusal::refuse(
+                    &Action { class: Class::Stale, forward: false, token: Some(highest) },
+                    &reason,
+                    form,
+                    None,
+                )
             }
             Refusal::TooManyLent(_) => {
                 tracing::error!(resource, reason = %refused, "refused");
-                conflict(StatusCode::SERVICE_UNAVAILABLE, &format!("cannot write {resource:?}: {refused}"), form)
+                refusal::fail(Failure::Unavailable, &format!("cannot write {resource:?}: {refused}"), form)
             }
             Refusal::Unknown | Refusal::Repeats(_) => {
                 if refused == Refusal::Unknown {
                     lock(&self.unknown).insert(resource.to_owned());
                 }
-                conflict(StatusCode::CONFLICT, &format!("cannot write {resource:?}: {refused}"), form)
+                refusal::fail(Failure::VersionConflict, &format!("cannot write {resource:?}: {refused}"), form)
             }
         }
     }
@@ -297,10 +301,10 @@ impl Conditional {
                             lent.lend.token
                         );
                         let action = Action { class: Class::Stale, forward: false, token: Some(mark) };
-                        refusal::refuse(&action, &reason, form)
+                        refusal::refuse(&action, &reason, form, None)
                     }
-                    None => conflict(
-                        StatusCode::CONFLICT,
+                    None => refusal::fail(
+                        Failure::VersionConflict,
                         &format!(
                             "cannot write {resource:?}: the store refused the write's precondition (412): the object \
                              is not at the version the gateway last saw applied ({}), as after a write whose answer \
@@ -312,8 +316,8 @@ impl Conditional {
                     ),
                 }
             }
-            Answer::Missing if !lent.delete => conflict(
-                StatusCode::CONFLICT,
+            Answer::Missing if !lent.delete => refusal::fail(
+                Failure::VersionConflict,
                 &format!(
                     "cannot write {resource:?}: it no longer exists in the store (deleted since the gateway last saw \
                      it); retry, and the write goes as a new object"
@@ -361,19 +365,6 @@ impl Conditional {
 async fn mark_blocking(guard: &Arc<Guard>, resource: &str) -> Option<Token> {
     let (g, r) = (guard.clone(), resource.to_owned());
     tokio::task::spawn_blocking(move || g.mark(&r).ok().flatten()).await.ok().flatten()
-}
-
-/// A conditional write refused for its version, not its token: `status`, with the
-/// reason as text or S3's error document.
-fn conflict(status: StatusCode, reason: &str, form: Form) -> Response<Body> {
-    if form != Form::S3 {
-        return refusal::error(status, reason);
-    }
-    let code = if status == StatusCode::CONFLICT { "FencingVersionConflict" } else { "FencingUnavailable" };
-    let mut r = Response::new(full(S3ErrorDocument { code, reason }.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(fencekeeper_core::http::S3_ERROR_CONTENT_TYPE));
-    r
 }
 
 #[cfg(test)]

@@ -1,0 +1,26 @@
+//! Fencekeeper's HTTP fencing engine: what an HTTP host does with a request, decided
+//! once for every host that carries HTTP writes (the proxy-wasm filter in Envoy and
+//! other proxy-wasm hosts, the gateway behind `fencekeeper serve`).
+//!
+//! The engine does no I/O. A host hands it what it read (a request's head, a verdict,
+//! the store's answer) and gets back a value saying what to do: the exact answer to
+//! send, the edits to make to a request it forwards, what to remember of the store's
+//! answer. The host keeps only its plumbing: Envoy's callbacks and shared data, or
+//! hyper and tokio. So two hosts cannot answer the same request differently, and a
+//! behaviour is written, and tested, once. docs/architecture.md ("The HTTP engine")
+//! says what the engine owns, what each host owns, and what is still to move here.
+//!
+//! # Layout
+//! * [`answer`]: every answer the fence gives itself, refusal or error, as status,
+//!   headers and body, in the form the client reads (text, S3's XML, gRPC).
+//! * [`forward`]: what a forwarded request carries of the fence's decision, and what
+//!   of the client's it never carries.
+//! * [`uploads`]: S3 multipart uploads: which step a write is, what a host remembers
+//!   of the store's answer, and how much.
+#![forbid(unsafe_code)]
+
+pub mod answer;
+pub mod forward;
+pub mod uploads;
+
+pub use answer::{Answer, Failure, Form};
