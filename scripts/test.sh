@@ -63,7 +63,7 @@ fi
 
 echo "== the library crates package on their own" >&2
 # The quick half of `cargo publish --dry-run` (docs/building.md): metadata and file lists.
-cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper-chain -p fencekeeper-etcd-wire -p fencekeeper
+cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper-engine -p fencekeeper-chain -p fencekeeper-etcd-wire -p fencekeeper
 
 echo "== build" >&2
 # --lib builds the Redis module (a cdylib, libfencekeeper_redis.so), which the Redis
