@@ -13,6 +13,8 @@
 //! # Layout
 //! * [`answer`]: every answer the fence gives itself, refusal or error, as status,
 //!   headers and body, in the form the client reads (text, S3's XML, gRPC).
+//! * [`head`]: a request's head classified: the path it writes as the store sees it,
+//!   whether the fence is in its way, the resources and the token it presents.
 //! * [`forward`]: what a forwarded request carries of the fence's decision, and what
 //!   of the client's it never carries.
 //! * [`uploads`]: S3 multipart uploads: which step a write is, what a host remembers
@@ -21,6 +23,7 @@
 
 pub mod answer;
 pub mod forward;
+pub mod head;
 pub mod uploads;
 
 pub use answer::{Answer, Failure, Form};

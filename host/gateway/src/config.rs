@@ -2,10 +2,9 @@
 //! header, where the resource key comes from, which paths and methods are fenced.
 
 use fencekeeper_core::http::{self, TOKEN_HEADER};
-use fencekeeper_core::protocol::{self, DESTINATION_HEADER, METADATA_PREFIX};
-use fencekeeper_core::resource::ResourceError;
-use fencekeeper_core::s3::{self, Addressing};
+use fencekeeper_core::protocol::{DESTINATION_HEADER, METADATA_PREFIX};
 use fencekeeper_core::{Policy, Protocol};
+use fencekeeper_engine::head::{Head, Scope};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Uri};
 use std::net::SocketAddr;
@@ -37,22 +36,6 @@ pub enum ConfigError {
 /// Where a request's resource key comes from: the core's rule, shared with the Envoy
 /// filter (a header name is lower case).
 pub type ResourceFrom = http::ResourceFrom<String>;
-
-/// The decoded path of a request target as the store will see it (the core's
-/// `http::resolve_path`): without its query, percent-decoded, dot segments and
-/// repeated slashes resolved; `bucket` (an S3 bucket named in the host name) in
-/// front. Bytes, not text: a path that does not decode to UTF-8 is still in scope,
-/// and then malformed as a key, never merged with another path.
-pub fn decoded_path(path: &str) -> Vec<u8> {
-    resolve(path.as_bytes(), None)
-}
-
-fn resolve(target: &[u8], bucket: Option<&[u8]>) -> Vec<u8> {
-    let mut path = vec![0; http::resolved_capacity(target, bucket)];
-    let len = http::resolve_path(target, bucket, &mut path);
-    path.truncate(len);
-    path
-}
 
 /// Parse a header name (lower-cased, as HTTP/2 requires).
 pub fn header_name(s: &str) -> Result<HeaderName, ConfigError> {
@@ -194,62 +177,67 @@ impl Config {
         }
     }
 
-    /// The decoded path of a request as the store sees it (see [`decoded_path`]):
-    /// with protocol s3, the path-style path, the bucket of a virtual-hosted-style
-    /// request (named in `host`, the Host the store will see) in front. Refused when
-    /// the Host names a bucket the fence cannot tell ([`fencekeeper_core::s3`]).
-    pub fn store_path(&self, path: &str, host: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
-        if self.protocol != Protocol::S3 {
-            return Ok(decoded_path(path));
-        }
-        match s3::addressing(host, self.s3_domain.as_deref())? {
-            Addressing::PathStyle => Ok(decoded_path(path)),
-            Addressing::VirtualHosted(bucket) => Ok(resolve(path.as_bytes(), Some(bucket))),
+    /// What the gateway guards, for the engine's rules ([`Scope`]): the gateway fences
+    /// both ends of a WebDAV MOVE.
+    pub fn scope(&self) -> Scope<'_, Method, String> {
+        Scope {
+            protocol: self.protocol,
+            fenced_methods: self.fenced_methods.as_deref(),
+            path_prefix: &self.path_prefix,
+            s3_domain: self.s3_domain.as_deref(),
+            resource: &self.resource,
+            two_resources: true,
         }
     }
 
-    /// True when a request with this method goes through the fence: a method the
-    /// protocol (or the list) fences, writing a resource in the fenced path prefix.
-    /// `decoded_path` is the request's; WebDAV's COPY and MOVE are in scope when their
-    /// `Destination` is too (`headers` holds it).
-    pub fn fences(&self, method: &Method, decoded_path: &[u8], headers: &HeaderMap) -> bool {
-        if !self.protocol.fences(method.as_str(), self.fenced_methods.as_deref()) {
-            return false;
-        }
-        let in_scope = |path: &[u8]| path.starts_with(self.path_prefix.as_bytes());
-        // A write whose keys are in its body (S3's POST to a bucket) may write under
-        // the prefix though its own path is above it: it is in scope, and refused.
-        let keys_in_body = self.protocol.refusal(method.as_str(), decoded_path).is_some()
-            && self.path_prefix.as_bytes().starts_with(decoded_path);
-        in_scope(decoded_path)
-            || keys_in_body
-            || (self.protocol.writes(method.as_str()).destination()
-                && destination(headers).is_some_and(|path| in_scope(&path)))
-    }
-
-    /// The token a request presents, as text (lossy: the core refuses what is not a
-    /// token): its token header's, or with protocol s3 its object metadata header's
-    /// (`x-amz-meta-` + the token header); both, they must agree.
-    pub fn token(&self, headers: &HeaderMap) -> Result<Option<String>, ResourceError> {
-        let header = headers.get(&self.token_header).map(HeaderValue::as_bytes);
+    /// The parts of a request's head the engine's rules read ([`Head`]): `target` is
+    /// its path and query as sent, `host` the Host the store will see.
+    pub fn head<'a>(
+        &'a self,
+        method: &'a Method,
+        target: &'a [u8],
+        headers: &'a HeaderMap,
+        host: Option<&'a [u8]>,
+    ) -> Head<'a> {
+        let get = |name: &str| headers.get(name).map(HeaderValue::as_bytes);
         let metadata = match self.protocol.token_in_metadata() {
-            true => headers.get(format!("{METADATA_PREFIX}{}", self.token_header)).map(HeaderValue::as_bytes),
+            true => get(&format!("{METADATA_PREFIX}{}", self.token_header)),
             false => None,
         };
-        Ok(protocol::one_token(header, metadata)?.map(|t| String::from_utf8_lossy(t).into_owned()))
+        Head {
+            method: method.as_str(),
+            target,
+            host,
+            token: headers.get(&self.token_header).map(HeaderValue::as_bytes),
+            metadata_token: metadata,
+            resource: self.resource.header().and_then(get),
+            destination: get(DESTINATION_HEADER),
+        }
     }
-}
-
-/// The decoded path of a request's `Destination` header (WebDAV's COPY and MOVE),
-/// `None` when it is absent or names no path.
-pub fn destination(headers: &HeaderMap) -> Option<Vec<u8>> {
-    let value = headers.get(DESTINATION_HEADER)?.as_bytes();
-    protocol::destination_path(value).map(|path| resolve(path, None))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencekeeper_core::resource::ResourceError;
+
+    /// Whether `c` fences `method` on `target` with `headers`, by the engine's rules.
+    fn fences(c: &Config, method: &Method, target: &str, headers: &HeaderMap) -> bool {
+        let head = c.head(method, target.as_bytes(), headers, None);
+        c.scope().fences(&head, &c.scope().store_path(&head))
+    }
+
+    /// The path a request to `target` with Host `host` writes, as the store sees it.
+    fn store_path(c: &Config, target: &str, host: Option<&[u8]>) -> Result<Vec<u8>, ResourceError> {
+        let none = HeaderMap::new();
+        c.scope().store_path(&c.head(&Method::PUT, target.as_bytes(), &none, host))
+    }
+
+    /// The token a PUT with `headers` presents.
+    fn token(c: &Config, headers: &HeaderMap) -> Result<Option<String>, ResourceError> {
+        let head = c.head(&Method::PUT, b"/k", headers, None);
+        c.scope().presented(&head, &c.scope().store_path(&head), |_| None).map(|p| p.token)
+    }
 
     #[test]
     fn upstream_must_be_plain_http_with_a_port() {
@@ -266,12 +254,11 @@ mod tests {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         c.path_prefix = "/data/".into();
         let none = HeaderMap::new();
-        assert!(c.fences(&Method::PUT, &decoded_path("/dat%61/a?x=1"), &none));
-        assert!(c.fences(&Method::PUT, &decoded_path("/data/%FF"), &none), "an undecodable path stays in scope");
-        assert_eq!(decoded_path("/data/%61%62c"), b"/data/abc");
-        assert!(c.fences(&Method::PUT, &decoded_path("/public/../data/a"), &none), "dots cannot leave the prefix");
-        assert!(!c.fences(&Method::PUT, &decoded_path("/data/../public/a"), &none));
-        assert_eq!(decoded_path("/data//x/%2e%2e/./a"), b"/data/a");
+        assert!(fences(&c, &Method::PUT, "/dat%61/a?x=1", &none));
+        assert!(fences(&c, &Method::PUT, "/data/%FF", &none), "an undecodable path stays in scope");
+        assert!(fences(&c, &Method::PUT, "/public/../data/a", &none), "dots cannot leave the prefix");
+        assert!(!fences(&c, &Method::PUT, "/data/../public/a", &none));
+        assert_eq!(store_path(&c, "/data//x/%2e%2e/./a", None), Ok(b"/data/a".to_vec()));
     }
 
     #[test]
@@ -279,13 +266,13 @@ mod tests {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         c.path_prefix = "/data/".into();
         let none = HeaderMap::new();
-        assert!(c.fences(&Method::PUT, b"/data/a", &none));
-        assert!(!c.fences(&Method::GET, b"/data/a", &none));
-        assert!(!c.fences(&Method::PUT, b"/other", &none));
+        assert!(fences(&c, &Method::PUT, "/data/a", &none));
+        assert!(!fences(&c, &Method::GET, "/data/a", &none));
+        assert!(!fences(&c, &Method::PUT, "/other", &none));
         let lock = Method::from_bytes(b"LOCK").unwrap_or_default();
-        assert!(c.fences(&lock, b"/data/a", &none), "every method but GET, HEAD, OPTIONS by default");
+        assert!(fences(&c, &lock, "/data/a", &none), "every method but GET, HEAD, OPTIONS by default");
         c.fenced_methods = methods("PUT").ok();
-        assert!(!c.fences(&lock, b"/data/a", &none));
+        assert!(!fences(&c, &lock, "/data/a", &none));
     }
 
     #[test]
@@ -294,16 +281,15 @@ mod tests {
         c.path_prefix = "/data/".into();
         let method = |m: &str| Method::from_bytes(m.as_bytes()).unwrap_or_default();
         let none = HeaderMap::new();
-        assert!(c.fences(&method("PROPFIND"), b"/data/", &none), "plain HTTP fences PROPFIND");
+        assert!(fences(&c, &method("PROPFIND"), "/data/", &none), "plain HTTP fences PROPFIND");
         c.protocol = Protocol::Webdav;
-        assert!(!c.fences(&method("PROPFIND"), b"/data/", &none));
-        assert!(c.fences(&method("MKCOL"), b"/data/d", &none));
+        assert!(!fences(&c, &method("PROPFIND"), "/data/", &none));
+        assert!(fences(&c, &method("MKCOL"), "/data/d", &none));
         let mut into = HeaderMap::new();
         into.insert(DESTINATION_HEADER, hyper::header::HeaderValue::from_static("http://store:1/d%61ta/b"));
-        assert!(c.fences(&method("COPY"), b"/public/a", &into), "the Destination is in scope");
-        assert!(!c.fences(&method("PUT"), b"/public/a", &into), "a PUT names no Destination");
-        assert!(!c.fences(&method("COPY"), b"/public/a", &none));
-        assert_eq!(destination(&into).as_deref(), Some(&b"/data/b"[..]));
+        assert!(fences(&c, &method("COPY"), "/public/a", &into), "the Destination is in scope");
+        assert!(!fences(&c, &method("PUT"), "/public/a", &into), "a PUT names no Destination");
+        assert!(!fences(&c, &method("COPY"), "/public/a", &none));
     }
 
     #[test]
@@ -311,30 +297,30 @@ mod tests {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
         let mut h = HeaderMap::new();
         h.insert("x-amz-meta-fencing-token", HeaderValue::from_static("34"));
-        assert_eq!(c.token(&h).ok(), Some(None), "plain HTTP does not read metadata");
+        assert_eq!(token(&c, &h).ok(), Some(None), "plain HTTP does not read metadata");
         c.protocol = Protocol::S3;
-        assert_eq!(c.token(&h).ok(), Some(Some("34".to_owned())));
+        assert_eq!(token(&c, &h).ok(), Some(Some("34".to_owned())));
         h.insert(TOKEN_HEADER, HeaderValue::from_static("35"));
-        assert!(matches!(c.token(&h), Err(ResourceError::TwoTokens)));
+        assert!(matches!(token(&c, &h), Err(ResourceError::TwoTokens)));
         c.path_prefix = "/bkt/data/".into();
-        assert!(c.fences(&Method::POST, b"/bkt", &h), "DeleteObjects on the bucket reaches the prefix");
-        assert!(!c.fences(&Method::POST, b"/other", &h));
-        assert!(!c.fences(&Method::POST, b"/bkt/k", &h), "a multipart step above the prefix is out of it");
+        assert!(fences(&c, &Method::POST, "/bkt", &h), "DeleteObjects on the bucket reaches the prefix");
+        assert!(!fences(&c, &Method::POST, "/other", &h));
+        assert!(!fences(&c, &Method::POST, "/bkt/k", &h), "a multipart step above the prefix is out of it");
     }
 
     #[test]
     fn s3_keys_a_virtual_hosted_request_on_its_path_style_path() {
         let mut c = Config::new(([127, 0, 0, 1], 0).into(), Uri::from_static("http://127.0.0.1:1"));
-        assert_eq!(c.store_path("/q3.csv", Some(b"reports.s3.test")), Ok(b"/q3.csv".to_vec()), "plain HTTP");
+        assert_eq!(store_path(&c, "/q3.csv", Some(b"reports.s3.test")), Ok(b"/q3.csv".to_vec()), "plain HTTP");
         c.protocol = Protocol::S3;
-        assert_eq!(c.store_path("/reports/q3.csv", Some(b"127.0.0.1:9000")), Ok(b"/reports/q3.csv".to_vec()));
-        assert_eq!(c.store_path("/q3.csv", Some(b"reports.s3.test")), Err(ResourceError::S3Host), "no domain");
+        assert_eq!(store_path(&c, "/reports/q3.csv", Some(b"127.0.0.1:9000")), Ok(b"/reports/q3.csv".to_vec()));
+        assert_eq!(store_path(&c, "/q3.csv", Some(b"reports.s3.test")), Err(ResourceError::S3Host), "no domain");
         c.s3_domain = Some("s3.test".to_owned());
         for (path, host) in [("/reports/q3.csv", "s3.test:8080"), ("/q%33.csv", "Reports.s3.test:8080")] {
-            assert_eq!(c.store_path(path, Some(host.as_bytes())), Ok(b"/reports/q3.csv".to_vec()), "{host}{path}");
+            assert_eq!(store_path(&c, path, Some(host.as_bytes())), Ok(b"/reports/q3.csv".to_vec()), "{host}{path}");
         }
-        assert_eq!(c.store_path("/../other/k", Some(b"reports.s3.test")), Ok(b"/other/k".to_vec()));
-        assert_eq!(c.store_path("/k", Some(b"store.lan")), Err(ResourceError::S3Host));
+        assert_eq!(store_path(&c, "/../other/k", Some(b"reports.s3.test")), Ok(b"/other/k".to_vec()));
+        assert_eq!(store_path(&c, "/k", Some(b"store.lan")), Err(ResourceError::S3Host));
     }
 
     #[test]

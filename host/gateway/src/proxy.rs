@@ -9,7 +9,7 @@
 //! line and into the audit record of every mark the gateway raises.
 
 use crate::conditional::{Conditional, Delivery};
-use crate::config::{self, Config};
+use crate::config::Config;
 use crate::gate::{Gate, Permit};
 use crate::metrics::{Event, Metrics};
 use crate::ordered::{self, Ordered};
@@ -25,12 +25,13 @@ use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::{Class, Protocol};
 use fencekeeper_engine::answer::retry_after_seconds;
 use fencekeeper_engine::forward;
+use fencekeeper_engine::head::Head;
 use fencekeeper_engine::uploads::Step;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
-use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
@@ -133,12 +134,15 @@ impl Proxy {
             request.headers_mut().remove(name);
         }
         // Decoded once: the fenced prefix and the resource key are both judged on the
-        // path as the store will see it. A path the fence cannot place (an S3 Host it
-        // cannot read a bucket from) is in scope of every fenced method, and refused.
-        let path = self.config.store_path(request.uri().path(), self.store_host(&request));
-        let fences = match &path {
-            Ok(path) => self.config.fences(request.method(), path, request.headers()),
-            Err(_) => self.config.protocol.fences(request.method().as_str(), self.config.fenced_methods.as_deref()),
+        // path as the store will see it (the engine's rules, `head`).
+        let (path, fences, read) = {
+            let head = self.head(request.method(), request.uri(), request.headers());
+            let scope = self.config.scope();
+            let path = scope.store_path(&head);
+            let fences = scope.fences(&head, &path);
+            // With conditional writes, a read's answer may tell an unknown version.
+            let read = (!fences && self.conditional.is_some()).then(|| scope.read_of(&head, &path)).flatten();
+            (path, fences, read)
         };
         let content_type = request.headers().get(hyper::header::CONTENT_TYPE).map(HeaderValue::as_bytes);
         let form = Form::of(content_type, self.config.protocol);
@@ -146,7 +150,6 @@ impl Proxy {
             self.clone().fenced(request, path, form, client).await
         } else {
             self.metrics.event(Event::Passthrough);
-            let read = self.read_resource(&request, path.as_deref().ok());
             let response = self.forward(request.map(BodyExt::boxed), Vec::new(), form).await;
             if let (Some(conditional), Some(resource)) = (&self.conditional, read) {
                 conditional.observe_read(&resource, response.status(), response.headers()).await;
@@ -157,25 +160,14 @@ impl Proxy {
         Ok(response)
     }
 
-    /// With conditional writes, the resource a GET or HEAD reads (its answer may tell
-    /// an unknown version).
-    fn read_resource(&self, request: &Request<Incoming>, path: Option<&[u8]>) -> Option<String> {
-        let (_, path) = (self.conditional.as_ref()?, path?);
-        if !matches!(*request.method(), hyper::Method::GET | hyper::Method::HEAD) {
-            return None;
-        }
-        if !path.starts_with(self.config.path_prefix.as_bytes()) {
-            return None;
-        }
-        let header = self.config.resource.header().and_then(|name| request.headers().get(name)).map(|v| v.as_bytes());
-        self.config.resource.key(path, header).ok().map(str::to_owned)
-    }
-
-    /// The Host the store will see: the client's (forwarded as it is), or without
-    /// one the upstream's address, which the client connection then sends.
-    fn store_host<'a>(&'a self, request: &'a Request<Incoming>) -> Option<&'a [u8]> {
+    /// The parts of a request's head the engine reads, with the Host the store will
+    /// see: the client's (forwarded as it is), or without one the upstream's address,
+    /// which the client connection then sends.
+    fn head<'a>(&'a self, method: &'a Method, uri: &'a Uri, headers: &'a HeaderMap) -> Head<'a> {
+        let target = uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
         let upstream = || self.config.upstream.authority().map(|a| a.as_str().as_bytes());
-        request.headers().get(HOST).map(HeaderValue::as_bytes).or_else(upstream)
+        let host = headers.get(HOST).map(HeaderValue::as_bytes).or_else(upstream);
+        self.config.head(method, target, headers, host)
     }
 
     async fn fenced(
@@ -228,17 +220,18 @@ impl Proxy {
                 return refusal::fail(Failure::NotImplemented, &why, form);
             }
         }
-        let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes());
+        let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes()).to_vec();
         let s3 = self.config.protocol == Protocol::S3;
         // A later step of an S3 multipart upload that sends no token inherits the
         // token its upload was admitted with (the aws CLI can send none).
-        let inherited = |path: &Result<Vec<u8>, ResourceError>| match path {
-            Ok(path) if s3 => self.uploads.inherited(target, path),
-            _ => None,
+        let presented = {
+            let head = self.head(&parts.method, &parts.uri, &parts.headers);
+            self.config.scope().presented(&head, &path, |path| self.uploads.inherited(&target, path))
         };
-        let token = self.config.token(&parts.headers).map(|sent| sent.or_else(|| inherited(&path)));
-        let named = token.as_ref().map_err(|e| *e).and_then(|_| self.resources(&parts, path.as_ref().map_err(|e| *e)?));
-        let token = token.ok().flatten();
+        let (named, token) = match presented {
+            Ok(p) => (Ok(p.keys), p.token),
+            Err(e) => (Err(e), None),
+        };
         let (resource, ordered, permits) = match named {
             Ok(keys) if grace.is_some() => {
                 self.metrics.event(Event::StartGrace);
@@ -285,7 +278,7 @@ impl Proxy {
         }
         let step = match (&path, &token) {
             (Ok(path), Some(_)) if s3 && action.class == Class::Admitted => {
-                Step::of(parts.method.as_str(), target, path)
+                Step::of(parts.method.as_str(), &target, path)
             }
             _ => Step::Other,
         };
@@ -377,31 +370,6 @@ impl Proxy {
         };
         self.metrics.event(Event::AuditError);
         tracing::error!(error, "a mark's change was not written to the audit log");
-    }
-
-    /// The keys of the resources the write names, by the core's rules: the decoded
-    /// `path` (or the configured header), and for WebDAV's COPY and MOVE the
-    /// `Destination`'s decoded path; never converted lossily. Sorted, without repeats,
-    /// at least one. A write the protocol cannot fence (S3's POST to a bucket) is
-    /// refused.
-    fn resources(&self, parts: &Parts, path: &[u8]) -> Result<Vec<String>, ResourceError> {
-        let from = &self.config.resource;
-        let header = from.header().and_then(|name| parts.headers.get(name)).map(|v| v.as_bytes());
-        if let Some(why) = self.config.protocol.refusal(parts.method.as_str(), path) {
-            return Err(why);
-        }
-        let writes = self.config.protocol.writes(parts.method.as_str());
-        let mut keys = Vec::with_capacity(2);
-        if writes.target() {
-            keys.push(from.key(path, header)?.to_owned());
-        }
-        if writes.destination() {
-            let destination = config::destination(&parts.headers).ok_or(ResourceError::Destination)?;
-            keys.push(from.key(&destination, header)?.to_owned());
-        }
-        keys.sort();
-        keys.dedup();
-        Ok(keys)
     }
 
     fn too_large(&self, form: Form) -> Response<Body> {

@@ -29,11 +29,10 @@ use conditional_write::Cond;
 use fencekeeper_chain as chain;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::{self, ADMITTED_HEADER};
-use fencekeeper_core::protocol::{self, Writes};
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
-use fencekeeper_core::s3::{self, Addressing};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
 use fencekeeper_engine::Failure;
 use fencekeeper_etcd_wire::grpc::{self, Status};
@@ -140,19 +139,19 @@ impl Request {
         // sent twice with two values, or an over-long token, is malformed before any
         // mark is read. A later step of an S3 multipart upload that sends no token
         // inherits the one its upload was admitted with (the aws CLI can send none).
-        let checked = written_path(&f, &seen)
-            .and_then(|path| {
-                let sent = protocol::one_token(seen.token.as_deref(), seen.metadata_token.as_deref())?;
-                let sent = sent.map(|v| String::from_utf8_lossy(v).into_owned());
-                let inherited = || upload_rules::of_step(&seen.path, &path).and_then(|(p, id)| uploads::token(&p, &id));
-                let presented = if s3 { sent.or_else(inherited) } else { sent };
-                Ok((f.config.resource.key(&path, seen.resource.as_deref())?.to_owned(), presented, path))
-            })
+        let method = String::from_utf8_lossy(&seen.method);
+        let (head, scope) = (head(&seen, &method), scope(&f));
+        let path = scope.store_path(&head);
+        let inherited =
+            |path: &[u8]| upload_rules::of_step(&seen.path, path).and_then(|(p, id)| uploads::token(&p, &id));
+        let checked = scope
+            .presented(&head, &path, inherited)
+            // One resource: the scope refuses a write of two.
+            .and_then(|p| Ok((p.keys.into_iter().next().ok_or(ResourceError::Empty)?, p.token)))
             .map_err(fencekeeper_core::Malformed::Resource)
-            .and_then(|(r, presented, path)| precheck(&r, presented.as_deref()).map(|()| (r, presented, path)));
-        let (resource, presented) = match checked {
-            Ok((resource, presented, path)) => {
-                let method = String::from_utf8_lossy(&seen.method);
+            .and_then(|(r, presented)| precheck(&r, presented.as_deref()).map(|()| (r, presented)));
+        let (resource, presented) = match (checked, path) {
+            (Ok((resource, presented)), Ok(path)) => {
                 self.upload = presented
                     .as_deref()
                     .filter(|_| s3)
@@ -160,7 +159,11 @@ impl Request {
                     .filter(|(step, _)| *step != Step::Other);
                 (resource, presented)
             }
-            Err(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
+            (Err(m), _) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
+            // `presented` refuses what has no path.
+            (Ok(_), Err(e)) => {
+                return self.finish(Ok(Verdict::Malformed(fencekeeper_core::Malformed::Resource(e))), "", &"")
+            }
         };
         if let Some(c) = f.config.conditional {
             let method = String::from_utf8_lossy(&seen.method);
@@ -575,34 +578,31 @@ impl Context for Request {
     }
 }
 
-/// The decoded path of the one resource a fenced request writes: its own, or for
-/// WebDAV's COPY its `Destination`'s. A write of two resources (WebDAV's MOVE) is
-/// refused: the filter decides one resource per request, and fencing only one of
-/// them would let a stale holder's MOVE overwrite the other. So is a write whose
-/// keys are in its body (S3's POST to a bucket).
-fn written_path(f: &Filter, seen: &Seen) -> Result<Vec<u8>, ResourceError> {
-    let method = String::from_utf8_lossy(&seen.method);
-    let target = match f.config.writes(&method) {
-        Writes::Target => &seen.path[..],
-        Writes::Destination => {
-            seen.destination.as_deref().and_then(protocol::destination_path).ok_or(ResourceError::Destination)?
-        }
-        Writes::TargetAndDestination => return Err(ResourceError::TwoResources),
-    };
-    // S3: the path-style path, whichever style the request used.
-    let bucket = match f.config.protocol {
-        Protocol::S3 => match s3::addressing(seen.authority.as_deref(), f.config.s3_domain.as_deref())? {
-            Addressing::VirtualHosted(bucket) => Some(bucket),
-            Addressing::PathStyle => None,
-        },
-        _ => None,
-    };
-    let mut decoded = vec![0; http::resolved_capacity(target, bucket)];
-    let len = http::resolve_path(target, bucket, &mut decoded);
-    decoded.truncate(len);
-    match f.config.protocol.refusal(&method, &decoded) {
-        Some(why) => Err(why),
-        None => Ok(decoded),
+/// What the filter guards, for the engine's rules. The proxy's routes scope it to its
+/// paths (no prefix of its own). It decides one resource per request, so a write of
+/// two (WebDAV's MOVE) is refused: fencing one end only would let a stale holder's
+/// MOVE overwrite the other.
+fn scope(f: &Filter) -> Scope<'_, String, String> {
+    Scope {
+        protocol: f.config.protocol,
+        fenced_methods: f.config.fenced_methods.as_deref(),
+        path_prefix: "",
+        s3_domain: f.config.s3_domain.as_deref(),
+        resource: &f.config.resource,
+        two_resources: false,
+    }
+}
+
+/// The parts of a request's head the engine's rules read, from the headers seen.
+fn head<'a>(seen: &'a Seen, method: &'a str) -> Head<'a> {
+    Head {
+        method,
+        target: &seen.path,
+        host: seen.authority.as_deref(),
+        token: seen.token.as_deref(),
+        metadata_token: seen.metadata_token.as_deref(),
+        resource: seen.resource.as_deref(),
+        destination: seen.destination.as_deref(),
     }
 }
 
@@ -628,11 +628,11 @@ impl HttpContext for Request {
             if seen.admitted {
                 self.set_http_request_header(ADMITTED_HEADER, None);
             }
-            if self.filter.config.conditional.is_some() && matches!(&seen.method[..], b"GET" | b"HEAD") {
+            if self.filter.config.conditional.is_some() {
                 // Its answer may tell a version the filter lost (docs/envoy.md).
-                let path = written_path(&self.filter, &seen).ok();
-                let key = path.as_deref().and_then(|p| self.filter.config.resource.key(p, None).ok());
-                self.read_of = key.filter(|k| fencekeeper_core::resource::check(k).is_ok()).map(str::to_owned);
+                let method = String::from_utf8_lossy(&seen.method);
+                let (head, scope) = (head(&seen, &method), scope(&self.filter));
+                self.read_of = scope.read_of(&head, &scope.store_path(&head));
             }
             return Action::Continue;
         }
