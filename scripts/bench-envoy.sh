@@ -30,6 +30,12 @@
 #                  more etcd Txn per write (its registration) and a delete after it
 #   etcd-single    the same with batched confirms off: one Txn per request (not in
 #                  the default rows; FK_BENCH_ROWS=etcd-single:fixed:16 runs it)
+#   shared-before, etcd-before
+#                  with BEFORE_FILTER=FILE.wasm (an earlier build of our filter, e.g.
+#                  `git show REV:guest/artifacts/fencekeeper_filter.wasm`): `shared` and
+#                  `etcd` with that filter, so a change is measured beside its
+#                  predecessor in one run (not in the default rows: name them in
+#                  FK_BENCH_ROWS)
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
 # that does not advance the mark: a shared-data read, or an etcd compare Txn), or
 # rising tokens from one connection (every request advances the mark: a shared-data
@@ -306,6 +312,12 @@ start_envoy etcd-single --etcd "127.0.0.1:$ec" --provenance off
 start_envoy etcd-nogate --etcd "127.0.0.1:$ec" --provenance off --no-gate
 start_envoy etcd-sharedgate --etcd "127.0.0.1:$ec" --provenance off --shared-gate
 start_envoy confirm-floor --etcd "127.0.0.1:$ec" --provenance off --filter "$confirm_wasm"
+before=()
+if [[ -n ${BEFORE_FILTER:-} ]]; then
+  start_envoy shared-before --no-etcd --mode efficiency --filter "$BEFORE_FILTER"
+  start_envoy etcd-before --etcd "127.0.0.1:$ec" --provenance off --filter "$BEFORE_FILTER"
+  before=(shared-before etcd-before)
+fi
 
 # One row: NAME SCRIPT CONNECTIONS PATH -> "p50_us p99_us rps non2xx envoy_ticks etcd_ticks"
 # (the CPU that row's Envoy and etcd used while it ran). Each run writes a resource of
@@ -321,7 +333,7 @@ run() {
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd writes).
-for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-single etcd-nogate etcd-sharedgate confirm-floor; do wrk -t1 -c1 -d2s -s scripts/lib/put-fixed.lua "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-single etcd-nogate etcd-sharedgate confirm-floor "${before[@]}"; do wrk -t1 -c1 -d2s -s scripts/lib/put-fixed.lua "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
 wrk -t1 -c1 -d1s -s scripts/lib/put-spread.lua "http://127.0.0.1:${listen[etcd]}/" >/dev/null
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the

@@ -9,6 +9,9 @@
 #              (an fsync'd redb commit, or an etcd Txn)
 #
 # Usage: scripts/bench-gateway.sh [SECONDS] [CONNECTIONS]   (default 10 s, 16 connections)
+# With BEFORE_FK=BINARY (a `fencekeeper` built from an earlier revision), the two
+# gateway rows run with that binary too, right after the current one's, so a change is
+# measured beside its predecessor in one run.
 # Prints a Markdown table for BENCHMARKS.md. Needs wrk, nginx, etcd, envoy
 # (scripts/install-deps.sh); without envoy the Envoy rows are skipped. nginx and etcd
 # come from the test harness (fencekeeper-services).
@@ -28,6 +31,13 @@ ec=${FK_ETCD##*:}
 
 start_gateway gw_file gateway-file "127.0.0.1:$np" --store "$work/marks.redb"
 start_gateway gw_etcd gateway-etcd "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec"
+if [ -n "${BEFORE_FK:-}" ]; then
+    current=$fk fk=$BEFORE_FK
+    start_gateway gw_file_before gateway-file-before "127.0.0.1:$np" --store "$work/marks-before.redb"
+    start_gateway gw_etcd_before gateway-etcd-before "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec" \
+        --etcd-prefix /fencekeeper-before/
+    fk=$current
+fi
 
 envoy_port=""
 if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]; then
@@ -72,6 +82,8 @@ echo "|---|---|---:|---:|---:|---:|"
 for workload in steady advancing; do
     run nginx-direct "$np" "$workload"
     run gateway-file "$gw_file" "$workload"
+    if [ -n "${BEFORE_FK:-}" ]; then run gateway-file-before "$gw_file_before" "$workload"; fi
     run gateway-etcd "$gw_etcd" "$workload"
+    if [ -n "${BEFORE_FK:-}" ]; then run gateway-etcd-before "$gw_etcd_before" "$workload"; fi
     if [ -n "$envoy_port" ]; then run envoy-filter-etcd "$envoy_port" "$workload"; fi
 done
