@@ -40,6 +40,7 @@ mod e2e_tokens_etcd;
 mod e2e_tokens_redis;
 mod e2e_tokens_zookeeper;
 mod http_contract;
+mod http_fenced_bodies;
 mod late_writes;
 mod postgres_concurrency;
 mod postgres_crash;
