@@ -21,9 +21,10 @@ use std::time::Duration;
 pub const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 /// How an answer is written, by what the client understands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Form {
     /// The reason as a plain-text body.
+    #[default]
     Text,
     /// A gRPC Trailers-Only answer.
     Grpc,

@@ -20,10 +20,9 @@ use proxy_wasm::types::{Action, GrpcStatusCode, MapType};
 pub struct Reply {
     /// The request's context (the ordering gate's name for its write).
     pub context: u32,
-    /// The request is gRPC (its refusals are gRPC statuses).
-    pub grpc: bool,
-    /// The store speaks S3 (its refusals are S3 error documents).
-    pub s3: bool,
+    /// How its answers are written: gRPC statuses to a gRPC client, S3's error
+    /// documents to an S3 client, else text.
+    pub form: Form,
     /// The client sent a `fencing-admitted-token` of its own (to be removed).
     pub admitted_sent: bool,
 }
@@ -114,7 +113,7 @@ impl Reply {
     /// retry_after` seconds when given. An action that forwards is not answered.
     pub fn refuse(&self, action: &fencekeeper_core::Action, text: &str, retry_after: Option<u64>) {
         if !action.forward {
-            send(Answer::refusal(action, text, self.form(), retry_after));
+            send(Answer::refusal(action, text, self.form, retry_after));
         }
     }
 
@@ -124,16 +123,7 @@ impl Reply {
     pub fn error(&self, failure: Failure, text: &str) {
         let client = client().unwrap_or_else(|| "an unknown client".to_owned());
         log::warn!("fencekeeper: refused a write from {client} ({}): {text}", failure.http_status());
-        send(Answer::failure(failure, text, self.form()));
-    }
-
-    /// How this request's answers are written.
-    fn form(&self) -> Form {
-        match (self.grpc, self.s3) {
-            (true, _) => Form::Grpc,
-            (false, true) => Form::S3,
-            (false, false) => Form::Text,
-        }
+        send(Answer::failure(failure, text, self.form));
     }
 }
 

@@ -28,13 +28,13 @@ use crate::Filter;
 use conditional_write::Cond;
 use fencekeeper_chain as chain;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
-use fencekeeper_core::http::{self, ADMITTED_HEADER};
+use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_engine::answer::retry_after_seconds;
 use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
-use fencekeeper_engine::Failure;
+use fencekeeper_engine::{Failure, Form};
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -132,9 +132,8 @@ impl Request {
     /// Decide with the shared-data copy, then finish or go to etcd.
     fn start(&mut self, seen: Seen) -> Action {
         let f = Rc::clone(&self.filter);
-        self.reply.grpc = seen.content_type.as_deref().is_some_and(http::is_grpc);
+        self.reply.form = Form::of(seen.content_type.as_deref(), f.config.protocol);
         let s3 = f.config.protocol == Protocol::S3;
-        self.reply.s3 = s3;
         // The host's bounds first: a key that is not UTF-8, empty or too long, a token
         // sent twice with two values, or an over-long token, is malformed before any
         // mark is read. A later step of an S3 multipart upload that sends no token
