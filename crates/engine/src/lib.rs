@@ -19,9 +19,13 @@
 //!   of the client's it never carries.
 //! * [`uploads`]: S3 multipart uploads: which step a write is, what a host remembers
 //!   of the store's answer, and how much.
+//! * [`conditional`]: conditional writes around a version chain: the precondition a
+//!   write carries, what the chain's refusals and the store's answers mean for the
+//!   client, what a read teaches, and what each outcome counts.
 #![forbid(unsafe_code)]
 
 pub mod answer;
+pub mod conditional;
 pub mod forward;
 pub mod head;
 pub mod uploads;
