@@ -119,7 +119,7 @@ fn main() -> ExitCode {
 }
 
 fn check(dir: &Path) -> Result<bool> {
-    let input = check::Input::load(dir)?;
+    let input = check::load(dir)?;
     let report = check::rules::check(&input);
     report::write(dir, &input, &report)?;
     Ok(report.violations.is_empty())
@@ -309,7 +309,7 @@ fn run(args: RunArgs) -> Result<bool> {
     drop(system);
     eprintln!("torture: {faults} faults injected; checking");
     let clean = check(&dir)?;
-    let writes = check::Input::load(&dir)?.writes.len() as u64;
+    let writes = check::load(&dir)?.writes.len() as u64;
     if writes < args.min_writes {
         println!("torture: only {writes} writes checked, fewer than --min-writes {}", args.min_writes);
         return Ok(false);

@@ -21,7 +21,7 @@
 //!    conditional write's version conflict also when another client's write on its
 //!    resource was in flight meanwhile (a paused holder writing on beside its successor).
 
-use super::{classify, Class, Input};
+use crate::{classify, Class, Input};
 use crate::record::{Kind, Write};
 use fencekeeper_harness::max_register::{self, Answer, Op};
 use std::collections::{BTreeMap, HashMap};

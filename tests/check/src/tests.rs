@@ -1,8 +1,8 @@
 //! The checker must catch a violation planted in an otherwise clean history, for each
 //! rule, and pass the clean one.
 
-use super::rules::{check, Report};
-use super::{classify, Class, Input};
+use crate::rules::{check, Report};
+use crate::{classify, Class, Input};
 use crate::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
 use std::collections::BTreeMap;
 
@@ -308,7 +308,8 @@ fn a_refusal_during_a_stall_the_watch_saw_is_explained_and_one_after_its_linger_
     input.writes.push(undecided);
     assert_eq!(rules(&check(&input)), vec![5]);
     let stall = Fault {
-        n: crate::stall::FIRST + 1,
+        // The torture run numbers observed stalls from a million (its stall watch).
+        n: 1_000_001,
         lingers_ms: 10,
         observed: true,
         ..fault("observed-etcd-stall", &["gw1"], 40, 45)
