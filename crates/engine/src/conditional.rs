@@ -20,8 +20,9 @@
 //!
 //! # Counting
 //!
-//! Every [`Outcome`] says what to count, and a host counts a conditional write once,
-//! when its outcome is known, not when it is admitted:
+//! A host counts a conditional write once, when its outcome is known, not when it is
+//! admitted: a write whose answer is the store's counts `admitted`; a [`Refused`]
+//! one, what the refusal says. So:
 //!
 //! * exactly one class counter, for what the client is told of its token: `stale`
 //!   when it is refused as stale (by its chain, or after the store's 412 when the
@@ -53,59 +54,49 @@ pub enum Event {
     PreconditionFailed,
 }
 
-/// What became of a conditional write, and what it counts.
+/// A conditional write the fence answers itself, and what it counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Outcome {
-    /// The fence's own answer to send; `None`: the store's answer goes to the client
-    /// unchanged.
-    pub answer: Option<Answer>,
+pub struct Refused {
+    /// The answer to send.
+    pub answer: Answer,
     /// The class counter that moves (`None`: refused before any mark was read).
     pub class: Option<Class>,
     /// The conditional counter that moves, if any.
     pub event: Option<Event>,
 }
 
-impl Outcome {
-    /// The store's answer goes to the client unchanged: an admitted write.
-    pub fn store() -> Outcome {
-        Outcome { answer: None, class: Some(Class::Admitted), event: None }
+impl Refused {
+    fn failure(failure: Failure, reason: &str, form: Form, class: Option<Class>, event: Event) -> Refused {
+        Refused { answer: Answer::failure(failure, reason, form), class, event: Some(event) }
     }
 
-    fn failure(failure: Failure, reason: &str, form: Form, class: Option<Class>, event: Event) -> Outcome {
-        Outcome { answer: Some(Answer::failure(failure, reason, form)), class, event: Some(event) }
-    }
-
-    fn stale(resource: &str, token: Token, higher: Token, cause: &str, form: Form, event: Event) -> Outcome {
+    fn stale(resource: &str, token: Token, higher: Token, cause: &str, form: Form, event: Event) -> Refused {
         let verdict: Verdict = Verdict::Stale { mark: higher, presented: token };
         let reason = Reason { verdict: Some(&verdict), resource, cause: &cause }.to_string();
         let action = Action { class: Class::Stale, forward: false, token: Some(higher) };
-        Outcome {
-            answer: Some(Answer::refusal(&action, &reason, form, None)),
-            class: Some(Class::Stale),
-            event: Some(event),
-        }
+        Refused { answer: Answer::refusal(&action, &reason, form, None), class: Some(Class::Stale), event: Some(event) }
     }
 }
 
 /// A write that cannot be sent with a precondition (`why`: `chain::unconditional`'s
 /// reason, or the host's own): 501, before any mark is read.
-pub fn not_conditional(resource: &str, why: &str, form: Form) -> Outcome {
+pub fn not_conditional(resource: &str, why: &str, form: Form) -> Refused {
     let reason = format!(
         "cannot write {resource:?}: {why}: with conditional writes the fence forwards only PUTs of an object's bytes \
          and DELETEs, each with a precondition on the version it last saw applied"
     );
-    Outcome::failure(Failure::NotImplemented, &reason, form, None, Event::NotConditional)
+    Refused::failure(Failure::NotImplemented, &reason, form, None, Event::NotConditional)
 }
 
 /// A body of `length` bytes or more, over the `max` the fence holds of a write
 /// (raised with the host's `setting`): 413, before any mark is read, and none of it
 /// reaches the store.
-pub fn too_large(resource: &str, length: u64, max: u64, setting: &str, form: Form) -> Outcome {
+pub fn too_large(length: u64, max: u64, setting: &str, form: Form) -> Refused {
     let reason = format!(
-        "cannot write {resource:?}: the body is {length} bytes or more, and the fence holds a write's body whole up \
-         to {max} bytes ({setting})"
+        "the body is {length} bytes or more, and the fence holds a write's body whole up to {max} bytes ({setting}): \
+         nothing was written"
     );
-    Outcome::failure(Failure::TooLarge, &reason, form, None, Event::TooLarge)
+    Refused::failure(Failure::TooLarge, &reason, form, None, Event::TooLarge)
 }
 
 /// The precondition header a write lent on `on` carries, name and value. It replaces
@@ -121,40 +112,40 @@ pub fn precondition(on: &Version) -> (&'static str, String) {
 /// The chain refused to lend the write with `token` on `resource`: stale when it lent
 /// a higher token; 503 while too many writes given up on may still apply (no retry
 /// mends it until an operator releases them); else a version conflict (409).
-pub fn lend_refused(resource: &str, token: Token, refusal: &Refusal, form: Form) -> Outcome {
+pub fn lend_refused(resource: &str, token: Token, refusal: &Refusal, form: Form) -> Refused {
     let reason = format!("cannot write {resource:?}: {refusal}");
     let admitted = Some(Class::Admitted);
     match refusal {
         Refusal::Stale(higher) => {
-            Outcome::stale(resource, token, *higher, &refusal.to_string(), form, Event::VersionRefused)
+            Refused::stale(resource, token, *higher, &refusal.to_string(), form, Event::VersionRefused)
         }
         Refusal::TooManyLent(_) => {
-            Outcome::failure(Failure::Unavailable, &reason, form, admitted, Event::VersionRefused)
+            Refused::failure(Failure::Unavailable, &reason, form, admitted, Event::VersionRefused)
         }
         Refusal::Unknown | Refusal::Repeats(_) => {
-            Outcome::failure(Failure::VersionConflict, &reason, form, admitted, Event::VersionRefused)
+            Refused::failure(Failure::VersionConflict, &reason, form, admitted, Event::VersionRefused)
         }
     }
 }
 
 /// The store's version moved from `carried` (the precondition the write's headers
 /// went with) to `now` while its body arrived: a version conflict (409).
-pub fn moved(resource: &str, carried: &Version, now: &Version, form: Form) -> Outcome {
+pub fn moved(resource: &str, carried: &Version, now: &Version, form: Form) -> Refused {
     let reason = format!(
         "cannot write {resource:?}: the store's version moved from {carried} to {now} while the write's body arrived \
          (another write to the object went first); retry"
     );
-    Outcome::failure(Failure::VersionConflict, &reason, form, Some(Class::Admitted), Event::VersionRefused)
+    Refused::failure(Failure::VersionConflict, &reason, form, Some(Class::Admitted), Event::VersionRefused)
 }
 
 /// The chain could not be read or changed (`why`): the write cannot be lent, so it is
 /// never sent: undecided (503).
-pub fn unavailable(resource: &str, why: &str, form: Form) -> Outcome {
+pub fn unavailable(resource: &str, why: &str, form: Form) -> Refused {
     let cause = format!("the version chain could not be read or changed: {why}; the write was not sent");
     let reason = Reason::<fencekeeper_core::Malformed> { verdict: None, resource, cause: &cause }.to_string();
     let action = Action { class: Class::Undecided, forward: false, token: None };
     let answer = Answer::refusal(&action, &reason, form, None);
-    Outcome { answer: Some(answer), class: Some(Class::Undecided), event: Some(Event::VersionRefused) }
+    Refused { answer, class: Some(Class::Undecided), event: Some(Event::VersionRefused) }
 }
 
 /// What the store's answer to a lent write means.
@@ -178,9 +169,10 @@ impl Stored {
         Stored { settle, unlearned, delete, token: lend.token, on: lend.on.clone() }
     }
 
-    /// What the client gets once the lend is settled: `highest` is the highest token
-    /// the resource's chain has lent (`None`: not known, the settle failed).
-    pub fn outcome(&self, resource: &str, highest: Option<Token>, form: Form) -> Outcome {
+    /// The fence's refusal once the lend is settled, or `None`: the store's answer goes
+    /// to the client unchanged. `highest` is the highest token the resource's chain
+    /// has lent (`None`: not known, the settle failed).
+    pub fn refused(&self, resource: &str, highest: Option<Token>, form: Form) -> Option<Refused> {
         let on = &self.on;
         match self.settle {
             chain::Answer::PreconditionFailed => {
@@ -190,7 +182,7 @@ impl Stored {
                             "the store refused the write's precondition (412): a write with the higher token \
                              {higher} was sent to it since"
                         );
-                        Outcome::stale(resource, self.token, higher, &cause, form, Event::PreconditionFailed)
+                        Some(Refused::stale(resource, self.token, higher, &cause, form, Event::PreconditionFailed))
                     }
                     None => {
                         let reason = format!(
@@ -200,7 +192,13 @@ impl Stored {
                              fence (GET or HEAD) so it learns the version, then retry"
                         );
                         let admitted = Some(Class::Admitted);
-                        Outcome::failure(Failure::VersionConflict, &reason, form, admitted, Event::PreconditionFailed)
+                        Some(Refused::failure(
+                            Failure::VersionConflict,
+                            &reason,
+                            form,
+                            admitted,
+                            Event::PreconditionFailed,
+                        ))
                     }
                 }
             }
@@ -211,9 +209,9 @@ impl Stored {
                      object"
                 );
                 let admitted = Some(Class::Admitted);
-                Outcome::failure(Failure::VersionConflict, &reason, form, admitted, Event::PreconditionFailed)
+                Some(Refused::failure(Failure::VersionConflict, &reason, form, admitted, Event::PreconditionFailed))
             }
-            _ => Outcome::store(),
+            _ => None,
         }
     }
 }
@@ -246,8 +244,8 @@ mod tests {
         Lend { id: 1, token: token(t), on }
     }
 
-    fn status(o: &Outcome) -> Option<u16> {
-        o.answer.as_ref().map(|a| a.status)
+    fn counted(r: &Refused) -> (u16, Option<Class>, Option<Event>) {
+        (r.answer.status, r.class, r.event)
     }
 
     #[test]
@@ -260,18 +258,18 @@ mod tests {
     fn a_412_is_stale_when_the_chain_lent_a_higher_token_else_a_version_conflict() {
         let stored = Stored::of(412, None, false, &lend("33", tag("a")));
         assert_eq!(stored.settle, chain::Answer::PreconditionFailed);
-        let stale = stored.outcome("r", Some(token("34")), Form::Text);
-        let answer = stale.answer.as_ref().unwrap();
-        assert_eq!((answer.status, answer.header("fencing-highest")), (409, Some("34")));
-        assert!(answer.body.starts_with("stale fencing token 33 for \"r\": the store refused"), "{}", answer.body);
-        assert_eq!((stale.class, stale.event), (Some(Class::Stale), Some(Event::PreconditionFailed)));
+        let stale = stored.refused("r", Some(token("34")), Form::Text).unwrap();
+        assert_eq!(counted(&stale), (409, Some(Class::Stale), Some(Event::PreconditionFailed)));
+        assert_eq!(stale.answer.header("fencing-highest"), Some("34"));
+        let body = &stale.answer.body;
+        assert!(body.starts_with("stale fencing token 33 for \"r\": the store refused"), "{body}");
         for highest in [None, Some(token("33")), Some(token("1.2"))] {
-            let conflict = stored.outcome("r", highest, Form::S3);
-            let answer = conflict.answer.as_ref().unwrap();
-            assert_eq!((answer.status, answer.header("fencing-highest")), (409, None), "{highest:?}");
+            let conflict = stored.refused("r", highest, Form::S3).unwrap();
+            assert_eq!(counted(&conflict), (409, Some(Class::Admitted), Some(Event::PreconditionFailed)));
+            let answer = &conflict.answer;
+            assert_eq!(answer.header("fencing-highest"), None, "{highest:?}");
             assert!(answer.body.contains("<Code>FencingVersionConflict</Code>"), "{}", answer.body);
             assert!(answer.reason.contains("(\"a\")") && answer.reason.contains("GET or HEAD"), "{}", answer.reason);
-            assert_eq!((conflict.class, conflict.event), (Some(Class::Admitted), Some(Event::PreconditionFailed)));
         }
     }
 
@@ -279,68 +277,56 @@ mod tests {
     fn a_404_to_a_put_is_a_version_conflict_and_to_a_delete_the_stores_answer() {
         let put = Stored::of(404, None, false, &lend("5", tag("a")));
         assert_eq!(put.settle, chain::Answer::Missing, "the chain learns the object absent");
-        let o = put.outcome("r", Some(token("5")), Form::Text);
-        assert_eq!((status(&o), o.class, o.event), (Some(409), Some(Class::Admitted), Some(Event::PreconditionFailed)));
-        assert!(o.answer.unwrap().reason.contains("goes as a new object"));
+        let refused = put.refused("r", Some(token("5")), Form::Text).unwrap();
+        assert_eq!(counted(&refused), (409, Some(Class::Admitted), Some(Event::PreconditionFailed)));
+        assert!(refused.answer.reason.contains("goes as a new object"), "{}", refused.answer.reason);
         let delete = Stored::of(404, None, true, &lend("5", tag("a")));
-        assert_eq!(delete.settle, chain::Answer::Missing);
-        assert_eq!(delete.outcome("r", None, Form::Text), Outcome::store());
-        // If-None-Match: * never answers 404 for a missing object: nothing learned.
+        assert_eq!((delete.settle.clone(), delete.refused("r", None, Form::Text)), (chain::Answer::Missing, None));
+        // If-None-Match: * is not answered 404 for a missing object: nothing learned.
         let absent = Stored::of(404, None, false, &lend("5", Version::Absent));
-        assert_eq!(
-            (absent.settle.clone(), absent.outcome("r", None, Form::Text)),
-            (chain::Answer::NotApplied, Outcome::store())
-        );
+        assert_eq!((absent.settle.clone(), absent.refused("r", None, Form::Text)), (chain::Answer::NotApplied, None));
     }
 
     #[test]
     fn an_applied_write_settles_its_version_and_the_stores_answer_goes_on() {
         let stored = Stored::of(200, Some(b"\"b\""), false, &lend("5", tag("a")));
         assert_eq!((stored.settle.clone(), stored.unlearned.clone()), (chain::Answer::Applied(Some(tag("b"))), None));
-        assert_eq!(stored.outcome("r", Some(token("9")), Form::Text), Outcome::store());
+        assert_eq!(stored.refused("r", Some(token("9")), Form::Text), None);
         let weak = Stored::of(200, Some(b"W/\"b\""), false, &lend("5", tag("a")));
         assert!(weak.unlearned.is_some_and(|w| w.contains("weak")));
         let failed = Stored::of(500, None, false, &lend("5", tag("a")));
-        assert_eq!(
-            (failed.settle.clone(), failed.outcome("r", None, Form::Text)),
-            (chain::Answer::NotApplied, Outcome::store())
-        );
+        assert_eq!((failed.settle.clone(), failed.refused("r", None, Form::Text)), (chain::Answer::NotApplied, None));
     }
 
     #[test]
     fn a_chain_refusal_is_stale_503_or_409_and_counts_one_version_refusal() {
         let stale = lend_refused("r", token("33"), &Refusal::Stale(token("34")), Form::Grpc);
-        let answer = stale.answer.as_ref().unwrap();
-        assert_eq!((answer.grpc_status, answer.header("fencing-highest")), (Some(9), Some("34")));
-        assert!(answer.reason.starts_with("stale fencing token 33"), "{}", answer.reason);
+        assert_eq!((stale.answer.grpc_status, stale.answer.header("fencing-highest")), (Some(9), Some("34")));
+        assert!(stale.answer.reason.starts_with("stale fencing token 33"), "{}", stale.answer.reason);
         assert_eq!((stale.class, stale.event), (Some(Class::Stale), Some(Event::VersionRefused)));
         let full = lend_refused("r", token("33"), &Refusal::TooManyLent(32), Form::Text);
-        assert_eq!((status(&full), full.class), (Some(503), Some(Class::Admitted)));
+        assert_eq!(counted(&full), (503, Some(Class::Admitted), Some(Event::VersionRefused)));
         for refusal in [Refusal::Unknown, Refusal::Repeats(tag("a"))] {
-            let o = lend_refused("r", token("33"), &refusal, Form::Text);
-            assert_eq!((status(&o), o.class, o.event), (Some(409), Some(Class::Admitted), Some(Event::VersionRefused)));
-            assert_eq!(o.answer.unwrap().body.lines().count(), 1);
+            let r = lend_refused("r", token("33"), &refusal, Form::Text);
+            assert_eq!(counted(&r), (409, Some(Class::Admitted), Some(Event::VersionRefused)));
+            assert_eq!(r.answer.body.lines().count(), 1);
         }
         let moved = moved("r", &Version::Absent, &tag("b"), Form::Text);
-        assert_eq!((status(&moved), moved.event), (Some(409), Some(Event::VersionRefused)));
+        assert_eq!(counted(&moved), (409, Some(Class::Admitted), Some(Event::VersionRefused)));
         let down = unavailable("r", "etcd down", Form::Text);
-        assert_eq!(
-            (status(&down), down.class, down.event),
-            (Some(503), Some(Class::Undecided), Some(Event::VersionRefused))
-        );
-        assert!(down.answer.unwrap().reason.starts_with("cannot decide on \"r\": the version chain"));
+        assert_eq!(counted(&down), (503, Some(Class::Undecided), Some(Event::VersionRefused)));
+        assert!(down.answer.reason.starts_with("cannot decide on \"r\": the version chain"), "{}", down.answer.reason);
     }
 
     #[test]
     fn writes_refused_before_any_mark_is_read_count_no_class() {
         let copy = not_conditional("r", "an S3 copy's version cannot be told before it is made", Form::S3);
-        let answer = copy.answer.as_ref().unwrap();
-        assert!(answer.body.contains("<Code>NotImplemented</Code>"), "{}", answer.body);
-        assert_eq!((answer.status, copy.class, copy.event), (501, None, Some(Event::NotConditional)));
-        let big = too_large("r", 2048, 1024, "--max-body", Form::Text);
-        let answer = big.answer.as_ref().unwrap();
-        assert!(answer.reason.contains("2048 bytes or more") && answer.reason.contains("1024 bytes (--max-body)"));
-        assert_eq!((answer.status, big.class, big.event), (413, None, Some(Event::TooLarge)));
+        assert!(copy.answer.body.contains("<Code>NotImplemented</Code>"), "{}", copy.answer.body);
+        assert_eq!(counted(&copy), (501, None, Some(Event::NotConditional)));
+        let big = too_large(2048, 1024, "--max-body", Form::Text);
+        let reason = &big.answer.reason;
+        assert!(reason.contains("2048 bytes or more") && reason.contains("1024 bytes (--max-body)"), "{reason}");
+        assert_eq!(counted(&big), (413, None, Some(Event::TooLarge)));
     }
 
     #[test]

@@ -230,14 +230,6 @@ pub fn send(f: &Filter, message: &[u8]) -> Result<u32, String> {
     etcd::call(e, Method::Txn, token.as_deref(), message)
 }
 
-/// The precondition header a write lent on `on` carries: its name and value.
-pub fn precondition(on: &Version) -> (&'static str, String) {
-    match on {
-        Version::Absent => ("if-none-match", "*".to_owned()),
-        Version::Tag(tag) => ("if-match", tag.clone()),
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

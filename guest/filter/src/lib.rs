@@ -80,6 +80,7 @@ pub struct Metrics {
     shared_waited: u32,
     start_grace: u32,
     not_conditional: u32,
+    too_large: u32,
     version_refused: u32,
     precondition_failed: u32,
 }
@@ -105,6 +106,7 @@ impl Metrics {
             shared_waited: counter("gate.shared_waited")?,
             start_grace: counter("start_grace")?,
             not_conditional: counter("conditional.not_conditional")?,
+            too_large: counter("too_large")?,
             version_refused: counter("conditional.version_refused")?,
             precondition_failed: counter("conditional.precondition_failed")?,
         })
@@ -135,20 +137,23 @@ impl Metrics {
         let _ = hostcalls::increment_metric(self.start_grace, 1);
     }
 
-    /// Conditional writes: a write that cannot be sent with a precondition was
-    /// refused (501).
-    pub fn not_conditional(&self) {
-        let _ = hostcalls::increment_metric(self.not_conditional, 1);
-    }
-
-    /// Conditional writes: the version chain refused a write (409).
-    pub fn version_refused(&self) {
-        let _ = hostcalls::increment_metric(self.version_refused, 1);
-    }
-
-    /// Conditional writes: the store refused a write's precondition (412).
-    pub fn precondition_failed(&self) {
-        let _ = hostcalls::increment_metric(self.precondition_failed, 1);
+    /// Count a conditional write's outcome (`fencekeeper_engine::conditional`): the
+    /// class its client is told, and the conditional event it moves.
+    pub fn conditional(&self, class: Option<Class>, event: Option<fencekeeper_engine::conditional::Event>) {
+        use fencekeeper_engine::conditional::Event;
+        if let Some(class) = class {
+            let mut tally = Tally::default();
+            tally.add(class, false);
+            self.add(&tally);
+        }
+        let id = match event {
+            None => return,
+            Some(Event::NotConditional) => self.not_conditional,
+            Some(Event::TooLarge) => self.too_large,
+            Some(Event::VersionRefused) => self.version_refused,
+            Some(Event::PreconditionFailed) => self.precondition_failed,
+        };
+        let _ = hostcalls::increment_metric(id, 1);
     }
 
     /// One batch's Txn sent.

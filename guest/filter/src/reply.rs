@@ -117,13 +117,18 @@ impl Reply {
         }
     }
 
-    /// Answer a failure that is not a verdict on the token (a conditional write's
-    /// version conflict, 409; a write that cannot be conditional, 501; a body over
-    /// the limit, 413), logged with the client's address.
+    /// Answer a failure that is not a verdict on the token, logged with the client's
+    /// address.
     pub fn error(&self, failure: Failure, text: &str) {
+        self.answer_itself(Answer::failure(failure, text, self.form));
+    }
+
+    /// Send an answer the fence gives itself (a conditional write's refusal, from
+    /// `fencekeeper_engine::conditional`), logged with the client's address.
+    pub fn answer_itself(&self, answer: Answer) {
         let client = client().unwrap_or_else(|| "an unknown client".to_owned());
-        log::warn!("fencekeeper: refused a write from {client} ({}): {text}", failure.http_status());
-        send(Answer::failure(failure, text, self.form));
+        log::warn!("fencekeeper: refused a write from {client} ({}): {}", answer.status, answer.reason);
+        send(answer);
     }
 }
 

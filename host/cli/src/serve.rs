@@ -144,10 +144,10 @@ pub struct Args {
     /// while it is absent), kept beside the marks: the store itself then refuses a
     /// write that arrives late, whatever the timing. Needs a store that honours
     /// If-Match on writes (docs/operations.md) and --precondition-probe. Only PUTs and
-    /// DELETEs are forwarded; the store apply bound defaults to 0.
+    /// DELETEs are forwarded. Replaces the ordering gate, as in Envoy.
     /// Versions are per object, so the resource key is the path (not
     /// --resource-header).
-    #[arg(long, requires = "precondition_probe", conflicts_with_all = ["no_gate", "resource_header"])]
+    #[arg(long, requires = "precondition_probe", conflicts_with_all = ["no_gate", "shared_gate", "resource_header"])]
     conditional_writes: bool,
     /// With --conditional-writes: at start-up, send a PUT of this path whose If-Match
     /// names no version, which a store that honours preconditions refuses (412 or
@@ -285,7 +285,10 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     let bound = if args.conditional_writes { Duration::ZERO } else { args.request_timeout };
     c.apply_bound = args.store_apply_bound.unwrap_or(bound);
     c.start_grace = args.start_grace;
-    c.gate = !args.no_gate;
+    // Nor does a write wait at the ordering gate: the chain refuses a lend below one it
+    // made and the store a late write, so the gate would only spare a lower token its
+    // stale refusal (the filter has none either; docs/architecture.md).
+    c.gate = !args.no_gate && !args.conditional_writes;
     c.blocking_admits = args.blocking_admits;
     c.audit = args.audit.clone();
     c.store = match &args.etcd {

@@ -4,6 +4,7 @@
 //! metrics registry dependency.
 
 use fencekeeper_core::Class;
+use fencekeeper_engine::conditional;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -68,6 +69,17 @@ pub enum Event {
     VersionRefused,
     /// Conditional writes: the store refused a write's precondition (412).
     PreconditionFailed,
+}
+
+impl From<conditional::Event> for Event {
+    fn from(event: conditional::Event) -> Event {
+        match event {
+            conditional::Event::NotConditional => Event::NotConditional,
+            conditional::Event::TooLarge => Event::TooLarge,
+            conditional::Event::VersionRefused => Event::VersionRefused,
+            conditional::Event::PreconditionFailed => Event::PreconditionFailed,
+        }
+    }
 }
 
 impl Metrics {

@@ -24,6 +24,7 @@ use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::resource::ResourceError;
 use fencekeeper_core::{Class, Protocol};
 use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::conditional::{self as rules, Refused};
 use fencekeeper_engine::forward;
 use fencekeeper_engine::head::Head;
 use fencekeeper_engine::uploads::Step;
@@ -31,7 +32,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
-use hyper::{Method, Request, Response, StatusCode, Uri, Version};
+use hyper::{Method, Request, Response, Uri, Version};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
@@ -179,13 +180,15 @@ impl Proxy {
     ) -> Response<Body> {
         let limit = self.config.max_body;
         let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
-            return self.too_large(form);
+        if let Some(length) = declared.filter(|&n| n > limit as u64) {
+            return self.too_large(length, form);
         }
         let (parts, body) = request.into_parts();
         let bytes = match tokio::time::timeout(self.config.request_timeout, Limited::new(body, limit).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(form),
+            Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return self.too_large(limit as u64 + 1, form)
+            }
             Ok(Err(e)) => {
                 return refusal::fail(Failure::BadRequest, &format!("could not read the request body: {e}"), form)
             }
@@ -214,10 +217,9 @@ impl Proxy {
     ) -> Response<Body> {
         let grace = self.start_grace_left();
         if let Some(conditional) = &self.conditional {
-            if let Some(why) = conditional.unsupported(&parts) {
-                self.metrics.event(Event::NotConditional);
-                tracing::info!(%client, reason = why, "refused");
-                return refusal::fail(Failure::NotImplemented, &why, form);
+            let resource = path.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+            if let Some(refused) = conditional.unsupported(&parts, &resource, form) {
+                return self.conditional_refused(refused, client);
             }
         }
         let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes()).to_vec();
@@ -244,7 +246,11 @@ impl Proxy {
             Err(e) => (String::new(), ordered::malformed(self.config.policy.mode, e), Vec::new()),
         };
         let action = ordered.action;
-        self.metrics.outcome(action.class, action.forward);
+        // A conditional write is counted once its outcome is known (the engine's
+        // `conditional`: a refusal by its chain or the store counts what the client is told).
+        if !(action.forward && self.conditional.is_some()) {
+            self.metrics.outcome(action.class, action.forward);
+        }
         if ordered.waited {
             self.metrics.event(Event::GateWait);
         }
@@ -287,16 +293,16 @@ impl Proxy {
         if let Some(conditional) = &self.conditional {
             let lent = match conditional.lend(&resource, action.token, &mut parts, &bytes, form).await {
                 Ok(lent) => lent,
-                Err(refused) => {
-                    self.metrics.event(Event::VersionRefused);
-                    return refused;
-                }
+                Err(refused) => return self.conditional_refused(refused, client),
             };
             let (response, delivery) = self.send(Request::from_parts(parts, full(bytes)), permits, form).await;
-            if matches!(delivery, Delivery::Answered(StatusCode::PRECONDITION_FAILED)) {
-                self.metrics.event(Event::PreconditionFailed);
-            }
-            return conditional.settle(lent, delivery, response, &self.guard, form).await;
+            return match conditional.settle(lent, delivery, response.headers(), form).await {
+                Some(refused) => self.conditional_refused(refused, client),
+                None => {
+                    self.metrics.outcome(Class::Admitted, false);
+                    response
+                }
+            };
         }
         let response = self.forward(Request::from_parts(parts, full(bytes)), permits, form).await;
         match (step, token) {
@@ -372,10 +378,23 @@ impl Proxy {
         tracing::error!(error, "a mark's change was not written to the audit log");
     }
 
-    fn too_large(&self, form: Form) -> Response<Body> {
+    /// Count a conditional write the fence refused itself, and answer it.
+    fn conditional_refused(&self, refused: Refused, client: SocketAddr) -> Response<Body> {
+        if let Some(class) = refused.class {
+            self.metrics.outcome(class, false);
+        }
+        if let Some(event) = refused.event {
+            self.metrics.event(event.into());
+        }
+        let answer = refused.answer;
+        tracing::info!(%client, status = answer.status, reason = answer.reason, "refused");
+        refusal::render(answer)
+    }
+
+    /// Refuse a body of `length` bytes or more, over `--max-body` (413).
+    fn too_large(&self, length: u64, form: Form) -> Response<Body> {
         self.metrics.event(Event::TooLarge);
-        let reason = format!("request body is larger than the gateway's limit of {} bytes", self.config.max_body);
-        refusal::fail(Failure::TooLarge, &reason, form)
+        refusal::render(rules::too_large(length, self.config.max_body as u64, "--max-body", form).answer)
     }
 
     /// Send `request` upstream. `permits` (the write's places at the gate, one for

@@ -166,6 +166,8 @@ struct Expect {
     forwarded: Forwarded,
     /// The class whose counter moves by one; `None`: none moves.
     counts: Option<Class>,
+    /// The conditional-write counter that moves by one; `None`: none moves.
+    event: Option<Event>,
 }
 
 #[derive(Debug, Default, PartialEq, Deserialize)]
@@ -255,6 +257,41 @@ impl Class {
 
     fn envoy_stat(self) -> String {
         format!("wasmcustom.fencekeeper.{}", self.name())
+    }
+}
+
+/// The conditional-write counters both hosts count, one per outcome
+/// (`fencekeeper_engine::conditional::Event`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Event {
+    NotConditional,
+    TooLarge,
+    VersionRefused,
+    PreconditionFailed,
+}
+
+const EVENTS: [Event; 4] = [Event::NotConditional, Event::TooLarge, Event::VersionRefused, Event::PreconditionFailed];
+
+impl Event {
+    fn name(self) -> &'static str {
+        match self {
+            Event::NotConditional => "not_conditional",
+            Event::TooLarge => "too_large",
+            Event::VersionRefused => "version_refused",
+            Event::PreconditionFailed => "precondition_failed",
+        }
+    }
+
+    fn gateway_metric(self) -> String {
+        format!("fencekeeper_gateway_{}_total", self.name())
+    }
+
+    fn envoy_stat(self) -> String {
+        match self {
+            Event::TooLarge => "wasmcustom.fencekeeper.too_large".to_owned(),
+            e => format!("wasmcustom.fencekeeper.conditional.{}", e.name()),
+        }
     }
 }
 
@@ -454,8 +491,9 @@ impl Fenced {
         exchange(self.addr(), method, path, headers, body)
     }
 
-    /// Every class's counter, as the host reports it.
-    fn counters(&self) -> Result<BTreeMap<Class, u64>> {
+    /// Every class's counter and every conditional-write counter, as the host reports
+    /// them.
+    fn counters(&self) -> Result<(BTreeMap<Class, u64>, BTreeMap<Event, u64>)> {
         let (admin, path) = match &self.host {
             Host::Gateway(g) => (g.admin, "/metrics"),
             Host::Envoy(e) => (e.admin, "/stats?filter=^wasmcustom.fencekeeper."),
@@ -472,16 +510,11 @@ impl Fenced {
                 .and_then(|v| v.trim().parse::<f64>().ok())
                 .map_or(0, |v| v as u64)
         };
-        Ok(CLASSES
-            .iter()
-            .map(|&c| {
-                let name = match &self.host {
-                    Host::Gateway(_) => c.gateway_metric(),
-                    Host::Envoy(_) => c.envoy_stat(),
-                };
-                (c, value(&name))
-            })
-            .collect())
+        let gateway = matches!(self.host, Host::Gateway(_));
+        let classes =
+            CLASSES.iter().map(|&c| (c, value(&if gateway { c.gateway_metric() } else { c.envoy_stat() }))).collect();
+        let events = EVENTS.iter().map(|&e| (e, value(&if gateway { e.gateway_metric() } else { e.envoy_stat() })));
+        Ok((classes, events.collect()))
     }
 
     fn log_tail(&self) -> String {
@@ -550,11 +583,12 @@ fn check_row(fenced: &Fenced, row: &Row, expect: &Expect) -> Vec<String> {
     wrong.extend(check_forwarded(&expect.forwarded, &send.method, &path, body.as_bytes(), &seen));
     match (before, after) {
         (Ok(before), Ok(after)) => {
-            for c in CLASSES {
-                let moved = after[&c].saturating_sub(before[&c]);
-                let expected = u64::from(expect.counts == Some(c));
-                if moved != expected {
-                    wrong.push(format!("counter {}: expected +{expected}, got +{moved}", c.name()));
+            let classes =
+                CLASSES.map(|c| (c.name(), after.0[&c].saturating_sub(before.0[&c]), expect.counts == Some(c)));
+            let events = EVENTS.map(|e| (e.name(), after.1[&e].saturating_sub(before.1[&e]), expect.event == Some(e)));
+            for (name, moved, expected) in classes.into_iter().chain(events) {
+                if moved != u64::from(expected) {
+                    wrong.push(format!("counter {name}: expected +{}, got +{moved}", u64::from(expected)));
                 }
             }
         }

@@ -1,15 +1,17 @@
 //! A conditional write through one request (`conditional_writes`): the chain read
 //! for the precondition its headers carry, its body held until whole and lent, the
 //! store's answer settled, and a read's answer learned. The chain changes themselves
-//! are [`crate::conditional`]'s.
+//! are [`crate::conditional`]'s; what each outcome means for the client, and what it
+//! counts, is the engine's (`fencekeeper_engine::conditional`), as in the gateway. A
+//! conditional write is counted once its outcome is known, not when its headers go.
 
 use super::Request;
 use crate::conditional::{self, Change as ChainChange, Done, Step, Update};
 use crate::etcd;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
-use fencekeeper_core::refusal::NoVerdict;
-use fencekeeper_core::{Token, Verdict};
-use fencekeeper_engine::Failure;
+use crate::Tally;
+use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Version};
+use fencekeeper_core::{Class, Token, Verdict};
+use fencekeeper_engine::conditional::{self as rules, Refused, Stored};
 use md5::{Digest, Md5};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -29,13 +31,15 @@ pub(super) struct Cond {
     pub(super) lent: Option<Lend>,
     /// The chain change in flight.
     pub(super) update: Option<Update>,
-    /// The store's status, while its answer settles the chain.
-    pub(super) status: u16,
+    /// The store's answer, while it settles the chain.
+    pub(super) stored: Option<Stored>,
     /// The chain's record as this request last saw or put it, for its next change to
     /// swap from without reading first.
     pub(super) record: Option<Option<Vec<u8>>>,
     /// The store answered before the write was lent (its body still held).
     pub(super) answered_early: bool,
+    /// Its outcome was counted.
+    pub(super) counted: bool,
 }
 
 impl Request {
@@ -62,9 +66,10 @@ impl Request {
             on: None,
             lent: None,
             update: Some(update),
-            status: 0,
+            stored: None,
             record: None,
             answered_early: false,
+            counted: false,
         });
         match conditional::send(&f, &read) {
             Ok(_) => Action::Pause,
@@ -107,49 +112,49 @@ impl Request {
                 }
             }
             (ChainChange::Peek(_) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => {
-                self.refuse_lend(refusal)
+                let refused = rules::lend_refused(&c.resource, c.token, &refusal, self.reply.form);
+                self.conclude(Some(refused));
             }
             (ChainChange::Lend { .. }, Step::Done(Done::Moved { carried, now })) => {
-                f.metrics.version_refused();
-                let text = format!(
-                    "cannot write {:?}: the store's version moved from {carried} to {now} while the write's body \
-                     arrived (another write to the object went first); retry",
-                    c.resource
-                );
-                self.reply.error(Failure::VersionConflict, &text);
+                let refused = rules::moved(&c.resource, &carried, &now, self.reply.form);
+                self.conclude(Some(refused));
             }
-            (ChainChange::Settle { .. }, Step::Done(Done::Chain(chain))) => self.settled(Some(&chain)),
+            (ChainChange::Settle { .. }, Step::Done(Done::Chain(chain))) => {
+                if !self.settled(Some(&chain)) {
+                    let _ = hostcalls::resume_http_response();
+                }
+            }
             (ChainChange::Settle { .. }, Step::Failed(why)) => {
                 log::error!(
                     "fencekeeper: a write's answer was not recorded in the version chain of {:?}; it stays lent: \
                      {why}",
                     c.resource
                 );
-                self.settled(None);
+                if !self.settled(None) {
+                    let _ = hostcalls::resume_http_response();
+                }
             }
             (_, Step::Failed(why)) => {
-                if let Action::Continue = self.lend_failed(&why) {
-                    let _ = hostcalls::resume_http_request();
-                }
+                self.lend_failed(&why);
             }
             (_, Step::Done(_) | Step::Send(_)) => {
                 // Not an outcome any change has: refused, never forwarded.
-                self.reply.error(Failure::Unavailable, "an unexpected version chain outcome");
+                self.lend_failed("an unexpected version chain outcome");
             }
         }
     }
 
-    /// Put the precondition on `on` into the headers and let them go (the admitted
-    /// write is counted, and told to the upstream, now).
+    /// Put the precondition on `on` into the headers and let them go, with the admitted
+    /// token (counted once the write's outcome is known: [`Request::conclude`]).
     fn send_headers(&mut self, on: &Version) {
         let f = Rc::clone(&self.filter);
         let Some(c) = self.cond.as_mut() else { return };
         c.on = Some(on.clone());
-        let (name, value) = conditional::precondition(on);
+        let (name, value) = rules::precondition(on);
         let _ = hostcalls::set_map_value(proxy_wasm::types::MapType::HttpRequestHeaders, name, Some(&value));
         let (resource, token) = (c.resource.clone(), c.token);
         let admitted = Ok(Verdict::Admit { mark: token, advanced: false });
-        if let Action::Continue = self.reply.finish(&f, admitted, &resource, &"") {
+        if let Action::Continue = self.reply.answer(&f, admitted, &resource, &"", &mut Tally::default()) {
             let _ = hostcalls::resume_http_request();
         }
     }
@@ -157,65 +162,40 @@ impl Request {
     /// A chain could not be read or changed before the write went: refused, never
     /// sent without its lend.
     fn lend_failed(&mut self, why: &str) -> Action {
-        let f = Rc::clone(&self.filter);
         let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
-        let cause = format!("the version chain could not be read or changed: {why}");
-        self.reply.finish(&f, Err(NoVerdict::StoreUnreachable), &resource, &cause)
+        self.conclude(Some(rules::unavailable(&resource, why, self.reply.form)));
+        Action::Pause
     }
 
-    /// The chain refuses to lend the write.
-    fn refuse_lend(&mut self, refusal: Refusal) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_ref() else { return };
-        let (resource, token) = (c.resource.clone(), c.token);
-        f.metrics.version_refused();
-        match refusal {
-            Refusal::Stale(higher) => {
-                let stale = Ok(Verdict::Stale { mark: higher, presented: token });
-                let _ = self.reply.finish(&f, stale, &resource, &refusal);
+    /// A conditional write's outcome is known: count it, once, and answer `refused` if
+    /// the fence refused it (`None`: the store's answer goes on, the write admitted).
+    pub(super) fn conclude(&mut self, refused: Option<Refused>) {
+        if let Some(c) = self.cond.as_mut() {
+            if c.counted {
+                return;
             }
-            // Writes left lent bar the resource until an operator releases them: no
-            // retry or read of the client's mends it (503, as the gateway answers).
-            Refusal::TooManyLent(_) => {
-                self.reply.error(Failure::Unavailable, &format!("cannot write {resource:?}: {refusal}"))
-            }
-            other => self.reply.error(Failure::VersionConflict, &format!("cannot write {resource:?}: {other}")),
+            c.counted = true;
+        }
+        let (class, event) = refused.as_ref().map_or((Some(Class::Admitted), None), |r| (r.class, r.event));
+        self.filter.metrics.conditional(class, event);
+        if let Some(refused) = refused {
+            self.reply.answer_itself(refused.answer);
         }
     }
 
     /// The store's answer to a lent write settled its chain (`None`: it could not be
-    /// recorded, and the write stays lent). A 412 is answered as the refusal it means.
-    fn settled(&mut self, chain: Option<&Chain>) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_ref() else { return };
-        if c.status == 0 {
-            return; // no answer waits: an early answer's lend, ended
-        }
-        if c.status != 412 {
-            let _ = hostcalls::resume_http_response();
-            return;
-        }
-        let (resource, token) = (c.resource.clone(), c.token);
-        let higher = chain.and_then(|c| c.highest).filter(|h| h.partial_cmp(&token).is_some_and(|o| o.is_gt()));
-        let on = c.lent.as_ref().map_or_else(String::new, |l| l.on.to_string());
-        match higher {
-            Some(mark) => {
-                let cause = format!(
-                    "the store refused the write's precondition (412): a write with the higher token {mark} was \
-                     sent to it since"
-                );
-                let _ = self.reply.finish(&f, Ok(Verdict::Stale { mark, presented: token }), &resource, &cause);
-            }
-            None => {
-                let text = format!(
-                    "cannot write {resource:?}: the store refused the write's precondition (412): the object is not \
-                     at the version the filter last saw applied ({on}), as after a write whose answer was lost or a \
-                     writer that does not go through the fence. Read the object through the fence (GET or HEAD) so \
-                     it learns the version, then retry"
-                );
-                self.reply.error(Failure::VersionConflict, &text);
-            }
-        }
+    /// recorded, and the write stays lent). True when the fence answers the client
+    /// itself (a 412, a 404 to a PUT); else the store's answer goes on.
+    fn settled(&mut self, chain: Option<&Chain>) -> bool {
+        let form = self.reply.form;
+        let Some(c) = self.cond.as_mut() else { return false };
+        let Some(stored) = c.stored.take() else {
+            return true; // no answer waits: an early answer's lend, ended
+        };
+        let refused = stored.refused(&c.resource, chain.and_then(|c| c.highest), form);
+        let answers = refused.is_some();
+        self.conclude(refused);
+        answers
     }
 
     /// The store answered: a lent write's answer settles its chain, a read's may teach
@@ -231,14 +211,14 @@ impl Request {
         if let Some(resource) = self.read_of.take() {
             return self.learn(&resource, via_upstream, status, etag.as_deref());
         }
-        let f = Rc::clone(&self.filter);
         let c = self.cond.as_mut()?;
         let Some(lend) = c.lent.clone() else {
             // The store answered before the write was lent (its body still held): the
             // exchange is over and the write will not apply; a lend still in flight is
             // ended at once. Envoy's own answer (a 413 for a body over the limit) says
-            // nothing of the store: the body stays held.
+            // nothing of the store: the body stays held. Either answer goes on.
             c.answered_early |= via_upstream;
+            self.conclude(None);
             return None;
         };
         if !via_upstream {
@@ -247,25 +227,20 @@ impl Request {
                  refuses it if it arrives late",
                 c.resource
             );
+            self.conclude(None);
             return None;
         }
-        let (answer, unlearned) = Answer::of(status, etag.as_deref(), c.delete, &lend.on);
-        if let Some(why) = unlearned {
+        let stored = Stored::of(status, etag.as_deref(), c.delete, &lend);
+        if let Some(why) = &stored.unlearned {
             log::error!(
                 "fencekeeper: the store applied a conditional write to {:?} without telling its version ({why}): the \
                  next write is refused until a read through the fence tells it",
                 c.resource
             );
         }
-        if answer == Answer::PreconditionFailed {
-            f.metrics.precondition_failed();
-        }
-        c.status = status;
-        if self.settle(lend.id, answer) {
-            return Some(Action::Pause);
-        }
-        if status == 412 {
-            self.settled(None);
+        let answer = stored.settle.clone();
+        c.stored = Some(stored);
+        if self.settle(lend.id, answer) || self.settled(None) {
             return Some(Action::Pause);
         }
         None
@@ -294,11 +269,7 @@ impl Request {
     /// or a 404): learn it, if the chain lost its own, before the answer goes on.
     fn learn(&mut self, resource: &str, via_upstream: bool, status: u16, etag: Option<&[u8]>) -> Option<Action> {
         let f = Rc::clone(&self.filter);
-        let version = match status {
-            200 => Version::tag(etag?).ok()?,
-            404 => Version::Absent,
-            _ => return None,
-        };
+        let version = rules::learned(status, etag)?;
         if !via_upstream {
             return None;
         }
@@ -360,9 +331,7 @@ impl Request {
             Ok(_) => Action::Pause,
             Err(why) => {
                 c.update = None;
-                let text = format!("cannot write {:?}: the version chain could not be read: {why}", c.resource);
-                self.reply.error(Failure::Unavailable, &text);
-                Action::Pause
+                self.lend_failed(&why)
             }
         }
     }

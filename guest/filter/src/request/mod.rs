@@ -32,9 +32,10 @@ use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::conditional as rules;
 use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
-use fencekeeper_engine::{Failure, Form};
+use fencekeeper_engine::Form;
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
@@ -168,19 +169,13 @@ impl Request {
             let method = String::from_utf8_lossy(&seen.method);
             let header = |name: &str| seen.conditional(name);
             if let Some(why) = chain::unconditional(&method, &seen.path, header, c.deletes) {
-                f.metrics.not_conditional();
-                let text = format!(
-                    "cannot write {resource:?}: {why}: with conditional_writes the filter forwards only PUTs of an \
-                     object's bytes and DELETEs, each with a precondition on the version it last saw applied \
-                     (docs/envoy.md)"
-                );
-                self.reply.error(Failure::NotImplemented, &text);
+                self.conclude(Some(rules::not_conditional(&resource, why, self.reply.form)));
                 return Action::Pause;
             }
             let length =
                 seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
             if let Some(length) = length.filter(|&l| l > c.max_body) {
-                return self.too_large(&resource, length, c.max_body);
+                return self.too_large(length, c.max_body);
             }
             let empty = length == Some(0);
             self.to_lend = Some(method == "DELETE");
@@ -225,15 +220,11 @@ impl Request {
         }
     }
 
-    /// Refuse a conditional write whose body is over `max` bytes (413): the filter holds
-    /// a body whole, and none of this one reaches the store.
-    fn too_large(&mut self, resource: &str, length: u64, max: u64) -> Action {
-        self.filter.metrics.not_conditional();
-        let text = format!(
-            "cannot write {resource:?}: the body is {length} bytes or more, and a conditional write's body is held \
-             whole in Envoy, up to conditional_max_body ({max} bytes; envoy-config --conditional-max-body)"
-        );
-        self.reply.error(Failure::TooLarge, &text);
+    /// Refuse a conditional write whose body is `length` bytes or more, over `max` (413):
+    /// the filter holds a body whole, and none of this one reaches the store.
+    fn too_large(&mut self, length: u64, max: u64) -> Action {
+        let setting = "conditional_max_body; envoy-config --conditional-max-body";
+        self.conclude(Some(rules::too_large(length, max, setting, self.reply.form)));
         Action::Pause
     }
 
@@ -645,8 +636,7 @@ impl HttpContext for Request {
         // A body sent without a length (chunked) is measured as it comes.
         let max = self.filter.config.conditional.map_or(u64::MAX, |c| c.max_body);
         if body_size as u64 > max {
-            let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
-            return self.too_large(&resource, body_size as u64, max);
+            return self.too_large(body_size as u64, max);
         }
         // Envoy buffers the body until it is whole. After the store answered early it is
         // never released: no body goes without its lend.
@@ -661,9 +651,9 @@ impl HttpContext for Request {
             return Action::Continue;
         }
         // Trailers would release the held body: the write is refused instead.
-        self.filter.metrics.not_conditional();
-        let text = "a conditional write's body cannot end in trailers: send it without them (docs/envoy.md)";
-        self.reply.error(Failure::NotImplemented, text);
+        let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
+        let why = "its body ends in trailers, which would release the body held for its lend: send it without them";
+        self.conclude(Some(rules::not_conditional(&resource, why, self.reply.form)));
         Action::Pause
     }
 
@@ -726,6 +716,9 @@ impl HttpContext for Request {
     }
 
     fn on_log(&mut self) {
+        if self.cond.is_some() {
+            self.conclude(None); // a conditional write not counted yet: its answer was the store's
+        }
         if let Some(g) = &self.filter.gate {
             g.end(&self.filter, self.context);
         }

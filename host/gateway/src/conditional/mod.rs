@@ -11,25 +11,27 @@
 //! * one write at a time per resource (its *turn*): two writes of one holder would
 //!   otherwise race on one version and one of them fail; a write waits at most the
 //!   gate timeout for its turn, then is refused 503 with `Retry-After`;
-//! * the lend before the write is sent (durable), the precondition header, and the
-//!   settle from the store's answer: 2xx records the answer's strong ETag (a PUT) or
-//!   absent (a DELETE); 412 is refused as stale when the mark has passed the write's
-//!   token, else as a version conflict (409);
+//! * the lend before the write is sent (durable), and the settle from the store's
+//!   answer;
 //! * learning an unknown version: from a HEAD the gateway sends the store itself
 //!   before it refuses, or from a client's read (GET or HEAD) through the gateway,
 //!   for a store that wants credentials the gateway does not have;
 //! * the start-up probe: a PUT with an `If-Match` that names no version must fail.
+//!
+//! What each step means for the client (the precondition header, the answer to a
+//! refusal or to the store's 412 or 404, what a read teaches, what is counted) is the
+//! engine's (`fencekeeper_engine::conditional`), the same in the Envoy filter.
 
-use crate::refusal::{self, full, Failure, Form};
+use crate::refusal::{full, Answer, Failure, Form};
 use crate::Body;
-use fencekeeper::chain::{self, Answer, ChainError, ChainStore, Lend, Refusal, Version};
-use fencekeeper::Guard;
+use fencekeeper::chain::{self, Answer as Settle, ChainError, ChainStore, Lend, Refusal, Version};
 use fencekeeper_core::refusal::Action;
 use fencekeeper_core::{Class, Token};
+use fencekeeper_engine::conditional::{self as rules, Refused, Stored};
 use hyper::body::Bytes;
-use hyper::header::{HeaderMap, HeaderValue, ETAG, HOST, IF_MATCH, IF_NONE_MATCH, RETRY_AFTER};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, ETAG, HOST};
 use hyper::http::request::Parts;
-use hyper::{Method, Response, StatusCode, Uri};
+use hyper::{Method, StatusCode, Uri};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use md5::{Digest, Md5};
 use std::collections::HashSet;
@@ -96,20 +98,17 @@ impl Conditional {
         Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait, client, upstream, deletes }
     }
 
-    /// Why this write cannot be made conditional (refused before it is admitted), or
-    /// `None` when it can.
-    pub fn unsupported(&self, parts: &Parts) -> Option<String> {
+    /// The refusal of this write of `resource` when it cannot be made conditional
+    /// (before it is admitted), or `None` when it can.
+    pub fn unsupported(&self, parts: &Parts, resource: &str, form: Form) -> Option<Refused> {
         let target = parts.uri.path_and_query().map_or("", |p| p.as_str());
         let header = |name: &str| parts.headers.get(name).map(|v| v.as_bytes());
         let why = chain::unconditional(parts.method.as_str(), target.as_bytes(), header, self.deletes)?;
-        Some(format!(
-            "{why}: with --conditional-writes the gateway forwards only PUTs of an object's bytes and DELETEs, each \
-             with a precondition on the version it last saw applied (docs/gateway.md)"
-        ))
+        Some(rules::not_conditional(resource, why, form))
     }
 
     /// Take `resource`'s turn and lend the write (`token`, `body`) on its chain, then
-    /// set its precondition in `headers`. Refused: the answer to send instead.
+    /// set its precondition in `headers`. Refused: the answer, and what it counts.
     pub async fn lend(
         &self,
         resource: &str,
@@ -117,22 +116,21 @@ impl Conditional {
         parts: &mut Parts,
         body: &[u8],
         form: Form,
-    ) -> Result<Lent, Response<Body>> {
+    ) -> Result<Lent, Refused> {
         let Some(token) = token else {
-            return Err(refusal::fail(Failure::Internal, "an admitted write without a token", form));
+            let answer = Answer::failure(Failure::Internal, "an admitted write without a token", form);
+            return Err(Refused { answer, class: Some(Class::Admitted), event: None });
         };
         let Some(turn) = self.turn(resource).await else {
-            let mut response = refusal::fail(
-                Failure::Unavailable,
-                &format!(
-                    "another write to {resource:?} held it longer than {:?} (conditional writes go one at a time per \
-                     resource); retry",
-                    self.wait
-                ),
-                form,
+            // The gateway's own wait, as the ordering gate's: undecided, retry.
+            let reason = format!(
+                "cannot decide on {resource:?}: another write held it longer than {:?} (conditional writes go one at \
+                 a time per resource); retry",
+                self.wait
             );
-            response.headers_mut().insert(RETRY_AFTER, HeaderValue::from(1));
-            return Err(response);
+            let undecided = Action { class: Class::Undecided, forward: false, token: None };
+            let answer = Answer::refusal(&undecided, &reason, form, Some(1));
+            return Err(Refused { answer, class: Some(Class::Undecided), event: None });
         };
         let delete = parts.method == Method::DELETE;
         // What the write would make the version: known in advance for a delete, and
@@ -148,24 +146,24 @@ impl Conditional {
         }
         let lend = match lent {
             Ok(Ok(lend)) => lend,
-            Ok(Err(refused)) => return Err(self.refused(resource, refused, form)),
+            Ok(Err(refused)) => {
+                if matches!(refused, Refusal::Unknown) {
+                    lock(&self.unknown).insert(resource.to_owned());
+                }
+                if matches!(refused, Refusal::TooManyLent(_)) {
+                    tracing::error!(resource, reason = %refused, "refused");
+                }
+                return Err(rules::lend_refused(resource, token, &refused, form));
+            }
             Err(e) => {
                 tracing::error!(resource, error = %e, "version chain unavailable; refused");
-                let reason = format!("cannot decide on {resource:?}: {e}; the write was not sent");
-                return Err(refusal::fail(Failure::Unavailable, &reason, form));
+                return Err(rules::unavailable(resource, &e.to_string(), form));
             }
         };
-        let headers = &mut parts.headers;
-        match &lend.on {
-            Version::Absent => {
-                headers.insert(IF_NONE_MATCH, HeaderValue::from_static("*"));
-            }
-            Version::Tag(tag) => {
-                // A stored tag is visible ASCII (checked when it was read).
-                if let Ok(v) = HeaderValue::from_str(tag) {
-                    headers.insert(IF_MATCH, v);
-                }
-            }
+        let (name, value) = rules::precondition(&lend.on);
+        // A stored tag is visible ASCII (checked when it was read).
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            parts.headers.insert(HeaderName::from_static(name), value);
         }
         Ok(Lent { resource: resource.to_owned(), lend, delete, _turn: turn })
     }
@@ -204,128 +202,61 @@ impl Conditional {
         self.turns.take(resource, self.wait).await
     }
 
-    fn refused(&self, resource: &str, refused: Refusal, form: Form) -> Response<Body> {
-        match refused {
-            Refusal::Stale(highest) => {
-                let reason = format!("stale fencing token for {resource:?}: {refused}");
-                refusal::refuse(
-                    &Action { class: Class::Stale, forward: false, token: Some(highest) },
-                    &reason,
-                    form,
-                    None,
-                )
-            }
-            Refusal::TooManyLent(_) => {
-                tracing::error!(resource, reason = %refused, "refused");
-                refusal::fail(Failure::Unavailable, &format!("cannot write {resource:?}: {refused}"), form)
-            }
-            Refusal::Unknown | Refusal::Repeats(_) => {
-                if refused == Refusal::Unknown {
-                    lock(&self.unknown).insert(resource.to_owned());
-                }
-                refusal::fail(Failure::VersionConflict, &format!("cannot write {resource:?}: {refused}"), form)
-            }
-        }
-    }
-
-    /// Record what became of the write `lent` in its chain, and the answer to send
-    /// the client: the store's, or the refusal a 412 means.
-    pub async fn settle(
-        &self,
-        lent: Lent,
-        delivery: Delivery,
-        response: Response<Body>,
-        guard: &Arc<Guard>,
-        form: Form,
-    ) -> Response<Body> {
-        let (status, headers) = match delivery {
+    /// Record what became of the write `lent` in its chain (`headers`: the store's
+    /// answer's), and the refusal a 412 or a 404 means (`None`: the store's answer
+    /// goes to the client).
+    pub async fn settle(&self, lent: Lent, delivery: Delivery, headers: &HeaderMap, form: Form) -> Option<Refused> {
+        let resource = &lent.resource;
+        let stored = match delivery {
             Delivery::GivenUp => {
                 tracing::warn!(
-                    resource = lent.resource,
+                    resource,
                     precondition = %lent.lend.on,
                     "given up on a conditional write: it stays lent, and the store refuses it if it arrives late"
                 );
-                return response;
+                return None;
             }
-            Delivery::NotSent => (None, None),
-            Delivery::Answered(status) => (Some(status), Some(response.headers())),
-        };
-        let answer = match status {
-            None => Answer::NotApplied,
-            Some(status) => {
-                let etag = headers.and_then(|h| h.get(ETAG)).map(|v| v.as_bytes());
-                let (answer, unlearned) = Answer::of(status.as_u16(), etag, lent.delete, &lent.lend.on);
-                if let Some(why) = unlearned {
-                    tracing::error!(
-                        resource = lent.resource,
-                        why,
-                        "the store applied a conditional write without telling its version: the next write to the \
-                         resource is refused until a read through the gateway tells it"
-                    );
-                }
-                answer
+            Delivery::NotSent => None,
+            Delivery::Answered(status) => {
+                let etag = headers.get(ETAG).map(HeaderValue::as_bytes);
+                Some(Stored::of(status.as_u16(), etag, lent.delete, &lent.lend))
             }
         };
-        let (chains, key, id) = (self.chains.clone(), lent.resource.clone(), lent.lend.id);
-        let settled = {
-            let answer = answer.clone();
-            tokio::task::spawn_blocking(move || {
-                chain::update(&*chains, &key, |c| {
-                    c.settle(id, &answer);
-                    Ok::<_, ()>(c.current.is_none())
-                })
+        if let Some(why) = stored.as_ref().and_then(|s| s.unlearned.as_deref()) {
+            tracing::error!(
+                resource,
+                why,
+                "the store applied a conditional write without telling its version: the next write to the resource \
+                 is refused until a read through the gateway tells it"
+            );
+        }
+        let answer = stored.as_ref().map_or(Settle::NotApplied, |s| s.settle.clone());
+        let (chains, key, id) = (self.chains.clone(), resource.clone(), lent.lend.id);
+        let settled = tokio::task::spawn_blocking(move || {
+            chain::update(&*chains, &key, |c| {
+                c.settle(id, &answer);
+                Ok::<_, ()>((c.current.is_none(), c.highest))
             })
-            .await
-        };
-        match settled {
-            Ok(Ok(Ok(true))) => {
-                lock(&self.unknown).insert(lent.resource.clone());
+        })
+        .await;
+        let highest = match settled {
+            Ok(Ok(Ok((unknown, highest)))) => {
+                if unknown {
+                    lock(&self.unknown).insert(resource.clone());
+                }
+                highest
             }
-            Ok(Ok(_)) => {}
+            Ok(Ok(Err(()))) => None,
             Ok(Err(e)) => {
-                tracing::error!(resource = lent.resource, error = %e, "a write's answer was not recorded in its version chain; it stays lent")
+                tracing::error!(resource, error = %e, "a write's answer was not recorded in its version chain; it stays lent");
+                None
             }
             Err(e) => {
-                tracing::error!(resource = lent.resource, error = %e, "the settle task failed; the write stays lent")
+                tracing::error!(resource, error = %e, "the settle task failed; the write stays lent");
+                None
             }
-        }
-        let resource = &lent.resource;
-        match answer {
-            Answer::PreconditionFailed => {
-                let mark = mark_blocking(guard, resource).await;
-                match mark.filter(|m| m.partial_cmp(&lent.lend.token).is_some_and(|o| o.is_gt())) {
-                    Some(mark) => {
-                        let reason = format!(
-                            "stale fencing token for {resource:?}: the store refused the write's precondition (412) \
-                             and the mark is now {mark}, above its token {}",
-                            lent.lend.token
-                        );
-                        let action = Action { class: Class::Stale, forward: false, token: Some(mark) };
-                        refusal::refuse(&action, &reason, form, None)
-                    }
-                    None => refusal::fail(
-                        Failure::VersionConflict,
-                        &format!(
-                            "cannot write {resource:?}: the store refused the write's precondition (412): the object \
-                             is not at the version the gateway last saw applied ({}), as after a write whose answer \
-                             was lost or a writer that does not go through the gateway. Read the object through the \
-                             gateway (GET or HEAD) so it learns the version, then retry",
-                            lent.lend.on
-                        ),
-                        form,
-                    ),
-                }
-            }
-            Answer::Missing if !lent.delete => refusal::fail(
-                Failure::VersionConflict,
-                &format!(
-                    "cannot write {resource:?}: it no longer exists in the store (deleted since the gateway last saw \
-                     it); retry, and the write goes as a new object"
-                ),
-                form,
-            ),
-            _ => response,
-        }
+        };
+        stored?.refused(resource, highest, form)
     }
 
     /// A read of `resource` through the gateway was answered `status` with
@@ -335,13 +266,8 @@ impl Conditional {
         if !lock(&self.unknown).contains(resource) {
             return false;
         }
-        let seen = match status {
-            StatusCode::OK => match headers.get(ETAG).map(|v| Version::tag(v.as_bytes())) {
-                Some(Ok(version)) => version,
-                _ => return false,
-            },
-            StatusCode::NOT_FOUND => Version::Absent,
-            _ => return false,
+        let Some(seen) = rules::learned(status.as_u16(), headers.get(ETAG).map(HeaderValue::as_bytes)) else {
+            return false;
         };
         let (chains, key) = (self.chains.clone(), resource.to_owned());
         let learned = tokio::task::spawn_blocking(move || {
@@ -360,11 +286,6 @@ impl Conditional {
             _ => false,
         }
     }
-}
-
-async fn mark_blocking(guard: &Arc<Guard>, resource: &str) -> Option<Token> {
-    let (g, r) = (guard.clone(), resource.to_owned());
-    tokio::task::spawn_blocking(move || g.mark(&r).ok().flatten()).await.ok().flatten()
 }
 
 #[cfg(test)]
@@ -389,8 +310,9 @@ mod tests {
     #[test]
     fn only_puts_and_deletes_without_preconditions_of_their_own_can_be_conditional() {
         let c = conditional(true);
-        assert_eq!(c.unsupported(&parts(Method::PUT, "/b/k", &[])), None);
-        assert_eq!(c.unsupported(&parts(Method::DELETE, "/b/k", &[])), None);
+        let unsupported = |p: &Parts| c.unsupported(p, "b/k", Form::Text).map(|r| r.answer.reason);
+        assert_eq!(unsupported(&parts(Method::PUT, "/b/k", &[])), None);
+        assert_eq!(unsupported(&parts(Method::DELETE, "/b/k", &[])), None);
         for refused in [
             parts(Method::POST, "/b/k?uploads", &[]),
             parts(Method::PUT, "/b/k?partNumber=1&uploadId=u", &[]),
@@ -399,8 +321,8 @@ mod tests {
             parts(Method::PUT, "/b/k", &[("if-none-match", "*")]),
             parts(Method::from_bytes(b"MOVE").unwrap_or(Method::PATCH), "/d/f", &[]),
         ] {
-            let why = c.unsupported(&refused);
-            assert!(why.as_deref().is_some_and(|w| w.contains("--conditional-writes")), "{refused:?}: {why:?}");
+            let why = unsupported(&refused);
+            assert!(why.as_deref().is_some_and(|w| w.contains("conditional writes")), "{refused:?}: {why:?}");
         }
     }
 
@@ -424,8 +346,8 @@ mod tests {
 
     #[test]
     fn deletes_are_refused_when_the_store_was_not_seen_honouring_if_match_on_them() {
-        let why = conditional(false).unsupported(&parts(Method::DELETE, "/b/k", &[]));
-        assert!(why.is_some_and(|w| w.contains("DELETE")));
-        assert_eq!(conditional(false).unsupported(&parts(Method::PUT, "/b/k", &[])), None);
+        let why = conditional(false).unsupported(&parts(Method::DELETE, "/b/k", &[]), "b/k", Form::Text);
+        assert!(why.is_some_and(|r| r.answer.reason.contains("DELETE")));
+        assert_eq!(conditional(false).unsupported(&parts(Method::PUT, "/b/k", &[]), "b/k", Form::Text), None);
     }
 }
