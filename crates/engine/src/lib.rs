@@ -13,6 +13,8 @@
 //! # Layout
 //! * [`answer`]: every answer the fence gives itself, refusal or error, as status,
 //!   headers and body, in the form the client reads (text, S3's XML, gRPC).
+//! * [`gate`]: the ordering gate's and the start grace's defaults, what a flight's
+//!   end means, and the gate's own refusals (503 with `Retry-After`).
 //! * [`head`]: a request's head classified: the path it writes as the store sees it,
 //!   whether the fence is in its way, the resources and the token it presents.
 //! * [`forward`]: what a forwarded request carries of the fence's decision, and what
@@ -27,6 +29,7 @@
 pub mod answer;
 pub mod conditional;
 pub mod forward;
+pub mod gate;
 pub mod head;
 pub mod uploads;
 

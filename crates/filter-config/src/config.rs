@@ -13,6 +13,7 @@ use fencekeeper_core::http;
 use fencekeeper_core::protocol::METADATA_PREFIX;
 use fencekeeper_core::s3;
 use fencekeeper_core::{Mode, Policy, Protocol, Writes};
+use fencekeeper_engine::gate;
 use std::fmt;
 
 /// Conditional writes' settings.
@@ -110,12 +111,12 @@ pub struct Etcd {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GateConfig {
     /// The longest an admitted write is held back for lower-token writes (then 503
-    /// with `Retry-After`).
+    /// with `Retry-After`). Default: the engine's `GATE_TIMEOUT`, 5 s.
     pub budget_ms: u64,
     /// The store apply bound: how long after the filter gave up on a write (a timeout,
     /// a reset, a client gone, a worker gone) the store may still apply it. Until
     /// then the write holds its resource. Set it at or above the store's own request
-    /// timeout; `fencekeeper envoy-config` writes the route's timeout.
+    /// timeout. Default: the engine's `STORE_APPLY_BOUND`, 60 s (the gateway's too).
     pub apply_bound_ms: u64,
     /// How often each worker's root re-checks the writes it holds and stamps its
     /// heartbeat.
@@ -131,7 +132,15 @@ pub struct GateConfig {
 
 impl Default for GateConfig {
     fn default() -> GateConfig {
-        GateConfig { budget_ms: 5_000, apply_bound_ms: 60_000, tick_ms: 100, shared: false, flight_ms: 60_000 }
+        // The gate timeout and the store apply bound are the engine's, as the gateway's.
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        GateConfig {
+            budget_ms: ms(gate::GATE_TIMEOUT),
+            apply_bound_ms: ms(gate::STORE_APPLY_BOUND),
+            tick_ms: 100,
+            shared: false,
+            flight_ms: 60_000,
+        }
     }
 }
 

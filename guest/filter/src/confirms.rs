@@ -159,7 +159,10 @@ pub fn send_ready(f: &Filter) {
         // Each mark compared with the token its batch presented, without a put; when
         // any moved, every one read back.
         let marks: Vec<(&str, Token)> = group.iter().map(|r| (r.resource.as_str(), r.compare)).collect();
-        match etcd::call(e, Method::Txn, None, &etcd::confirms(&e.key_prefix, &marks)) {
+        // With etcd authentication only a write that waited at the gate is confirmed
+        // here (`gate`), under the VM's token, as the shared registry's calls are.
+        let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
+        match etcd::call(e, Method::Txn, token.as_deref(), &etcd::confirms(&e.key_prefix, &marks)) {
             Ok(token) => {
                 f.confirms.sent(token, group.iter().map(|r| r.resource.clone()).collect());
                 f.metrics.batch_sent();

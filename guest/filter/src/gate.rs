@@ -30,17 +30,18 @@
 //! instead (`start_grace_ms`).
 
 use crate::config::GateConfig;
+use crate::confirms::Waiter;
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::slots::{self, Entry, SharedFlight, MAX_CAS_ATTEMPTS};
 use crate::{wake, Filter};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
 use fencekeeper_core::{Token, Verdict};
-use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::gate::{self as engine, End, Event, Knob};
 use proxy_wasm::hostcalls;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// A worker whose heartbeat is older than this is presumed gone: its flights count
 /// as given up at its last stamp.
@@ -186,8 +187,9 @@ impl Gate {
         (judged, entry.flights.len() != before)
     }
 
-    /// One try to pass the gate with `token` on `resource`, for request `context`.
-    fn step(&self, f: &Filter, context: u32, resource: &str, token: Token) -> Step {
+    /// One try to pass the gate with `token` on `resource`, for request `context`;
+    /// registered as in flight when it may go, if `register`.
+    fn step(&self, f: &Filter, context: u32, resource: &str, token: Token, register: bool) -> Step {
         for _ in 0..MAX_CAS_ATTEMPTS {
             let mut read = match f.slots.read(resource) {
                 Ok(r) => r,
@@ -209,13 +211,15 @@ impl Gate {
                 }
                 Passage::Go => {
                     slots::raise(entry, token);
-                    entry.flights.push(SharedFlight { owner: self.vm, context, token, deadline: 0 });
+                    if register {
+                        entry.flights.push(SharedFlight { owner: self.vm, context, token, deadline: 0 });
+                    }
                     Step::Go
                 }
             };
             match f.slots.store(&mut read) {
                 Ok(true) => {
-                    if let Step::Go = step {
+                    if let (Step::Go, true) = (&step, register) {
                         let forwarded = self.shared.is_none();
                         let mine = Mine { resource: resource.to_owned(), forwarded, answered: false };
                         self.mine.borrow_mut().insert(context, mine);
@@ -257,7 +261,7 @@ impl Gate {
         // Never sent upstream: nothing of it can land.
         mine.answered |= !mine.forwarded;
         if !mine.answered {
-            f.metrics.gate_given_up();
+            f.metrics.gate(Event::GivenUp);
         }
         let answered = mine.answered;
         if !self.land(f, &mine, context) {
@@ -273,20 +277,22 @@ impl Gate {
     /// Write a flight's end into its entry, and wake the workers waiting on it. False
     /// when the slot could not be written.
     fn land(&self, f: &Filter, mine: &Mine, context: u32) -> bool {
-        let bound = self.config.apply_bound_ms;
+        let bound = Duration::from_millis(self.config.apply_bound_ms);
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Ok(mut read) = f.slots.read(&mine.resource) else { return false };
             let now = now_ms();
             let entry = read.entry_mut(&mine.resource);
             let own = |fl: &SharedFlight| fl.owner == self.vm && fl.context == context;
-            let removed = if mine.answered || bound == 0 {
-                entry.flights.retain(|fl| !own(fl));
-                true
-            } else {
-                for fl in entry.flights.iter_mut().filter(|fl| own(fl)) {
-                    fl.deadline = now.saturating_add(bound).max(1);
+            let removed = match engine::end(mine.answered, now, bound) {
+                End::Now => {
+                    entry.flights.retain(|fl| !own(fl));
+                    true
                 }
-                false
+                End::At(until) => {
+                    // 0 is "no deadline" in a slot.
+                    entry.flights.iter_mut().filter(|fl| own(fl)).for_each(|fl| fl.deadline = until.max(1));
+                    false
+                }
             };
             // Flights given up on whose bound has passed go too.
             entry.flights.retain(|fl| fl.deadline == 0 || fl.deadline > now);
@@ -328,12 +334,18 @@ impl Gate {
         let held = std::mem::take(&mut *self.held.borrow_mut());
         let mut keep = Vec::new();
         let mut tally = crate::Tally::default();
+        let mut confirming = false;
         for h in held {
             if hostcalls::set_effective_context(h.context).is_err() {
                 continue; // its stream ended meanwhile
             }
-            match self.step(f, h.context, &h.resource, h.token) {
+            let confirm = self.confirms_after_waiting(f);
+            match self.step(f, h.context, &h.resource, h.token, !confirm) {
                 Step::Go if self.shared.is_some() => self.across(&h.reply, &h.resource, h.verdict, h.token),
+                // Confirmed in etcd first: the batch's answer enters the gate again.
+                Step::Go if confirm => {
+                    confirming |= f.confirms.join(&h.resource, Waiter { token: h.token, reply: h.reply });
+                }
                 Step::Go => {
                     let next = h.reply.conclude(f, Ok(h.verdict), &h.resource, &"", &mut tally, None);
                     if matches!(next, proxy_wasm::types::Action::Continue) {
@@ -349,23 +361,36 @@ impl Gate {
                     h.reply.conclude(f, outcome, &h.resource, &cause, &mut tally, None);
                 }
                 Step::Wait(until) if now_ms() >= h.deadline => {
-                    f.metrics.gate_timed_out();
-                    let left = |at: u64| std::time::Duration::from_millis(at.saturating_sub(now_ms()));
-                    let retry = until.map_or(1, |at| retry_after_seconds(left(at)));
-                    let outcome = Err(fencekeeper_core::NoVerdict::Refused);
-                    h.reply.conclude(f, outcome, &h.resource, &TIMED_OUT, &mut tally, Some(retry));
+                    let budget = Knob { name: "gate.budget_ms", value: Duration::from_millis(self.config.budget_ms) };
+                    let refused = engine::timed_out(f.config.policy.mode, &h.resource, budget, until, now_ms());
+                    f.metrics.gate(refused.event);
+                    tally.add(refused.action.class, false);
+                    log::warn!("fencekeeper: refused a write: {}", refused.reason);
+                    h.reply.refuse(&refused.action, &refused.reason, Some(refused.retry_after_seconds()));
                 }
                 Step::Wait(_) => keep.push(h),
             }
         }
         f.metrics.add(&tally);
         self.held.borrow_mut().extend(keep);
+        if confirming {
+            crate::confirms::send_ready(f);
+        }
+    }
+
+    /// Whether a write that waited is confirmed in etcd before it goes: while it
+    /// waited, another instance writing through the same etcd may have admitted a
+    /// higher token, which this Envoy's shared data does not know (the gateway reads
+    /// the store's mark again). A shared registry's Txn compares the mark itself;
+    /// marks in shared data alone are this Envoy's own.
+    fn confirms_after_waiting(&self, f: &Filter) -> bool {
+        self.shared.is_none() && f.config.etcd.is_some()
     }
 
     /// Admitted write `verdict` (token `token`) of `reply`'s request on `resource`:
     /// go, be held, or be refused.
     pub fn enter(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) -> Entered {
-        match self.step(f, reply.context, resource, token) {
+        match self.step(f, reply.context, resource, token, true) {
             Step::Go if self.shared.is_some() => {
                 self.across(reply, resource, verdict, token);
                 Entered::Held
@@ -374,7 +399,7 @@ impl Gate {
             Step::Stale(higher) => Entered::Stale(higher),
             Step::Failed(cause) => Entered::Failed(cause),
             Step::Wait(_) => {
-                f.metrics.gate_waited();
+                f.metrics.gate(Event::Waited);
                 let deadline = now_ms().saturating_add(self.config.budget_ms);
                 let h = Held {
                     context: reply.context,
@@ -403,9 +428,6 @@ impl Gate {
         !self.held.borrow().is_empty()
     }
 }
-
-const TIMED_OUT: &str = "timed out at the ordering gate waiting for lower-token writes that the store may still \
-                         apply (in flight, or given up on within the store apply bound)";
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

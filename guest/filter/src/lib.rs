@@ -112,29 +112,21 @@ impl Metrics {
         })
     }
 
-    /// An admitted write was held back at the gate for lower-token writes.
-    pub fn gate_waited(&self) {
-        let _ = hostcalls::increment_metric(self.gate_waited, 1);
-    }
-
-    /// A held write was refused past the gate's budget.
-    pub fn gate_timed_out(&self) {
-        let _ = hostcalls::increment_metric(self.gate_timed_out, 1);
-    }
-
-    /// A forwarded write was given up on; it holds its resource for the apply bound.
-    pub fn gate_given_up(&self) {
-        let _ = hostcalls::increment_metric(self.gate_given_up, 1);
+    /// Count one of the gate's events (`fencekeeper_engine::gate`).
+    pub fn gate(&self, event: fencekeeper_engine::gate::Event) {
+        use fencekeeper_engine::gate::Event;
+        let id = match event {
+            Event::Waited => self.gate_waited,
+            Event::TimedOut => self.gate_timed_out,
+            Event::GivenUp => self.gate_given_up,
+            Event::StartGrace => self.start_grace,
+        };
+        let _ = hostcalls::increment_metric(id, 1);
     }
 
     /// An admitted write was held back for another instance's lower-token write.
     pub fn shared_waited(&self) {
         let _ = hostcalls::increment_metric(self.shared_waited, 1);
-    }
-
-    /// A fenced write was refused in the start grace.
-    pub fn start_grace(&self) {
-        let _ = hostcalls::increment_metric(self.start_grace, 1);
     }
 
     /// Count a conditional write's outcome (`fencekeeper_engine::conditional`): the

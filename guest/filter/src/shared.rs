@@ -220,7 +220,7 @@ impl Shared {
                 return true;
             }
             Ok(Registration::Wait) => {
-                f.metrics.gate_timed_out();
+                f.metrics.gate(fencekeeper_engine::gate::Event::TimedOut);
                 (Err(NoVerdict::Refused), TIMED_OUT.to_owned())
             }
             Ok(Registration::Stale(higher)) => (Ok(Verdict::Stale { mark: higher, presented: p.token }), String::new()),
@@ -305,7 +305,7 @@ impl Shared {
                 self.ledger.borrow_mut().end(&p.resource, p.token, now);
                 continue;
             }
-            f.metrics.gate_timed_out();
+            f.metrics.gate(fencekeeper_engine::gate::Event::TimedOut);
             self.refuse(f, p, Err(NoVerdict::Refused), TIMED_OUT);
         }
         self.send(f);

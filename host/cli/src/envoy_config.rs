@@ -15,8 +15,8 @@ use crate::provenance::{etcd_check, ProvenanceArg};
 use anyhow::{anyhow, bail, Context, Result};
 use fencekeeper_core::Protocol;
 use fencekeeper_filter_config::{
-    Config, EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings,
-    Switch, DEFAULT_ETCD_CLUSTER,
+    Config, EtcdSettings, GateConfig, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings,
+    Settings, Switch, DEFAULT_ETCD_CLUSTER,
 };
 use fencekeeper_gateway::config::methods;
 use std::fmt::Write as _;
@@ -130,13 +130,14 @@ pub struct Args {
     /// timed out, the store reset the stream, the client went away, a worker died):
     /// the write keeps holding its resource at the ordering gate that long. The one
     /// timing assumption of the gate: keep the store's own request timeout below it
-    /// (docs/operations.md). Default: --route-timeout.
+    /// (docs/operations.md). Default: 60s, the same as the gateway's.
     #[arg(long, value_parser = crate::serve::parse_duration)]
     store_apply_bound: Option<Duration>,
     /// The longest an admitted write is held back for lower-token writes that the
-    /// store may still apply (then 503 with Retry-After).
-    #[arg(long, default_value = "5s", value_parser = crate::serve::parse_duration)]
-    gate_budget: Duration,
+    /// store may still apply (then 503 with Retry-After). Default: 5s, the same as
+    /// the gateway's --gate-timeout.
+    #[arg(long, value_parser = crate::serve::parse_duration)]
+    gate_budget: Option<Duration>,
     /// For this long after Envoy starts, refuse fenced writes (503 with Retry-After):
     /// writes a previous Envoy had in flight when it died (SIGKILL, a crash) may still
     /// be applied by the store, and the ordering gate died with it. Set it to the
@@ -361,10 +362,12 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
     let gate = if args.no_gate || args.conditional_writes {
         Switch::Off
     } else {
-        let bound = args.store_apply_bound.unwrap_or(args.route_timeout);
+        // Unset: the filter's defaults, which are the engine's (the gateway's too),
+        // written out so that the configuration says what the filter runs with.
+        let (ms, d) = (|d: Duration| d.as_millis() as u64, GateConfig::default());
         Switch::On(GateSettings {
-            apply_bound_ms: Some(bound.as_millis() as u64),
-            budget_ms: Some(args.gate_budget.as_millis() as u64),
+            apply_bound_ms: Some(args.store_apply_bound.map_or(d.apply_bound_ms, ms)),
+            budget_ms: Some(args.gate_budget.map_or(d.budget_ms, ms)),
             // A worker's lease outlives each flight by the route timeout (Envoy gives
             // up by then) plus the bound.
             shared: args.shared_gate.then_some(true),
@@ -591,7 +594,7 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     Config::from_settings(settings.clone()).map_err(|e| anyhow!("the filter would refuse this configuration: {e}"))?;
     // Keys sorted (serde_json's map), so the output is stable.
     let config = serde_json::to_value(&settings)?.to_string();
-    if args.gate_budget.is_zero() {
+    if args.gate_budget.is_some_and(|b| b.is_zero()) {
         bail!("--gate-budget must be above 0 (it is how long a write may wait at the ordering gate)");
     }
     if args.route_timeout.is_zero() {

@@ -106,14 +106,16 @@ pub struct Args {
     /// The longest a request may take to arrive, and the upstream to answer (ms, s, m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     request_timeout: Duration,
-    /// The longest an admitted write waits for lower-token writes in flight (then 503).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    gate_timeout: Duration,
+    /// The longest an admitted write waits for lower-token writes in flight (then 503
+    /// with Retry-After). Default: 5s, the same as Envoy's --gate-budget.
+    #[arg(long, value_parser = parse_duration)]
+    gate_timeout: Option<Duration>,
     /// How long the store may still apply a write after the gateway gave up on it (the
     /// upstream timed out, reset or failed once it was sent): the write keeps holding its
     /// resource that long, so no higher write is forwarded before it can no longer land.
     /// The one timing assumption of the gate: keep the store's own request timeout
-    /// below it (docs/operations.md). Default: the --request-timeout value.
+    /// below it (docs/operations.md). Default: 60s, the same as Envoy's (0 with
+    /// --conditional-writes).
     #[arg(long, value_parser = parse_duration)]
     store_apply_bound: Option<Duration>,
     /// For this long after start, refuse fenced writes (503 with Retry-After): writes
@@ -279,10 +281,10 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.fenced_methods = args.fenced_methods.as_deref().map(config::methods).transpose()?;
     c.max_body = args.max_body;
     c.request_timeout = args.request_timeout;
-    c.gate_timeout = args.gate_timeout;
+    c.gate_timeout = args.gate_timeout.unwrap_or(c.gate_timeout);
     // With conditional writes the store refuses a late write itself: no write has to
     // hold its resource after the gateway gave up on it.
-    let bound = if args.conditional_writes { Duration::ZERO } else { args.request_timeout };
+    let bound = if args.conditional_writes { Duration::ZERO } else { c.apply_bound };
     c.apply_bound = args.store_apply_bound.unwrap_or(bound);
     c.start_grace = args.start_grace;
     // Nor does a write wait at the ordering gate: the chain refuses a lend below one it

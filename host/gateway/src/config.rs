@@ -4,6 +4,7 @@
 use fencekeeper_core::http::{self, TOKEN_HEADER};
 use fencekeeper_core::protocol::{DESTINATION_HEADER, METADATA_PREFIX};
 use fencekeeper_core::{Policy, Protocol};
+use fencekeeper_engine::gate;
 use fencekeeper_engine::head::{Head, Scope};
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use hyper::{Method, Uri};
@@ -120,13 +121,15 @@ pub struct Config {
     pub max_body: usize,
     /// The longest a request may take: reading its body, and the upstream's answer.
     pub request_timeout: Duration,
-    /// The longest an admitted write waits at the ordering gate (then 503).
+    /// The longest an admitted write waits at the ordering gate (then 503). Default:
+    /// the engine's [`gate::GATE_TIMEOUT`] (5 s).
     pub gate_timeout: Duration,
     /// How long the store may still apply a write after the gateway gave up on it
     /// (the upstream timed out, reset or failed once the request was sent): for that
     /// long the write keeps holding its resource at the ordering gate, so no higher
     /// write is forwarded while the store may still apply it. Set it at or above the
-    /// store's own request timeout. Default: `request_timeout`.
+    /// store's own request timeout. Default: the engine's
+    /// [`gate::STORE_APPLY_BOUND`] (60 s), whatever `request_timeout` is.
     pub apply_bound: Duration,
     /// For this long after start, fenced writes are refused (503, `Retry-After`):
     /// writes that a previous run of this gateway had in flight when it died may still
@@ -166,8 +169,8 @@ impl Config {
             fenced_methods: None,
             max_body: 16 << 20,
             request_timeout: Duration::from_secs(30),
-            gate_timeout: Duration::from_secs(5),
-            apply_bound: Duration::from_secs(30),
+            gate_timeout: gate::GATE_TIMEOUT,
+            apply_bound: gate::STORE_APPLY_BOUND,
             start_grace: Duration::ZERO,
             gate: true,
             blocking_admits: false,

@@ -15,8 +15,9 @@
 //!   it (the upstream timed out or failed after the request was sent), once the store
 //!   apply bound has passed since: until then the store may still apply it;
 //! * after waiting a write is checked again: against the store's mark (another
-//!   gateway sharing it may have admitted a higher token) and at registration, and
-//!   refused as stale if a higher token got there first.
+//!   instance sharing it may have admitted a higher token; with a shared registry,
+//!   whose Txn compares the mark, by that Txn) and at registration, and refused as
+//!   stale if a higher token got there first.
 //!
 //! Admits themselves (the store round trip) run concurrently; only the registration
 //! step takes a lock, for microseconds.
@@ -34,6 +35,7 @@ use fencekeeper_core::refusal::{self, NoVerdict};
 #[cfg(test)]
 use fencekeeper_core::Class;
 use fencekeeper_core::Token;
+use fencekeeper_engine::gate::{self as engine, End};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -110,10 +112,7 @@ impl Permit {
             remote.given_up();
         }
         let gate = self.entry.gate.clone();
-        if gate.apply_bound.is_zero() {
-            return;
-        }
-        let until = gate.now_ms().saturating_add(gate.apply_bound.as_millis() as u64);
+        let End::At(until) = engine::end(false, gate.now_ms(), gate.apply_bound) else { return };
         if let Some((_, f)) = lock(&self.entry.entry.state).flights.iter_mut().find(|(id, _)| *id == self.id) {
             f.until = Until::Deadline(until);
         }
@@ -195,6 +194,13 @@ impl Gate {
 
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// The refusal of a write on `resource` held past the gate timeout, by lower
+    /// writes holding it until `held_until` when every one was given up on.
+    fn timed_out(&self, mode: fencekeeper_core::Mode, resource: &str, held_until: Option<u64>) -> engine::Refused {
+        let timeout = engine::Knob { name: "--gate-timeout", value: self.timeout };
+        engine::timed_out(mode, resource, timeout, held_until, self.now_ms())
     }
 
     /// Writes currently in flight on `resource`, given-up ones still holding it
@@ -317,7 +323,7 @@ impl Gate {
         permit.answered();
         match refused {
             Refused::Stale(higher) => ordered::stale(mode, higher, admitted, resource, waited),
-            Refused::TimedOut => ordered::timed_out(mode, resource, None),
+            Refused::TimedOut => ordered::refused(self.timed_out(mode, resource, None), true),
             Refused::Unreachable(cause) => {
                 ordered::gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &cause, waited)
             }
@@ -342,11 +348,17 @@ impl Gate {
         let mode = guard.decider().policy().mode;
         loop {
             if !self.wait_for_lower(&entry.entry, &admitted, deadline).await {
-                let left = held_until.map(|at| Duration::from_millis(at.saturating_sub(self.now_ms())));
-                return ordered::timed_out(mode, resource, left);
+                return ordered::refused(self.timed_out(mode, resource, held_until), true);
             }
-            // Another gateway sharing the store may have admitted a higher token.
-            match mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)) {
+            // Another instance sharing the store may have admitted a higher token while
+            // this one waited. With a shared registry its Txn compares the mark (as the
+            // filter's does); else the store's mark is read again (the filter confirms it
+            // in etcd).
+            let mark = match &self.registry {
+                Some(_) => Ok(None),
+                None => mark_blocking(guard, resource).await,
+            };
+            match mark.map(|m| m.filter(|m| *m > admitted)) {
                 Ok(Some(mark)) => return ordered::stale(mode, mark, admitted, resource, true),
                 Err(e) => {
                     let cause = e.to_string();
@@ -521,7 +533,7 @@ mod tests {
         let (gate, guard) = (Gate::new(true, Duration::from_millis(50), Duration::from_secs(30), None, true), guard());
         let _a = gate.order(&guard, "r", Some("33")).await;
         let b = gate.order(&guard, "r", Some("34")).await;
-        assert!(b.timed_out && !b.action.forward);
+        assert!(b.event == Some(engine::Event::TimedOut) && !b.action.forward);
         assert_eq!(b.action.class.http_status(), 503);
         assert!(b.retry_after.is_some(), "a 503 from the gate says when to retry");
     }
@@ -550,7 +562,7 @@ mod tests {
         let guard = guard();
         gate.order(&guard, "r", Some("33")).await.permit.expect("in flight").given_up();
         let b = gate.order(&guard, "r", Some("34")).await;
-        assert!(b.timed_out && !b.action.forward);
+        assert!(b.event == Some(engine::Event::TimedOut) && !b.action.forward);
         let retry = b.retry_after.expect("Retry-After");
         assert!(retry > Duration::from_secs(8) && retry <= Duration::from_secs(9), "{retry:?}");
     }

@@ -5,6 +5,7 @@
 
 use fencekeeper_core::Class;
 use fencekeeper_engine::conditional;
+use fencekeeper_engine::gate;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -69,6 +70,17 @@ pub enum Event {
     VersionRefused,
     /// Conditional writes: the store refused a write's precondition (412).
     PreconditionFailed,
+}
+
+impl From<gate::Event> for Event {
+    fn from(event: gate::Event) -> Event {
+        match event {
+            gate::Event::Waited => Event::GateWait,
+            gate::Event::TimedOut => Event::GateTimeout,
+            gate::Event::GivenUp => Event::GivenUp,
+            gate::Event::StartGrace => Event::StartGrace,
+        }
+    }
 }
 
 impl From<conditional::Event> for Event {

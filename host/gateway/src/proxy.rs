@@ -26,6 +26,7 @@ use fencekeeper_core::{Class, Protocol};
 use fencekeeper_engine::answer::retry_after_seconds;
 use fencekeeper_engine::conditional::{self as rules, Refused};
 use fencekeeper_engine::forward;
+use fencekeeper_engine::gate;
 use fencekeeper_engine::head::Head;
 use fencekeeper_engine::uploads::Step;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
@@ -119,7 +120,7 @@ impl Proxy {
         if self.config.start_grace.is_zero() {
             return None; // off: no clock read on the write path
         }
-        self.config.start_grace.checked_sub(self.started.elapsed()).filter(|left| !left.is_zero())
+        gate::grace_left(self.config.start_grace, self.started.elapsed())
     }
 
     /// Answer one request from `client`.
@@ -234,16 +235,15 @@ impl Proxy {
             Ok(p) => (Ok(p.keys), p.token),
             Err(e) => (Err(e), None),
         };
-        let (resource, ordered, permits) = match named {
-            Ok(keys) if grace.is_some() => {
-                self.metrics.event(Event::StartGrace);
-                let (mode, since) = (self.config.policy.mode, self.started.elapsed());
+        let (resource, ordered, permits) = match (named, grace) {
+            (Ok(keys), Some(left)) => {
                 let resource = keys.join(" and ");
-                let ordered = ordered::in_start_grace(mode, &resource, since, self.config.start_grace);
-                (resource, ordered, Vec::new())
+                let knob = gate::Knob { name: "--start-grace", value: self.config.start_grace };
+                let refused = gate::in_start_grace(self.config.policy.mode, &resource, knob, left);
+                (resource, ordered::refused(refused, false), Vec::new())
             }
-            Ok(keys) => self.order(keys, token.as_deref(), client).await,
-            Err(e) => (String::new(), ordered::malformed(self.config.policy.mode, e), Vec::new()),
+            (Ok(keys), None) => self.order(keys, token.as_deref(), client).await,
+            (Err(e), _) => (String::new(), ordered::malformed(self.config.policy.mode, e), Vec::new()),
         };
         let action = ordered.action;
         // A conditional write is counted once its outcome is known (the engine's
@@ -254,8 +254,8 @@ impl Proxy {
         if ordered.waited {
             self.metrics.event(Event::GateWait);
         }
-        if ordered.timed_out {
-            self.metrics.event(Event::GateTimeout);
+        if let Some(event) = ordered.event {
+            self.metrics.event(event.into());
         }
         if let Some(what) = &ordered.breach {
             self.metrics.event(Event::Breach);

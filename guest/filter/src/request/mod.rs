@@ -31,7 +31,7 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
-use fencekeeper_engine::answer::retry_after_seconds;
+use fencekeeper_engine::gate::{self as engine_gate, Knob};
 use fencekeeper_engine::conditional as rules;
 use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
@@ -41,7 +41,7 @@ use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::Action;
 use std::rc::Rc;
-use std::time::UNIX_EPOCH;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// How many etcd transactions one request may take before it is undecided.
 const MAX_ETCD_ROUNDS: u32 = 8;
@@ -229,23 +229,15 @@ impl Request {
     }
 
     /// Refuse a fenced write in the start grace (503, `Retry-After`), before any admit.
-    fn in_start_grace(&mut self, resource: &str, left_ms: u64) -> Action {
+    fn in_start_grace(&mut self, resource: &str, left: Duration) -> Action {
         let f = Rc::clone(&self.filter);
-        f.metrics.start_grace();
-        let cause = format!(
-            "cannot decide on {resource:?} yet: this Envoy started less than {:.1}s ago and refuses fenced writes \
-             for its start grace (start_grace_ms), while writes a previous Envoy had in flight may still reach the \
-             store; nothing was admitted, retry with the same token after Retry-After",
-            f.config.start_grace_ms as f64 / 1000.0
-        );
-        let action = fencekeeper_core::refusal::resolve::<fencekeeper_core::Malformed>(
-            f.config.policy.mode,
-            Err(NoVerdict::Refused),
-        );
+        let grace = Knob { name: "start_grace_ms", value: Duration::from_millis(f.config.start_grace_ms) };
+        let refused = engine_gate::in_start_grace(f.config.policy.mode, resource, grace, left);
+        f.metrics.gate(refused.event);
         let mut tally = crate::Tally::default();
-        tally.add(action.class, false);
+        tally.add(refused.action.class, false);
         f.metrics.add(&tally);
-        self.reply.refuse(&action, &cause, Some(retry_after_seconds(std::time::Duration::from_millis(left_ms))));
+        self.reply.refuse(&refused.action, &refused.reason, Some(refused.retry_after_seconds()));
         Action::Pause
     }
 
@@ -484,12 +476,14 @@ impl Request {
     }
 }
 
-/// How much of the start grace is left (ms), if any.
-fn grace_left(f: &Filter) -> Option<u64> {
+/// How much of the start grace is left, if any.
+fn grace_left(f: &Filter) -> Option<Duration> {
     if f.grace_until == 0 {
         return None; // off: no clock read on the write path
     }
-    f.grace_until.checked_sub(crate::gate::now_ms()).filter(|&left| left > 0)
+    let grace = f.config.start_grace_ms;
+    let elapsed = crate::gate::now_ms().saturating_sub(f.grace_until.saturating_sub(grace));
+    engine_gate::grace_left(Duration::from_millis(grace), Duration::from_millis(elapsed))
 }
 
 fn resource_mark(f: &Filter, resource: &str) -> Result<Option<Token>, String> {
