@@ -126,8 +126,9 @@ fn without_conditional_writes_a_write_in_flight_at_a_crash_lands_after_the_resta
 }
 
 /// Two gateways on one etcd, without a shared gate: 33 through the first is held;
-/// 34 goes through the second; then 33 reaches the store.
-fn two_gateways_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String) {
+/// 34 goes through the second; then 33 reaches the store. Also the first gateway's
+/// counters: admitted, stale, precondition_failed, version_refused.
+fn two_gateways_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String, [u64; 4]) {
     let (moto, relay) = store();
     let etcd = Etcd::start().unwrap();
     let etcd_url = etcd.client.to_string();
@@ -142,23 +143,32 @@ fn two_gateways_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String) {
     assert!(new.ok, "{new:?}\n{}", second.log());
     let late = release_and_answer(held);
     let old = old.join().unwrap();
-    (late, object(&moto), old, first.log())
+    let counted = [
+        "fencekeeper_gateway_requests_total{class=\"admitted\"}",
+        "fencekeeper_gateway_requests_total{class=\"stale\"}",
+        "fencekeeper_gateway_precondition_failed_total",
+        "fencekeeper_gateway_version_refused_total",
+    ]
+    .map(|name| first.metric(name).unwrap());
+    (late, object(&moto), old, first.log(), counted)
 }
 
 #[test]
 fn two_gateways_without_a_shared_gate_cannot_land_a_late_write_with_conditional_writes() {
-    let (late, object, old, log) = two_gateways_story(true);
+    let (late, object, old, log, counted) = two_gateways_story(true);
     assert_refused_late(&late, &object, &log);
     assert_eq!(
         (old.status, old.code.as_str()),
         (Some(409), "FencingTokenStale"),
         "the 412 is a stale refusal: {old:?}"
     );
+    // Counted once, as what its client was told (stale), and once as the store's refusal.
+    assert_eq!(counted, [1, 1, 1, 0], "admitted (32 only), stale, precondition_failed, version_refused");
 }
 
 #[test]
 fn two_gateways_without_a_shared_gate_or_conditional_writes_land_the_late_write_last() {
-    let (late, object, old, _) = two_gateways_story(false);
+    let (late, object, old, _, _) = two_gateways_story(false);
     assert!(late.contains(" 200 ") && old.ok, "{late:?} {old:?}");
     assert_eq!(object, OLD, "the control shows the window across gateways");
 }
