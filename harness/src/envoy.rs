@@ -251,7 +251,7 @@ pub fn exchange_on(mut s: TcpStream, method: &str, path: &str, headers: &[(&str,
     let mut raw = Vec::new();
     let mut chunk = [0u8; 16 * 1024];
     let (split, length) = loop {
-        let n = s.read(&mut chunk)?;
+        let n = read_some(&mut s, &mut chunk)?;
         anyhow::ensure!(n > 0, "connection closed before the response headers");
         raw.extend_from_slice(&chunk[..n]);
         if let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -266,7 +266,7 @@ pub fn exchange_on(mut s: TcpStream, method: &str, path: &str, headers: &[(&str,
     match length {
         Some(len) => {
             while raw.len() < split + 4 + len {
-                let n = s.read(&mut chunk)?;
+                let n = read_some(&mut s, &mut chunk)?;
                 anyhow::ensure!(n > 0, "connection closed inside the response body");
                 raw.extend_from_slice(&chunk[..n]);
             }
@@ -283,4 +283,16 @@ pub fn exchange_on(mut s: TcpStream, method: &str, path: &str, headers: &[(&str,
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     Ok(Reply { status, headers, body: raw[split + 4..].to_vec() })
+}
+
+/// One read, again when a signal interrupted it: on a socket with a read timeout a
+/// signal handler's return fails the read (EINTR) instead of restarting it, and a
+/// host that takes seconds to answer leaves time for one.
+fn read_some(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    loop {
+        match s.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            read => return read,
+        }
+    }
 }

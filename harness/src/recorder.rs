@@ -1,6 +1,6 @@
 //! A recording store: a loopback HTTP/1.1 server that records every request that
 //! reaches it (method, path, headers, body) and answers with a scripted status, headers,
-//! body and delay. What a proxy forwards, and what it does with the store's answer, is
+//! body and delay, or hangs up. What a proxy forwards, and what it does with the store's answer, is
 //! then asserted on the records.
 //!
 //! Each request's body is read whole (by `Content-Length`, or chunked) before it is
@@ -47,11 +47,14 @@ pub struct Answer {
     pub body: Vec<u8>,
     /// How long the store takes before it answers.
     pub delay: Duration,
+    /// Instead of answering, close the connection (after the delay): a store that
+    /// broke off the exchange, the request read and recorded.
+    pub hang_up: bool,
 }
 
 impl Default for Answer {
     fn default() -> Answer {
-        Answer { status: 201, headers: Vec::new(), body: Vec::new(), delay: Duration::ZERO }
+        Answer { status: 201, headers: Vec::new(), body: Vec::new(), delay: Duration::ZERO, hang_up: false }
     }
 }
 
@@ -145,6 +148,11 @@ fn serve(stream: TcpStream, state: &Mutex<State>) {
         };
         if !answer.delay.is_zero() {
             std::thread::sleep(answer.delay);
+        }
+        if answer.hang_up {
+            // The listener keeps a clone of the socket: shut it, not just drop ours.
+            let _ = writer.shutdown(Shutdown::Both);
+            return;
         }
         let close = request.values("connection").iter().any(|v| v.eq_ignore_ascii_case("close"));
         let mut head = format!("HTTP/1.1 {} {}\r\n", answer.status, reason(answer.status));

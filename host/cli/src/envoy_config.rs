@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod local_reply;
+
 /// Where the committed filter lives in the repository.
 const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
 
@@ -608,6 +610,8 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     }
     let max_body = args.conditional_writes.then_some(args.conditional_max_body);
     let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, max_body);
+    let local_replies =
+        local_reply::config(&args.upstream, &envoy_duration(args.route_timeout), args.protocol.protocol(), max_body);
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);
@@ -645,7 +649,7 @@ static_resources:
           normalize_path: true
           merge_slashes: true
           path_with_escaped_slashes_action: REJECT_REQUEST
-          route_config:
+{local_replies}          route_config:
             virtual_hosts:
             - name: store
               domains: ["*"]

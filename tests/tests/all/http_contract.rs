@@ -63,6 +63,10 @@ struct Config {
     upstream_timeout: Option<String>,
     /// How long after it starts the host refuses fenced writes.
     start_grace: Option<String>,
+    /// The host's store is a port nobody listens on: every forwarded request finds
+    /// it out of reach (the recording store sees nothing).
+    #[serde(default)]
+    store_unreachable: bool,
 }
 
 #[derive(Clone, Copy, Deserialize)]
@@ -135,6 +139,9 @@ struct Store {
     body: String,
     #[serde(default)]
     delay_ms: u64,
+    /// The store closes the connection instead of answering (after the delay).
+    #[serde(default)]
+    hang_up: bool,
 }
 
 fn created() -> u16 {
@@ -143,7 +150,7 @@ fn created() -> u16 {
 
 impl Default for Store {
     fn default() -> Store {
-        Store { status: created(), headers: BTreeMap::new(), body: String::new(), delay_ms: 0 }
+        Store { status: created(), headers: BTreeMap::new(), body: String::new(), delay_ms: 0, hang_up: false }
     }
 }
 
@@ -463,15 +470,21 @@ fn envoy_args(config: &Config, etcd_addr: &str, upstream: &str) -> Result<Vec<St
 impl Fenced {
     fn start(kind: HostKind, config: &Config, etcd: &Etcd, extra: &[&str]) -> Result<Fenced> {
         let store = Recorder::start()?;
+        let upstream = if config.store_unreachable {
+            // A port just freed: nothing listens there.
+            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
+        } else {
+            store.addr
+        };
         let host = match kind {
             HostKind::Gateway => {
                 let mut args = gateway_args(config, &etcd.url());
                 args.extend(extra.iter().map(|s| (*s).to_owned()));
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Host::Gateway(Gateway::start(&store.url(), &args)?)
+                Host::Gateway(Gateway::start(&format!("http://{upstream}"), &args)?)
             }
             HostKind::Envoy => {
-                let mut args = envoy_args(config, &etcd.client.to_string(), &store.authority())?;
+                let mut args = envoy_args(config, &etcd.client.to_string(), &upstream.to_string())?;
                 args.extend(extra.iter().map(|s| (*s).to_owned()));
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 Host::Envoy(Envoy::start(1, &args)?)
@@ -549,6 +562,7 @@ fn check_row(fenced: &Fenced, row: &Row, expect: &Expect) -> Vec<String> {
         headers: row.store.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         body: row.store.body.clone().into_bytes(),
         delay: Duration::from_millis(row.store.delay_ms),
+        hang_up: row.store.hang_up,
     });
     fenced.store.take();
     let before = fenced.counters();
@@ -778,6 +792,7 @@ fn run_vectors(vectors: &Vectors, kind: HostKind) -> Vec<String> {
         max_body: None,
         upstream_timeout: None,
         start_grace: None,
+        store_unreachable: false,
     };
     let header = ["--resource-header", "fencing-resource"];
     let pair = in_parallel(&[false, true], |&strict| Fenced::start(kind, &config(strict), &etcd, &header).unwrap());

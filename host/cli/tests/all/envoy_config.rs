@@ -182,6 +182,38 @@ fn s3_tells_the_filter_the_protocol_and_routes_http_reads_past_it() {
     assert!(yaml.contains("(GET, HEAD, OPTIONS: the filter's default for --protocol s3)"), "{yaml}");
 }
 
+/// Envoy's own answers (the store out of reach or late, a held body over the limit)
+/// are the gateway's: S3's error document with the engine's `Code` for S3 clients, a
+/// one-line text for plain ones, the engine's gRPC status for gRPC ones. They are
+/// picked out by Envoy's response flags or reply details only, never by status: the
+/// filter's own answers, local replies too, must pass every mapper unchanged.
+#[test]
+fn envoy_s_own_answers_take_the_client_s_form_and_leave_the_filter_s_alone() {
+    let yaml = |args: &[&str]| {
+        let out = generate(&[&["--upstream", "127.0.0.1:8080", "--filter", FILTER][..], args].concat());
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let s3 = yaml(&["--protocol", "s3", "--conditional-writes", "--precondition-probe", "off"]);
+    for code in ["BadGateway", "GatewayTimeout", "EntityTooLarge"] {
+        assert!(s3.contains(&format!("<Code>{code}</Code>")), "{code}:\n{s3}");
+    }
+    assert!(s3.contains("content_type: \"application/xml\""), "{s3}");
+    assert!(s3.contains("response.code_details == 'request_payload_too_large'"), "{s3}");
+    let plain = yaml(&["--route-timeout", "3s"]);
+    assert!(plain.contains("did not answer within 3s"), "{plain}");
+    assert!(!plain.contains("<Code>") && !plain.contains("request_payload_too_large"), "{plain}");
+    for status in ["502", "504"] {
+        assert!(plain.contains(&format!("status_code: {status}")), "{status}:\n{plain}");
+    }
+    for grpc in ["14", "4"] {
+        assert!(plain.contains(&format!("key: grpc-status, value: \"{grpc}\"")), "{grpc}:\n{plain}");
+    }
+    for yaml in [&s3, &plain] {
+        assert!(yaml.contains("local_reply_config:") && !yaml.contains("status_code_filter"), "{yaml}");
+    }
+}
+
 #[test]
 fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);
