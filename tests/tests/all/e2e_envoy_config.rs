@@ -47,7 +47,15 @@ fn envoy_validates_the_generated_configs() {
     validate(&["--upstream", "127.0.0.1:8080", "--etcd", "127.0.0.1:2379,127.0.0.2:2379,etcd-3.internal:2379"]);
     validate(&["--upstream", "127.0.0.1:8080", "--fenced-methods", "PUT,delete,VERSION-CONTROL"]);
     // S3's error documents for Envoy's own answers, and the 413 mapper's CEL filter.
-    validate(&["--upstream", "127.0.0.1:8080", "--protocol", "s3", "--conditional-writes", "--precondition-probe", "off"]);
+    validate(&[
+        "--upstream",
+        "127.0.0.1:8080",
+        "--protocol",
+        "s3",
+        "--conditional-writes",
+        "--precondition-probe",
+        "off",
+    ]);
     validate_in_env(
         &["--upstream", "127.0.0.1:8080", "--etcd-user", "fencekeeper", "--etcd-password-env", "FK_ETCD_PASSWORD"],
         &[("FK_ETCD_PASSWORD", "secret")],
