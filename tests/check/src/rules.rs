@@ -21,8 +21,8 @@
 //!    conditional write's version conflict also when another client's write on its
 //!    resource was in flight meanwhile (a paused holder writing on beside its successor).
 
-use crate::{classify, Class, Input};
 use crate::record::{Kind, Write};
+use crate::{classify, Class, Input};
 use fencekeeper_harness::max_register::{self, Answer, Op};
 use std::collections::{BTreeMap, HashMap};
 

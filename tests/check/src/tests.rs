@@ -1,9 +1,9 @@
 //! The checker must catch a violation planted in an otherwise clean history, for each
 //! rule, and pass the clean one.
 
+use crate::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
 use crate::rules::{check, Report};
 use crate::{classify, Class, Input};
-use crate::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
 use std::collections::BTreeMap;
 
 const MS: u64 = 1_000_000;

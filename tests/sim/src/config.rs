@@ -1,0 +1,72 @@
+//! What a run is made of: its seed and length, its shape (instances, resources,
+//! holders, whether marks and the gate are shared), its timing, and how often faults
+//! come. [`Config::new`] gives the defaults every run of `scripts/simulate.sh` uses.
+
+use crate::fence::{Bug, Settings};
+use crate::queue::{Nanos, MS};
+
+/// One run's configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The seed every draw comes from.
+    pub seed: u64,
+    /// The lock holders send no more writes after this many (probes aside).
+    pub requests: u64,
+    /// Fence instances.
+    pub instances: usize,
+    /// Resources in each group (one group pinned to each instance, and one written
+    /// through all of them when they share marks).
+    pub resources_per_group: usize,
+    /// Lock holders taking turns on each resource.
+    pub holders_per_resource: usize,
+    /// Every instance's marks in one store (as etcd shares them), else each its own.
+    pub shared_marks: bool,
+    /// The instances share one registry of flights (the shared gate), else each gate
+    /// sees only its own writes.
+    pub shared_gate: bool,
+    /// The instances' timing.
+    pub settings: Settings,
+    /// A holder's lease: a pause longer than this loses the lock.
+    pub lease: Nanos,
+    /// A client gives up on an answer after this long.
+    pub client_budget: Nanos,
+    /// After a fault heals, a fresh holder's write is stored within this long.
+    pub liveness_bound: Nanos,
+    /// The mean quiet time between one fault's liveness bound and the next fault.
+    pub fault_gap: Nanos,
+    /// The chance, per million writes, that a holder is paused before one.
+    pub pause_per_million: u64,
+    /// A bug put into every instance, to show the checker finds it.
+    pub bug: Option<Bug>,
+    /// Trace lines kept to print with a violation.
+    pub trace_tail: usize,
+}
+
+impl Config {
+    /// The defaults, for `seed` and `requests`.
+    pub fn new(seed: u64, requests: u64) -> Config {
+        Config {
+            seed,
+            requests,
+            instances: 3,
+            resources_per_group: 4,
+            holders_per_resource: 3,
+            shared_marks: true,
+            shared_gate: false,
+            settings: Settings {
+                upstream_timeout: 200 * MS,
+                gate_budget: 500 * MS,
+                apply_bound: 1_000 * MS,
+                // Longer than a write forwarded before a crash may take to be applied.
+                start_grace: 1_500 * MS,
+            },
+            lease: 300 * MS,
+            client_budget: 3_000 * MS,
+            liveness_bound: 4_000 * MS,
+            fault_gap: 1_000 * MS,
+            pause_per_million: 20_000,
+            bug: None,
+            trace_tail: 40,
+        }
+    }
+}

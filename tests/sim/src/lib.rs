@@ -1,0 +1,25 @@
+//! Fencekeeper's deterministic simulator: lock holders, fence instances and a store
+//! on a virtual clock, in one thread, every draw from one seed, so that a run replays
+//! exactly from its seed and request count and its trace's digest says so.
+//!
+//! * [`rng`]: the one source of chance (splitmix64, written out here);
+//! * [`queue`]: the virtual clock and the event queue, ordered by (time, sequence);
+//! * [`trace`]: a line per event and the trace's digest (FNV-1a 64);
+//! * [`fence`]: a fence instance behind the [`fence::Fence`] trait: today the
+//!   library's admit logic and the ordering gate's rule ([`fence::GuardFence`]);
+//! * [`world`]: the lock service, the holders, the store, the faults, and the history
+//!   the shared checker (`fencekeeper-check`, the torture run's rules) judges;
+//! * [`config`]: a run's shape and timing.
+
+pub mod config;
+pub mod fence;
+pub mod queue;
+pub mod rng;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests;
+pub mod trace;
+pub mod world;
+
+pub use config::Config;
+pub use world::{run, Outcome, SimError};

@@ -1,0 +1,780 @@
+//! The simulated world: lock holders taking leases from a lock service and writing
+//! through fence instances to a store, and the faults between them, all on the
+//! virtual clock of one [`Queue`] and drawing from one [`Rng`]. Every event is a trace
+//! line. What the clients sent and got, what the store applied, the faults and the
+//! marks read back are written down as the shared checker's records, for its rules.
+//!
+//! * **Lock service**: per resource, one holder at a time, each grant a higher token.
+//!   A lease is kept alive while its holder runs and expires when the holder is paused
+//!   for longer than the lease; the next waiter then gets the lock.
+//! * **Holders**: take the lock, send a few writes one after another, release it. One
+//!   paused past its lease wakes up and writes on with its old token (late writes),
+//!   then takes the lock again.
+//! * **Store**: applies each forwarded write after a delay of its own and answers the
+//!   instance that sent it, even one that gave up on it or died meanwhile.
+//! * **Faults**: the store slow (past the instances' upstream timeout, within the
+//!   apply bound), the store past the apply bound, an instance crashed and restarted
+//!   with its start grace (its memory lost, the marks kept). After each heals, a fresh
+//!   holder probes each target it disturbed, as the torture run's nemesis does.
+
+use crate::config::Config;
+use crate::fence::{Answer, Fence, GuardFence, Out, Registry, Request};
+use crate::queue::{Nanos, Queue, MS};
+use crate::rng::Rng;
+use crate::trace::Trace;
+use fencekeeper::Validator;
+use fencekeeper_check::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
+use fencekeeper_check::Input;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// How a client's write ended, as the client saw it.
+#[derive(Clone, Debug)]
+enum Reply {
+    Http(Answer),
+    /// The instance was down: never sent.
+    Refused,
+    /// The instance died with the write in it.
+    Reset,
+    /// No answer within the client's budget.
+    Timeout,
+}
+
+#[derive(Debug)]
+enum Ev {
+    /// A holder asks the lock service for its resource's lock.
+    Acquire(usize),
+    /// A holder's next step (a write, a pause, or the end of its turn).
+    Step(usize),
+    /// A paused holder runs again.
+    Wake(usize),
+    /// A lease of (resource, token) runs out (its holder is paused).
+    Expire(usize, u64),
+    /// A write reaches its instance.
+    Arrive(u64),
+    /// A write's answer reaches its client.
+    Reply(u64, Reply),
+    /// A write's client stops waiting.
+    ClientTimeout(u64),
+    /// The store receives write (id, token) from instance (index, incarnation).
+    Receive(u64, u64, usize, u64),
+    /// The store applies it (id, token, instance, incarnation, received at).
+    Apply(u64, u64, usize, u64, Nanos),
+    /// The store's answer reaches the instance (id, instance, incarnation).
+    StoreAnswer(u64, usize, u64),
+    /// An instance's timer (instance, incarnation, tag).
+    Timer(usize, u64, u64),
+    /// Another instance changed a shared flight (instance, incarnation, resource).
+    Wake2(usize, u64, usize),
+    /// The nemesis's next fault (after the previous one healed).
+    Fault,
+    /// A store fault heals (fault index).
+    Heal(usize),
+    /// A crashed instance starts again (instance, fault index).
+    Restart(usize, usize),
+    /// A probe write after a fault healed (fault index, instance).
+    Probe(usize, usize),
+}
+
+struct Holder {
+    resource: usize,
+    token: u64,
+    writes_left: u32,
+    late_left: u32,
+    lost: bool,
+}
+
+#[derive(Default)]
+struct Lock {
+    next: u64,
+    holder: Option<(usize, u64)>,
+    waiters: VecDeque<usize>,
+}
+
+struct Instance {
+    fence: Box<dyn Fence>,
+    up: bool,
+    incarnation: u64,
+    open: BTreeSet<u64>,
+}
+
+/// What a client sent, beside its record: who, through which instance, still open.
+struct Sent {
+    holder: Option<usize>,
+    resource: usize,
+    instance: usize,
+    open: bool,
+    probe: Option<usize>,
+}
+
+/// The counts of one run, and the checker's report on it.
+pub struct Outcome {
+    /// The seed.
+    pub seed: u64,
+    /// Writes the lock holders sent.
+    pub requests: u64,
+    /// Probe writes sent after faults healed.
+    pub probes: u64,
+    /// Writes the store applied.
+    pub landed: u64,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<String, u64>,
+    /// Holders paused before a write, and those paused past their lease.
+    pub pauses: (u64, u64),
+    /// Virtual time the run took, in ns.
+    pub virtual_time: Nanos,
+    /// Trace lines.
+    pub lines: u64,
+    /// The trace's digest (FNV-1a 64, hex).
+    pub digest: String,
+    /// The last trace lines.
+    pub tail: Vec<String>,
+    /// The checker's report.
+    pub report: fencekeeper_check::rules::Report,
+    /// How long the checker took (wall clock; not part of the run).
+    pub checked_in: std::time::Duration,
+}
+
+impl Outcome {
+    /// Breaches of a rule.
+    pub fn violations(&self) -> usize {
+        self.report.violations.len()
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug)]
+pub enum SimError {
+    /// The bundled validator did not load.
+    Validator(String),
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SimError::Validator(e) => write!(f, "the bundled validator did not load: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for SimError {}
+
+/// The bundled validator, loaded once per process (loading compiles the component).
+fn validator() -> Result<Arc<Validator>, SimError> {
+    static VALIDATOR: std::sync::OnceLock<Result<Arc<Validator>, String>> = std::sync::OnceLock::new();
+    VALIDATOR
+        .get_or_init(|| Validator::bundled(fencekeeper::Policy::default()).map(Arc::new).map_err(|e| e.to_string()))
+        .clone()
+        .map_err(SimError::Validator)
+}
+
+/// Run one simulation. `stop`, when given, is asked after each holder's write
+/// whether to stop sending: the run then behaves as if `requests` had been the
+/// number sent so far, so that `(seed, requests)` replays it.
+pub fn run(config: &Config, stop: Option<&dyn Fn() -> bool>) -> Result<Outcome, SimError> {
+    let validator = validator()?;
+    let mut world = World::new(config.clone(), validator);
+    world.start();
+    while let Some(ev) = world.q.next() {
+        world.handle(ev, stop);
+    }
+    Ok(world.finish())
+}
+
+struct World {
+    cfg: Config,
+    q: Queue<Ev>,
+    rng: Rng,
+    trace: Trace,
+    names: Rc<[String]>,
+    /// Per resource: its group's index.
+    group_of: Vec<usize>,
+    groups: Vec<Group>,
+    /// Per probe target: its probe resource.
+    probe_resource: Vec<usize>,
+    locks: Vec<Lock>,
+    holders: Vec<Holder>,
+    instances: Vec<Instance>,
+    writes: Vec<Write>,
+    sent: Vec<Sent>,
+    landed: Vec<Landed>,
+    faults: Vec<Fault>,
+    snapshots: Vec<Snapshot>,
+    requests: u64,
+    probes: u64,
+    stopped: bool,
+    limit: u64,
+    slow: u32,
+    past_bound: u32,
+    pauses: (u64, u64),
+}
+
+/// The resources and their groups.
+#[derive(Default)]
+struct Shape {
+    names: Vec<String>,
+    group_of: Vec<usize>,
+    groups: Vec<Group>,
+}
+
+impl Shape {
+    fn add(&mut self, name: String, targets: Vec<String>, claims: bool, count: usize) {
+        let resources: Vec<String> = (0..count).map(|r| format!("/t/{name}/{r}")).collect();
+        for r in &resources {
+            self.names.push(r.clone());
+            self.group_of.push(self.groups.len());
+        }
+        self.groups.push(Group { name, targets, claims_order: claims, resources });
+    }
+}
+
+fn target(i: usize) -> String {
+    format!("f{}", i + 1)
+}
+
+impl World {
+    fn new(cfg: Config, validator: Arc<Validator>) -> World {
+        let n = cfg.instances.max(1);
+        let mut shape = Shape::default();
+        for i in 0..n {
+            shape.add(format!("pin-{}", target(i)), vec![target(i)], true, cfg.resources_per_group);
+        }
+        if cfg.shared_marks && n > 1 {
+            // Through several gates that do not see each other's writes, the order is
+            // not claimed; with the shared gate it is.
+            shape.add("spread".into(), (0..n).map(target).collect(), cfg.shared_gate, cfg.resources_per_group);
+        }
+        let holders_end = shape.names.len();
+        let mut probe_resource = Vec::new();
+        for i in 0..n {
+            probe_resource.push(shape.names.len());
+            shape.add(format!("probe-{}", target(i)), vec![target(i)], true, 1);
+        }
+        let Shape { names, group_of, groups } = shape;
+        let names: Rc<[String]> = names.into();
+        let shared_store = GuardFence::memory_guard(validator.clone());
+        let shared_registry = Registry::new(names.len());
+        let instances = (0..n)
+            .map(|i| {
+                let guard =
+                    if cfg.shared_marks { shared_store.clone() } else { GuardFence::memory_guard(validator.clone()) };
+                let gate = if cfg.shared_gate { shared_registry.clone() } else { Registry::new(names.len()) };
+                let fence = GuardFence::new(i, guard, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug);
+                Instance { fence: Box::new(fence), up: true, incarnation: 0, open: BTreeSet::new() }
+            })
+            .collect();
+        let holders = (0..holders_end)
+            .flat_map(|r| (0..cfg.holders_per_resource).map(move |_| r))
+            .map(|resource| Holder { resource, token: 0, writes_left: 0, late_left: 0, lost: false })
+            .collect();
+        World {
+            rng: Rng::new(cfg.seed),
+            trace: Trace::new(cfg.trace_tail),
+            locks: (0..names.len()).map(|_| Lock::default()).collect(),
+            limit: cfg.requests,
+            cfg,
+            q: Queue::default(),
+            names,
+            group_of,
+            groups,
+            probe_resource,
+            holders,
+            instances,
+            writes: Vec::new(),
+            sent: Vec::new(),
+            landed: Vec::new(),
+            faults: Vec::new(),
+            snapshots: Vec::new(),
+            requests: 0,
+            probes: 0,
+            stopped: false,
+            slow: 0,
+            past_bound: 0,
+            pauses: (0, 0),
+        }
+    }
+
+    /// A network hop: 50 to 500 µs.
+    fn hop(&mut self) -> Nanos {
+        self.rng.between(50_000, 500_000)
+    }
+
+    fn start(&mut self) {
+        // The request limit is left out: a run stopped by the clock and its replay
+        // given the count it reached are the same run, and their traces one trace.
+        let shape = Config { requests: 0, ..self.cfg.clone() };
+        self.trace.line(format_args!("seed {} config {shape:?}", self.cfg.seed));
+        for h in 0..self.holders.len() {
+            let d = self.rng.between(0, 20 * MS);
+            self.q.after(d, Ev::Acquire(h));
+        }
+        let gap = self.fault_gap();
+        self.q.after(gap, Ev::Fault);
+    }
+
+    fn fault_gap(&mut self) -> Nanos {
+        self.rng.between(self.cfg.fault_gap / 2, self.cfg.fault_gap * 3 / 2)
+    }
+
+    fn handle(&mut self, ev: Ev, stop: Option<&dyn Fn() -> bool>) {
+        let now = self.q.now();
+        match ev {
+            Ev::Acquire(h) => self.acquire(now, h),
+            Ev::Step(h) => self.step(now, h, stop),
+            Ev::Wake(h) => {
+                let holder = &mut self.holders[h];
+                let lost = self.locks[holder.resource].holder.map(|(_, t)| t) != Some(holder.token);
+                holder.lost = lost;
+                if lost {
+                    // It does not know yet: it writes on with its old token.
+                    holder.late_left = 1 + (self.rng.next_u64() % 2) as u32;
+                }
+                self.trace.line(format_args!("{now} wake h{h} lost {lost}"));
+                self.q.after(0, Ev::Step(h));
+            }
+            Ev::Expire(r, token) => {
+                if self.locks[r].holder.map(|(_, t)| t) == Some(token) {
+                    self.trace.line(format_args!("{now} expire r{r} t{token}"));
+                    self.locks[r].holder = None;
+                    self.grant(now, r);
+                }
+            }
+            Ev::Arrive(id) => self.arrive(now, id),
+            Ev::Reply(id, reply) => self.reply(now, id, reply),
+            Ev::ClientTimeout(id) => {
+                if self.sent[id as usize].open {
+                    self.reply(now, id, Reply::Timeout);
+                }
+            }
+            Ev::Receive(id, token, inst, inc) => {
+                let took = if self.past_bound > 0 {
+                    let b = self.cfg.settings.apply_bound;
+                    self.rng.between(b + MS, 2 * b)
+                } else if self.slow > 0 {
+                    let s = self.cfg.settings;
+                    self.rng.between(s.upstream_timeout + MS, s.apply_bound - MS)
+                } else {
+                    self.rng.between(200_000, 5 * MS)
+                };
+                self.trace.line(format_args!("{now} receive w{id} t{token} took {took}"));
+                self.q.after(took, Ev::Apply(id, token, inst, inc, now));
+            }
+            Ev::Apply(id, token, inst, inc, received) => {
+                let w = &self.writes[id as usize];
+                self.landed.push(Landed {
+                    seq: self.landed.len() as u64 + 1,
+                    at: now,
+                    received,
+                    resource: w.resource.clone(),
+                    token: token.to_string(),
+                    target: target(inst),
+                    id: w.id.clone(),
+                });
+                self.trace.line(format_args!("{now} apply w{id} t{token} {}", w.resource));
+                let d = self.hop();
+                self.q.after(d, Ev::StoreAnswer(id, inst, inc));
+            }
+            Ev::StoreAnswer(id, inst, inc) => {
+                if self.live(inst, inc) {
+                    let mut out = Vec::new();
+                    self.instances[inst].fence.store_answered(now, id, &mut out);
+                    self.outs(now, inst, out);
+                }
+            }
+            Ev::Timer(inst, inc, tag) => {
+                if self.live(inst, inc) {
+                    let mut out = Vec::new();
+                    self.instances[inst].fence.timer(now, tag, &mut out);
+                    self.outs(now, inst, out);
+                }
+            }
+            Ev::Wake2(inst, inc, r) => {
+                if self.live(inst, inc) {
+                    let mut out = Vec::new();
+                    self.instances[inst].fence.wake(now, r, &mut out);
+                    self.outs(now, inst, out);
+                }
+            }
+            Ev::Fault => self.fault(now),
+            Ev::Heal(f) => {
+                match self.faults[f].kind.as_str() {
+                    "store-slow" => self.slow -= 1,
+                    _ => self.past_bound -= 1,
+                }
+                self.healed(now, f);
+            }
+            Ev::Restart(inst, f) => {
+                self.instances[inst].up = true;
+                self.instances[inst].fence.restart(now);
+                self.trace.line(format_args!("{now} restart {}", target(inst)));
+                let source = if self.cfg.shared_marks { "etcd".to_owned() } else { target(inst) };
+                self.snapshot(now, Some(self.faults[f].n), source, inst);
+                self.healed(now, f);
+            }
+            Ev::Probe(f, inst) => self.probe(now, f, inst),
+        }
+    }
+
+    fn live(&self, inst: usize, inc: u64) -> bool {
+        let i = &self.instances[inst];
+        i.up && i.incarnation == inc
+    }
+
+    fn acquire(&mut self, now: Nanos, h: usize) {
+        if self.stopped {
+            return;
+        }
+        let r = self.holders[h].resource;
+        self.locks[r].waiters.push_back(h);
+        self.trace.line(format_args!("{now} acquire h{h} r{r}"));
+        if self.locks[r].holder.is_none() {
+            self.grant(now, r);
+        }
+    }
+
+    fn grant(&mut self, now: Nanos, r: usize) {
+        let Some(h) = self.locks[r].waiters.pop_front() else { return };
+        self.locks[r].next += 1;
+        let token = self.locks[r].next;
+        self.locks[r].holder = Some((h, token));
+        let holder = &mut self.holders[h];
+        holder.token = token;
+        holder.writes_left = 1 + (self.rng.next_u64() % 8) as u32;
+        holder.late_left = 0;
+        holder.lost = false;
+        self.trace.line(format_args!("{now} grant h{h} r{r} t{token}"));
+        let d = self.hop();
+        self.q.after(d, Ev::Step(h));
+    }
+
+    fn step(&mut self, now: Nanos, h: usize, stop: Option<&dyn Fn() -> bool>) {
+        if !self.stopped && self.requests >= self.limit {
+            self.stopped = true;
+            self.trace.line(format_args!("{now} stop after {}", self.requests));
+        }
+        if self.stopped {
+            return;
+        }
+        let holder = &self.holders[h];
+        let (r, token) = (holder.resource, holder.token);
+        if holder.writes_left == 0 && holder.late_left == 0 {
+            if self.locks[r].holder == Some((h, token)) {
+                self.locks[r].holder = None;
+                self.trace.line(format_args!("{now} release h{h} r{r} t{token}"));
+                self.grant(now, r);
+            }
+            let d = self.rng.between(MS, 50 * MS);
+            self.q.after(d, Ev::Acquire(h));
+            return;
+        }
+        if holder.late_left == 0 && self.rng.chance(self.cfg.pause_per_million) {
+            let lease = self.cfg.lease;
+            let d = self.rng.between(lease / 2, 4 * lease);
+            self.pauses.0 += 1;
+            if d > lease {
+                self.pauses.1 += 1;
+                self.q.after(lease, Ev::Expire(r, token));
+            }
+            self.trace.line(format_args!("{now} pause h{h} for {d}"));
+            self.q.after(d, Ev::Wake(h));
+            return;
+        }
+        let kind = if holder.late_left > 0 {
+            self.holders[h].late_left -= 1;
+            Kind::Late
+        } else {
+            self.holders[h].writes_left -= 1;
+            Kind::Valid
+        };
+        let targets = self.groups[self.group_of[r]].targets.len();
+        let inst = self.rng.index(targets);
+        let inst = if targets == 1 { self.target_index(r) } else { inst };
+        self.requests += 1;
+        self.send(now, Some(h), r, token, inst, kind, None);
+        // Asked right after a write is sent, so that the next step stops exactly as it
+        // does in a run given this many requests: the two runs are one run.
+        if stop.is_some_and(|s| s()) {
+            self.limit = self.requests;
+        }
+    }
+
+    /// The instance a one-target group's resource goes through.
+    fn target_index(&self, r: usize) -> usize {
+        let t = &self.groups[self.group_of[r]].targets[0];
+        t[1..].parse::<usize>().map_or(0, |i| i - 1)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        now: Nanos,
+        holder: Option<usize>,
+        r: usize,
+        token: u64,
+        inst: usize,
+        kind: Kind,
+        fault: Option<usize>,
+    ) {
+        let id = self.writes.len() as u64;
+        let group = &self.groups[self.group_of[r]];
+        self.writes.push(Write {
+            id: format!("w{id}"),
+            client: holder.map_or_else(|| format!("probe{}", fault.unwrap_or(0)), |h| format!("h{h}")),
+            group: group.name.clone(),
+            resource: self.names[r].clone(),
+            target: target(inst),
+            kind,
+            token: Some(token.to_string()),
+            start: now,
+            end: u64::MAX,
+            status: 0,
+            highest: None,
+            seq: None,
+            upstream_error: false,
+            error: None,
+            body: String::new(),
+            fault: fault.map(|f| self.faults[f].n),
+        });
+        self.sent.push(Sent { holder, resource: r, instance: inst, open: true, probe: fault });
+        self.trace.line(format_args!("{now} send w{id} r{r} t{token} {} {kind:?}", target(inst)));
+        let d = self.hop();
+        self.q.after(d, Ev::Arrive(id));
+        self.q.after(self.cfg.client_budget, Ev::ClientTimeout(id));
+    }
+
+    fn arrive(&mut self, now: Nanos, id: u64) {
+        let inst = self.sent[id as usize].instance;
+        if !self.instances[inst].up {
+            let d = self.hop();
+            self.q.after(d, Ev::Reply(id, Reply::Refused));
+            return;
+        }
+        let r = self.sent[id as usize].resource;
+        let token = self.writes[id as usize].token.as_deref().and_then(|t| t.parse().ok()).unwrap_or(0);
+        self.instances[inst].open.insert(id);
+        let mut out = Vec::new();
+        self.instances[inst].fence.request(now, Request { id, resource: r, token }, &mut out);
+        self.outs(now, inst, out);
+    }
+
+    fn outs(&mut self, now: Nanos, inst: usize, out: Vec<Out>) {
+        let inc = self.instances[inst].incarnation;
+        for o in out {
+            match o {
+                Out::Answer { id, answer } => {
+                    self.instances[inst].open.remove(&id);
+                    self.trace.line(format_args!(
+                        "{now} {} answers w{id} {} {:?}",
+                        target(inst),
+                        answer.status,
+                        answer.highest
+                    ));
+                    let d = self.hop();
+                    self.q.after(d, Ev::Reply(id, Reply::Http(answer)));
+                }
+                Out::Forward { id, token } => {
+                    self.trace.line(format_args!("{now} {} forwards w{id} t{token}", target(inst)));
+                    let d = self.hop();
+                    self.q.after(d, Ev::Receive(id, token, inst, inc));
+                }
+                Out::Timer { at, tag } => self.q.at(at, Ev::Timer(inst, inc, tag)),
+                Out::Changed { resource } => {
+                    for other in (0..self.instances.len()).filter(|&o| o != inst) {
+                        let inc = self.instances[other].incarnation;
+                        self.q.after(0, Ev::Wake2(other, inc, resource));
+                    }
+                }
+            }
+        }
+    }
+
+    fn reply(&mut self, now: Nanos, id: u64, reply: Reply) {
+        let sent = &mut self.sent[id as usize];
+        if !sent.open {
+            return;
+        }
+        sent.open = false;
+        let (holder, probe, inst) = (sent.holder, sent.probe, sent.instance);
+        let w = &mut self.writes[id as usize];
+        w.end = now;
+        match &reply {
+            Reply::Http(a) => {
+                w.status = a.status;
+                w.highest = a.highest.map(|h| h.to_string());
+                w.body = a.body.clone();
+            }
+            Reply::Refused => w.error = Some("refused".into()),
+            Reply::Reset => w.error = Some("reset".into()),
+            Reply::Timeout => w.error = Some("timeout".into()),
+        }
+        self.trace.line(format_args!("{now} reply w{id} {} {:?} {:?}", w.status, w.error, w.highest));
+        if matches!(reply, Reply::Timeout) {
+            self.instances[inst].open.remove(&id);
+        }
+        if let Some(h) = holder {
+            // A holder refused for a fault's sake backs off before it tries again.
+            let calm = matches!(&reply, Reply::Http(Answer { status: 200 | 409, .. }));
+            let d = if calm { self.rng.between(0, 5 * MS) } else { self.rng.between(10 * MS, 100 * MS) };
+            self.q.after(d, Ev::Step(h));
+        }
+        if let Some(f) = probe {
+            let stored = matches!(reply, Reply::Http(Answer { status: 200, .. }));
+            if !stored && now < self.faults[f].healed + self.cfg.liveness_bound {
+                self.q.after(50 * MS, Ev::Probe(f, inst));
+            }
+        }
+    }
+
+    fn fault(&mut self, now: Nanos) {
+        if self.stopped {
+            return;
+        }
+        let n = self.faults.len() as u64 + 1;
+        let all: Vec<String> = (0..self.instances.len()).map(target).collect();
+        let s = self.cfg.settings;
+        // Writes given up on hold their resources until the apply bound after the
+        // upstream timeout: the gate's refusals meanwhile are the fault's doing.
+        let lingers = (s.upstream_timeout + s.apply_bound) / MS + 2;
+        let pick = self.rng.between(0, 9);
+        let (kind, targets, lingers_ms, detail) = if pick < 4 {
+            let inst = self.rng.index(self.instances.len());
+            let down = self.rng.between(50 * MS, 1_000 * MS);
+            let i = &mut self.instances[inst];
+            i.up = false;
+            i.incarnation += 1;
+            let open: Vec<u64> = std::mem::take(&mut i.open).into_iter().collect();
+            i.fence.crash(now);
+            for id in open {
+                let d = self.hop();
+                self.q.after(d, Ev::Reply(id, Reply::Reset));
+            }
+            if self.cfg.shared_gate {
+                // Its flights now end at a deadline: the others' held writes may go then.
+                for other in (0..self.instances.len()).filter(|&o| o != inst) {
+                    let inc = self.instances[other].incarnation;
+                    for r in 0..self.names.len() {
+                        self.q.after(0, Ev::Wake2(other, inc, r));
+                    }
+                }
+            }
+            self.q.after(down, Ev::Restart(inst, self.faults.len()));
+            // With a shared gate its flights hold the others' writes; the restarted
+            // instance refuses during its grace.
+            let targets = if self.cfg.shared_gate { all } else { vec![target(inst)] };
+            let lingers = lingers.max(s.start_grace / MS + 2);
+            ("instance-crash", targets, lingers, format!("{} down for {} ms", target(inst), down / MS))
+        } else if pick < 8 {
+            self.slow += 1;
+            let span = self.rng.between(100 * MS, 1_000 * MS);
+            self.q.after(span, Ev::Heal(self.faults.len()));
+            ("store-slow", all, lingers, format!("for {} ms", span / MS))
+        } else {
+            self.past_bound += 1;
+            let span = self.rng.between(100 * MS, 500 * MS);
+            self.q.after(span, Ev::Heal(self.faults.len()));
+            // Its writes take up to twice the bound: so long they may hold the gate.
+            let lingers = lingers + s.apply_bound / MS;
+            ("store-past-bound", all, lingers, format!("for {} ms", span / MS))
+        };
+        self.trace.line(format_args!("{now} fault {n} {kind} {targets:?} {detail}"));
+        self.faults.push(Fault {
+            n,
+            kind: kind.into(),
+            targets,
+            start: now,
+            healed: u64::MAX,
+            injected: true,
+            detail,
+            lingers_ms,
+            observed: false,
+        });
+    }
+
+    fn healed(&mut self, now: Nanos, f: usize) {
+        self.faults[f].healed = now;
+        self.trace.line(format_args!("{now} heal {}", self.faults[f].n));
+        let targets: Vec<usize> =
+            self.faults[f].targets.iter().map(|t| t[1..].parse::<usize>().map_or(0, |i| i - 1)).collect();
+        for inst in targets {
+            self.q.after(0, Ev::Probe(f, inst));
+        }
+        // One fault at a time, as the torture run's nemesis injects them: the next
+        // comes once this one's probes had their liveness bound, so a probe is judged
+        // on this fault alone.
+        let gap = self.fault_gap();
+        self.q.after(self.cfg.liveness_bound + gap, Ev::Fault);
+    }
+
+    fn probe(&mut self, now: Nanos, f: usize, inst: usize) {
+        // A fresh holder: the next token of the probe resource's lock.
+        let r = self.probe_resource[inst];
+        self.locks[r].next += 1;
+        let token = self.locks[r].next;
+        self.probes += 1;
+        self.send(now, None, r, token, inst, Kind::Probe, Some(f));
+    }
+
+    fn snapshot(&mut self, now: Nanos, after_fault: Option<u64>, source: String, inst: usize) {
+        let fence = &self.instances[inst].fence;
+        let marks: BTreeMap<String, String> =
+            (0..self.names.len()).filter_map(|r| Some((self.names[r].clone(), fence.mark(r)?.to_string()))).collect();
+        self.trace.line(format_args!("{now} snapshot {source} {} marks", marks.len()));
+        self.snapshots.push(Snapshot { after_fault, source, start: now, end: now, marks });
+    }
+
+    fn finish(mut self) -> Outcome {
+        let end = self.q.now();
+        if self.cfg.shared_marks {
+            self.snapshot(end, None, "etcd".into(), 0);
+        } else {
+            for inst in 0..self.instances.len() {
+                self.snapshot(end, None, target(inst), inst);
+            }
+        }
+        let s = self.cfg.settings;
+        let info = RunInfo {
+            seed: self.cfg.seed,
+            seconds: end / 1_000_000_000,
+            groups: self.groups.clone(),
+            targets: (0..self.instances.len()).map(|i| (target(i), self.cfg.shared_marks)).collect(),
+            liveness_bound_ms: self.cfg.liveness_bound / MS,
+            start_grace_ms: s.start_grace / MS,
+            apply_bound_ms: s.apply_bound / MS,
+            conditional: false,
+            start: 0,
+            end,
+        };
+        let mut faults = BTreeMap::new();
+        for f in &self.faults {
+            *faults.entry(f.kind.clone()).or_default() += 1;
+        }
+        let digest = self.trace.digest();
+        let lines = self.trace.lines();
+        let tail = self.trace.tail().map(str::to_owned).collect();
+        let input = Input {
+            info,
+            writes: std::mem::take(&mut self.writes),
+            landed: std::mem::take(&mut self.landed),
+            faults: std::mem::take(&mut self.faults),
+            snapshots: std::mem::take(&mut self.snapshots),
+        };
+        let checking = std::time::Instant::now();
+        let report = fencekeeper_check::rules::check(&input);
+        let checked_in = checking.elapsed();
+        Outcome {
+            seed: self.cfg.seed,
+            requests: self.requests,
+            probes: self.probes,
+            landed: input.landed.len() as u64,
+            faults,
+            pauses: self.pauses,
+            virtual_time: end,
+            lines,
+            digest,
+            tail,
+            report,
+            checked_in,
+        }
+    }
+}
