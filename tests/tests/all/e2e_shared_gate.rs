@@ -209,3 +209,131 @@ fn an_envoy_killed_with_a_write_in_flight_holds_the_resource_through_its_lease()
     let waited = killed.elapsed();
     assert!(waited >= Duration::from_secs(3) && waited < Duration::from_secs(15), "{waited:?}");
 }
+
+// After a write waited at one instance's gate, another instance on the same etcd may
+// have admitted a higher token meanwhile, which the first one's gate never saw. Both
+// hosts check the mark again before the write goes: it is refused as stale, never
+// sent after the higher one. Without the shared gate the gateway reads the mark again
+// and Envoy confirms it in etcd (as a holder writing again is confirmed); with it,
+// the registry's Txn, which compares the mark with the token, is that check in both.
+
+/// One instance of a test below: how to write through it, in the background, and
+/// whether its gate holds a write (locally, or in the shared registry).
+struct Instance<'a> {
+    put: Box<dyn Fn(&str) -> JoinHandle<(u16, Option<String>)> + 'a>,
+    waiting: Box<dyn Fn() -> bool + 'a>,
+    shared_waiting: Box<dyn Fn() -> bool + 'a>,
+}
+
+fn through_gateway(gw: &Gateway) -> Instance<'_> {
+    Instance {
+        put: Box::new(|token| {
+            let write = put_in_background(gw.url(), token);
+            std::thread::spawn(move || {
+                let r = write.join().unwrap();
+                (r.status, r.header("fencing-highest").map(str::to_owned))
+            })
+        }),
+        waiting: Box::new(|| gw.metric("fencekeeper_gateway_gate_waiting").unwrap_or(0) == 1),
+        shared_waiting: Box::new(|| gw.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1),
+    }
+}
+
+fn through_envoy(envoy: &Envoy) -> Instance<'_> {
+    Instance {
+        put: Box::new(|token| {
+            let write = envoy_put_in_background(envoy, token);
+            std::thread::spawn(move || {
+                let r = write.join().unwrap();
+                (r.status, r.header("fencing-highest").map(str::to_owned))
+            })
+        }),
+        waiting: Box::new(|| envoy.stat("wasmcustom.fencekeeper.gate.waited").unwrap_or(0) == 1),
+        shared_waiting: Box::new(|| envoy.stat(ENVOY_SHARED_WAITED).unwrap_or(0) == 1),
+    }
+}
+
+/// 33 through `a`, held at the store (`hold_33`); 34 through `a` waits for it at
+/// `a`'s gate; 35 through `b` is admitted (stored, or held by the shared registry for
+/// 33); then the store applies 33. The answers to 34 and 35, and the order the store
+/// applied the writes in.
+fn waited_on_a_while_35_went_through_b(
+    upstream: &RecordingUpstream,
+    hold_33: impl FnOnce() -> JoinHandle<(u16, Option<String>)>,
+    a: &Instance,
+    b: &Instance,
+) -> ((u16, Option<String>), u16, Vec<String>) {
+    upstream.hold("33");
+    let first = hold_33();
+    let second = (a.put)("34");
+    poll("34 waits for 33", || (a.waiting)());
+    let third = (b.put)("35");
+    poll("35 is admitted", || upstream.tokens().contains(&"35".to_owned()) || (b.shared_waiting)());
+    upstream.release("33");
+    assert_eq!(first.join().unwrap().0, 201);
+    (second.join().unwrap(), third.join().unwrap().0, upstream.tokens())
+}
+
+fn envoy_holding_33<'a>(
+    upstream: &'a RecordingUpstream,
+    envoy: &'a Envoy,
+) -> impl FnOnce() -> JoinHandle<(u16, Option<String>)> + 'a {
+    move || {
+        let write = held_at_the_store(upstream, envoy, "33");
+        std::thread::spawn(move || (write.join().unwrap().status, None))
+    }
+}
+
+fn gateway_holding_33<'a>(
+    upstream: &'a RecordingUpstream,
+    a: &'a Instance<'a>,
+) -> impl FnOnce() -> JoinHandle<(u16, Option<String>)> + 'a {
+    move || {
+        let write = (a.put)("33");
+        upstream.wait_held("33").unwrap();
+        write
+    }
+}
+
+#[test]
+fn a_write_that_waited_at_a_gateway_is_stale_once_another_gateway_admitted_a_higher_token() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (ga, gb) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    let (a, b) = (through_gateway(&ga), through_gateway(&gb));
+    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, gateway_holding_33(&upstream, &a), &a, &b);
+    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
+    // Without the shared gate 33 still lands after 35 (the window across instances).
+    assert_eq!(applied, ["35", "33"], "34 was sent after 35");
+}
+
+#[test]
+fn a_write_that_waited_at_an_envoy_is_stale_once_another_envoy_admitted_a_higher_token() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (e1, e2) = (envoy(&upstream, &etcd, &[]), envoy(&upstream, &etcd, &[]));
+    let (a, b) = (through_envoy(&e1), through_envoy(&e2));
+    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, envoy_holding_33(&upstream, &e1), &a, &b);
+    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
+    assert_eq!(applied, ["35", "33"], "34 was sent after 35");
+}
+
+#[test]
+fn with_the_shared_gate_the_registry_checks_the_mark_after_a_wait_at_a_gateway() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (ga, e1) = (gateway(&upstream, &etcd, &["--shared-gate"]), envoy(&upstream, &etcd, &["--shared-gate"]));
+    let (a, b) = (through_gateway(&ga), through_envoy(&e1));
+    // The gateway reads no mark after the wait: the registry's Txn refuses 34.
+    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, gateway_holding_33(&upstream, &a), &a, &b);
+    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
+    assert_eq!(applied, ["33", "35"]);
+}
+
+#[test]
+fn with_the_shared_gate_the_registry_checks_the_mark_after_a_wait_at_an_envoy() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (e1, gb) = (envoy(&upstream, &etcd, &["--shared-gate"]), gateway(&upstream, &etcd, &["--shared-gate"]));
+    let (a, b) = (through_envoy(&e1), through_gateway(&gb));
+    // Envoy confirms nothing itself after the wait: the registry's Txn refuses 34.
+    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, envoy_holding_33(&upstream, &e1), &a, &b);
+    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
+    assert_eq!(applied, ["33", "35"]);
+}
