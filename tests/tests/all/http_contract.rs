@@ -20,7 +20,7 @@ use fencekeeper::conformance::{Kind, Vector, Vectors};
 use fencekeeper_harness::envoy::{exchange, Envoy, Reply};
 use fencekeeper_harness::gateway::Gateway;
 use fencekeeper_harness::recorder::{Answer, Recorded, Recorder};
-use fencekeeper_harness::services::{http, Etcd};
+use fencekeeper_harness::services::{free_port, http, Etcd};
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -471,8 +471,9 @@ impl Fenced {
     fn start(kind: HostKind, config: &Config, etcd: &Etcd, extra: &[&str]) -> Result<Fenced> {
         let store = Recorder::start()?;
         let upstream = if config.store_unreachable {
-            // A port just freed: nothing listens there.
-            std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?
+            // A port just freed, that no service of this process is given: nothing
+            // listens there.
+            SocketAddr::from(([127, 0, 0, 1], free_port()?))
         } else {
             store.addr
         };
