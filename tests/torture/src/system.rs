@@ -206,19 +206,13 @@ impl System {
                 let gdir = WorkDir::kept(&dir.join(name))?;
                 let store = gdir.path().join("unused.redb");
                 let url = etcd.members[member].url();
-                // Written by both gateways and both Envoys: one gate for all, in etcd.
-                let mut args = vec![
-                    "--etcd",
-                    url.as_str(),
-                    "--guest",
-                    guest.as_str(),
-                    "--shared-gate",
-                    "--request-timeout",
-                    &timeout,
-                    "--store-apply-bound",
-                    &bound,
-                ];
-                args.extend(conditional);
+                let mut args = vec!["--etcd", url.as_str(), "--guest", guest.as_str(), "--request-timeout", &timeout];
+                // Written by both gateways and both Envoys: one gate for all, in etcd;
+                // conditional writes replace it (and its bound), as in the Envoys.
+                match choice.conditional {
+                    true => args.extend(conditional),
+                    false => args.extend(["--shared-gate", "--store-apply-bound", &bound]),
+                }
                 gateways.push((name.to_owned(), Gateway::start_in(gdir, store, &upstream_url, &args)?));
             }
         }
