@@ -114,6 +114,14 @@ fn ms(nanos: u64) -> u64 {
 fn windows(input: &Input, report: &mut Report) -> Vec<Window> {
     let bound = input.info.liveness_bound_ms * 1_000_000;
     let mut out = Vec::new();
+    // Each fault's probes, in the writes' order: one pass over the writes, not one per
+    // fault (a simulated run has hundreds of faults and millions of writes).
+    let mut probes_of: HashMap<u64, Vec<&Write>> = HashMap::new();
+    for w in input.writes.iter().filter(|w| w.kind == Kind::Probe) {
+        if let Some(n) = w.fault {
+            probes_of.entry(n).or_default().push(w);
+        }
+    }
     for f in &input.faults {
         let entry = report.faults.entry(f.kind.clone()).or_default();
         if !f.injected {
@@ -121,8 +129,7 @@ fn windows(input: &Input, report: &mut Report) -> Vec<Window> {
             continue;
         }
         entry.0 += 1;
-        let probes: Vec<&Write> =
-            input.writes.iter().filter(|w| w.kind == Kind::Probe && w.fault == Some(f.n)).collect();
+        let probes: &[&Write] = probes_of.get(&f.n).map_or(&[], Vec::as_slice);
         let mut end = BTreeMap::new();
         let mut probed: Vec<&str> = probes.iter().map(|w| w.target.as_str()).collect();
         probed.dedup();
@@ -375,23 +382,50 @@ fn final_mark<'a>(input: &'a Input, resource: &str) -> Option<Option<&'a str>> {
 }
 
 fn marks_kept(input: &Input, classes: &[Class], report: &mut Report) {
-    for snap in &input.snapshots {
-        let mut acked: HashMap<&str, (u64, &str)> = HashMap::new();
-        for (i, w) in input.writes.iter().enumerate() {
-            let Some(t) = token(w) else { continue };
-            if !classes[i].admitted() || w.end >= snap.start || !w.kind.admits() {
-                continue;
-            }
-            let etcd_marks = input.info.targets.get(&w.target).copied().unwrap_or(true);
-            let here = if snap.source == "etcd" { etcd_marks } else { w.target == snap.source };
-            if here && acked.get(w.resource.as_str()).is_none_or(|(h, _)| t > *h) {
-                acked.insert(&w.resource, (t, &w.id));
-            }
+    // One sweep over the acknowledged admits by their end, the read-backs by their
+    // start, not one pass over the writes per read-back: per read-back, the highest
+    // token acknowledged before it on each resource (the first write to carry it)
+    // among the writes whose marks it reads: every etcd-marked target's for `etcd`,
+    // the one target's for a file-store gateway's.
+    let mut acks: Vec<(usize, u64)> = input
+        .writes
+        .iter()
+        .enumerate()
+        .filter(|&(i, w)| classes[i].admitted() && w.kind.admits())
+        .filter_map(|(i, w)| Some((i, token(w)?)))
+        .collect();
+    acks.sort_by_key(|&(i, _)| input.writes[i].end);
+    let mut order: Vec<usize> = (0..input.snapshots.len()).collect();
+    order.sort_by_key(|&s| input.snapshots[s].start);
+    let raise = |best: &mut (u64, usize), t: u64, i: usize| {
+        if t > best.0 || (t == best.0 && i < best.1) {
+            *best = (t, i);
         }
-        for (resource, (t, id)) in acked {
+    };
+    let mut in_etcd: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    let mut by_target: BTreeMap<(&str, &str), (u64, usize)> = BTreeMap::new();
+    let mut findings: Vec<Vec<Finding>> = vec![Vec::new(); input.snapshots.len()];
+    let mut next = 0;
+    for s in order {
+        let snap = &input.snapshots[s];
+        while let Some(&(i, t)) = acks.get(next).filter(|&&(i, _)| input.writes[i].end < snap.start) {
+            let w = &input.writes[i];
+            if input.info.targets.get(&w.target).copied().unwrap_or(true) {
+                raise(in_etcd.entry(&w.resource).or_insert((t, i)), t, i);
+            }
+            raise(by_target.entry((&w.target, &w.resource)).or_insert((t, i)), t, i);
+            next += 1;
+        }
+        let acked: Vec<(&str, (u64, usize))> = if snap.source == "etcd" {
+            in_etcd.iter().map(|(r, a)| (*r, *a)).collect()
+        } else {
+            by_target.iter().filter(|((target, _), _)| *target == snap.source).map(|((_, r), a)| (*r, *a)).collect()
+        };
+        for (resource, (t, i)) in acked {
+            let id = &input.writes[i].id;
             let mark = snap.marks.get(resource).and_then(|m| m.parse::<u64>().ok());
             if mark.is_none_or(|m| m < t) {
-                report.violations.push(Finding {
+                findings[s].push(Finding {
                     rule: 3,
                     resource: Some(resource.to_owned()),
                     message: format!(
@@ -406,6 +440,7 @@ fn marks_kept(input: &Input, classes: &[Class], report: &mut Report) {
             }
         }
     }
+    report.violations.extend(findings.into_iter().flatten());
 }
 
 fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut Report) {
