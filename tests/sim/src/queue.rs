@@ -70,7 +70,7 @@ impl<E> Queue<E> {
     }
 
     /// Take the next event and move the clock to its time.
-    pub fn next(&mut self) -> Option<E> {
+    pub fn take(&mut self) -> Option<E> {
         let entry = self.heap.pop()?;
         self.now = entry.at;
         Some(entry.event)
@@ -97,12 +97,12 @@ mod tests {
         q.at(5, "b");
         q.at(3, "a");
         q.at(5, "c");
-        assert_eq!((q.next(), q.now()), (Some("a"), 3));
-        assert_eq!((q.next(), q.now()), (Some("b"), 5));
+        assert_eq!((q.take(), q.now()), (Some("a"), 3));
+        assert_eq!((q.take(), q.now()), (Some("b"), 5));
         // The past is now, after what was already scheduled for now.
         q.at(1, "past");
-        assert_eq!((q.next(), q.now()), (Some("c"), 5));
-        assert_eq!((q.next(), q.now()), (Some("past"), 5));
-        assert_eq!(q.next(), None);
+        assert_eq!((q.take(), q.now()), (Some("c"), 5));
+        assert_eq!((q.take(), q.now()), (Some("past"), 5));
+        assert_eq!(q.take(), None);
     }
 }

@@ -176,7 +176,7 @@ pub fn run(config: &Config, stop: Option<&dyn Fn() -> bool>) -> Result<Outcome, 
     let validator = validator()?;
     let mut world = World::new(config.clone(), validator);
     world.start();
-    while let Some(ev) = world.q.next() {
+    while let Some(ev) = world.q.take() {
         world.handle(ev, stop);
     }
     Ok(world.finish())
