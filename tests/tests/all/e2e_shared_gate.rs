@@ -255,14 +255,15 @@ fn through_envoy(envoy: &Envoy) -> Instance<'_> {
 
 /// 33 through `a`, held at the store (`hold_33`); 34 through `a` waits for it at
 /// `a`'s gate; 35 through `b` is admitted (stored, or held by the shared registry for
-/// 33); then the store applies 33. The answers to 34 and 35, and the order the store
-/// applied the writes in.
-fn waited_on_a_while_35_went_through_b(
+/// 33); then the store applies 33. 34 must be refused as stale (35 is the mark), 35
+/// stored, and the store must have applied `applied`, never 34.
+fn stale_after_waiting(
     upstream: &RecordingUpstream,
     hold_33: impl FnOnce() -> JoinHandle<(u16, Option<String>)>,
     a: &Instance,
     b: &Instance,
-) -> ((u16, Option<String>), u16, Vec<String>) {
+    applied: [&str; 2],
+) {
     upstream.hold("33");
     let first = hold_33();
     let second = (a.put)("34");
@@ -271,7 +272,8 @@ fn waited_on_a_while_35_went_through_b(
     poll("35 is admitted", || upstream.tokens().contains(&"35".to_owned()) || (b.shared_waiting)());
     upstream.release("33");
     assert_eq!(first.join().unwrap().0, 201);
-    (second.join().unwrap(), third.join().unwrap().0, upstream.tokens())
+    assert_eq!((second.join().unwrap(), third.join().unwrap().0), ((409, Some("35".to_owned())), 201));
+    assert_eq!(upstream.tokens(), applied, "34 was sent after 35");
 }
 
 fn envoy_holding_33<'a>(
@@ -300,10 +302,9 @@ fn a_write_that_waited_at_a_gateway_is_stale_once_another_gateway_admitted_a_hig
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
     let (ga, gb) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
     let (a, b) = (through_gateway(&ga), through_gateway(&gb));
-    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, gateway_holding_33(&upstream, &a), &a, &b);
-    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
     // Without the shared gate 33 still lands after 35 (the window across instances).
-    assert_eq!(applied, ["35", "33"], "34 was sent after 35");
+    let hold = gateway_holding_33(&upstream, &a);
+    stale_after_waiting(&upstream, hold, &a, &b, ["35", "33"]);
 }
 
 #[test]
@@ -311,9 +312,8 @@ fn a_write_that_waited_at_an_envoy_is_stale_once_another_envoy_admitted_a_higher
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
     let (e1, e2) = (envoy(&upstream, &etcd, &[]), envoy(&upstream, &etcd, &[]));
     let (a, b) = (through_envoy(&e1), through_envoy(&e2));
-    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, envoy_holding_33(&upstream, &e1), &a, &b);
-    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
-    assert_eq!(applied, ["35", "33"], "34 was sent after 35");
+    let hold = envoy_holding_33(&upstream, &e1);
+    stale_after_waiting(&upstream, hold, &a, &b, ["35", "33"]);
 }
 
 #[test]
@@ -322,9 +322,8 @@ fn with_the_shared_gate_the_registry_checks_the_mark_after_a_wait_at_a_gateway()
     let (ga, e1) = (gateway(&upstream, &etcd, &["--shared-gate"]), envoy(&upstream, &etcd, &["--shared-gate"]));
     let (a, b) = (through_gateway(&ga), through_envoy(&e1));
     // The gateway reads no mark after the wait: the registry's Txn refuses 34.
-    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, gateway_holding_33(&upstream, &a), &a, &b);
-    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
-    assert_eq!(applied, ["33", "35"]);
+    let hold = gateway_holding_33(&upstream, &a);
+    stale_after_waiting(&upstream, hold, &a, &b, ["33", "35"]);
 }
 
 #[test]
@@ -333,7 +332,6 @@ fn with_the_shared_gate_the_registry_checks_the_mark_after_a_wait_at_an_envoy() 
     let (e1, gb) = (envoy(&upstream, &etcd, &["--shared-gate"]), gateway(&upstream, &etcd, &["--shared-gate"]));
     let (a, b) = (through_envoy(&e1), through_gateway(&gb));
     // Envoy confirms nothing itself after the wait: the registry's Txn refuses 34.
-    let (b34, b35, applied) = waited_on_a_while_35_went_through_b(&upstream, envoy_holding_33(&upstream, &e1), &a, &b);
-    assert_eq!((b34, b35), ((409, Some("35".to_owned())), 201));
-    assert_eq!(applied, ["33", "35"]);
+    let hold = envoy_holding_33(&upstream, &e1);
+    stale_after_waiting(&upstream, hold, &a, &b, ["33", "35"]);
 }
