@@ -72,7 +72,7 @@ fn clean_runs_break_no_rule_with_marks_and_gates_shared_or_not() {
 #[test]
 fn a_fence_without_its_ordering_gate_is_caught() {
     for seed in 1..=3 {
-        let o = sim(&Config { bug: Some(Bug::SkipGate), ..Config::new(seed, 10_000) });
+        let o = sim(&Config { bug: Some(Bug::SkipGate), ..Config::new(seed, 20_000) });
         assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: skip-gate not found");
     }
 }
