@@ -122,7 +122,7 @@ fn grpc_mapper(out: &mut String, case: &Case) {
 ",
         filter = indent(&case.filter, 20),
         status = grpc.status,
-        grpc_status = grpc.grpc_status.unwrap_or(2),
+        grpc_status = case.failure.grpc_status(),
         message = quoted(&grpc.reason),
     );
 }
