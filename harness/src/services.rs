@@ -15,17 +15,45 @@ use std::time::{Duration, Instant};
 /// handed out again before its service binds it: then two services share a port and a
 /// readiness check answers for the wrong one (seen in CI: nginx's PUT reset by etcd's
 /// listener). So this process never hands out the same port twice.
+///
+/// The port is taken below the kernel's ephemeral range (`ip_local_port_range`), where
+/// the kernel never picks the source port of an outgoing connection: a port from the
+/// range itself (`bind` to port 0) could become some test client's source port between
+/// its release here and the service's bind (seen under load: Envoy's "Address already
+/// in use"). Without room below the range, it falls back to the kernel's choice.
 pub fn free_port() -> Result<u16> {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    for _ in 0..100 {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if !given.contains(&port) {
-            given.push(port);
-            return Ok(port);
+    let (low, high) = below_ephemeral();
+    // Spread across processes (several test binaries, torture) by the pid and clock.
+    let seed = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    for i in 0..200u64 {
+        let port = if high > low {
+            let span = u64::from(high - low);
+            low + ((seed.wrapping_add(i.wrapping_mul(7919))) % span) as u16
+        } else {
+            TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+        };
+        if given.contains(&port) || TcpListener::bind(("127.0.0.1", port)).is_err() {
+            continue;
         }
+        given.push(port);
+        return Ok(port);
     }
-    bail!("no fresh loopback port after 100 tries")
+    bail!("no fresh loopback port after 200 tries")
+}
+
+/// Ports for services: from 10000 up to the start of the ephemeral range, when the
+/// range leaves at least a thousand of them (else empty).
+fn below_ephemeral() -> (u16, u16) {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+    let start = range.split_whitespace().next().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+    if start >= 11_000 {
+        (10_000, start)
+    } else {
+        (0, 0)
+    }
 }
 
 /// A child process killed (SIGKILL) and reaped when dropped, with every process it
