@@ -29,7 +29,7 @@ if [[ -z $seed ]]; then
     seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
 fi
 
-cargo build -q --release -p fencekeeper-sim || exit 2
+cargo build -q --release --locked -p fencekeeper-sim || exit 2
 status=0
 target/release/fencekeeper-sim --seed "$seed" "${args[@]}" || status=$?
 if ((status == 1)); then

@@ -113,6 +113,8 @@ scripts/torture.sh --conditional --target all --seconds 60 2>&1 | tee -a "$log" 
     exit 1
 }
 
+scripts/simulate.sh --seconds 10 2>&1 | tee -a "$log" # the deterministic simulator (tests/sim/README.md) on a fresh seed, printed; a violation prints the command that replays it
+
 echo "== an installed binary is enough: the CLI alone, run from elsewhere, writes a working Envoy setup" >&2
 # The binary the build above made, copied out of the checkout as `cargo install` would
 # (not `cargo install` itself: its feature set differs from the workspace's, so it
