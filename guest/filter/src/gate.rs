@@ -360,14 +360,7 @@ impl Gate {
                     let outcome = Err(fencekeeper_core::NoVerdict::Refused);
                     h.reply.conclude(f, outcome, &h.resource, &cause, &mut tally, None);
                 }
-                Step::Wait(until) if now_ms() >= h.deadline => {
-                    let budget = Knob { name: "gate.budget_ms", value: Duration::from_millis(self.config.budget_ms) };
-                    let refused = engine::timed_out(f.config.policy.mode, &h.resource, budget, until, now_ms());
-                    f.metrics.gate(refused.event);
-                    tally.add(refused.action.class, false);
-                    log::warn!("fencekeeper: refused a write: {}", refused.reason);
-                    h.reply.refuse(&refused.action, &refused.reason, Some(refused.retry_after_seconds()));
-                }
+                Step::Wait(until) if now_ms() >= h.deadline => self.time_out(f, &h.reply, &h.resource, until),
                 Step::Wait(_) => keep.push(h),
             }
         }
@@ -376,6 +369,13 @@ impl Gate {
         if confirming {
             crate::confirms::send_ready(f);
         }
+    }
+
+    /// Refuse the write of `reply`'s request on `resource`, held past the budget by
+    /// lower writes (holding it until `until` when every one was given up on).
+    pub fn time_out(&self, f: &Filter, reply: &Reply, resource: &str, until: Option<u64>) {
+        let budget = Knob { name: "gate.budget_ms", value: Duration::from_millis(self.config.budget_ms) };
+        refuse(f, reply, &engine::timed_out(f.config.policy.mode, resource, budget, until, now_ms()));
     }
 
     /// Whether a write that waited is confirmed in etcd before it goes: while it
@@ -427,6 +427,17 @@ impl Gate {
     pub fn holding(&self) -> bool {
         !self.held.borrow().is_empty()
     }
+}
+
+/// Send a refusal the gate makes itself (a write held past the budget, one in the
+/// start grace), and count it: its class and its event.
+pub fn refuse(f: &Filter, reply: &Reply, refused: &engine::Refused) {
+    f.metrics.gate(refused.event);
+    let mut tally = crate::Tally::default();
+    tally.add(refused.action.class, false);
+    f.metrics.add(&tally);
+    log::warn!("fencekeeper: refused a write: {}", refused.reason);
+    reply.refuse(&refused.action, &refused.reason, Some(refused.retry_after_seconds()));
 }
 
 #[cfg(test)]

@@ -220,8 +220,10 @@ impl Shared {
                 return true;
             }
             Ok(Registration::Wait) => {
-                f.metrics.gate(fencekeeper_engine::gate::Event::TimedOut);
-                (Err(NoVerdict::Refused), TIMED_OUT.to_owned())
+                let Some(p) = pending.remove(&context) else { return true };
+                drop(pending);
+                self.time_out(f, p);
+                return true;
             }
             Ok(Registration::Stale(higher)) => (Ok(Verdict::Stale { mark: higher, presented: p.token }), String::new()),
             Ok(Registration::Moved(mark)) => (
@@ -244,14 +246,28 @@ impl Shared {
     /// Refuse a write being passed (its request's context is the effective one): its
     /// local flight ends, and it leaves the ledger.
     fn refuse(&self, f: &Filter, p: Pending, outcome: Result<Verdict, NoVerdict>, cause: &str) {
-        if let Some(g) = &f.gate {
-            g.end(f, p.reply.context);
-        }
-        self.ledger.borrow_mut().end(&p.resource, p.token, now_ms());
+        self.forget(f, &p);
         let mut tally = Tally::default();
         let retry = matches!(outcome, Err(NoVerdict::Refused)).then_some(1);
         p.reply.conclude(f, outcome, &p.resource, &cause, &mut tally, retry);
         f.metrics.add(&tally);
+    }
+
+    /// Refuse a write that another instance's lower write held past its budget: the
+    /// gate's own 503 (`gate::Gate::time_out`), as the gateway's.
+    fn time_out(&self, f: &Filter, p: Pending) {
+        self.forget(f, &p);
+        if let Some(g) = &f.gate {
+            g.time_out(f, &p.reply, &p.resource, None);
+        }
+    }
+
+    /// A write being passed is refused: its local flight ends, and it leaves the ledger.
+    fn forget(&self, f: &Filter, p: &Pending) {
+        if let Some(g) = &f.gate {
+            g.end(f, p.reply.context);
+        }
+        self.ledger.borrow_mut().end(&p.resource, p.token, now_ms());
     }
 
     /// Request `context`'s stream ended: a write it sent stays in the ledger for the
@@ -305,8 +321,7 @@ impl Shared {
                 self.ledger.borrow_mut().end(&p.resource, p.token, now);
                 continue;
             }
-            f.metrics.gate(fencekeeper_engine::gate::Event::TimedOut);
-            self.refuse(f, p, Err(NoVerdict::Refused), TIMED_OUT);
+            self.time_out(f, p);
         }
         self.send(f);
     }
@@ -415,6 +430,3 @@ fn response_error(response: &Response) -> String {
         Err(s) => s.error().0,
     }
 }
-
-const TIMED_OUT: &str = "timed out at the ordering gate waiting for lower-token writes in flight through another \
-                         instance (the shared registry in etcd)";

@@ -31,8 +31,8 @@ use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
 use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
-use fencekeeper_engine::gate::{self as engine_gate, Knob};
 use fencekeeper_engine::conditional as rules;
+use fencekeeper_engine::gate::{self as engine_gate, Knob};
 use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
 use fencekeeper_engine::Form;
@@ -232,12 +232,7 @@ impl Request {
     fn in_start_grace(&mut self, resource: &str, left: Duration) -> Action {
         let f = Rc::clone(&self.filter);
         let grace = Knob { name: "start_grace_ms", value: Duration::from_millis(f.config.start_grace_ms) };
-        let refused = engine_gate::in_start_grace(f.config.policy.mode, resource, grace, left);
-        f.metrics.gate(refused.event);
-        let mut tally = crate::Tally::default();
-        tally.add(refused.action.class, false);
-        f.metrics.add(&tally);
-        self.reply.refuse(&refused.action, &refused.reason, Some(refused.retry_after_seconds()));
+        crate::gate::refuse(&f, &self.reply, &engine_gate::in_start_grace(f.config.policy.mode, resource, grace, left));
         Action::Pause
     }
 
