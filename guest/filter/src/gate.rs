@@ -21,13 +21,18 @@
 //! * every worker's root context ticks: it re-checks the writes it holds (a flight
 //!   past its deadline no longer holds them), refuses those held past the budget
 //!   (503 with `Retry-After`), and stamps the worker's heartbeat;
+//! * a held write that may go is confirmed in etcd first, with marks there and no
+//!   shared registry (`confirms_after_waiting`): another instance on the same etcd may
+//!   have admitted a higher token while it waited;
 //! * a flight whose worker stopped stamping its heartbeat (a VM that trapped and was
 //!   reloaded, or died) is treated as given up at its last stamp: it holds until the
 //!   stamp plus the bound, then is dropped.
 //!
 //! Like the gateway's gate it orders one Envoy's writes and lives as long as the
 //! process's shared data; a restarted Envoy refuses fenced writes for its start grace
-//! instead (`start_grace_ms`).
+//! instead (`start_grace_ms`). The gate's own refusals (`refuse`), what a flight's end
+//! means and the defaults are the engine's (`fencekeeper_engine::gate`), as the
+//! gateway's are.
 
 use crate::config::GateConfig;
 use crate::confirms::Waiter;
