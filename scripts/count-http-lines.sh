@@ -7,8 +7,7 @@
 #   scripts/count-http-lines.sh 8b6467b    # a commit (read with git show; nothing checked out)
 #
 # A counted line is a line of code: not blank, not a comment (`//`, `///`, `//!`), and
-# not in a `#[cfg(test)]` module (unit tests sit at the end of a file, after
-# `#[cfg(test)]`). Per file, then per part:
+# not test-only (a `#[cfg(test)]` module, which sits at the end of a file, or item). Per file, then per part:
 #   gateway  host/gateway/src and host/cli/src/serve.rs (the command that starts it)
 #   filter   guest/filter/src
 #   engine   crates/engine/src
@@ -57,11 +56,16 @@ content() {
 }
 
 count() { # stdin: Rust source -> lines of code outside test modules
+  # `#[cfg(test)]` before a `mod` starts the unit tests, which run to the end of the
+  # file; before anything else (a test-only `use`) it takes that one item's line.
   awk '
-    /^[[:space:]]*#\[cfg\(test\)\]/ { intest = 1 }
     intest { next }
     /^[[:space:]]*$/ { next }
     /^[[:space:]]*\/\// { next }
+    /^[[:space:]]*#\[cfg\(test\)\]/ { pending = 1; next }
+    pending && /^[[:space:]]*#\[/ { next }
+    pending && /^[[:space:]]*(pub(\([a-z]+\))? )?mod / { intest = 1; next }
+    pending { pending = 0; next }
     { n++ }
     END { print n + 0 }'
 }
