@@ -9,7 +9,7 @@
 # Without --seed, a seed is drawn from /dev/urandom and printed. Without --requests or
 # --seconds, 100,000 requests. Prints the seed, the requests simulated, the violations
 # and the trace's digest; the same seed and request count give the same digest. Exit
-# 0: no violation; 1: a violation (the findings, the trace's last lines and the
+# 0: no violation; 1: a violation (the findings, the first one's trace lines and the
 # command that replays the run are printed); 2: bad arguments or a failed build.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -38,8 +38,11 @@ pub struct Config {
     pub pause_per_million: u64,
     /// A bug put into every instance, to show the checker finds it.
     pub bug: Option<Bug>,
-    /// Trace lines kept to print with a violation.
-    pub trace_tail: usize,
+    /// Words whose trace lines are kept (write ids such as `w795`, resource names):
+    /// set on the replay of a failing run, to print what happened to its writes.
+    pub focus: Vec<String>,
+    /// Trace lines are kept for [`Config::focus`] up to this instant (ns).
+    pub focus_until: Nanos,
 }
 
 impl Config {
@@ -66,7 +69,8 @@ impl Config {
             fault_gap: 1_000 * MS,
             pause_per_million: 20_000,
             bug: None,
-            trace_tail: 40,
+            focus: Vec::new(),
+            focus_until: 0,
         }
     }
 }

@@ -5,9 +5,9 @@
 //! ```
 //!
 //! Prints the seed, the requests simulated, the violations and the trace's digest;
-//! on a violation, the findings, the trace's last lines and the command that replays
-//! the run, and exits 1. `--seconds` stops sending after that much CPU-bound wall
-//! time; the replay command then names the request count it reached.
+//! on a violation, the findings, the first one's trace lines (from a replay) and the
+//! command that replays the run, and exits 1. `--seconds` stops sending after that
+//! much wall-clock time; the replay command then names the request count it reached.
 
 use fencekeeper_sim::fence::Bug;
 use fencekeeper_sim::queue::MS;
@@ -139,9 +139,24 @@ fn main() -> ExitCode {
     for f in r.violations.iter().take(10) {
         println!("  rule {}: {}", f.rule, f.message);
     }
-    println!("last trace lines:");
-    for line in &outcome.tail {
-        println!("  {line}");
+    // The run replays exactly: run it again keeping the trace lines of the first
+    // finding's writes and resource.
+    if let Some(first) = r.violations.first() {
+        config.requests = outcome.requests;
+        config.focus = first.ids.iter().cloned().chain(first.resource.clone()).collect();
+        config.focus_until = first.at;
+        match run(&config, None) {
+            Ok(again) if again.digest == outcome.digest => {
+                println!("the first finding's writes and resource in the trace, up to where it shows (replayed):");
+                for line in &again.focused {
+                    println!("  {line}");
+                }
+            }
+            Ok(again) => {
+                println!("the replay's digest is {}, not {}: the run did not replay", again.digest, outcome.digest)
+            }
+            Err(e) => println!("the replay failed: {e}"),
+        }
     }
     let mut replay = format!("scripts/simulate.sh --seed {seed} --requests {}", outcome.requests);
     if args.shared_gate {

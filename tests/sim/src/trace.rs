@@ -20,20 +20,26 @@ pub fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
     hash
 }
 
-/// The running trace: its digest, its length, and its last lines (what a failure
-/// prints; the whole trace of a million requests is not kept).
+/// The running trace: its digest, its length, and the last lines up to an instant
+/// that name one of the words it was asked to focus on (a failure's writes and
+/// resource, on its replay; the whole trace of a million requests is not kept).
 pub struct Trace {
     hash: u64,
     lines: u64,
     line: String,
-    tail: VecDeque<String>,
-    keep: usize,
+    focus: Vec<String>,
+    until: u64,
+    kept: VecDeque<String>,
 }
 
+/// At most this many focused lines are kept: the last ones.
+const KEEP: usize = 60;
+
 impl Trace {
-    /// A trace that keeps its last `keep` lines.
-    pub fn new(keep: usize) -> Trace {
-        Trace { hash: BASIS, lines: 0, line: String::new(), tail: VecDeque::new(), keep }
+    /// A trace that keeps the last lines naming a word of `focus` (as a whole word)
+    /// whose time (their first word) is at most `until`.
+    pub fn new(focus: Vec<String>, until: u64) -> Trace {
+        Trace { hash: BASIS, lines: 0, line: String::new(), focus, until, kept: VecDeque::new() }
     }
 
     /// Add one line.
@@ -43,11 +49,15 @@ impl Trace {
         self.line.push('\n');
         self.hash = fnv1a(self.hash, self.line.as_bytes());
         self.lines += 1;
-        if self.keep > 0 {
-            if self.tail.len() == self.keep {
-                self.tail.pop_front();
+        if !self.focus.is_empty() {
+            let mut words = self.line.split_whitespace();
+            let early = words.next().and_then(|t| t.parse::<u64>().ok()).is_some_and(|t| t <= self.until);
+            if early && words.any(|w| self.focus.iter().any(|f| f == w)) {
+                if self.kept.len() == KEEP {
+                    self.kept.pop_front();
+                }
+                self.kept.push_back(self.line.trim_end().to_owned());
             }
-            self.tail.push_back(self.line.trim_end().to_owned());
         }
     }
 
@@ -61,9 +71,9 @@ impl Trace {
         self.lines
     }
 
-    /// The last lines kept.
-    pub fn tail(&self) -> impl Iterator<Item = &str> {
-        self.tail.iter().map(String::as_str)
+    /// The focused lines kept.
+    pub fn kept(&self) -> impl Iterator<Item = &str> {
+        self.kept.iter().map(String::as_str)
     }
 }
 
@@ -77,10 +87,11 @@ mod tests {
         assert_eq!(fnv1a(BASIS, b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(BASIS, b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a(BASIS, b"foobar"), 0x8594_4171_f739_67e8);
-        let mut t = Trace::new(1);
-        t.line(format_args!("a{}", 1));
-        t.line(format_args!("b"));
-        assert_eq!(t.digest(), format!("{:016x}", fnv1a(BASIS, b"a1\nb\n")));
-        assert_eq!(t.tail().collect::<Vec<_>>(), ["b"]);
+        let mut t = Trace::new(vec!["w1".into()], 5);
+        t.line(format_args!("{} w{}", 1, 1));
+        t.line(format_args!("2 w10"));
+        t.line(format_args!("6 w1"));
+        assert_eq!(t.digest(), format!("{:016x}", fnv1a(BASIS, b"1 w1\n2 w10\n6 w1\n")));
+        assert_eq!(t.kept().collect::<Vec<_>>(), ["1 w1"]);
     }
 }

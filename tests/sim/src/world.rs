@@ -128,8 +128,8 @@ pub struct Outcome {
     pub lines: u64,
     /// The trace's digest (FNV-1a 64, hex).
     pub digest: String,
-    /// The last trace lines.
-    pub tail: Vec<String>,
+    /// The trace lines naming a word of [`Config::focus`].
+    pub focused: Vec<String>,
     /// The checker's report.
     pub report: fencekeeper_check::rules::Report,
     /// How long the checker took (wall clock; not part of the run).
@@ -229,6 +229,14 @@ impl Shape {
     }
 }
 
+/// The words to keep trace lines for: those given, and for a resource's name also
+/// its index as the trace writes it (`r3`).
+fn focus(words: &[String], names: &[String]) -> Vec<String> {
+    let mut out = words.to_vec();
+    out.extend(names.iter().enumerate().filter(|(_, n)| words.contains(n)).map(|(r, _)| format!("r{r}")));
+    out
+}
+
 fn target(i: usize) -> String {
     format!("f{}", i + 1)
 }
@@ -270,7 +278,7 @@ impl World {
             .collect();
         World {
             rng: Rng::new(cfg.seed),
-            trace: Trace::new(cfg.trace_tail),
+            trace: Trace::new(focus(&cfg.focus, &names), cfg.focus_until),
             locks: (0..names.len()).map(|_| Lock::default()).collect(),
             limit: cfg.requests,
             cfg,
@@ -301,10 +309,31 @@ impl World {
     }
 
     fn start(&mut self) {
-        // The request limit is left out: a run stopped by the clock and its replay
-        // given the count it reached are the same run, and their traces one trace.
-        let shape = Config { requests: 0, ..self.cfg.clone() };
-        self.trace.line(format_args!("seed {} config {shape:?}", self.cfg.seed));
+        // What makes the run, and only that: not the request limit (a run stopped by
+        // the clock and its replay given the count it reached are the same run, and
+        // their traces one trace), nor what a replay focuses on.
+        let (c, s) = (&self.cfg, self.cfg.settings);
+        self.trace.line(format_args!(
+            "seed {} instances {} resources {} holders {} shared-marks {} shared-gate {} upstream-timeout {} \
+             gate-budget {} apply-bound {} start-grace {} lease {} client-budget {} liveness-bound {} fault-gap {} \
+             pauses-per-million {} bug {:?}",
+            c.seed,
+            c.instances,
+            c.resources_per_group,
+            c.holders_per_resource,
+            c.shared_marks,
+            c.shared_gate,
+            s.upstream_timeout,
+            s.gate_budget,
+            s.apply_bound,
+            s.start_grace,
+            c.lease,
+            c.client_budget,
+            c.liveness_bound,
+            c.fault_gap,
+            c.pause_per_million,
+            c.bug
+        ));
         for h in 0..self.holders.len() {
             let d = self.rng.between(0, 20 * MS);
             self.q.after(d, Ev::Acquire(h));
@@ -751,7 +780,7 @@ impl World {
         }
         let digest = self.trace.digest();
         let lines = self.trace.lines();
-        let tail = self.trace.tail().map(str::to_owned).collect();
+        let focused = self.trace.kept().map(str::to_owned).collect();
         let input = Input {
             info,
             writes: std::mem::take(&mut self.writes),
@@ -772,7 +801,7 @@ impl World {
             virtual_time: end,
             lines,
             digest,
-            tail,
+            focused,
             report,
             checked_in,
         }
