@@ -6,9 +6,12 @@
 //! token in the row. Like a real importer that resumes an interrupted import, it
 //! starts after the last line already imported; then it keeps its own count, as a
 //! process paused mid-import would. After `--pause-after` lines it waits for the
-//! file named by `FK_WORKER_GO` (the test pauses it there). One stdout line per
-//! event: `holding TOKEN pid PID`, then `wrote 201` (inserted) or `wrote 409`
-//! (refused as stale or replayed) or `wrote 500` (any other error) per line.
+//! file named by `FK_WORKER_GO` (the test pauses it there). With `--amend` it then
+//! amends each line of its run, as a tool that never heard of the token column would:
+//! `UPDATE ... SET importer = NAME` for the line, the token column left as it is. One
+//! stdout line per event: `holding TOKEN pid PID`, then per line and per amend
+//! `wrote 201` (written), `wrote 409` (refused as stale or replayed), `wrote 428`
+//! (refused as missing its token) or `wrote 500` (any other error).
 //!
 //! Exit codes: 0 after its lines (whatever they were answered), 2 on an error.
 
@@ -42,6 +45,9 @@ struct Args {
     /// Wait for FK_WORKER_GO after this many lines of this run.
     #[arg(long)]
     pause_after: u32,
+    /// After its lines, amend each line of its run without setting the token column.
+    #[arg(long)]
+    amend: bool,
     /// The importer's name, written into its rows.
     name: String,
 }
@@ -73,16 +79,30 @@ fn run(args: Args) -> Result<()> {
             literal(&args.name),
             literal(&token)
         );
-        let status = match db.query(insert) {
-            Ok(_) => 201,
-            Err(e) if matches!(e.code(), Some("FK001" | "FK002")) => 409,
-            Err(e) => {
-                eprintln!("line {line}: {e}");
-                500
-            }
-        };
-        report(&format!("wrote {status}"))?;
+        report(&format!("wrote {}", status(&mut db, line, insert)))?;
         std::thread::sleep(Duration::from_millis(10));
     }
+    if args.amend {
+        for line in first..args.lines {
+            let amend = format!(
+                "UPDATE {table} SET importer = {} WHERE batch = {batch} AND line = {line}",
+                literal(&args.name)
+            );
+            report(&format!("wrote {}", status(&mut db, line, amend)))?;
+        }
+    }
     Ok(())
+}
+
+/// Run `sql`, the write of `line`, and say how it was answered, as HTTP would.
+fn status(db: &mut Client, line: u32, sql: String) -> u16 {
+    match db.query(sql) {
+        Ok(_) => 201,
+        Err(e) if matches!(e.code(), Some("FK001" | "FK002")) => 409,
+        Err(e) if e.code() == Some("FK003") => 428,
+        Err(e) => {
+            eprintln!("line {line}: {e}");
+            500
+        }
+    }
 }

@@ -47,6 +47,7 @@ mod postgres_crash;
 mod postgres_extension;
 mod postgres_hostile;
 mod postgres_import;
+mod postgres_presented;
 mod redis_module;
 mod redis_module_concurrency;
 mod redis_module_hostile;

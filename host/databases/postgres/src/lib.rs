@@ -17,7 +17,7 @@
 //!
 //! # Layout
 //! * [`settings`]: the `fencekeeper.*` settings (strict mode, the guest, audit, the
-//!   token of a DELETE).
+//!   token an UPDATE or a DELETE presents without the token column).
 //! * [`guests`]: the validator and guard each backend keeps, per guest and policy.
 //! * [`marks`]: `MarkStore` over SPI: the marks table, its locks and its records.
 //! * [`owner`]: running the extension's own statements as the marks table's owner.
@@ -27,6 +27,7 @@
 //! * [`text`]: server text as UTF-8 and datums as text.
 //! * [`entry`]: the C entry points the SQL functions name.
 //! * [`trigger`]: the row trigger: which rows, which resource, which token.
+//! * [`presented`]: which token a row presents: the writer's, never the row's leftover.
 //! * [`expression`]: a trigger's resource given as an SQL expression over the row.
 
 // The entry points are C functions called by the server, and the row and error
@@ -39,6 +40,7 @@ pub mod expression;
 pub mod guests;
 pub mod marks;
 pub mod owner;
+pub mod presented;
 pub mod refusal;
 pub mod settings;
 pub mod text;

@@ -2,7 +2,8 @@
 //!
 //! What decides the fencing policy (strict mode, the guest, the audit) is a
 //! superuser's setting: a client cannot weaken the fence it is subject to. The token
-//! of a DELETE (which has no new row to carry one) is the client's own.
+//! of a DELETE (which has no new row to carry one), and of an UPDATE that does not
+//! set the token column, is the client's own.
 
 use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
 use std::ffi::CString;
@@ -18,7 +19,8 @@ pub static AUDIT: GucSetting<bool> = GucSetting::<bool>::new(true);
 /// vectors when it loads, like any guest.
 pub static GUEST: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
-/// `fencekeeper.token`: the token a fenced DELETE presents (`SET LOCAL`).
+/// `fencekeeper.token`: the token a fenced DELETE, or an UPDATE that does not set
+/// the token column, presents (`SET LOCAL`: it ends with the transaction).
 pub static TOKEN: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
 
 /// Register the settings (from `_PG_init`).
@@ -49,8 +51,8 @@ pub fn define() {
     );
     GucRegistry::define_string_guc(
         c"fencekeeper.token",
-        c"The fencing token a fenced DELETE presents (SET LOCAL fencekeeper.token = '...').",
-        c"INSERT and UPDATE take the token from the row; a DELETE has no new row.",
+        c"The fencing token a fenced DELETE, or an UPDATE that does not set the token column, presents (SET LOCAL fencekeeper.token = '...').",
+        c"INSERT takes the token from the row, UPDATE from the token column when it sets it; a DELETE has no new row. Use SET LOCAL: a session-wide SET would present it for every later write of the session.",
         &TOKEN,
         GucContext::Userset,
         GucFlags::default(),

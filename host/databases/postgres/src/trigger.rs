@@ -11,15 +11,19 @@
 //! * `token`: the column holding the writer's fencing token (text, varchar, or a
 //!   number type: its text form is the token).
 //!
-//! INSERT and UPDATE present the new row's token for the new row's resource; an
-//! UPDATE that moves a row to another resource also presents it for the old one.
-//! A DELETE has no new row: it presents the `fencekeeper.token` setting
-//! (`SET LOCAL fencekeeper.token = '35'`) for the old row's resource. A refused row
-//! raises, and the statement and its transaction abort.
+//! An INSERT presents the new row's token for the new row's resource. An UPDATE
+//! presents, for the new row's resource, the new row's token when it sets the token
+//! column, else the `fencekeeper.token` setting (`SET LOCAL fencekeeper.token =
+//! '35'`), else nothing (refused as missing: the old row's token is not the
+//! writer's, [`crate::presented`]); one that moves a row to another resource
+//! presents the same for the old one. A DELETE has no new row: it presents the
+//! setting for the old row's resource. A refused row raises, and the statement and
+//! its transaction abort.
 
+use crate::presented::{self, Presented};
 use crate::refusal::Refusal;
 use crate::write::{self, Write};
-use crate::{expression, settings, text};
+use crate::{expression, text};
 use pgrx::pg_sys::{self, FunctionCallInfo};
 use pgrx::prelude::PgSqlErrorCode;
 use pgrx::{ereport, PgTrigger};
@@ -66,36 +70,34 @@ pub unsafe fn fence(fcinfo: FunctionCallInfo) -> Result<pg_sys::Datum, Refusal> 
             Resource::Expression(expr) => unsafe { expression::evaluate(&trigger, expr, tuple) },
         }
     };
-    let token_column = |tuple: pg_sys::HeapTuple| -> Option<Vec<u8>> {
-        let Some((attno, typoid)) = column(tupdesc, token_arg) else {
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_UNDEFINED_COLUMN,
-                format!("fencekeeper.fence(): the table has no column {token_arg:?} for the token")
-            );
-        };
-        // SAFETY: as above.
-        unsafe { attribute(tuple, tupdesc, attno, typoid) }
-    };
+    // SAFETY: the descriptor of the relation the trigger fired on.
+    let column = unsafe { presented::column(tupdesc, token_arg) };
+    // SAFETY: a row of this relation, described by `tupdesc`, and the column's type.
+    let token_column = |tuple: pg_sys::HeapTuple| unsafe { attribute(tuple, tupdesc, column.attno, column.typoid) };
     let column_is_null = format!("the column {token_arg:?} is NULL");
+    // The token the writer presented, and what its absence means.
+    let token_of = |presented: Presented, new: Option<pg_sys::HeapTuple>| match presented {
+        Presented::Column => (new.and_then(token_column), column_is_null.clone()),
+        Presented::Setting(token) => (Some(token), String::new()),
+        Presented::Nothing(why) => (None, why),
+    };
     if event.fired_by_delete() {
         let old = data.tg_trigtuple;
-        let token = settings::TOKEN.get().filter(|t| !t.as_bytes().is_empty());
-        let presented = token.as_ref().map(|t| t.to_bytes());
-        let missing =
-            "a DELETE presents the setting fencekeeper.token, which is not set (SET LOCAL fencekeeper.token = '...')";
-        write::admit(&Write { resource: resource_of(old).as_deref(), token: presented, missing })?;
+        let (token, missing) = token_of(presented::of_delete(), None);
+        write::admit(&Write { resource: resource_of(old).as_deref(), token: token.as_deref(), missing: &missing })?;
         return Ok(pg_sys::Datum::from(old));
     }
-    let (new, old) =
-        if event.fired_by_update() { (data.tg_newtuple, Some(data.tg_trigtuple)) } else { (data.tg_trigtuple, None) };
-    let token = token_column(new);
+    let (new, old, presented) = if event.fired_by_update() {
+        (data.tg_newtuple, Some(data.tg_trigtuple), presented::of_update(data, &column))
+    } else {
+        (data.tg_trigtuple, None, Presented::Column)
+    };
+    let (token, missing) = token_of(presented, Some(new));
     let resource = resource_of(new);
-    write::admit(&Write { resource: resource.as_deref(), token: token.as_deref(), missing: &column_is_null })?;
+    write::admit(&Write { resource: resource.as_deref(), token: token.as_deref(), missing: &missing })?;
     if let Some(old_resource) = old.map(resource_of).filter(|r| *r != resource) {
         // A row moved to another resource writes both: the old one loses a row.
-        let write = Write { resource: old_resource.as_deref(), token: token.as_deref(), missing: &column_is_null };
-        write::admit(&write)?;
+        write::admit(&Write { resource: old_resource.as_deref(), token: token.as_deref(), missing: &missing })?;
     }
     Ok(pg_sys::Datum::from(new))
 }
