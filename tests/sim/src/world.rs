@@ -65,8 +65,9 @@ enum Ev {
     StoreAnswer(u64, usize, u64),
     /// An instance's timer (instance, incarnation, tag).
     Timer(usize, u64, u64),
-    /// Another instance changed a shared flight (instance, incarnation, resource).
-    Wake2(usize, u64, usize),
+    /// Another instance changed a shared flight: tell this one (instance,
+    /// incarnation, resource).
+    Notify(usize, u64, usize),
     /// The nemesis's next fault (after the previous one healed).
     Fault,
     /// A store fault heals (fault index).
@@ -237,8 +238,14 @@ fn focus(words: &[String], names: &[String]) -> Vec<String> {
     out
 }
 
+/// Instance `i`'s name as a target: `f1`, `f2`, ...
 fn target(i: usize) -> String {
     format!("f{}", i + 1)
+}
+
+/// The instance a target names ([`target`]'s inverse).
+fn instance_of(target: &str) -> usize {
+    target.strip_prefix('f').and_then(|n| n.parse::<usize>().ok()).map_or(0, |n| n - 1)
 }
 
 impl World {
@@ -418,7 +425,7 @@ impl World {
                     self.outs(now, inst, out);
                 }
             }
-            Ev::Wake2(inst, inc, r) => {
+            Ev::Notify(inst, inc, r) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
                     self.instances[inst].fence.wake(now, r, &mut out);
@@ -517,8 +524,8 @@ impl World {
             Kind::Valid
         };
         let targets = self.groups[self.group_of[r]].targets.len();
-        let inst = self.rng.index(targets);
-        let inst = if targets == 1 { self.target_index(r) } else { inst };
+        let pick = self.rng.index(targets);
+        let inst = instance_of(&self.groups[self.group_of[r]].targets[pick]);
         self.requests += 1;
         self.send(now, Some(h), r, token, inst, kind, None);
         // Asked right after a write is sent, so that the next step stops exactly as it
@@ -526,12 +533,6 @@ impl World {
         if stop.is_some_and(|s| s()) {
             self.limit = self.requests;
         }
-    }
-
-    /// The instance a one-target group's resource goes through.
-    fn target_index(&self, r: usize) -> usize {
-        let t = &self.groups[self.group_of[r]].targets[0];
-        t[1..].parse::<usize>().map_or(0, |i| i - 1)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -611,7 +612,7 @@ impl World {
                 Out::Changed { resource } => {
                     for other in (0..self.instances.len()).filter(|&o| o != inst) {
                         let inc = self.instances[other].incarnation;
-                        self.q.after(0, Ev::Wake2(other, inc, resource));
+                        self.q.after(0, Ev::Notify(other, inc, resource));
                     }
                 }
             }
@@ -683,7 +684,7 @@ impl World {
                 for other in (0..self.instances.len()).filter(|&o| o != inst) {
                     let inc = self.instances[other].incarnation;
                     for r in 0..self.names.len() {
-                        self.q.after(0, Ev::Wake2(other, inc, r));
+                        self.q.after(0, Ev::Notify(other, inc, r));
                     }
                 }
             }
@@ -723,8 +724,7 @@ impl World {
     fn healed(&mut self, now: Nanos, f: usize) {
         self.faults[f].healed = now;
         self.trace.line(format_args!("{now} heal {}", self.faults[f].n));
-        let targets: Vec<usize> =
-            self.faults[f].targets.iter().map(|t| t[1..].parse::<usize>().map_or(0, |i| i - 1)).collect();
+        let targets: Vec<usize> = self.faults[f].targets.iter().map(|t| instance_of(t)).collect();
         for inst in targets {
             self.q.after(0, Ev::Probe(f, inst));
         }
