@@ -178,6 +178,54 @@ fn the_trigger_fences_inserts_updates_and_deletes() {
 }
 
 #[test]
+fn a_token_column_of_a_type_that_cannot_carry_a_token_is_refused_and_an_integer_array_carries_a_tuple() {
+    let (_pg, mut c) = server();
+    let fenced = |c: &mut Client, table: &str, token: &str| {
+        c.query(format!(
+            "CREATE TABLE {table} (r text, token {token});
+             CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON {table}
+                 FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('r', 'token')"
+        ))
+        .unwrap();
+    };
+    c.query("CREATE DOMAIN money_token AS numeric(10,2); CREATE DOMAIN whole AS numeric(20,0)").unwrap();
+    // A numeric's decimal point would be a tuple separator: 7.10 and 7.1 are one
+    // number but two tuples.
+    for (table, token, sent) in [
+        ("numbers", "numeric", "7.10"),
+        ("cents", "numeric(10,2)", "7"),
+        ("domained", "money_token", "7"),
+        ("floats", "double precision", "7"),
+        ("padded", "char(4)", "'7'"),
+        ("texts", "text[]", "'{7,10}'"),
+    ] {
+        fenced(&mut c, table, token);
+        let (code, message, _) = refused(&mut c, &format!("INSERT INTO {table} VALUES ('{table}', {sent})"));
+        assert_eq!(code, "42804", "{token}: {message}");
+        assert!(message.contains("use bigint") && message.contains("bigint[] for a tuple"), "{message}");
+        assert_eq!(value(&mut c, &format!("SELECT fencekeeper.mark('{table}')")), None, "{token}");
+    }
+    // Whole numbers: numeric(20,0) holds every u64, bigint stops below 2^63.
+    fenced(&mut c, "wide", "whole");
+    c.query("INSERT INTO wide VALUES ('wide', 18446744073709551615)").unwrap();
+    assert_eq!(value(&mut c, "SELECT fencekeeper.mark('wide')").as_deref(), Some("18446744073709551615"));
+    // An integer array is a tuple, compared as one.
+    fenced(&mut c, "tuples", "bigint[]");
+    c.query("INSERT INTO tuples VALUES ('t', '{7,10}')").unwrap();
+    assert_eq!(value(&mut c, "SELECT fencekeeper.mark('t')").as_deref(), Some("7.10"));
+    let (code, _, detail) = refused(&mut c, "INSERT INTO tuples VALUES ('t', '{7,9}')");
+    assert_eq!((code.as_str(), detail.as_deref()), ("FK001", Some("fencing-highest: 7.10")));
+    assert_eq!(refused(&mut c, "INSERT INTO tuples VALUES ('t', '{7,NULL}')").0, "FK004");
+    assert_eq!(refused(&mut c, "INSERT INTO tuples VALUES ('t', '{7}')").0, "FK004", "another arity");
+    c.query("UPDATE tuples SET token = '{8,0}'").unwrap();
+    assert_eq!(value(&mut c, "SELECT fencekeeper.mark('t')").as_deref(), Some("8.0"));
+    // The type is checked at every write, so a column changed later is caught.
+    fenced(&mut c, "changed", "bigint");
+    c.query("INSERT INTO changed VALUES ('c', 3); ALTER TABLE changed ALTER COLUMN token TYPE numeric").unwrap();
+    assert_eq!(refused(&mut c, "INSERT INTO changed VALUES ('c', 4)").0, "42804");
+}
+
+#[test]
 fn a_resource_expression_is_evaluated_over_the_row_and_follows_the_table_s_columns() {
     let (_pg, mut c) = server();
     c.query(

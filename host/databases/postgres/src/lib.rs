@@ -28,6 +28,7 @@
 //! * [`entry`]: the C entry points the SQL functions name.
 //! * [`trigger`]: the row trigger: which rows, which resource, which token.
 //! * [`presented`]: which token a row presents: the writer's, never the row's leftover.
+//! * [`token_column`]: the column tokens are carried in: its type, its value as a token.
 //! * [`expression`]: a trigger's resource given as an SQL expression over the row.
 
 // The entry points are C functions called by the server, and the row and error
@@ -44,6 +45,7 @@ pub mod presented;
 pub mod refusal;
 pub mod settings;
 pub mod text;
+pub mod token_column;
 pub mod trigger;
 pub mod write;
 

@@ -8,8 +8,8 @@
 //!
 //! * `resource`: a column of the table, or an SQL expression over the row's columns
 //!   (`'invoice/' || customer_id`), evaluated as the writing user.
-//! * `token`: the column holding the writer's fencing token (text, varchar, or a
-//!   number type: its text form is the token).
+//! * `token`: the column holding the writer's fencing token (text, varchar, an
+//!   integer, or an integer array for a tuple: [`crate::token_column`]).
 //!
 //! An INSERT presents the new row's token for the new row's resource. An UPDATE
 //! presents, for the new row's resource, the new row's token when it sets the token
@@ -23,7 +23,7 @@
 use crate::presented::{self, Presented};
 use crate::refusal::Refusal;
 use crate::write::{self, Write};
-use crate::{expression, text};
+use crate::{expression, text, token_column};
 use pgrx::pg_sys::{self, FunctionCallInfo};
 use pgrx::prelude::PgSqlErrorCode;
 use pgrx::{ereport, PgTrigger};
@@ -71,9 +71,9 @@ pub unsafe fn fence(fcinfo: FunctionCallInfo) -> Result<pg_sys::Datum, Refusal> 
         }
     };
     // SAFETY: the descriptor of the relation the trigger fired on.
-    let column = unsafe { presented::column(tupdesc, token_arg) };
-    // SAFETY: a row of this relation, described by `tupdesc`, and the column's type.
-    let token_column = |tuple: pg_sys::HeapTuple| unsafe { attribute(tuple, tupdesc, column.attno, column.typoid) };
+    let column = unsafe { token_column::column(tupdesc, token_arg) };
+    // SAFETY: a row of this relation, described by `tupdesc`.
+    let token_column = |tuple: pg_sys::HeapTuple| unsafe { column.token(tuple, tupdesc) };
     let column_is_null = format!("the column {token_arg:?} is NULL");
     // The token the writer presented, and what its absence means.
     let token_of = |presented: Presented, new: Option<pg_sys::HeapTuple>| match presented {
