@@ -15,6 +15,8 @@
 //!   headers and body, in the form the client reads (text, S3's XML, gRPC).
 //! * [`gate`]: the ordering gate's and the start grace's defaults, what a flight's
 //!   end means, and the gate's own refusals (503 with `Retry-After`).
+//! * [`early`]: what a fenced write is refused for on its head alone (malformed, not
+//!   conditional, too large, the start grace), in one order for every host.
 //! * [`head`]: a request's head classified: the path it writes as the store sees it,
 //!   whether the fence is in its way, the resources and the token it presents.
 //! * [`forward`]: what a forwarded request carries of the fence's decision, and what
@@ -28,6 +30,7 @@
 
 pub mod answer;
 pub mod conditional;
+pub mod early;
 pub mod forward;
 pub mod gate;
 pub mod head;

@@ -69,9 +69,10 @@ pub(crate) fn refused(refused: gate::Refused, waited: bool) -> Ordered {
     Ordered { action, reason, breach: None, permit: None, waited, event, retry_after, advance: None }
 }
 
-/// A request whose resource key could not be formed: malformed, not ordered.
-pub fn malformed(mode: Mode, error: fencekeeper_core::ResourceError) -> Ordered {
-    let reason = fencekeeper::GuestText::new(&fencekeeper_core::Malformed::Resource(error).to_string());
+/// A request refused as malformed on its head (its resource key or its token's
+/// length), before any mark is read: not ordered.
+pub fn malformed(mode: Mode, error: fencekeeper_core::Malformed) -> Ordered {
+    let reason = fencekeeper::GuestText::new(&error.to_string());
     gate_verdict(mode, Ok(Verdict::Malformed(reason)), "", "", false)
 }
 

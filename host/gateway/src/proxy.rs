@@ -22,12 +22,13 @@ use fencekeeper::chain::ChainStore;
 use fencekeeper::{Advance, Guard};
 use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::resource::ResourceError;
-use fencekeeper_core::{Class, Protocol};
+use fencekeeper_core::{Class, Malformed, Protocol};
 use fencekeeper_engine::answer::retry_after_seconds;
 use fencekeeper_engine::conditional::{self as rules, Refused};
 use fencekeeper_engine::forward;
 use fencekeeper_engine::gate;
-use fencekeeper_engine::head::Head;
+use fencekeeper_engine::early::{self, Early};
+use fencekeeper_engine::head::{Head, Presented};
 use fencekeeper_engine::uploads::Step;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -179,11 +180,27 @@ impl Proxy {
         form: Form,
         client: SocketAddr,
     ) -> Response<Body> {
+        // What the head alone refuses, in the engine's order (`early`), before a byte
+        // of the body is read: a request refused on its head is never held.
+        let target = request.uri().path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes()).to_vec();
+        let checked = {
+            let head = self.head(request.method(), request.uri(), request.headers());
+            let header = |name: &str| request.headers().get(name).map(HeaderValue::as_bytes);
+            let limits = early::Limits {
+                conditional: self.conditional.as_ref().map(|c| early::Deletes(c.deletes())),
+                max_body: Some(self.config.max_body as u64),
+                grace_left: self.start_grace_left(),
+            };
+            // A later step of an S3 multipart upload that sends no token inherits the
+            // token its upload was admitted with (the aws CLI can send none).
+            let inherited = |path: &[u8]| self.uploads.inherited(&target, path);
+            early::check(&self.config.scope(), &head, &path, inherited, header, limits)
+        };
+        let presented = match checked {
+            Ok(presented) => presented,
+            Err(refused) => return self.refused_early(refused, &path, form, client),
+        };
         let limit = self.config.max_body;
-        let declared = request.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if let Some(length) = declared.filter(|&n| n > limit as u64) {
-            return self.too_large(length, form);
-        }
         let (parts, body) = request.into_parts();
         let bytes = match tokio::time::timeout(self.config.request_timeout, Limited::new(body, limit).collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
@@ -202,49 +219,55 @@ impl Proxy {
         // Its own task: when the client goes away mid-request, the ordered and the
         // upstream exchange still run to their end, so the gate's bookkeeping is never
         // cut short and a write is never released while the store may still apply it.
-        match tokio::spawn(async move { self.admit_and_forward(parts, path, bytes, form, client).await }).await {
+        let admitted = async move { self.admit_and_forward(parts, path, target, presented, bytes, form, client).await };
+        match tokio::spawn(admitted).await {
             Ok(response) => response,
             Err(e) => refusal::fail(Failure::Internal, &format!("the request task failed: {e}"), form),
         }
     }
 
+    /// Answer a write refused on its head, and count it as the engine says.
+    fn refused_early(
+        &self,
+        refused: Early,
+        path: &Result<Vec<u8>, ResourceError>,
+        form: Form,
+        client: SocketAddr,
+    ) -> Response<Body> {
+        let mode = self.config.policy.mode;
+        let resource = || path.as_deref().map(String::from_utf8_lossy).unwrap_or_default().into_owned();
+        let ordered = match refused {
+            Early::Malformed(m) => ordered::malformed(mode, m),
+            Early::NotConditional(why) => {
+                return self.conditional_refused(rules::not_conditional(&resource(), why, form), client)
+            }
+            Early::TooLarge { length, .. } => return self.too_large(length, form),
+            Early::StartGrace(left) => {
+                let knob = gate::Knob { name: "--start-grace", value: self.config.start_grace };
+                ordered::refused(gate::in_start_grace(mode, &resource(), knob, left), false)
+            }
+        };
+        self.metrics.outcome(ordered.action.class, false);
+        if let Some(event) = ordered.event {
+            self.metrics.event(event.into());
+        }
+        self.refuse(&resource(), &ordered, form, client)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     async fn admit_and_forward(
         &self,
         mut parts: Parts,
         path: Result<Vec<u8>, ResourceError>,
+        target: Vec<u8>,
+        presented: Presented,
         bytes: Bytes,
         form: Form,
         client: SocketAddr,
     ) -> Response<Body> {
-        let grace = self.start_grace_left();
-        if let Some(conditional) = &self.conditional {
-            let resource = path.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
-            if let Some(refused) = conditional.unsupported(&parts, &resource, form) {
-                return self.conditional_refused(refused, client);
-            }
-        }
-        let target = parts.uri.path_and_query().map_or(&b"/"[..], |p| p.as_str().as_bytes()).to_vec();
         let s3 = self.config.protocol == Protocol::S3;
-        // A later step of an S3 multipart upload that sends no token inherits the
-        // token its upload was admitted with (the aws CLI can send none).
-        let presented = {
-            let head = self.head(&parts.method, &parts.uri, &parts.headers);
-            self.config.scope().presented(&head, &path, |path| self.uploads.inherited(&target, path))
-        };
-        let (named, token) = match presented {
-            Ok(p) => (Ok(p.keys), p.token),
-            Err(e) => (Err(e), None),
-        };
-        let (resource, ordered, permits) = match (named, grace) {
-            (Ok(keys), Some(left)) => {
-                let resource = keys.join(" and ");
-                let knob = gate::Knob { name: "--start-grace", value: self.config.start_grace };
-                let refused = gate::in_start_grace(self.config.policy.mode, &resource, knob, left);
-                (resource, ordered::refused(refused, false), Vec::new())
-            }
-            (Ok(keys), None) => self.order(keys, token.as_deref(), client).await,
-            (Err(e), _) => (String::new(), ordered::malformed(self.config.policy.mode, e), Vec::new()),
-        };
+        let token = presented.token;
+        let (resource, ordered, permits) = self.order(presented.keys, token.as_deref(), client).await;
         let action = ordered.action;
         // A conditional write is counted once its outcome is known (the engine's
         // `conditional`: a refusal by its chain or the store counts what the client is told).
@@ -262,17 +285,7 @@ impl Proxy {
             tracing::error!(resource, breach = what.as_str(), "validator broke the contract; refused");
         }
         if !action.forward {
-            let reason = &ordered.reason;
-            match action.class {
-                Class::Undecided => tracing::warn!(resource, %client, status = 503, reason, "refused"),
-                // A forged token (or one from another lock service): who sent it matters.
-                Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
-                class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
-            }
-            // Only the gate's own refusals (the start grace, a write held past the gate
-            // timeout) say when to retry.
-            let retry_after = ordered.retry_after.map(retry_after_seconds);
-            return refusal::refuse(&action, &ordered.reason, form, retry_after);
+            return self.refuse(&resource, &ordered, form, client);
         }
         if let Some(v) = forward::admitted(&action).and_then(|t| HeaderValue::from_str(&t.to_string()).ok()) {
             parts.headers.insert(ADMITTED_HEADER, v);
@@ -311,6 +324,20 @@ impl Proxy {
         }
     }
 
+    /// Log and answer a refusal of a write of `resource` (counted by the caller).
+    fn refuse(&self, resource: &str, ordered: &Ordered, form: Form, client: SocketAddr) -> Response<Body> {
+        let (action, reason) = (&ordered.action, &ordered.reason);
+        match action.class {
+            Class::Undecided => tracing::warn!(resource, %client, status = 503, reason, "refused"),
+            // A forged token (or one from another lock service): who sent it matters.
+            Class::Unverified => tracing::warn!(resource, %client, class = "unverified", reason, "refused"),
+            class => tracing::info!(resource, %client, class = class.name(), reason, "refused"),
+        }
+        // Only the gate's own refusals (the start grace, a write held past the gate
+        // timeout) say when to retry.
+        refusal::refuse(action, reason, form, ordered.retry_after.map(retry_after_seconds))
+    }
+
     /// Order a write of the resources `keys` (sorted: two writes of the same pair
     /// take them in one order) at the gate, one after the other, auditing each mark
     /// raised. The first refusal refuses the whole write; the permits taken before it
@@ -342,7 +369,10 @@ impl Proxy {
         match last {
             Some(ordered) => (keys.join(" and "), ordered, permits),
             // `resources` names at least one key.
-            None => (String::new(), ordered::malformed(self.config.policy.mode, ResourceError::Empty), Vec::new()),
+            None => {
+                let empty = Malformed::Resource(ResourceError::Empty);
+                (String::new(), ordered::malformed(self.config.policy.mode, empty), Vec::new())
+            }
         }
     }
 

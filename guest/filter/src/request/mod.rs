@@ -26,12 +26,12 @@ use crate::vouch::{self, Next};
 use crate::wake;
 use crate::Filter;
 use conditional_write::Cond;
-use fencekeeper_chain as chain;
 use fencekeeper_core::audit::{Change, Entry, LOG_PREFIX};
 use fencekeeper_core::http::ADMITTED_HEADER;
 use fencekeeper_core::refusal::{Forgotten, NoVerdict};
-use fencekeeper_core::{decide, decision::decide_token, precheck, Protocol, ResourceError, Token, Verdict};
+use fencekeeper_core::{decide, decision::decide_token, Malformed, Protocol, ResourceError, Token, Verdict};
 use fencekeeper_engine::conditional as rules;
+use fencekeeper_engine::early::{self, Early};
 use fencekeeper_engine::gate::{self as engine_gate, Knob};
 use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
@@ -135,54 +135,47 @@ impl Request {
         let f = Rc::clone(&self.filter);
         self.reply.form = Form::of(seen.content_type.as_deref(), f.config.protocol);
         let s3 = f.config.protocol == Protocol::S3;
-        // The host's bounds first: a key that is not UTF-8, empty or too long, a token
-        // sent twice with two values, or an over-long token, is malformed before any
-        // mark is read. A later step of an S3 multipart upload that sends no token
-        // inherits the one its upload was admitted with (the aws CLI can send none).
+        // What the head alone refuses, in the engine's order (`early`): malformed (a
+        // key or token over its bound, a token sent twice with two values), not
+        // conditional, too large, the start grace. A later step of an S3 multipart
+        // upload that sends no token inherits the one its upload was admitted with
+        // (the aws CLI can send none).
         let method = String::from_utf8_lossy(&seen.method);
         let (head, scope) = (head(&seen, &method), scope(&f));
         let path = scope.store_path(&head);
         let inherited =
             |path: &[u8]| upload_rules::of_step(&seen.path, path).and_then(|(p, id)| uploads::token(&p, &id));
-        let checked = scope
-            .presented(&head, &path, inherited)
+        let limits = early::Limits {
+            conditional: f.config.conditional.map(|c| early::Deletes(c.deletes)),
+            max_body: f.config.conditional.map(|c| c.max_body),
+            grace_left: grace_left(&f),
+        };
+        let header = |name: &str| seen.conditional(name);
+        let checked = early::check(&scope, &head, &path, inherited, header, limits)
             // One resource: the scope refuses a write of two.
-            .and_then(|p| Ok((p.keys.into_iter().next().ok_or(ResourceError::Empty)?, p.token)))
-            .map_err(fencekeeper_core::Malformed::Resource)
-            .and_then(|(r, presented)| precheck(&r, presented.as_deref()).map(|()| (r, presented)));
+            .and_then(|p| match p.keys.into_iter().next() {
+                Some(resource) => Ok((resource, p.token)),
+                None => Err(Early::Malformed(Malformed::Resource(ResourceError::Empty))),
+            });
         let (resource, presented) = match (checked, path) {
-            (Ok((resource, presented)), Ok(path)) => {
-                self.upload = presented
+            (Ok(checked), Ok(path)) => {
+                self.upload = checked
+                    .1
                     .as_deref()
                     .filter(|_| s3)
                     .map(|t| (Step::of(&method, &seen.path, &path), t.to_owned()))
                     .filter(|(step, _)| *step != Step::Other);
-                (resource, presented)
+                checked
             }
-            (Err(m), _) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
+            (Err(refused), path) => return self.refused_early(refused, path.as_deref().ok()),
             // `presented` refuses what has no path.
-            (Ok(_), Err(e)) => {
-                return self.finish(Ok(Verdict::Malformed(fencekeeper_core::Malformed::Resource(e))), "", &"")
-            }
+            (Ok(_), Err(e)) => return self.finish(Ok(Verdict::Malformed(Malformed::Resource(e))), "", &""),
         };
-        if let Some(c) = f.config.conditional {
-            let method = String::from_utf8_lossy(&seen.method);
-            let header = |name: &str| seen.conditional(name);
-            if let Some(why) = chain::unconditional(&method, &seen.path, header, c.deletes) {
-                self.conclude(Some(rules::not_conditional(&resource, why, self.reply.form)));
-                return Action::Pause;
-            }
-            let length =
-                seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
-            if let Some(length) = length.filter(|&l| l > c.max_body) {
-                return self.too_large(length, c.max_body);
-            }
+        if f.config.conditional.is_some() {
+            let length = seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
             let empty = length == Some(0);
             self.to_lend = Some(method == "DELETE");
             self.headers_end |= empty;
-        }
-        if let Some(left) = grace_left(&f) {
-            return self.in_start_grace(&resource, left);
         }
         if f.config.etcd.is_none() {
             return self.shared_only(&resource, presented.as_deref());
@@ -228,11 +221,21 @@ impl Request {
         Action::Pause
     }
 
-    /// Refuse a fenced write in the start grace (503, `Retry-After`), before any admit.
-    fn in_start_grace(&mut self, resource: &str, left: Duration) -> Action {
+    /// Answer a write refused on its head, and count it as the engine says. `path`:
+    /// the path it writes, for the resource a refusal names.
+    fn refused_early(&mut self, refused: Early, path: Option<&[u8]>) -> Action {
         let f = Rc::clone(&self.filter);
-        let grace = Knob { name: "start_grace_ms", value: Duration::from_millis(f.config.start_grace_ms) };
-        crate::gate::refuse(&f, &self.reply, &engine_gate::in_start_grace(f.config.policy.mode, resource, grace, left));
+        let resource = path.map(String::from_utf8_lossy).unwrap_or_default();
+        match refused {
+            Early::Malformed(m) => return self.finish(Ok(Verdict::Malformed(m)), "", &""),
+            Early::NotConditional(why) => self.conclude(Some(rules::not_conditional(&resource, why, self.reply.form))),
+            Early::TooLarge { length, max } => return self.too_large(length, max),
+            Early::StartGrace(left) => {
+                let grace = Knob { name: "start_grace_ms", value: Duration::from_millis(f.config.start_grace_ms) };
+                let refused = engine_gate::in_start_grace(f.config.policy.mode, &resource, grace, left);
+                crate::gate::refuse(&f, &self.reply, &refused);
+            }
+        }
         Action::Pause
     }
 
