@@ -12,6 +12,9 @@
 # With BEFORE_FK=BINARY (a `fencekeeper` built from an earlier revision), the two
 # gateway rows run with that binary too, right after the current one's, so a change is
 # measured beside its predecessor in one run.
+# With ROUNDS=N (N > 1), every row runs N times, the rows interleaved round by round
+# (so a slow minute of a shared machine falls on every row alike), and a second table
+# gives each row's median requests/s and, with BEFORE_FK, the ratio to its predecessor.
 # Prints a Markdown table for BENCHMARKS.md. Needs wrk, nginx, etcd, envoy
 # (scripts/install-deps.sh); without envoy the Envoy rows are skipped. nginx and etcd
 # come from the test harness (fencekeeper-services).
@@ -75,15 +78,43 @@ run() { # LABEL PORT WORKLOAD
     printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$3" "$rps" "$p50" "$p99" "${errors:-0}"
 }
 
-echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies to nginx WebDAV; $(nproc) cores; $(date -u +%F)"
+rounds=${ROUNDS:-1}
+declare -A samples=()
+rows=()
+echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies to nginx WebDAV; $(nproc) cores; $(date -u +%F); $rounds round(s)"
 echo
 echo "| target | workload | requests/s | p50 | p99 | non-2xx |"
 echo "|---|---|---:|---:|---:|---:|"
-for workload in steady advancing; do
-    run nginx-direct "$np" "$workload"
-    run gateway-file "$gw_file" "$workload"
-    if [ -n "${BEFORE_FK:-}" ]; then run gateway-file-before "$gw_file_before" "$workload"; fi
-    run gateway-etcd "$gw_etcd" "$workload"
-    if [ -n "${BEFORE_FK:-}" ]; then run gateway-etcd-before "$gw_etcd_before" "$workload"; fi
-    if [ -n "$envoy_port" ]; then run envoy-filter-etcd "$envoy_port" "$workload"; fi
+for ((round = 1; round <= rounds; round++)); do
+    for workload in steady advancing; do
+        targets=("nginx-direct:$np" "gateway-file:$gw_file")
+        if [ -n "${BEFORE_FK:-}" ]; then targets+=("gateway-file-before:$gw_file_before"); fi
+        targets+=("gateway-etcd:$gw_etcd")
+        if [ -n "${BEFORE_FK:-}" ]; then targets+=("gateway-etcd-before:$gw_etcd_before"); fi
+        if [ -n "$envoy_port" ]; then targets+=("envoy-filter-etcd:$envoy_port"); fi
+        for target in "${targets[@]}"; do
+            line=$(run "${target%%:*}" "${target##*:}" "$workload")
+            echo "$line"
+            key="${target%%:*} $workload"
+            [ "$round" = 1 ] && rows+=("$key")
+            samples[$key]+="$(awk -F'|' '{gsub(/ /, "", $4); print $4}' <<<"$line") "
+        done
+    done
 done
+
+median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+if [ "$rounds" -gt 1 ]; then
+    echo
+    echo "| target | workload | median requests/s | samples | ratio to before |"
+    echo "|---|---|---:|---|---:|"
+    for key in "${rows[@]}"; do
+        m=$(median <<<"${samples[$key]}")
+        ratio=""
+        target=${key% *} workload=${key#* }
+        if [[ $target == gateway-* && $target != *-before && -n "${samples[$target-before $workload]:-}" ]]; then
+            before=$(median <<<"${samples[$target-before $workload]}")
+            ratio=$(awk -v a="$m" -v b="$before" 'BEGIN {printf "%.2f", a / b}')
+        fi
+        printf '| %s | %s | %s | %s | %s |\n' "$target" "$workload" "$m" "${samples[$key]% }" "$ratio"
+    done
+fi
