@@ -132,38 +132,42 @@ fn a_delete_presents_only_the_setting_and_is_judged_by_it() {
 #[test]
 fn a_token_column_the_table_fills_itself_is_refused_so_an_insert_cannot_leave_it_out() {
     let (_pg, mut c) = server();
-    let fenced = |c: &mut Client, table: &str, token: &str| {
+    let attach = |c: &mut Client, table: &str| {
         c.query(format!(
-            "CREATE TABLE {table} (batch text, line int, token {token});
-             CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON {table}
+            "CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON {table}
                  FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('batch', 'token')"
         ))
-        .unwrap();
     };
-    c.query("CREATE DOMAIN fencing_token AS bigint DEFAULT 7").unwrap();
+    c.query("CREATE DOMAIN defaulted AS bigint DEFAULT 7; CREATE SEQUENCE counter").unwrap();
     for (table, token) in [
         ("constant", "bigint DEFAULT 0"),
         ("counted", "bigint DEFAULT nextval('counter')"),
         ("identity", "bigint GENERATED ALWAYS AS IDENTITY"),
         ("generated", "bigint GENERATED ALWAYS AS (line + 100) STORED"),
-        ("domain", "fencing_token"),
+        ("domain", "defaulted"),
     ] {
-        if table == "counted" {
-            c.query("CREATE SEQUENCE counter").unwrap();
-        }
-        fenced(&mut c, table, token);
-        let (code, message, _) = refused(&mut c, &format!("INSERT INTO {table} (batch, line) VALUES ('b', 1)"));
-        assert_eq!(code, "55000", "{table}: {message}");
-        assert!(message.contains("token its writer never sent"), "{table}: {message}");
-        assert_eq!(value(&mut c, "SELECT fencekeeper.mark('b')"), None, "{table}: no mark");
+        c.query(format!("CREATE TABLE {table} (batch text, line int, token {token})")).unwrap();
+        let Err(PgError::Server(e)) = attach(&mut c, table) else { panic!("{table}: the trigger was attached") };
+        assert_eq!(e.code, "55000", "{table}: {}", e.message);
+        assert!(e.message.contains("token its writer never sent") && e.message.contains("DROP DEFAULT"), "{e:?}");
+        c.query(format!("INSERT INTO {table} (batch, line) VALUES ('b', 1)")).unwrap();
+        assert_eq!(value(&mut c, "SELECT fencekeeper.mark('b')"), None, "{table}: no trigger, no mark");
     }
-    // Even an INSERT that sends its token: the table, not the write, is wrong.
-    assert_eq!(refused(&mut c, "INSERT INTO constant VALUES ('b', 1, 5)").0, "55000");
-    c.query("ALTER TABLE constant ALTER COLUMN token DROP DEFAULT").unwrap();
-    c.query("INSERT INTO constant VALUES ('b', 1, 5)").unwrap();
-    // Without a default, an INSERT that leaves the column out sends NULL: missing.
-    let (code, message, _) = refused(&mut c, "INSERT INTO constant (batch, line) VALUES ('b', 2)");
+    // A default added to a fenced table's token column is refused with the ALTER.
+    c.query("CREATE TABLE plain (batch text, line int, token bigint)").unwrap();
+    attach(&mut c, "plain").unwrap();
+    assert_eq!(refused(&mut c, "ALTER TABLE plain ALTER COLUMN token SET DEFAULT 0").0, "55000");
+    // Without one, an INSERT that leaves the column out sends NULL: missing.
+    let (code, message, _) = refused(&mut c, "INSERT INTO plain (batch, line) VALUES ('b', 2)");
     assert!(code == "FK003" && message.contains("the column \"token\" is NULL"), "{code} {message}");
+    // A domain's default names no table; the trigger checks the column at every
+    // write, and refuses even an INSERT that sends its token: the table is wrong.
+    c.query("CREATE DOMAIN later AS bigint; CREATE TABLE typed (batch text, line int, token later)").unwrap();
+    attach(&mut c, "typed").unwrap();
+    c.query("INSERT INTO typed VALUES ('b', 1, 5); ALTER DOMAIN later SET DEFAULT 99").unwrap();
+    assert_eq!(refused(&mut c, "INSERT INTO typed (batch, line) VALUES ('b', 2)").0, "55000");
+    assert_eq!(refused(&mut c, "INSERT INTO typed VALUES ('b', 2, 6)").0, "55000");
+    assert_eq!(value(&mut c, "SELECT fencekeeper.mark('b')").as_deref(), Some("5"));
 }
 
 #[test]

@@ -105,3 +105,20 @@ pub unsafe extern "C-unwind" fn fencekeeper_mark(fcinfo: FunctionCallInfo) -> pg
         })
     }
 }
+
+/// `fencekeeper.check_fence() RETURNS event_trigger`.
+#[no_mangle]
+pub extern "C" fn pg_finfo_fencekeeper_check_fence() -> &'static Pg_finfo_record {
+    &V1
+}
+
+/// `fencekeeper.check_fence`: the event trigger that checks a fenced table's token
+/// column when its trigger is attached ([`crate::attach`]).
+///
+/// # Safety
+/// Called by the server as an event trigger function.
+#[no_mangle]
+pub unsafe extern "C-unwind" fn fencekeeper_check_fence(fcinfo: FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: the function's body; `check` checks it was called as an event trigger.
+    unsafe { run(|| crate::attach::check(fcinfo)) }
+}

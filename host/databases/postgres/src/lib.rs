@@ -30,11 +30,13 @@
 //! * [`presented`]: which token a row presents: the writer's, never the row's leftover.
 //! * [`token_column`]: the column tokens are carried in: its type, its value as a token.
 //! * [`expression`]: a trigger's resource given as an SQL expression over the row.
+//! * [`attach`]: the event trigger that checks a token column when a fence is attached.
 
 // The entry points are C functions called by the server, and the row and error
 // plumbing reads the server's structures: each `unsafe` block says why it holds.
 #![allow(unsafe_code)]
 
+pub mod attach;
 pub mod audit;
 pub mod entry;
 pub mod expression;
