@@ -11,27 +11,38 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_harness::pg_wire::{Client, PgError};
+use fencekeeper_harness::pg_wire::{Client, PgError, Row};
 use fencekeeper_harness::postgres::{Postgres, USER};
 use std::collections::BTreeSet;
 use std::process::Command;
 
-fn server() -> (Postgres, Client) {
+/// A server with the extension, and a connection to its database `postgres`.
+pub(crate) fn server() -> (Postgres, Client) {
     let pg = Postgres::with_extension(&[]).unwrap();
     let client = pg.connect("postgres").unwrap();
     (pg, client)
 }
 
 /// The SQLSTATE, message and detail of a query that must fail.
-fn refused(client: &mut Client, sql: &str) -> (String, String, Option<String>) {
+pub(crate) fn refused(client: &mut Client, sql: &str) -> (String, String, Option<String>) {
     match client.query(sql) {
         Err(PgError::Server(e)) => (e.code, e.message, e.detail),
         other => panic!("{sql}: expected an error, got {other:?}"),
     }
 }
 
-fn value(client: &mut Client, sql: &str) -> Option<String> {
+/// The one value a query answers.
+pub(crate) fn value(client: &mut Client, sql: &str) -> Option<String> {
     client.value(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// Attach the fence to `table` on INSERT, UPDATE and DELETE: the resource in the
+/// column `resource`, the token in the column `token`.
+pub(crate) fn attach(client: &mut Client, table: &str, resource: &str) -> Result<Vec<Row>, PgError> {
+    client.query(format!(
+        "CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON {table}
+             FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('{resource}', 'token')"
+    ))
 }
 
 /// The objects of the extension, as `\dx+` lists them.
@@ -186,10 +197,7 @@ fn a_token_column_of_a_type_that_cannot_carry_a_token_is_refused_and_an_integer_
     let (_pg, mut c) = server();
     let fenced = |c: &mut Client, table: &str, token: &str| {
         c.query(format!("CREATE TABLE {table} (r text, token {token})")).unwrap();
-        c.query(format!(
-            "CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON {table}
-                 FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('r', 'token')"
-        ))
+        attach(c, table, "r")
     };
     c.query("CREATE DOMAIN money_token AS numeric(10,2); CREATE DOMAIN whole AS numeric(20,0)").unwrap();
     // A numeric's decimal point would be a tuple separator: 7.10 and 7.1 are one

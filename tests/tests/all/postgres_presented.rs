@@ -7,35 +7,16 @@
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
+use crate::postgres_extension::{attach, refused, server, value};
 use fencekeeper_harness::pg_wire::{Client, PgError};
-use fencekeeper_harness::postgres::Postgres;
-
-fn server() -> (Postgres, Client) {
-    let pg = Postgres::with_extension(&[]).unwrap();
-    let client = pg.connect("postgres").unwrap();
-    (pg, client)
-}
-
-/// The SQLSTATE, message and detail of a query that must fail.
-fn refused(client: &mut Client, sql: &str) -> (String, String, Option<String>) {
-    match client.query(sql) {
-        Err(PgError::Server(e)) => (e.code, e.message, e.detail),
-        other => panic!("{sql}: expected an error, got {other:?}"),
-    }
-}
-
-fn value(client: &mut Client, sql: &str) -> Option<String> {
-    client.value(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
 
 /// A fenced `orders` table whose row 1 the holder of 40 wrote and the newest
 /// holder, 41, then updated: mark 41, the row `amount 200, token 41`.
 fn orders(c: &mut Client) {
+    c.query("CREATE TABLE orders (account text, id int PRIMARY KEY, amount int, token bigint)").unwrap();
+    attach(c, "orders", "account").unwrap();
     c.query(
-        "CREATE TABLE orders (account text, id int PRIMARY KEY, amount int, token bigint);
-         CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON orders
-             FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('account', 'token');
-         INSERT INTO orders VALUES ('acme', 1, 100, 40), ('acme', 2, 100, 40);
+        "INSERT INTO orders VALUES ('acme', 1, 100, 40), ('acme', 2, 100, 40);
          UPDATE orders SET amount = 200, token = 41 WHERE id = 1",
     )
     .unwrap();
@@ -132,12 +113,6 @@ fn a_delete_presents_only_the_setting_and_is_judged_by_it() {
 #[test]
 fn a_token_column_the_table_fills_itself_is_refused_so_an_insert_cannot_leave_it_out() {
     let (_pg, mut c) = server();
-    let attach = |c: &mut Client, table: &str| {
-        c.query(format!(
-            "CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON {table}
-                 FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('batch', 'token')"
-        ))
-    };
     c.query("CREATE DOMAIN defaulted AS bigint DEFAULT 7; CREATE SEQUENCE counter").unwrap();
     for (table, token) in [
         ("constant", "bigint DEFAULT 0"),
@@ -147,7 +122,9 @@ fn a_token_column_the_table_fills_itself_is_refused_so_an_insert_cannot_leave_it
         ("domain", "defaulted"),
     ] {
         c.query(format!("CREATE TABLE {table} (batch text, line int, token {token})")).unwrap();
-        let Err(PgError::Server(e)) = attach(&mut c, table) else { panic!("{table}: the trigger was attached") };
+        let Err(PgError::Server(e)) = attach(&mut c, table, "batch") else {
+            panic!("{table}: the trigger was attached")
+        };
         assert_eq!(e.code, "55000", "{table}: {}", e.message);
         assert!(e.message.contains("token its writer never sent") && e.message.contains("DROP DEFAULT"), "{e:?}");
         c.query(format!("INSERT INTO {table} (batch, line) VALUES ('b', 1)")).unwrap();
@@ -155,7 +132,7 @@ fn a_token_column_the_table_fills_itself_is_refused_so_an_insert_cannot_leave_it
     }
     // A default added to a fenced table's token column is refused with the ALTER.
     c.query("CREATE TABLE plain (batch text, line int, token bigint)").unwrap();
-    attach(&mut c, "plain").unwrap();
+    attach(&mut c, "plain", "batch").unwrap();
     assert_eq!(refused(&mut c, "ALTER TABLE plain ALTER COLUMN token SET DEFAULT 0").0, "55000");
     // Without one, an INSERT that leaves the column out sends NULL: missing.
     let (code, message, _) = refused(&mut c, "INSERT INTO plain (batch, line) VALUES ('b', 2)");
@@ -163,7 +140,7 @@ fn a_token_column_the_table_fills_itself_is_refused_so_an_insert_cannot_leave_it
     // A domain's default names no table; the trigger checks the column at every
     // write, and refuses even an INSERT that sends its token: the table is wrong.
     c.query("CREATE DOMAIN later AS bigint; CREATE TABLE typed (batch text, line int, token later)").unwrap();
-    attach(&mut c, "typed").unwrap();
+    attach(&mut c, "typed", "batch").unwrap();
     c.query("INSERT INTO typed VALUES ('b', 1, 5); ALTER DOMAIN later SET DEFAULT 99").unwrap();
     assert_eq!(refused(&mut c, "INSERT INTO typed (batch, line) VALUES ('b', 2)").0, "55000");
     assert_eq!(refused(&mut c, "INSERT INTO typed VALUES ('b', 2, 6)").0, "55000");
@@ -177,12 +154,11 @@ fn a_partition_whose_columns_are_in_another_order_knows_which_column_an_update_s
         "CREATE TABLE orders (account text, id int, amount int, token bigint) PARTITION BY LIST (account);
          CREATE TABLE orders_acme (filler int, token bigint, amount int, id int, account text);
          ALTER TABLE orders_acme DROP COLUMN filler;
-         ALTER TABLE orders ATTACH PARTITION orders_acme FOR VALUES IN ('acme');
-         CREATE TRIGGER fence BEFORE INSERT OR UPDATE OR DELETE ON orders
-             FOR EACH ROW EXECUTE FUNCTION fencekeeper.fence('account', 'token');
-         INSERT INTO orders VALUES ('acme', 1, 100, 41)",
+         ALTER TABLE orders ATTACH PARTITION orders_acme FOR VALUES IN ('acme')",
     )
     .unwrap();
+    attach(&mut c, "orders", "account").unwrap();
+    c.query("INSERT INTO orders VALUES ('acme', 1, 100, 41)").unwrap();
     assert_eq!(refused(&mut c, "UPDATE orders SET amount = 0 WHERE id = 1").0, "FK003");
     assert_eq!(refused(&mut c, "UPDATE orders SET amount = 0, token = 40 WHERE id = 1").0, "FK001");
     c.query("UPDATE orders SET amount = 0, token = 42 WHERE id = 1").unwrap();
