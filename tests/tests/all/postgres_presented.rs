@@ -163,6 +163,19 @@ fn a_partition_whose_columns_are_in_another_order_knows_which_column_an_update_s
     assert_eq!(refused(&mut c, "UPDATE orders SET amount = 0, token = 40 WHERE id = 1").0, "FK001");
     c.query("UPDATE orders SET amount = 0, token = 42 WHERE id = 1").unwrap();
     assert_eq!(row(&mut c, 1), "0:42");
+    // A row moved to another partition is, to PostgreSQL, a DELETE from the old one
+    // (its BEFORE DELETE trigger fires) and an INSERT into the new: the DELETE
+    // presents the setting only, so such an UPDATE needs it.
+    c.query("CREATE TABLE orders_other PARTITION OF orders FOR VALUES IN ('other')").unwrap();
+    let (code, message, _) = refused(&mut c, "UPDATE orders SET account = 'other', token = 42 WHERE id = 1");
+    assert!(code == "FK003" && message.contains("a DELETE presents"), "{code} {message}");
+    c.query(
+        "BEGIN; SET LOCAL fencekeeper.token = '42';
+         UPDATE orders SET account = 'other', token = 42 WHERE id = 1; COMMIT",
+    )
+    .unwrap();
+    assert_eq!(value(&mut c, "SELECT fencekeeper.mark('other')").as_deref(), Some("42"));
+    assert_eq!(value(&mut c, "SELECT account FROM orders_other WHERE id = 1").as_deref(), Some("other"));
 }
 
 #[test]
