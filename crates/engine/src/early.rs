@@ -116,7 +116,13 @@ mod tests {
     }
 
     /// Check `method target` with `headers` (the token among them) under `limits`.
-    fn run(protocol: Protocol, method: &str, target: &str, headers: &[(&str, &str)], limits: Limits) -> Result<Presented, Early> {
+    fn run(
+        protocol: Protocol,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        limits: Limits,
+    ) -> Result<Presented, Early> {
         let token = headers.iter().find(|(n, _)| *n == "fencing-token").map(|(_, v)| v.as_bytes());
         let head = Head { method, target: target.as_bytes(), token, ..Head::default() };
         let scope = scope(protocol);

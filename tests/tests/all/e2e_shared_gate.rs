@@ -217,10 +217,13 @@ fn an_envoy_killed_with_a_write_in_flight_holds_the_resource_through_its_lease()
 // and Envoy confirms it in etcd (as a holder writing again is confirmed); with it,
 // the registry's Txn, which compares the mark with the token, is that check in both.
 
+/// A write with a token, in the background: its status and `fencing-highest`.
+type Put<'a> = Box<dyn Fn(&str) -> JoinHandle<(u16, Option<String>)> + 'a>;
+
 /// One instance of a test below: how to write through it, in the background, and
 /// whether its gate holds a write (locally, or in the shared registry).
 struct Instance<'a> {
-    put: Box<dyn Fn(&str) -> JoinHandle<(u16, Option<String>)> + 'a>,
+    put: Put<'a>,
     waiting: Box<dyn Fn() -> bool + 'a>,
     shared_waiting: Box<dyn Fn() -> bool + 'a>,
 }

@@ -172,7 +172,8 @@ impl Request {
             (Ok(_), Err(e)) => return self.finish(Ok(Verdict::Malformed(Malformed::Resource(e))), "", &""),
         };
         if f.config.conditional.is_some() {
-            let length = seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
+            let length =
+                seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
             let empty = length == Some(0);
             self.to_lend = Some(method == "DELETE");
             self.headers_end |= empty;
