@@ -15,6 +15,7 @@
 # With ROUNDS=N (N > 1), every row runs N times, the rows interleaved round by round
 # (so a slow minute of a shared machine falls on every row alike), and a second table
 # gives each row's median requests/s and, with BEFORE_FK, the ratio to its predecessor.
+# Every gateway row also gives the gateway's CPU time per request (/proc/PID/stat).
 # Prints a Markdown table for BENCHMARKS.md. Needs wrk, nginx, etcd, envoy
 # (scripts/install-deps.sh); without envoy the Envoy rows are skipped. nginx and etcd
 # come from the test harness (fencekeeper-services).
@@ -32,15 +33,22 @@ start_services nginx-dav etcd
 np=${FK_NGINX_DAV##*:}
 ec=${FK_ETCD##*:}
 
-start_gateway gw_file gateway-file "127.0.0.1:$np" --store "$work/marks.redb"
-start_gateway gw_etcd gateway-etcd "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec"
+# Each gateway's process by its port: its CPU time a request is measured too, which a
+# busy machine disturbs far less than requests/s.
+declare -A pid_of=()
+start_gateway gw_file gateway-file "127.0.0.1:$np" --store "$work/marks.redb"; pid_of[$gw_file]=${pids[-1]}
+start_gateway gw_etcd gateway-etcd "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec"; pid_of[$gw_etcd]=${pids[-1]}
 if [ -n "${BEFORE_FK:-}" ]; then
     current=$fk fk=$BEFORE_FK
     start_gateway gw_file_before gateway-file-before "127.0.0.1:$np" --store "$work/marks-before.redb"
+    pid_of[$gw_file_before]=${pids[-1]}
     start_gateway gw_etcd_before gateway-etcd-before "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec" \
         --etcd-prefix /fencekeeper-before/
+    pid_of[$gw_etcd_before]=${pids[-1]}
     fk=$current
 fi
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+tick_us=$((1000000 / $(getconf CLK_TCK)))
 
 envoy_port=""
 if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]; then
@@ -66,25 +74,31 @@ end
 EOF
 
 run() { # LABEL PORT WORKLOAD
-    local out p50 p99 rps errors
+    local out p50 p99 rps errors requests cpu="" before=""
     # Warm-up (discarded): connections, caches, the first marks.
     wrk -t"$threads" -c"$connections" -d2s -s "$work/$3.lua" "http://127.0.0.1:$2/bench/warm-$1-$3" >/dev/null 2>&1
+    [ -n "${pid_of[$2]:-}" ] && before=$(ticks "${pid_of[$2]}")
     out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$3.lua" \
         "http://127.0.0.1:$2/bench/$1-$3" 2>&1)
     p50=$(awk '/^ +50%/ {print $2}' <<<"$out")
     p99=$(awk '/^ +99%/ {print $2}' <<<"$out")
     rps=$(awk '/^Requests\/sec/ {printf "%.0f", $2}' <<<"$out")
     errors=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
-    printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$3" "$rps" "$p50" "$p99" "${errors:-0}"
+    requests=$(awk '/ requests in / {print $1}' <<<"$out")
+    if [ -n "$before" ] && [ "${requests:-0}" -gt 0 ]; then
+        cpu=$(awk -v t=$(( $(ticks "${pid_of[$2]}") - before )) -v u="$tick_us" -v n="$requests" \
+            'BEGIN {printf "%.1f", t * u / n}')
+    fi
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$3" "$rps" "$p50" "$p99" "${errors:-0}" "$cpu"
 }
 
 rounds=${ROUNDS:-1}
-declare -A samples=()
+declare -A samples=() cpus=()
 rows=()
 echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies to nginx WebDAV; $(nproc) cores; $(date -u +%F); $rounds round(s)"
 echo
-echo "| target | workload | requests/s | p50 | p99 | non-2xx |"
-echo "|---|---|---:|---:|---:|---:|"
+echo "| target | workload | requests/s | p50 | p99 | non-2xx | gateway CPU µs/request |"
+echo "|---|---|---:|---:|---:|---:|---:|"
 for ((round = 1; round <= rounds; round++)); do
     for workload in steady advancing; do
         targets=("nginx-direct:$np" "gateway-file:$gw_file")
@@ -98,6 +112,7 @@ for ((round = 1; round <= rounds; round++)); do
             key="${target%%:*} $workload"
             [ "$round" = 1 ] && rows+=("$key")
             samples[$key]+="$(awk -F'|' '{gsub(/ /, "", $4); print $4}' <<<"$line") "
+            cpus[$key]+="$(awk -F'|' '{gsub(/ /, "", $8); print $8}' <<<"$line") "
         done
     done
 done
@@ -105,16 +120,20 @@ done
 median() { tr ' ' '\n' | grep . | sort -n | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 if [ "$rounds" -gt 1 ]; then
     echo
-    echo "| target | workload | median requests/s | samples | ratio to before |"
-    echo "|---|---|---:|---|---:|"
+    echo "| target | workload | median requests/s | samples | ratio to before | median gateway CPU µs/request | CPU ratio to before |"
+    echo "|---|---|---:|---|---:|---:|---:|"
     for key in "${rows[@]}"; do
         m=$(median <<<"${samples[$key]}")
-        ratio=""
+        c=""
+        [ -n "${cpus[$key]// /}" ] && c=$(median <<<"${cpus[$key]}")
+        ratio="" cratio=""
         target=${key% *} workload=${key#* }
         if [[ $target == gateway-* && $target != *-before && -n "${samples[$target-before $workload]:-}" ]]; then
             before=$(median <<<"${samples[$target-before $workload]}")
             ratio=$(awk -v a="$m" -v b="$before" 'BEGIN {printf "%.2f", a / b}')
+            cbefore=$(median <<<"${cpus[$target-before $workload]}")
+            cratio=$(awk -v a="$c" -v b="$cbefore" 'BEGIN {printf "%.2f", a / b}')
         fi
-        printf '| %s | %s | %s | %s | %s |\n' "$target" "$workload" "$m" "${samples[$key]% }" "$ratio"
+        printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$target" "$workload" "$m" "${samples[$key]% }" "$ratio" "$c" "$cratio"
     done
 fi
