@@ -56,8 +56,17 @@ impl ApacheDav {
         // the configuration above names every path itself.
         cmd.env("APACHE_RUN_DIR", &run).env("APACHE_LOG_DIR", dir.path());
         let mut process = Process::spawn("httpd", cmd, &dir.path().join("httpd.log"))?;
-        wait_until(&mut process, Duration::from_secs(20), || TcpStream::connect(addr).is_ok())
-            .with_context(|| format!("httpd did not start; its error log:\n{}", error_log(dir.path())))?;
+        // httpd writes its pid file once its listener is open, so a connection that
+        // succeeds before then reached some other process that holds the port.
+        let pid_file = dir.path().join("httpd.pid");
+        let ours = process.child.id().to_string();
+        wait_until(&mut process, Duration::from_secs(20), || {
+            std::fs::read_to_string(&pid_file).is_ok_and(|p| p.trim() == ours) && TcpStream::connect(addr).is_ok()
+        })
+        .with_context(|| format!("httpd did not start; its error log:\n{}", error_log(dir.path())))?;
+        process
+            .check_alive()
+            .with_context(|| format!("httpd exited after it started; its error log:\n{}", error_log(dir.path())))?;
         Ok(ApacheDav { process, addr, root, _dir: dir })
     }
 

@@ -86,6 +86,8 @@ fn cmdline(pid: u32) -> Option<String> {
 /// Every live process whose command line is `wanted`: a forked child (httpd's
 /// workers) keeps its parent's.
 fn processes_running(wanted: &str) -> Vec<u32> {
+    // Kernel threads and zombies have an empty command line: never look for that.
+    assert!(!wanted.is_empty(), "the service had already exited when its command line was read");
     let pids = std::fs::read_dir("/proc").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok());
     pids.filter(|&pid: &u32| cmdline(pid).as_deref() == Some(wanted)).collect()
 }
