@@ -114,7 +114,7 @@ fn efficiency_mode_fails_open_on_a_damaged_mark_only() {
     let mut c = redis.client().unwrap();
     assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:r", "50", "v"]).unwrap(), ok());
     assert!(error(c.cmd(&["FENCE.SET", "k", "fence:r", "49", "stale"]).unwrap()).starts_with("STALE 50 "));
-    assert!(error(c.cmd(&["FENCE.SET", "k", "fence:r", "", "missing"]).unwrap()).starts_with("MISSING "));
+    assert!(error(c.cmd(&["FENCE.SET", "k", "fence:r", "", "empty"]).unwrap()).starts_with("MALFORMED "));
     assert_eq!(c.cmd(&["SET", "fence:r", "damaged"]).unwrap(), ok());
     assert_eq!(c.cmd(&["FENCE.SET", "k", "fence:r", "49", "passed"]).unwrap(), ok(), "the store is unreadable: open");
     assert_eq!(c.cmd(&["GET", "fence:r"]).unwrap(), bulk("damaged"), "failing open writes no mark");

@@ -6,11 +6,12 @@
 //! |---|---|---|
 //! | stale | `STALE <mark> stale fencing token 33 for "r": the resource has seen token 34; ...` | 409 |
 //! | replayed (strict) | `REPLAYED <mark> replayed fencing token 34 for "r": ...` | 409 |
-//! | missing (an empty token) | `MISSING missing fencing token for "r": ...` | 428 |
-//! | malformed token or resource | `MALFORMED malformed request: ...` | 400 |
+//! | malformed token (an empty one too) or resource | `MALFORMED malformed request: ...` | 400 |
 //! | unverified | `UNVERIFIED ...` (no provenance check in the module: never sent today) | 403 |
 //! | cannot decide | `UNDECIDED cannot decide on "r": ...` | 503 |
 //!
+//! No command answers `MISSING`: each carries its token argument (a command without
+//! one is short of its arity, `ERR`), and an empty one is malformed, as in every host.
 //! A misused command (arity, a write that would touch a mark, a command that writes
 //! no key) answers `ERR`, like Redis; a write that fails answers its own error.
 
@@ -21,13 +22,7 @@ use std::fmt::Display;
 /// The error a refused write answers.
 pub fn error(decision: &Decision, resource: &str) -> String {
     let class = decision.class();
-    let reason = match class {
-        // The core's reason names the HTTP header; here the token is an argument.
-        Class::Missing => format!(
-            "missing fencing token for {resource:?}: the token argument is empty; pass the lock's fencing token"
-        ),
-        _ => decision.reason(resource),
-    };
+    let reason = decision.reason(resource);
     match (class, decision.action.token) {
         (Class::Stale | Class::Replayed, Some(mark)) => format!("{} {mark} {reason}", prefix(class)),
         _ => format!("{} {reason}", prefix(class)),
@@ -87,11 +82,12 @@ mod tests {
     }
 
     #[test]
-    fn missing_malformed_and_undecided_have_their_prefixes() {
+    fn malformed_and_undecided_have_their_prefixes_and_an_empty_token_is_malformed() {
         let g = guard(false);
         assert_eq!(
-            error(&g.admit("r", None), "r"),
-            "MISSING missing fencing token for \"r\": the token argument is empty; pass the lock's fencing token"
+            error(&g.admit("r", Some("")), "r"),
+            "MALFORMED malformed request: fencing token is empty; \
+             expected 1 to 4 decimal u64 components joined by '.', like 34 or 7.1042"
         );
         let bad = error(&g.admit("r", Some("-1")), "r");
         assert!(bad.starts_with("MALFORMED malformed request: "), "{bad}");

@@ -59,7 +59,7 @@ pub fn fenced(ctx: &Context, resource: &RedisString, token: &RedisString, write:
     };
 
     let marks = Marks::new(ctx, resource, name);
-    let decision = guard.admit_in(&marks, name, token_text(token).as_deref());
+    let decision = guard.admit_in(&marks, name, Some(&token_text(token)));
     if !decision.admitted() {
         return Err(RedisError::String(refusal::error(&decision, name)));
     }
@@ -101,12 +101,13 @@ fn options(run_as: As) -> CallOptions {
     }
 }
 
-/// The token argument as text: empty means no token (missing). Bytes that are not
-/// UTF-8 become U+FFFD, which no token contains, so they stay malformed; the
-/// guard bounds the length before anything reads it.
-fn token_text(token: &RedisString) -> Option<Cow<'_, str>> {
-    let bytes = token.as_slice();
-    (!bytes.is_empty()).then(|| String::from_utf8_lossy(bytes))
+/// The token argument as text. A command always carries one (its arity says so), so
+/// a token is always presented: an empty one is malformed, as in every host (the
+/// core's `Malformed::Empty`), never missing. Bytes that are not UTF-8 become
+/// U+FFFD, which no token contains, so they stay malformed; the guard bounds the
+/// length before anything reads it.
+fn token_text(token: &RedisString) -> Cow<'_, str> {
+    String::from_utf8_lossy(token.as_slice())
 }
 
 /// The write touches neither the resource's own key nor any other mark.
