@@ -1,0 +1,110 @@
+//! One worker's VM: what the host keeps for it between calls (the store's data).
+
+use crate::profile::Profile;
+use crate::world::World;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// Where a request is on its way through the filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Phase {
+    RequestHeaders,
+    RequestBody,
+    /// Forwarded: the upstream has it.
+    Upstream,
+}
+
+/// A local response the filter sent (`proxy_send_local_response`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct LocalReply {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub details: String,
+}
+
+/// One HTTP stream of a worker.
+pub(crate) struct Stream {
+    pub request: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+    pub response: Vec<(String, Vec<u8>)>,
+    pub response_body: Vec<u8>,
+    /// The phase it is in; with `paused`, the phase it resumes into.
+    pub phase: Phase,
+    pub paused: Option<Phase>,
+    /// `proxy_continue_stream` was called for it.
+    pub resume: bool,
+    pub local: Option<LocalReply>,
+    /// Its answer has been given (no second one may be).
+    pub answered: bool,
+    /// Envoy's `response.code_details` for its response.
+    pub code_details: Option<String>,
+}
+
+impl Stream {
+    pub fn new(request: Vec<(String, Vec<u8>)>, body: Vec<u8>) -> Stream {
+        Stream {
+            request,
+            body,
+            response: Vec::new(),
+            response_body: Vec::new(),
+            phase: Phase::RequestHeaders,
+            paused: None,
+            resume: false,
+            local: None,
+            answered: false,
+            code_details: None,
+        }
+    }
+}
+
+/// The host's side of one VM.
+pub struct VmState {
+    pub(crate) worker: usize,
+    pub(crate) world: Rc<RefCell<World>>,
+    pub(crate) profile: Rc<Profile>,
+    pub(crate) root: u32,
+    /// The context host calls act on now.
+    pub(crate) effective: u32,
+    pub(crate) streams: BTreeMap<u32, Stream>,
+    pub(crate) plugin_config: Vec<u8>,
+    /// The root's tick period (0: none) and when it next fires.
+    pub(crate) tick_ms: u64,
+    pub(crate) next_tick: u64,
+    /// gRPC calls dispatched and not answered yet: (context, token).
+    pub(crate) grpc: Vec<(u32, u32)>,
+    pub(crate) next_token: u32,
+    /// Streams a call changed (a local reply, a resume), for the host to act on once
+    /// the callback returns: a host never calls into the guest from a host call.
+    pub(crate) touched: Vec<u32>,
+}
+
+impl VmState {
+    pub(crate) fn new(worker: usize, world: Rc<RefCell<World>>, profile: Rc<Profile>, config: Vec<u8>) -> VmState {
+        VmState {
+            worker,
+            world,
+            profile,
+            root: 0,
+            effective: 0,
+            streams: BTreeMap::new(),
+            plugin_config: config,
+            tick_ms: 0,
+            next_tick: 0,
+            grpc: Vec::new(),
+            next_token: 1,
+            touched: Vec::new(),
+        }
+    }
+
+    /// The stream of the effective context (none when it is the root's).
+    pub(crate) fn stream(&mut self) -> Option<&mut Stream> {
+        self.streams.get_mut(&self.effective)
+    }
+
+    /// Record what a real host would have crashed on, or refused.
+    pub(crate) fn violation(&self, what: String) {
+        self.world.borrow_mut().violations.push(format!("worker {}: {what}", self.worker));
+    }
+}

@@ -1,0 +1,21 @@
+//! What every test here starts from: the filter under test, compiled once.
+
+use fencekeeper_pwhost::{Binary, Profile, Proxy};
+use std::sync::OnceLock;
+
+/// The filter under test (the committed artifact, or `$FENCEKEEPER_GUEST_DIR`'s).
+pub fn filter() -> &'static Binary {
+    static FILTER: OnceLock<Binary> = OnceLock::new();
+    FILTER.get_or_init(|| {
+        #[allow(clippy::expect_used)]
+        Binary::load(&fencekeeper_harness::envoy::filter_path()).expect("the filter compiles")
+    })
+}
+
+/// A proxy of `workers` workers under `profile`, configured with `config`, that started.
+pub fn start(profile: Profile, config: &serde_json::Value, workers: usize) -> Proxy {
+    match Proxy::start(filter(), profile, &config.to_string(), workers) {
+        Ok(p) => p,
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -1,0 +1,7 @@
+//! The filter's `.wasm` in the in-process proxy-wasm host, under each profile. Tests fail
+//! by panicking, with what the proxy answered.
+#![allow(clippy::panic)]
+
+mod common;
+mod modes;
+mod strict;
