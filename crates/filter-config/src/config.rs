@@ -7,7 +7,8 @@
 //! docs/envoy.md is the reference for each field.
 
 use crate::settings::{
-    EtcdSettings, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings, Switch,
+    EtcdSettings, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings,
+    Switch,
 };
 use fencekeeper_core::http;
 use fencekeeper_core::protocol::METADATA_PREFIX;
@@ -74,11 +75,37 @@ pub struct Config {
     /// with `If-Match` on the version the store gave the last write (`If-None-Match: *`
     /// while absent); the store's answer settles the chain. `None`: off.
     pub conditional: Option<Conditional>,
+    /// What the proxy-wasm host provides (docs/proxy-wasm-hosts.md).
+    pub host: Host,
     /// Testing only (the `faults` build, `test-guests/filter_faults.wasm`): a request
     /// carrying this header makes the filter trap. The shipped filter has no such
     /// field and refuses a configuration that sets it.
     #[cfg(feature = "faults")]
     pub test_fault_header: Option<String>,
+}
+
+/// What the proxy-wasm host provides, as far as the filter relies on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Host {
+    /// Envoy's behaviour: a shared queue of any name, whose enqueues call
+    /// `on_queue_ready` on the worker that registered it; gRPC calls (etcd);
+    /// `proxy_set_effective_context`, with which the root answers and resumes a
+    /// request it holds; `response.code_details`.
+    #[default]
+    Envoy,
+    /// Only what every proxy-wasm host provides (ngx_wasm_module, Kong): no shared
+    /// queue is registered (a host may trap on a name it was not given), no gRPC call
+    /// is made (marks in etcd are refused per write, 503), a write that would wait at
+    /// the ordering gate is refused at once (503, `Retry-After`: nothing can resume it
+    /// later), and whether an answer was the store's is read from its status.
+    Portable,
+}
+
+impl Host {
+    /// Whether the host makes gRPC calls (`proxy_grpc_call`).
+    pub fn grpc_calls(self) -> bool {
+        self == Host::Envoy
+    }
 }
 
 /// Where the resource key comes from: the core's rule, shared with the gateway.
@@ -449,6 +476,10 @@ impl Config {
             gate,
             start_grace_ms,
             conditional,
+            host: match settings.host.unwrap_or(HostName::Envoy) {
+                HostName::Envoy => Host::Envoy,
+                HostName::Portable => Host::Portable,
+            },
             #[cfg(feature = "faults")]
             test_fault_header: settings.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
         })
@@ -471,6 +502,7 @@ impl Config {
             gate,
             start_grace_ms,
             conditional,
+            host,
             #[cfg(feature = "faults")]
             test_fault_header,
         } = self;
@@ -548,6 +580,8 @@ impl Config {
             conditional_writes: conditional.map(|_| true),
             conditional_deletes: conditional.map(|c| c.deletes),
             conditional_max_body: conditional.map(|c| c.max_body),
+            // Envoy, the default, is left unwritten: `envoy-config`'s output stays as it was.
+            host: (*host == Host::Portable).then_some(HostName::Portable),
             #[cfg(feature = "faults")]
             test_fault_header: test_fault_header.clone(),
         }
@@ -638,6 +672,20 @@ mod tests {
         assert_eq!(c.gate, Some(GateConfig::default()), "the ordering gate is on by default");
         assert_eq!(c.start_grace_ms, 0);
         assert_eq!(Config::parse(b"{}").unwrap(), c);
+    }
+
+    #[test]
+    fn the_host_is_envoy_unless_portable_is_written_and_round_trips_either_way() {
+        assert_eq!(Config::parse(b"{}").unwrap().host, Host::Envoy);
+        assert_eq!(Config::parse(br#"{"host":"envoy"}"#).unwrap().host, Host::Envoy);
+        let portable = Config::parse(br#"{"host":"portable","etcd":null,"mode":"efficiency"}"#).unwrap();
+        assert_eq!(portable.host, Host::Portable);
+        assert_eq!(Config::from_settings(portable.to_settings()).unwrap(), portable);
+        assert_eq!(Config::parse(b"{}").unwrap().to_settings().host, None, "envoy, the default, is not written");
+        assert!(Config::parse(br#"{"host":"nginx"}"#).is_err());
+        assert!(Config::parse(br#"{"host":null}"#).is_err());
+        // Marks in etcd on a host without gRPC calls configure: each write is refused.
+        assert_eq!(Config::parse(br#"{"host":"portable"}"#).unwrap().host, Host::Portable);
     }
 
     #[test]

@@ -70,6 +70,11 @@ pub struct Settings {
     /// With `conditional_writes`: the largest body a write may have, in bytes (16 MiB).
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub conditional_max_body: Option<u64>,
+    /// What the proxy-wasm host provides: `envoy` (the default: everything Envoy does)
+    /// or `portable` (only what every host provides, as ngx_wasm_module does;
+    /// docs/proxy-wasm-hosts.md).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostName>,
     /// Testing only (the filter's `faults` build): a request carrying this header
     /// makes the filter trap.
     #[cfg(feature = "faults")]
@@ -163,6 +168,17 @@ pub enum ProtocolName {
     Webdav,
     /// S3, path-style.
     S3,
+}
+
+/// The proxy-wasm host, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostName {
+    /// Envoy: shared queues of any name with `on_queue_ready`, gRPC calls, a switch of
+    /// the effective context, `response.code_details`.
+    Envoy,
+    /// Any proxy-wasm host: none of those relied on.
+    Portable,
 }
 
 /// The provenance check, by name.

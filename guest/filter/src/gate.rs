@@ -34,14 +34,16 @@
 //! means and the defaults are the engine's (`fencekeeper_engine::gate`), as the
 //! gateway's are.
 
-use crate::config::GateConfig;
+use crate::config::{GateConfig, Host};
 use crate::confirms::Waiter;
 use crate::reply::Reply;
 use crate::shared::Shared;
 use crate::slots::{self, Entry, SharedFlight, MAX_CAS_ATTEMPTS};
 use crate::{wake, Filter};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
-use fencekeeper_core::{Token, Verdict};
+use fencekeeper_core::refusal::{resolve, NoVerdict, Reason};
+use fencekeeper_core::{Malformed, Token, Verdict};
+
 use fencekeeper_engine::gate::{self as engine, End, Event, Knob};
 use proxy_wasm::hostcalls;
 use std::cell::RefCell;
@@ -103,6 +105,8 @@ pub enum Entered {
     Stale(Token),
     /// The gate could not be consulted (shared data failing): refuse it.
     Failed(String),
+    /// It would wait, and the host cannot hold it: answered already (503).
+    Refused,
 }
 
 /// One try at the gate.
@@ -383,6 +387,26 @@ impl Gate {
         refuse(f, reply, &engine::timed_out(f.config.policy.mode, resource, budget, until, now_ms()));
     }
 
+    /// Refuse the write of `reply`'s request on `resource`, which would wait for lower
+    /// writes (holding it until `until` when every one was given up on), on a host
+    /// where nothing can resume it later: as a write held past a budget of nothing.
+    fn cannot_hold(&self, f: &Filter, reply: &Reply, resource: &str, until: Option<u64>) {
+        let host = match f.config.host {
+            Host::Portable => "the configuration's \"host\": \"portable\"",
+            Host::Envoy => "proxy_set_effective_context does not switch contexts on this proxy-wasm host",
+        };
+        let cause = format!(
+            "a lower-token write on it may still reach the store, and this write cannot be held until then ({host}); \
+             nothing was forwarded"
+        );
+        let reason = Reason::<Malformed> { verdict: None, resource, cause: &cause }.to_string();
+        let action = resolve::<Malformed>(f.config.policy.mode, Err(NoVerdict::Refused));
+        let now = now_ms();
+        // Unanswered lower writes end at an unknown time: soon.
+        let retry_after = Duration::from_millis(until.map_or(1_000, |at| at.saturating_sub(now)));
+        refuse(f, reply, &engine::Refused { action, reason, retry_after, event: Event::TimedOut });
+    }
+
     /// Whether a write that waited is confirmed in etcd before it goes: while it
     /// waited, another instance writing through the same etcd may have admitted a
     /// higher token, which this Envoy's shared data does not know (the gateway reads
@@ -403,6 +427,12 @@ impl Gate {
             Step::Go => Entered::Go,
             Step::Stale(higher) => Entered::Stale(higher),
             Step::Failed(cause) => Entered::Failed(cause),
+            // A host on which the root cannot act for the request later: refused now,
+            // from the request's own context (`hold`).
+            Step::Wait(until) if !f.hold.possible(f.root, reply.context) => {
+                self.cannot_hold(f, reply, resource, until);
+                Entered::Refused
+            }
             Step::Wait(_) => {
                 f.metrics.gate(Event::Waited);
                 let deadline = now_ms().saturating_add(self.config.budget_ms);

@@ -19,6 +19,8 @@
 //! * [`gate`]: the ordering gate: no admitted write goes upstream while a lower-token
 //!   write on its resource may still reach the store.
 //! * [`shared`]: the ordering gate across instances: the in-flight registry in etcd.
+//! * [`hold`]: whether this host lets the root act on a request it holds.
+//! * [`origin`]: whether an answer came from the store, or from the proxy.
 //! * [`reply`]: forward or refuse a request, as the core resolves it.
 //! * [`request`]: the per-request state machine (the HTTP context).
 
@@ -33,6 +35,8 @@ pub mod env;
 pub mod etcd;
 pub mod gate;
 pub mod headers;
+pub mod hold;
+pub mod origin;
 pub mod reply;
 pub mod request;
 pub mod shared;
@@ -41,7 +45,7 @@ pub mod uploads;
 pub mod vouch;
 pub mod wake;
 
-use config::Config;
+use config::{Config, Host};
 use fencekeeper_core::Class;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext, RootContext};
@@ -205,6 +209,11 @@ pub struct Filter {
     pub confirms: confirms::Confirms,
     /// The shared queue that wakes the root to send them; `None`: no batching.
     pub wake: Option<u32>,
+    /// This VM's queue, if the host registered one; `None`: the root's tick does what
+    /// a wake would (`wake`).
+    pub queue: Option<u32>,
+    /// Whether the root can act on a request it holds (`hold`).
+    pub hold: hold::Hold,
     /// The root context, which sends the batches' Txns.
     pub root: u32,
     /// The ordering gate; `None`: off.
@@ -314,20 +323,37 @@ impl RootContext for Root {
         // answered by a batch.
         let batching =
             config.etcd.as_ref().is_some_and(|e| e.batch_confirms && e.auth.is_none()) && config.conditional.is_none();
-        let (vm, queue) = match wake::register() {
-            Ok(w) => w,
-            Err(e) => {
-                log::error!("fencekeeper: cannot start: {e}");
-                return false;
+        let vm = wake::vm_id();
+        // Configure never fails for want of a queue: without one the tick does a wake's
+        // work (docs/proxy-wasm-hosts.md).
+        let queue = match config.host {
+            Host::Portable => {
+                log::info!(
+                    "fencekeeper: host \"portable\": no shared queue (held writes and confirms are not woken, the \
+                     tick re-checks), no gRPC call{}",
+                    if config.etcd.is_some() { " (marks in etcd: every fenced write is refused, 503)" } else { "" }
+                );
+                None
             }
+            Host::Envoy => match wake::register(vm) {
+                Ok(queue) => Some(queue),
+                Err(e) => {
+                    log::warn!(
+                        "fencekeeper: {e}; the tick (gate.tick_ms) does the wakes' work, confirms are not batched"
+                    );
+                    None
+                }
+            },
         };
-        let wake = batching.then_some(queue);
+        let wake = queue.filter(|_| batching);
         let shared = config
             .gate
-            .filter(|g| g.shared)
+            // Its registry is in etcd: without gRPC calls every fenced write is refused
+            // before it gets there, and the root must not call.
+            .filter(|g| g.shared && config.host.grpc_calls())
             .zip(config.etcd.as_ref())
             .map(|(g, e)| shared::Shared::new(e.flight_prefix.clone(), g.flight_ms, g.apply_bound_ms, vm, queue));
-        let gate = config.gate.map(|g| gate::Gate::new(g, vm, Some(queue), shared));
+        let gate = config.gate.map(|g| gate::Gate::new(g, vm, queue, shared));
         if let Some(g) = &gate {
             // Stamped before this worker serves: its flights are never taken for a
             // gone worker's.
@@ -345,6 +371,10 @@ impl RootContext for Root {
             }
         };
         let confirms = confirms::Confirms::default();
+        let hold = match config.host {
+            Host::Envoy => hold::Hold::ask(),
+            Host::Portable => hold::Hold::never(),
+        };
         self.filter = Some(Rc::new(Filter {
             config,
             metrics,
@@ -354,6 +384,8 @@ impl RootContext for Root {
             auth,
             confirms,
             wake,
+            queue,
+            hold,
             root: self.id,
             gate,
             grace_until,
@@ -378,6 +410,10 @@ impl RootContext for Root {
         if let Some(f) = &self.filter {
             if let Some(g) = &f.gate {
                 g.tick(f);
+                // Without a queue nothing woke the root for the writes handed to it.
+                if let (Some(shared), None) = (&g.shared, f.queue) {
+                    shared.send(f);
+                }
             }
         }
     }

@@ -63,6 +63,7 @@ impl Reply {
                     return self.conclude(f, Ok(stale), resource, &"", tally, None);
                 }
                 Entered::Failed(why) => return self.conclude(f, Err(NoVerdict::Refused), resource, &why, tally, None),
+                Entered::Refused => return Action::Pause,
             }
         }
         self.conclude(f, outcome, resource, cause, tally, None)

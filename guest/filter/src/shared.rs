@@ -52,8 +52,9 @@ pub struct Shared {
     apply_bound_ms: u64,
     /// This worker's VM id, in its flights' keys.
     instance: u64,
-    /// This worker's wake queue: a request hands its write to the root through it.
-    queue: u32,
+    /// This worker's wake queue: a request hands its write to the root through it
+    /// (`None`: the root's next tick sends it).
+    queue: Option<u32>,
     /// The newest lease.
     lease: Cell<Option<Lease>>,
     /// The grant in flight from the root, and when it was sent.
@@ -101,7 +102,7 @@ struct Pending {
 
 impl Shared {
     /// A worker's part of the registry under `prefix`, woken through `queue`.
-    pub fn new(prefix: String, flight_ms: u64, apply_bound_ms: u64, instance: u64, queue: u32) -> Shared {
+    pub fn new(prefix: String, flight_ms: u64, apply_bound_ms: u64, instance: u64, queue: Option<u32>) -> Shared {
         Shared {
             prefix,
             needed_ms: flight_ms.saturating_add(apply_bound_ms),
@@ -139,8 +140,9 @@ impl Shared {
             gone: false,
         };
         self.pending.borrow_mut().insert(reply.context, pending);
-        // The root sends it: a wake of this worker's own queue runs the root next.
-        if wake::wake_gate(self.queue).is_err() {
+        // The root sends it: a wake of this worker's own queue runs the root next
+        // (without a queue, the root's tick).
+        if self.queue.is_some_and(|q| wake::wake_gate(q).is_err()) {
             log::warn!("fencekeeper: cannot wake the root to pass a write through the in-flight registry");
         }
     }

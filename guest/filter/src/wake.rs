@@ -8,6 +8,11 @@
 //! notifications over. So each VM names its queue with 64 random bits from the host
 //! (WASI `random_get`), which no other worker draws.
 //!
+//! Where no queue can be registered (a host that refuses the name with a status, or
+//! `"host": "portable"`, for hosts that trap on a name they were not given or never
+//! call `on_queue_ready`), nothing is woken: the root's tick does the work instead
+//! (`gate.tick_ms`), and confirms are not batched.
+//!
 //! The ordering gate uses the same queue across workers: a worker holding a write
 //! back lists its queue on the resource's shared entry, and the worker whose flight
 //! ends enqueues on it; Envoy runs the listing worker's `on_queue_ready` on that
@@ -21,13 +26,53 @@ fn name(random: u64) -> String {
     format!("fencekeeper/wake/{random:016x}")
 }
 
-/// Register this VM's queue: the VM's 64 random bits (its id, also the ordering
-/// gate's) and the queue's id, for [`wake`].
-pub fn register() -> Result<(u64, u32), String> {
-    let random = random_u64()?;
-    let queue = hostcalls::register_shared_queue(&name(random))
-        .map_err(|s| format!("cannot register a shared queue ({s:?})"))?;
-    Ok((random, queue))
+/// This VM's 64 random bits: its id (the ordering gate's owner of its flights, the
+/// name of its heartbeat and of its queue). Should the host give no random bytes,
+/// the clock's nanoseconds serve: workers start microseconds apart.
+pub fn vm_id() -> u64 {
+    random_u64().unwrap_or_else(|e| {
+        log::warn!("fencekeeper: {e}; this worker's id is taken from the clock");
+        hostcalls::get_current_time()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos() as u64)
+    })
+}
+
+/// Register VM `vm`'s queue, for [`wake`]. Never traps on a host that refuses the
+/// name with a status (the SDK's own call would): the caller then does without.
+/// A host that traps instead (ngx_wasm_module, on a name nginx.conf does not
+/// declare) is never asked: `"host": "portable"` registers no queue.
+pub fn register(vm: u64) -> Result<u32, String> {
+    let name = name(vm);
+    raw::register(&name)
+        .map_err(|status| format!("the host refused to register shared queue {name:?} (status {status})"))
+}
+
+#[cfg(target_arch = "wasm32")]
+mod raw {
+    #[link(wasm_import_module = "env")]
+    extern "C" {
+        fn proxy_register_shared_queue(name: *const u8, size: usize, id: *mut u32) -> u32;
+    }
+
+    /// The queue's id, or the host's status (0 = OK).
+    pub fn register(name: &str) -> Result<u32, u32> {
+        let mut id = 0u32;
+        // SAFETY: `name` is valid for its length; `id` is a valid out-pointer.
+        match unsafe { proxy_register_shared_queue(name.as_ptr(), name.len(), &mut id) } {
+            0 => Ok(id),
+            status => Err(status),
+        }
+    }
+}
+
+/// Natively (unit tests) there is no host.
+#[cfg(not(target_arch = "wasm32"))]
+mod raw {
+    pub fn register(_name: &str) -> Result<u32, u32> {
+        Err(12)
+    }
 }
 
 /// Wake the root that registered `queue` (this VM's own) to send batches.

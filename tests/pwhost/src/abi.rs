@@ -142,6 +142,11 @@ pub fn read(caller: &mut Caller<'_, VmState>, ptr: i32, len: i32) -> Result<Vec<
     Ok(out)
 }
 
+/// `len` bytes of the guest's memory at `ptr`, as text (names, keys, log lines).
+pub fn read_text(caller: &mut Caller<'_, VmState>, ptr: i32, len: i32) -> Result<String> {
+    Ok(String::from_utf8_lossy(&read(caller, ptr, len)?).into_owned())
+}
+
 /// Write `bytes` into the guest's memory at `ptr`.
 pub fn write(caller: &mut Caller<'_, VmState>, ptr: i32, bytes: &[u8]) -> Result<()> {
     let memory = memory(caller)?;

@@ -25,7 +25,7 @@ pub fn define(linker: &mut Linker<VmState>) -> Result<()> {
 
 fn integration(l: &mut Linker<VmState>) -> Result<()> {
     l.func_wrap("env", "proxy_log", |mut c: C<'_>, level: i32, ptr: i32, len: i32| -> Result<i32> {
-        let text = String::from_utf8_lossy(&abi::read(&mut c, ptr, len)?).into_owned();
+        let text = abi::read_text(&mut c, ptr, len)?;
         let worker = c.data().worker;
         c.data().world.borrow_mut().logs.push(crate::world::LogLine { worker, level, text });
         Ok(Status::Ok.code())
@@ -59,7 +59,7 @@ fn integration(l: &mut Linker<VmState>) -> Result<()> {
         "env",
         "proxy_define_metric",
         |mut c: C<'_>, _kind: i32, ptr: i32, len: i32, at: i32| -> Result<i32> {
-            let name = String::from_utf8_lossy(&abi::read(&mut c, ptr, len)?).into_owned();
+            let name = abi::read_text(&mut c, ptr, len)?;
             let id = {
                 let mut w = c.data().world.borrow_mut();
                 w.metrics.entry(name.clone()).or_insert(0);
@@ -112,7 +112,7 @@ fn headers(l: &mut Linker<VmState>) -> Result<()> {
         "env",
         "proxy_get_header_map_value",
         |mut c: C<'_>, map: i32, kp: i32, kl: i32, ptr_at: i32, len_at: i32| -> Result<i32> {
-            let name = String::from_utf8_lossy(&abi::read(&mut c, kp, kl)?).into_owned();
+            let name = abi::read_text(&mut c, kp, kl)?;
             let value = match map_of(c.data_mut(), map) {
                 Ok(pairs) => pairs.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name)).map(|(_, v)| v.clone()),
                 Err(s) => return Ok(s.code()),
@@ -135,7 +135,7 @@ fn headers(l: &mut Linker<VmState>) -> Result<()> {
     })?;
     for (name, replace) in [("proxy_add_header_map_value", false), ("proxy_replace_header_map_value", true)] {
         l.func_wrap("env", name, move |mut c: C<'_>, map: i32, kp: i32, kl: i32, vp: i32, vl: i32| -> Result<i32> {
-            let key = String::from_utf8_lossy(&abi::read(&mut c, kp, kl)?).into_owned();
+            let key = abi::read_text(&mut c, kp, kl)?;
             let value = abi::read(&mut c, vp, vl)?;
             Ok(match map_of(c.data_mut(), map) {
                 Ok(map) => {
@@ -150,7 +150,7 @@ fn headers(l: &mut Linker<VmState>) -> Result<()> {
         })?;
     }
     l.func_wrap("env", "proxy_remove_header_map_value", |mut c: C<'_>, map: i32, kp: i32, kl: i32| -> Result<i32> {
-        let key = String::from_utf8_lossy(&abi::read(&mut c, kp, kl)?).into_owned();
+        let key = abi::read_text(&mut c, kp, kl)?;
         Ok(match map_of(c.data_mut(), map) {
             Ok(map) => {
                 map.retain(|(n, _)| !n.eq_ignore_ascii_case(&key));
@@ -218,7 +218,7 @@ fn shared(l: &mut Linker<VmState>) -> Result<()> {
         "env",
         "proxy_get_shared_data",
         |mut c: C<'_>, kp: i32, kl: i32, ptr_at: i32, len_at: i32, cas_at: i32| -> Result<i32> {
-            let key = String::from_utf8_lossy(&abi::read(&mut c, kp, kl)?).into_owned();
+            let key = abi::read_text(&mut c, kp, kl)?;
             let found = c.data().world.borrow().shared.get(&key).cloned();
             let Some((value, cas)) = found else { return Ok(Status::NotFound.code()) };
             abi::give(&mut c, &value, ptr_at, len_at)?;
@@ -230,15 +230,18 @@ fn shared(l: &mut Linker<VmState>) -> Result<()> {
         "env",
         "proxy_set_shared_data",
         |mut c: C<'_>, kp: i32, kl: i32, vp: i32, vl: i32, cas: i32| -> Result<i32> {
-            let key = String::from_utf8_lossy(&abi::read(&mut c, kp, kl)?).into_owned();
+            let key = abi::read_text(&mut c, kp, kl)?;
             let value = abi::read(&mut c, vp, vl)?;
             let set = c.data().world.borrow_mut().set_shared(&key, Some(value), cas as u32);
             Ok(if set { Status::Ok } else { Status::CasMismatch }.code())
         },
     )?;
     l.func_wrap("env", "proxy_register_shared_queue", |mut c: C<'_>, np: i32, nl: i32, at: i32| -> Result<i32> {
-        let name = String::from_utf8_lossy(&abi::read(&mut c, np, nl)?).into_owned();
+        let name = abi::read_text(&mut c, np, nl)?;
         if !c.data().profile.queue_declared(&name) {
+            if !c.data().profile.undeclared_queue_traps {
+                return Ok(Status::NotFound.code());
+            }
             // ngx_wasm_module traps here: only queues nginx.conf declares exist.
             return Err(format_err!("could not find queue {name:?} (not declared)"));
         }
@@ -254,7 +257,7 @@ fn shared(l: &mut Linker<VmState>) -> Result<()> {
             if c.data().profile.declared_queues.is_some() {
                 return Ok(Status::Unimplemented.code());
             }
-            let name = String::from_utf8_lossy(&abi::read(&mut c, np, nl)?).into_owned();
+            let name = abi::read_text(&mut c, np, nl)?;
             let id = c.data().world.borrow().queues.iter().position(|q| q.name == name);
             let Some(id) = id else { return Ok(Status::NotFound.code()) };
             abi::write_u32(&mut c, at, id as u32 + 1)?;
@@ -307,7 +310,7 @@ fn streams(l: &mut Linker<VmState>) -> Result<()> {
         "env",
         "proxy_send_local_response",
         |mut c: C<'_>, status: i32, dp: i32, dl: i32, bp: i32, bl: i32, hp: i32, hl: i32, _grpc: i32| -> Result<i32> {
-            let details = String::from_utf8_lossy(&abi::read(&mut c, dp, dl)?).into_owned();
+            let details = abi::read_text(&mut c, dp, dl)?;
             let body = abi::read(&mut c, bp, bl)?;
             let headers = abi::decode_map(&abi::read(&mut c, hp, hl)?).unwrap_or_default();
             let vm = c.data_mut();

@@ -29,6 +29,9 @@ pub struct Profile {
     /// `None`: any queue name registers (Envoy). `Some(names)`: only these do, and
     /// registering another traps (ngx_wasm_module's `shm_queue`).
     pub declared_queues: Option<Vec<String>>,
+    /// Registering an undeclared queue traps (ngx_wasm_module); else it returns a
+    /// status (`NotFound`), as a host that refuses without trapping would.
+    pub undeclared_queue_traps: bool,
     /// `proxy_grpc_call` dispatches (else it returns `Unimplemented`).
     pub grpc: bool,
     /// The host calls `proxy_on_queue_ready` after an enqueue.
@@ -48,6 +51,7 @@ impl Profile {
         Profile {
             name: "envoy",
             declared_queues: None,
+            undeclared_queue_traps: false,
             grpc: true,
             queue_ready: true,
             switches_context: true,
@@ -61,6 +65,7 @@ impl Profile {
         Profile {
             name: "strict",
             declared_queues: Some(Vec::new()),
+            undeclared_queue_traps: true,
             grpc: false,
             queue_ready: false,
             switches_context: false,

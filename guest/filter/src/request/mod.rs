@@ -17,9 +17,11 @@
 mod conditional_write;
 
 use crate::conditional::Update;
+use crate::config::Host;
 use crate::confirms::Waiter;
 use crate::etcd::{self, EtcdError, Method, Outcome, Response};
 use crate::headers::Seen;
+use crate::origin::{self, Origin};
 use crate::reply::{self, Reply};
 use crate::uploads;
 use crate::vouch::{self, Next};
@@ -38,10 +40,17 @@ use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER
 use fencekeeper_engine::Form;
 use fencekeeper_etcd_wire::grpc::{self, Status};
 use fencekeeper_etcd_wire::AuthRefusal;
+use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::Action;
+use proxy_wasm::types::{Action, MapType};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
+
+/// Why a fenced write is refused where the marks are in etcd and the host makes no
+/// gRPC calls.
+const NO_GRPC: &str = "the marks are in etcd, which the filter reaches over gRPC, and this proxy-wasm host makes no \
+                       gRPC calls (proxy_grpc_call; \"host\": \"portable\"): on it, run with \"etcd\": null and \
+                       \"mode\": \"efficiency\" (docs/proxy-wasm-hosts.md)";
 
 /// How many etcd transactions one request may take before it is undecided.
 const MAX_ETCD_ROUNDS: u32 = 8;
@@ -171,6 +180,11 @@ impl Request {
             // `presented` refuses what has no path.
             (Ok(_), Err(e)) => return self.finish(Ok(Verdict::Malformed(Malformed::Resource(e))), "", &""),
         };
+        if f.config.etcd.is_some() && !f.config.host.grpc_calls() {
+            // The marks are in etcd, reached over gRPC, which this host does not call:
+            // every fenced write is refused (both modes: passing it would not fence).
+            return self.finish(Err(NoVerdict::Refused), &resource, &NO_GRPC);
+        }
         if f.config.conditional.is_some() {
             let length =
                 seen.conditional("content-length").and_then(|l| std::str::from_utf8(l).ok()?.parse::<u64>().ok());
@@ -475,6 +489,24 @@ impl Request {
     }
 }
 
+impl Request {
+    /// Whether the response whose headers arrive now is the store's (`origin`). On
+    /// Envoy its `response.code_details` says; a portable host is not asked for a
+    /// property it may not have, and is judged by the status.
+    fn answered_by_store(&self) -> bool {
+        let details = match self.filter.config.host {
+            Host::Envoy => hostcalls::get_property(vec!["response", "code_details"]).ok().flatten(),
+            Host::Portable => None,
+        };
+        let status = || {
+            let value = hostcalls::get_map_value_bytes(MapType::HttpResponseHeaders, ":status").ok().flatten()?;
+            origin::status(&value)
+        };
+        let status = if details.is_none() { status() } else { None };
+        origin::of(details.as_deref(), status) == Origin::Store
+    }
+}
+
 /// How much of the start grace is left, if any.
 fn grace_left(f: &Filter) -> Option<Duration> {
     if f.grace_until == 0 {
@@ -611,7 +643,7 @@ impl HttpContext for Request {
             if seen.admitted {
                 self.set_http_request_header(ADMITTED_HEADER, None);
             }
-            if self.filter.config.conditional.is_some() {
+            if self.filter.config.conditional.is_some() && self.filter.config.host.grpc_calls() {
                 // Its answer may tell a version the filter lost (docs/envoy.md).
                 let method = String::from_utf8_lossy(&seen.method);
                 let (head, scope) = (head(&seen, &method), scope(&self.filter));
@@ -661,7 +693,7 @@ impl HttpContext for Request {
         if gate.is_none() && self.upload.is_none() {
             return Action::Continue;
         }
-        let via_upstream = self.get_property(vec!["response", "code_details"]).as_deref() == Some(b"via_upstream");
+        let via_upstream = self.answered_by_store();
         if let Some(g) = gate.filter(|_| via_upstream) {
             g.answered(self.context);
         }

@@ -1,6 +1,6 @@
 //! What every test here starts from: the filter under test, compiled once.
 
-use fencekeeper_pwhost::{Binary, Profile, Proxy};
+use fencekeeper_pwhost::{Answer, Binary, Profile, Proxy, State, StreamId};
 use std::sync::OnceLock;
 
 /// The filter under test (the committed artifact, or `$FENCEKEEPER_GUEST_DIR`'s).
@@ -17,5 +17,13 @@ pub fn start(profile: Profile, config: &serde_json::Value, workers: usize) -> Pr
     match Proxy::start(filter(), profile, &config.to_string(), workers) {
         Ok(p) => p,
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// The answer request `id` got (it must have one).
+pub fn answer(proxy: &mut Proxy, id: StreamId) -> Answer {
+    match proxy.state(id) {
+        State::Answered(a) => a,
+        other => panic!("{} profile: not answered: {other:?} ({:?})", proxy.profile().name, proxy.violations()),
     }
 }

@@ -3,5 +3,5 @@
 #![allow(clippy::panic)]
 
 mod common;
-mod modes;
+pub mod modes;
 mod strict;
