@@ -213,12 +213,21 @@ fn buffers_and_properties(l: &mut Linker<VmState>) -> Result<()> {
     Ok(())
 }
 
+/// ngx_wasm_module traps on a shared-data key whose namespace nginx.conf does not declare.
+fn kv_namespace(c: &C<'_>, key: &str) -> Result<()> {
+    if c.data().profile.kv_declared(key) {
+        return Ok(());
+    }
+    Err(format_err!("failed getting or setting {key:?} in shm (could not resolve namespace)"))
+}
+
 fn shared(l: &mut Linker<VmState>) -> Result<()> {
     l.func_wrap(
         "env",
         "proxy_get_shared_data",
         |mut c: C<'_>, kp: i32, kl: i32, ptr_at: i32, len_at: i32, cas_at: i32| -> Result<i32> {
             let key = abi::read_text(&mut c, kp, kl)?;
+            kv_namespace(&c, &key)?;
             let found = c.data().world.borrow().shared.get(&key).cloned();
             let Some((value, cas)) = found else { return Ok(Status::NotFound.code()) };
             abi::give(&mut c, &value, ptr_at, len_at)?;
@@ -231,6 +240,7 @@ fn shared(l: &mut Linker<VmState>) -> Result<()> {
         "proxy_set_shared_data",
         |mut c: C<'_>, kp: i32, kl: i32, vp: i32, vl: i32, cas: i32| -> Result<i32> {
             let key = abi::read_text(&mut c, kp, kl)?;
+            kv_namespace(&c, &key)?;
             let value = abi::read(&mut c, vp, vl)?;
             let set = c.data().world.borrow_mut().set_shared(&key, Some(value), cas as u32);
             Ok(if set { Status::Ok } else { Status::CasMismatch }.code())

@@ -32,6 +32,10 @@ pub struct Profile {
     /// Registering an undeclared queue traps (ngx_wasm_module); else it returns a
     /// status (`NotFound`), as a host that refuses without trapping would.
     pub undeclared_queue_traps: bool,
+    /// `None`: shared data takes any key (Envoy). `Some(names)`: a key's namespace (its
+    /// text before the first `/`) must be one of these, or `*` (the default namespace)
+    /// must be, else the call traps (ngx_wasm_module's `shm_kv NAME SIZE;`).
+    pub kv_namespaces: Option<Vec<String>>,
     /// `proxy_grpc_call` dispatches (else it returns `Unimplemented`).
     pub grpc: bool,
     /// The host calls `proxy_on_queue_ready` after an enqueue.
@@ -52,6 +56,7 @@ impl Profile {
             name: "envoy",
             declared_queues: None,
             undeclared_queue_traps: false,
+            kv_namespaces: None,
             grpc: true,
             queue_ready: true,
             switches_context: true,
@@ -60,12 +65,15 @@ impl Profile {
         }
     }
 
-    /// ngx_wasm_module's documented limits, with no queue declared.
+    /// ngx_wasm_module's documented limits, with no queue declared and the shared-data
+    /// namespace `fencekeeper` declared.
     pub fn strict() -> Profile {
         Profile {
             name: "strict",
             declared_queues: Some(Vec::new()),
             undeclared_queue_traps: true,
+            // As docs/proxy-wasm-hosts.md tells an operator to declare.
+            kv_namespaces: Some(vec!["fencekeeper".to_owned()]),
             grpc: false,
             queue_ready: false,
             switches_context: false,
@@ -80,6 +88,13 @@ impl Profile {
             names.push(name.to_owned());
         }
         self
+    }
+
+    /// Whether shared-data key `key` resolves to a declared namespace.
+    pub fn kv_declared(&self, key: &str) -> bool {
+        let Some(names) = &self.kv_namespaces else { return true };
+        let namespace = key.split_once('/').map(|(ns, _)| ns);
+        names.iter().any(|n| n == "*" || Some(n.as_str()) == namespace)
     }
 
     /// Whether a queue of this name may be registered.

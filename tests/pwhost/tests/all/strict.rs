@@ -74,3 +74,18 @@ fn under_envoy_the_etcd_mode_calls_etcd() {
     assert!(proxy.grpc_calls() > 0);
     assert!(!refused.body.contains("proxy_grpc_call"), "{refused:?}");
 }
+
+/// Shared data in a namespace nginx.conf does not declare traps: the filter's keys are
+/// `fencekeeper/...`, and configure writes them first.
+#[test]
+fn without_the_shm_kv_namespace_declared_the_filter_cannot_start_under_strict() {
+    let config = crate::modes::efficiency(Some("portable")).to_string();
+    let undeclared = Profile { kv_namespaces: Some(vec!["other".to_owned()]), ..Profile::strict() };
+    let Ok(proxy) = Proxy::start(filter(), undeclared, &config, 1) else { panic!("strict: the worker dies") };
+    assert!(!proxy.alive(0));
+    assert!(proxy.violations().iter().any(|v| v.contains("could not resolve namespace")), "{:?}", proxy.violations());
+    // The default namespace serves too.
+    let default = Profile { kv_namespaces: Some(vec!["*".to_owned()]), ..Profile::strict() };
+    let Ok(proxy) = Proxy::start(filter(), default, &config, 1) else { panic!("strict never refuses") };
+    assert!(proxy.alive(0), "{:?}", proxy.violations());
+}
