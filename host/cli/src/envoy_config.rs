@@ -220,7 +220,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn default_filter() -> Result<PathBuf> {
+pub(crate) fn default_filter() -> Result<PathBuf> {
     let exe = std::env::current_exe().ok();
     let cwd = std::env::current_dir().ok();
     let starts = exe.as_deref().and_then(Path::parent).into_iter().chain(cwd.as_deref());
@@ -240,7 +240,7 @@ fn default_filter() -> Result<PathBuf> {
 
 /// Write the embedded filter to `path` (atomically: a reader never sees half a
 /// file), and return its absolute path for the configuration.
-fn write_filter(path: &Path) -> Result<PathBuf> {
+pub(crate) fn write_filter(path: &Path) -> Result<PathBuf> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),

@@ -12,6 +12,7 @@ mod envoy_config;
 mod etcd_connection;
 mod lock;
 mod marks;
+mod nginx_config;
 mod protocol;
 mod provenance;
 mod repair;
@@ -39,6 +40,8 @@ enum Command {
     Conformance(conformance::Args),
     /// Print an Envoy configuration that fences an upstream with the proxy-wasm filter.
     EnvoyConfig(envoy_config::Args),
+    /// Print an nginx (ngx_wasm_module) or Kong configuration that fences an upstream with the filter.
+    NginxConfig(nginx_config::Args),
     /// Run the fencing gateway: a reverse proxy in front of a store.
     Serve(Box<serve::Args>),
     /// Hold a lock in etcd, ZooKeeper or Redis while a command runs, and give it the lock's fencing token.
@@ -55,6 +58,7 @@ fn main() -> ExitCode {
         Command::Marks(a) => marks::run(a),
         Command::Conformance(a) => conformance::run(a),
         Command::EnvoyConfig(a) => envoy_config::run(a),
+        Command::NginxConfig(a) => nginx_config::run(a),
         Command::Serve(a) => serve::run(*a),
         Command::Lock(a) => lock::run(a),
     };

@@ -1,0 +1,199 @@
+//! `fencekeeper nginx-config`: print an nginx configuration that fences an upstream
+//! with the proxy-wasm filter under ngx_wasm_module, or with `--kong`, the settings
+//! and filter chain for Kong Gateway (docs/proxy-wasm-hosts.md).
+//!
+//! On that host the filter runs with `"host": "portable"`: marks in shared data
+//! (`shm_kv`), efficiency mode, no etcd (the host makes no gRPC calls), and an
+//! ordering gate that refuses a write it would have held. So this command has no
+//! etcd flags; the plugin configuration it writes is checked against the type the
+//! filter parses, as `envoy-config`'s is.
+
+use crate::envoy_config::{default_filter, write_filter};
+use crate::protocol::ProtocolArg;
+use anyhow::{bail, Context, Result};
+use fencekeeper_filter_config::{
+    Config, GateConfig, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ResourceSettings, Settings, Switch,
+};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// The shared-data namespace of every key the filter writes (`fencekeeper/...`).
+const SHM_NAMESPACE: &str = "fencekeeper";
+
+/// Arguments of `fencekeeper nginx-config`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The store to fence, HOST:PORT.
+    #[arg(long)]
+    upstream: String,
+    /// The port nginx listens on.
+    #[arg(long, default_value_t = 10000)]
+    listen: u16,
+    /// The address nginx listens on.
+    #[arg(long, default_value = "127.0.0.1")]
+    listen_address: String,
+    /// An existing filter .wasm to load. Default: the one `--write-filter` writes,
+    /// else guest/artifacts/fencekeeper_filter.wasm of a checkout above this binary
+    /// or the current directory.
+    #[arg(long, conflicts_with = "write_filter")]
+    filter: Option<PathBuf>,
+    /// Write the filter embedded in this binary to this file and load it from there.
+    #[arg(long, value_name = "PATH")]
+    write_filter: Option<PathBuf>,
+    /// The size of the shared memory that holds the marks and the gate's flights
+    /// (`shm_kv fencekeeper SIZE`: nginx's sizes, e.g. 16m).
+    #[arg(long, default_value = "16m")]
+    shm_kv_size: String,
+    /// Refuse a token equal to the mark (each token admits once).
+    #[arg(long)]
+    strict: bool,
+    /// The store's protocol.
+    #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
+    protocol: ProtocolArg,
+    /// Take the resource key from this request header instead of the path.
+    #[arg(long)]
+    resource_header: Option<String>,
+    /// Strip this prefix from the path to form the resource key.
+    #[arg(long)]
+    strip_prefix: Option<String>,
+    /// How long nginx waits on the store (proxy_read_timeout, proxy_send_timeout;
+    /// ms, s or m). Keep it at or below the store apply bound.
+    #[arg(long, default_value = "60s", value_parser = crate::serve::parse_duration)]
+    proxy_timeout: Duration,
+    /// How long the store may still apply a write nginx gave up on: it holds its
+    /// resource that long. Default: 60s.
+    #[arg(long, value_parser = crate::serve::parse_duration)]
+    store_apply_bound: Option<Duration>,
+    /// For this long after nginx starts, refuse fenced writes (503, Retry-After). 0: off.
+    #[arg(long, default_value = "0s", value_parser = crate::serve::parse_duration)]
+    start_grace: Duration,
+    /// UNSAFE: no ordering gate.
+    #[arg(long)]
+    no_gate: bool,
+    /// Print Kong Gateway's settings (kong.conf) and filter chain instead.
+    #[arg(long)]
+    kong: bool,
+}
+
+/// Run the subcommand.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let filter = match (&args.filter, &args.write_filter) {
+        (Some(p), _) => p.clone(),
+        (None, Some(p)) => write_filter(p)?,
+        (None, None) => default_filter()?,
+    };
+    print!("{}", render(&args, &filter)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The filter's configuration on a portable host, in the type the filter parses.
+fn plugin_config(args: &Args) -> Settings {
+    let resource = match &args.resource_header {
+        Some(h) => ResourceSettings { from: Some(KeyFrom::Header), header: Some(h.clone()), strip_prefix: None },
+        None => ResourceSettings { from: Some(KeyFrom::Path), header: None, strip_prefix: args.strip_prefix.clone() },
+    };
+    let gate = if args.no_gate {
+        Switch::Off
+    } else {
+        let d = GateConfig::default();
+        Switch::On(GateSettings {
+            apply_bound_ms: Some(args.store_apply_bound.map_or(d.apply_bound_ms, |b| b.as_millis() as u64)),
+            ..GateSettings::default()
+        })
+    };
+    Settings {
+        host: Some(HostName::Portable),
+        etcd: Switch::Off,
+        mode: Some(ModeName::Efficiency),
+        strict: Some(args.strict),
+        protocol: match args.protocol {
+            ProtocolArg::Http => None,
+            ProtocolArg::Webdav => Some(ProtocolName::Webdav),
+            ProtocolArg::S3 => Some(ProtocolName::S3),
+        },
+        resource: Some(resource),
+        gate,
+        start_grace_ms: (!args.start_grace.is_zero()).then_some(args.start_grace.as_millis() as u64),
+        ..Settings::default()
+    }
+}
+
+/// An nginx size: digits, then k, m or nothing.
+fn check_size(size: &str) -> Result<()> {
+    let digits = size.trim_end_matches(['k', 'K', 'm', 'M']);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || size.len() > digits.len() + 1 {
+        bail!("--shm-kv-size {size:?}: give nginx's size, e.g. 16m");
+    }
+    Ok(())
+}
+
+/// `s` as an nginx single-quoted string.
+fn nginx_quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// The configuration, for the filter at `filter`.
+pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
+    check_size(&args.shm_kv_size)?;
+    let settings = plugin_config(args);
+    let json = serde_json::to_string(&settings)?;
+    // What the filter will parse: the same type, the same rules.
+    if let Err(e) = Config::parse(json.as_bytes()) {
+        bail!("the plugin configuration {json} is not the filter's: {e}");
+    }
+    let filter = std::path::absolute(filter).with_context(|| format!("cannot resolve {}", filter.display()))?;
+    let mut out = String::new();
+    if args.kong {
+        let dir = filter.parent().map(|d| d.display().to_string()).unwrap_or_default();
+        let name = filter.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let chain = serde_json::json!({"filters": [{"name": name, "config": json}]});
+        writeln!(out, "# kong.conf (or the KONG_* environment variables): docs/proxy-wasm-hosts.md")?;
+        writeln!(out, "wasm = on")?;
+        writeln!(out, "wasm_filters_path = {dir}")?;
+        writeln!(out, "nginx_wasm_shm_kv_{SHM_NAMESPACE} = {}", args.shm_kv_size)?;
+        writeln!(out, "# The filter chain of the service or route in front of {}:", args.upstream)?;
+        writeln!(out, "# {chain}")?;
+        return Ok(out);
+    }
+    let timeout = format!("{}ms", args.proxy_timeout.as_millis());
+    writeln!(out, "# nginx with ngx_wasm_module, fencing {}: docs/proxy-wasm-hosts.md", args.upstream)?;
+    writeln!(out, "events {{}}")?;
+    writeln!(out)?;
+    writeln!(out, "wasm {{")?;
+    writeln!(out, "    module fencekeeper {};", nginx_quoted(&filter.display().to_string()))?;
+    writeln!(
+        out,
+        "    # The marks and the ordering gate's flights: every key the filter writes is {SHM_NAMESPACE}/..."
+    )?;
+    writeln!(out, "    shm_kv {SHM_NAMESPACE} {};", args.shm_kv_size)?;
+    writeln!(out, "}}")?;
+    writeln!(out)?;
+    writeln!(out, "http {{")?;
+    writeln!(out, "    server {{")?;
+    writeln!(out, "        listen {}:{};", args.listen_address, args.listen)?;
+    writeln!(out, "        location / {{")?;
+    writeln!(out, "            proxy_wasm fencekeeper {};", nginx_quoted(&json))?;
+    writeln!(out, "            proxy_pass http://{};", args.upstream)?;
+    writeln!(out, "            proxy_read_timeout {timeout};")?;
+    writeln!(out, "            proxy_send_timeout {timeout};")?;
+    writeln!(out, "        }}")?;
+    writeln!(out, "    }}")?;
+    writeln!(out, "}}")?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_nginx_sizes_and_quotes_are_escaped() {
+        assert!(check_size("16m").is_ok() && check_size("65536").is_ok() && check_size("512k").is_ok());
+        for bad in ["", "m", "16mb", "1.5m", "-1"] {
+            assert!(check_size(bad).is_err(), "{bad}");
+        }
+        assert_eq!(nginx_quoted(r#"{"a":"it's"}"#), r#"'{"a":"it\'s"}'"#);
+    }
+}
