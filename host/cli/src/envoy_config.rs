@@ -32,21 +32,24 @@ const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
 /// The filter, as committed (rebuilt byte-identically by `scripts/build-guests.sh`).
 static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifacts/fencekeeper_filter.wasm");
 
-/// Arguments of `fencekeeper envoy-config`.
+/// Where a generated proxy listens, and the store behind it (`envoy-config`,
+/// `nginx-config`).
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Front {
     /// The store to fence, HOST:PORT (an IP address or a DNS name).
     #[arg(long)]
-    upstream: String,
-    /// The port Envoy listens on.
+    pub(crate) upstream: String,
+    /// The port the proxy listens on.
     #[arg(long, default_value_t = 10000)]
-    listen: u16,
-    /// The address Envoy listens on.
+    pub(crate) listen: u16,
+    /// The address the proxy listens on.
     #[arg(long, default_value = "127.0.0.1")]
-    listen_address: String,
-    /// The port of Envoy's admin interface (stats, /ready), on 127.0.0.1.
-    #[arg(long, default_value_t = 9901)]
-    admin: u16,
+    pub(crate) listen_address: String,
+}
+
+/// Which filter `.wasm` a generated configuration loads (`envoy-config`, `nginx-config`).
+#[derive(clap::Args)]
+pub(crate) struct FilterFile {
     /// An existing filter .wasm for the configuration to load. Default: the one
     /// `--write-filter` writes, else guest/artifacts/fencekeeper_filter.wasm of a
     /// checkout above this binary or the current directory.
@@ -56,6 +59,29 @@ pub struct Args {
     /// created), and point the configuration at it. What an installed binary needs.
     #[arg(long, value_name = "PATH")]
     write_filter: Option<PathBuf>,
+}
+
+impl FilterFile {
+    /// The filter's path: given, written, or found in a checkout.
+    pub(crate) fn path(&self) -> Result<PathBuf> {
+        match (&self.filter, &self.write_filter) {
+            (Some(p), _) => Ok(p.clone()),
+            (None, Some(p)) => write_filter(p),
+            (None, None) => default_filter(),
+        }
+    }
+}
+
+/// Arguments of `fencekeeper envoy-config`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    front: Front,
+    /// The port of Envoy's admin interface (stats, /ready), on 127.0.0.1.
+    #[arg(long, default_value_t = 9901)]
+    admin: u16,
+    #[command(flatten)]
+    filter: FilterFile,
     /// etcd's client address, HOST:PORT (its v3 gRPC API holds the marks). For an
     /// etcd cluster, every member's, separated by commas: Envoy health-checks them and
     /// sends the filter's calls to members that answer.
@@ -201,9 +227,9 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 path.starts_with('/'),
                 "--precondition-probe {path:?}: give a path starting with /, or off"
             );
-            let upstream: hyper::Uri = format!("http://{}/", args.upstream)
+            let upstream: hyper::Uri = format!("http://{}/", args.front.upstream)
                 .parse()
-                .map_err(|e| anyhow!("--upstream {:?} is not HOST:PORT: {e}", args.upstream))?;
+                .map_err(|e| anyhow!("--upstream {:?} is not HOST:PORT: {e}", args.front.upstream))?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let probed = runtime
                 .block_on(fencekeeper_gateway::conditional::probe(&upstream, path))
@@ -211,16 +237,12 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             args.conditional_deletes = probed.deletes;
         }
     }
-    let filter = match (&args.filter, &args.write_filter) {
-        (Some(p), _) => p.clone(),
-        (None, Some(p)) => write_filter(p)?,
-        (None, None) => default_filter()?,
-    };
+    let filter = args.filter.path()?;
     print!("{}", render(&args, &filter)?);
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn default_filter() -> Result<PathBuf> {
+fn default_filter() -> Result<PathBuf> {
     let exe = std::env::current_exe().ok();
     let cwd = std::env::current_dir().ok();
     let starts = exe.as_deref().and_then(Path::parent).into_iter().chain(cwd.as_deref());
@@ -240,7 +262,7 @@ pub(crate) fn default_filter() -> Result<PathBuf> {
 
 /// Write the embedded filter to `path` (atomically: a reader never sees half a
 /// file), and return its absolute path for the configuration.
-pub(crate) fn write_filter(path: &Path) -> Result<PathBuf> {
+fn write_filter(path: &Path) -> Result<PathBuf> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -610,12 +632,16 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     }
     let max_body = args.conditional_writes.then_some(args.conditional_max_body);
     let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, max_body);
-    let local_replies =
-        local_reply::config(&args.upstream, &envoy_duration(args.route_timeout), args.protocol.protocol(), max_body);
+    let local_replies = local_reply::config(
+        &args.front.upstream,
+        &envoy_duration(args.route_timeout),
+        args.protocol.protocol(),
+        max_body,
+    );
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);
-    let (listen, listen_address, admin) = (args.listen, &args.listen_address, args.admin);
+    let (listen, listen_address, admin) = (args.front.listen, &args.front.listen_address, args.admin);
     // Only the variable's name: Envoy copies its value from its own environment into
     // the VM's, where the filter reads it; /config_dump shows the name alone.
     let environment = match &args.etcd_password_env {
@@ -681,7 +707,7 @@ static_resources:
   clusters:
 "#
     )?;
-    cluster(&mut out, "store", &[Endpoint::parse(&args.upstream).context("--upstream")?], None)?;
+    cluster(&mut out, "store", &[Endpoint::parse(&args.front.upstream).context("--upstream")?], None)?;
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;
         let tls = if args.etcd_cacert.is_some() { Tls::On } else { Tls::Off };

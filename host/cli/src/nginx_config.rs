@@ -8,14 +8,13 @@
 //! etcd flags; the plugin configuration it writes is checked against the type the
 //! filter parses, as `envoy-config`'s is.
 
-use crate::envoy_config::{default_filter, write_filter};
+use crate::envoy_config::{FilterFile, Front};
 use crate::protocol::ProtocolArg;
 use anyhow::{bail, Context, Result};
 use fencekeeper_filter_config::{
     Config, GateConfig, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ResourceSettings, Settings, Switch,
 };
 use std::fmt::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -25,23 +24,10 @@ const SHM_NAMESPACE: &str = "fencekeeper";
 /// Arguments of `fencekeeper nginx-config`.
 #[derive(clap::Args)]
 pub struct Args {
-    /// The store to fence, HOST:PORT.
-    #[arg(long)]
-    upstream: String,
-    /// The port nginx listens on.
-    #[arg(long, default_value_t = 10000)]
-    listen: u16,
-    /// The address nginx listens on.
-    #[arg(long, default_value = "127.0.0.1")]
-    listen_address: String,
-    /// An existing filter .wasm to load. Default: the one `--write-filter` writes,
-    /// else guest/artifacts/fencekeeper_filter.wasm of a checkout above this binary
-    /// or the current directory.
-    #[arg(long, conflicts_with = "write_filter")]
-    filter: Option<PathBuf>,
-    /// Write the filter embedded in this binary to this file and load it from there.
-    #[arg(long, value_name = "PATH")]
-    write_filter: Option<PathBuf>,
+    #[command(flatten)]
+    front: Front,
+    #[command(flatten)]
+    filter: FilterFile,
     /// The size of the shared memory that holds the marks and the gate's flights
     /// (`shm_kv fencekeeper SIZE`: nginx's sizes, e.g. 16m).
     #[arg(long, default_value = "16m")]
@@ -79,11 +65,7 @@ pub struct Args {
 
 /// Run the subcommand.
 pub fn run(args: Args) -> Result<ExitCode> {
-    let filter = match (&args.filter, &args.write_filter) {
-        (Some(p), _) => p.clone(),
-        (None, Some(p)) => write_filter(p)?,
-        (None, None) => default_filter()?,
-    };
+    let filter = args.filter.path()?;
     print!("{}", render(&args, &filter)?);
     Ok(ExitCode::SUCCESS)
 }
@@ -153,12 +135,12 @@ pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
         writeln!(out, "wasm = on")?;
         writeln!(out, "wasm_filters_path = {dir}")?;
         writeln!(out, "nginx_wasm_shm_kv_{SHM_NAMESPACE} = {}", args.shm_kv_size)?;
-        writeln!(out, "# The filter chain of the service or route in front of {}:", args.upstream)?;
+        writeln!(out, "# The filter chain of the service or route in front of {}:", args.front.upstream)?;
         writeln!(out, "# {chain}")?;
         return Ok(out);
     }
     let timeout = format!("{}ms", args.proxy_timeout.as_millis());
-    writeln!(out, "# nginx with ngx_wasm_module, fencing {}: docs/proxy-wasm-hosts.md", args.upstream)?;
+    writeln!(out, "# nginx with ngx_wasm_module, fencing {}: docs/proxy-wasm-hosts.md", args.front.upstream)?;
     writeln!(out, "events {{}}")?;
     writeln!(out)?;
     writeln!(out, "wasm {{")?;
@@ -172,10 +154,10 @@ pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
     writeln!(out)?;
     writeln!(out, "http {{")?;
     writeln!(out, "    server {{")?;
-    writeln!(out, "        listen {}:{};", args.listen_address, args.listen)?;
+    writeln!(out, "        listen {}:{};", args.front.listen_address, args.front.listen)?;
     writeln!(out, "        location / {{")?;
     writeln!(out, "            proxy_wasm fencekeeper {};", nginx_quoted(&json))?;
-    writeln!(out, "            proxy_pass http://{};", args.upstream)?;
+    writeln!(out, "            proxy_pass http://{};", args.front.upstream)?;
     writeln!(out, "            proxy_read_timeout {timeout};")?;
     writeln!(out, "            proxy_send_timeout {timeout};")?;
     writeln!(out, "        }}")?;

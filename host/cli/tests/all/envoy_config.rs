@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use std::path::Path;
 use std::process::Command;
 
 fn generate(args: &[&str]) -> std::process::Output {
@@ -12,19 +11,7 @@ fn generate(args: &[&str]) -> std::process::Output {
 }
 
 fn golden(name: &str, args: &[&str]) {
-    let out = generate(args);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    let actual = String::from_utf8(out.stdout).unwrap();
-    if std::env::var_os("BLESS").is_some() {
-        std::fs::write(&path, &actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        actual == expected,
-        "{} differs from the output; re-bless with BLESS=1 if intended:\n{actual}",
-        path.display()
-    );
+    crate::nginx_config::matches_golden(name, &generate(args));
 }
 
 // A fixed --filter path: the default depends on where the checkout lives.

@@ -16,17 +16,22 @@ fn generate(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_fencekeeper")).arg("nginx-config").args(args).output().unwrap()
 }
 
-fn golden(name: &str, args: &[&str]) -> String {
-    let out = generate(args);
+/// A generated configuration, checked against golden file `name` under tests/golden
+/// (rewritten instead with `BLESS` set): its text.
+pub fn matches_golden(name: &str, out: &std::process::Output) -> String {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
-    let actual = String::from_utf8(out.stdout).unwrap();
+    let actual = String::from_utf8(out.stdout.clone()).unwrap();
     if std::env::var_os("BLESS").is_some() {
         std::fs::write(&path, &actual).unwrap();
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(actual == expected, "{} differs; re-bless with BLESS=1 if intended:\n{actual}", path.display());
     actual
+}
+
+fn golden(name: &str, args: &[&str]) -> String {
+    matches_golden(name, &generate(args))
 }
 
 /// The plugin configuration of a `proxy_wasm fencekeeper '...';` line.
