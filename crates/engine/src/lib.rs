@@ -15,6 +15,8 @@
 //!   headers and body, in the form the client reads (text, S3's XML, gRPC).
 //! * [`gate`]: the ordering gate's and the start grace's defaults, what a flight's
 //!   end means, and the gate's own refusals (503 with `Retry-After`).
+//! * [`flights`]: the ordering gate as a machine: the writes an instance sent that
+//!   the store may still apply, the writes held for them, and when each goes.
 //! * [`early`]: what a fenced write is refused for on its head alone (malformed, not
 //!   conditional, too large, the start grace), in one order for every host.
 //! * [`head`]: a request's head classified: the path it writes as the store sees it,
@@ -31,6 +33,7 @@
 pub mod answer;
 pub mod conditional;
 pub mod early;
+pub mod flights;
 pub mod forward;
 pub mod gate;
 pub mod head;

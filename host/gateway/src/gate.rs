@@ -30,78 +30,61 @@
 use crate::ordered::{self, from_decision, Ordered};
 use crate::registry::{self, Refused, Registry};
 use fencekeeper::{Decision, Guard, StoreError, Verdict};
-use fencekeeper_core::gate::{self as rule, Flight, Passage, Until};
 use fencekeeper_core::refusal::{self, NoVerdict};
 #[cfg(test)]
 use fencekeeper_core::Class;
-use fencekeeper_core::Token;
-use fencekeeper_engine::gate::{self as engine, End};
-use std::collections::HashMap;
+use fencekeeper_core::{Mode, Token};
+use fencekeeper_engine::flights::{Entered, Flights, Next, Table, WriteId};
+use fencekeeper_engine::gate as engine;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// The gate for every resource of one gateway.
+/// The gateway's ordering gate: the engine's machine ([`Flights`]) behind a mutex,
+/// with a task for each time it asks to be woken and a channel to each write it holds.
 pub struct Gate {
+    /// Off: writes are admitted and forwarded without ordering.
     enabled: bool,
-    /// Admits may be awaited on the request's task (else always the blocking pool).
+    /// Admits are awaited on the request's task when the guard never blocks.
     awaiting: bool,
+    /// How long a write waits at most (the gate timeout).
     timeout: Duration,
-    /// How long a write given up on keeps holding its resource.
-    apply_bound: Duration,
-    /// The gate's clock: flights' deadlines are milliseconds since this.
+    /// The gate's clock: the machine's milliseconds are milliseconds since this.
     epoch: Instant,
-    entries: Mutex<HashMap<String, Arc<Entry>>>,
+    machine: Mutex<Machine>,
     next_id: AtomicU64,
-    waiting: AtomicUsize,
-    holding: AtomicUsize,
     /// The in-flight registry shared with other instances, when configured.
     registry: Option<Arc<Registry>>,
 }
 
-/// One resource's state; lives while a request for the resource is at the gate, or
-/// a write given up on still holds it.
-struct Entry {
-    state: Mutex<State>,
-    /// Signalled whenever a flight ends.
-    ended: Notify,
-    /// Requests and flights holding this entry; changed only under the `entries` lock.
-    users: AtomicUsize,
+/// The machine, its table, and the plumbing to what it decides.
+struct Machine {
+    flights: Flights,
+    table: Table,
+    /// The task of each write held at the gate, told what becomes of it.
+    held: HashMap<WriteId, oneshot::Sender<Next>>,
+    /// The times a timer task is already set for.
+    wakes: BTreeSet<u64>,
 }
 
-#[derive(Default)]
-struct State {
-    flights: Vec<(u64, Flight)>,
-    /// Admitted writes waiting for lower-token writes.
-    waiting: usize,
-    /// The highest token admitted through this gateway while the entry lived.
-    highest: Option<Token>,
-}
-
-impl State {
-    fn raise(&mut self, token: Token) {
-        if self.highest.is_none_or(|h| token > h) {
-            self.highest = Some(token);
-        }
-    }
-}
-
-/// A write registered as in flight on a resource. Dropping it ends the flight and
-/// wakes the writes waiting for it; [`Permit::given_up`] ends it only once the store
-/// apply bound has passed.
+/// A write registered as in flight on a resource. Dropping it, or
+/// [`Permit::answered`], ends the flight and lets the writes held for it go;
+/// [`Permit::given_up`] ends it only once the store apply bound has passed.
 pub struct Permit {
-    id: u64,
-    entry: EntryRef,
+    id: WriteId,
+    gate: Arc<Gate>,
     /// Its flight in the shared registry, when there is one.
     remote: Option<registry::Flight>,
+    given_up: bool,
 }
 
 impl Permit {
-    /// The upstream answered the write (its response head arrived): the store will not
-    /// apply it later, and the writes waiting for it may go.
+    /// The upstream answered the write (its response head arrived), or nothing was
+    /// sent: the store will not apply it later, and the writes held for it may go.
     pub fn answered(self) {}
 
     /// The gateway gave up on the write after sending it (the upstream timed out,
@@ -111,56 +94,67 @@ impl Permit {
         if let Some(remote) = self.remote.take() {
             remote.given_up();
         }
-        let gate = self.entry.gate.clone();
-        let End::At(until) = engine::end(false, gate.now_ms(), gate.apply_bound) else { return };
-        if let Some((_, f)) = lock(&self.entry.entry.state).flights.iter_mut().find(|(id, _)| *id == self.id) {
-            f.until = Until::Deadline(until);
-        }
-        gate.holding.fetch_add(1, Relaxed);
-        let bound = gate.apply_bound;
-        // The task owns the permit (and so the entry): the resource stays held, and its
-        // highest token known, until the bound has passed.
-        tokio::spawn(async move {
-            tokio::time::sleep(bound).await;
-            gate.holding.fetch_sub(1, Relaxed);
-            drop(self);
-        });
+        self.given_up = true;
+        let id = self.id;
+        self.gate.step(|m, now, out| m.flights.given_up(&mut m.table, now, id, out));
     }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        lock(&self.entry.entry.state).flights.retain(|(id, _)| *id != self.id);
-        self.entry.entry.ended.notify_waiters();
+        if !self.given_up {
+            let id = self.id;
+            self.gate.step(|m, now, out| m.flights.answered(&mut m.table, now, id, out));
+        }
     }
 }
 
-struct EntryRef {
-    gate: Arc<Gate>,
-    key: String,
-    entry: Arc<Entry>,
+/// A write on its way from the admit to the gate: it holds its resource's entry (and
+/// the highest token seen there) until it enters, or leaves when it is refused or
+/// its task is dropped.
+struct Arrival<'a> {
+    gate: &'a Arc<Gate>,
+    resource: &'a str,
+    entered: bool,
 }
 
-impl Clone for EntryRef {
-    fn clone(&self) -> EntryRef {
-        let _entries = lock(&self.gate.entries);
-        self.entry.users.fetch_add(1, Relaxed);
-        EntryRef { gate: self.gate.clone(), key: self.key.clone(), entry: self.entry.clone() }
+/// A write held at the gate, its task awaiting the word: should the task be dropped
+/// (the client went away) before the word becomes a [`Permit`], the write is taken off
+/// the gate, or, were it let go already, its flight ended, so that it holds nothing.
+struct Waiting<'a> {
+    gate: &'a Arc<Gate>,
+    id: WriteId,
+    permitted: bool,
+}
+
+impl Waiting<'_> {
+    /// The word was Go: the write is the permit's now.
+    fn permit(mut self) -> Permit {
+        self.permitted = true;
+        Permit { id: self.id, gate: self.gate.clone(), remote: None, given_up: false }
     }
 }
 
-impl Drop for EntryRef {
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        let mut entries = lock(&self.gate.entries);
-        if self.entry.users.fetch_sub(1, Relaxed) == 1 {
-            entries.remove(&self.key);
+        if !self.permitted {
+            let id = self.id;
+            self.gate.step(|m, now, out| m.flights.answered(&mut m.table, now, id, out));
+        }
+    }
+}
+
+impl Drop for Arrival<'_> {
+    fn drop(&mut self) {
+        if !self.entered {
+            self.gate.step(|m, now, _| m.flights.leave(&mut m.table, now, self.resource));
         }
     }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every critical section leaves the state consistent; a panic elsewhere must not
-    // wedge the resource.
+    // wedge the gate.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -178,16 +172,19 @@ impl Gate {
         registry: Option<Arc<Registry>>,
         awaiting: bool,
     ) -> Arc<Gate> {
+        let machine = Machine {
+            flights: Flights::new(0, timeout, apply_bound),
+            table: Table::default(),
+            held: HashMap::new(),
+            wakes: BTreeSet::new(),
+        };
         Arc::new(Gate {
             enabled,
             awaiting,
             timeout,
-            apply_bound,
             epoch: Instant::now(),
-            entries: Mutex::default(),
+            machine: Mutex::new(machine),
             next_id: AtomicU64::new(0),
-            waiting: AtomicUsize::new(0),
-            holding: AtomicUsize::new(0),
             registry,
         })
     }
@@ -196,9 +193,57 @@ impl Gate {
         self.epoch.elapsed().as_millis() as u64
     }
 
+    /// Run `f` on the machine at the time now, then carry out what it says.
+    fn step<R>(self: &Arc<Self>, f: impl FnOnce(&mut Machine, u64, &mut Vec<Next>) -> R) -> R {
+        let mut machine = lock(&self.machine);
+        let now = self.now_ms();
+        let mut out = Vec::new();
+        let result = f(&mut machine, now, &mut out);
+        self.carry_out(&mut machine, now, out);
+        result
+    }
+
+    /// Tell held writes' tasks what became of them; set timers.
+    fn carry_out(self: &Arc<Self>, m: &mut Machine, now: u64, mut out: Vec<Next>) {
+        let mut i = 0;
+        while let Some(next) = out.get(i).cloned() {
+            i += 1;
+            match next {
+                Next::Go { id } | Next::Stale { id, .. } | Next::TimedOut { id, .. } => {
+                    let told = m.held.remove(&id).map(|task| task.send(next));
+                    // A held write whose task is gone was let go: nothing will be sent.
+                    if let Some(Err(Next::Go { .. })) | None = told {
+                        m.flights.answered(&mut m.table, now, id, &mut out);
+                    }
+                }
+                Next::WakeAt(at) => {
+                    if m.wakes.insert(at) {
+                        let (gate, when) = (self.clone(), self.epoch + Duration::from_millis(at));
+                        tokio::spawn(async move {
+                            tokio::time::sleep_until(when).await;
+                            gate.woken(at);
+                        });
+                    }
+                }
+                // The table is this instance's own: the shared registry tells the others.
+                Next::Changed(_) => {}
+            }
+        }
+    }
+
+    /// A timer set for `at` fired.
+    fn woken(self: &Arc<Self>, at: u64) {
+        let mut machine = lock(&self.machine);
+        let (now, mut out) = (self.now_ms(), Vec::new());
+        let m = &mut *machine;
+        m.wakes.remove(&at);
+        m.flights.tick(&mut m.table, now, &mut out);
+        self.carry_out(m, now, out);
+    }
+
     /// The refusal of a write on `resource` held past the gate timeout, by lower
     /// writes holding it until `held_until` when every one was given up on.
-    fn timed_out(&self, mode: fencekeeper_core::Mode, resource: &str, held_until: Option<u64>) -> engine::Refused {
+    fn timed_out(&self, mode: Mode, resource: &str, held_until: Option<u64>) -> engine::Refused {
         let timeout = engine::Knob { name: "--gate-timeout", value: self.timeout };
         engine::timed_out(mode, resource, timeout, held_until, self.now_ms())
     }
@@ -206,12 +251,12 @@ impl Gate {
     /// Writes currently in flight on `resource`, given-up ones still holding it
     /// included (for tests and inspection).
     pub fn in_flight(&self, resource: &str) -> usize {
-        lock(&self.entries).get(resource).map_or(0, |e| lock(&e.state).flights.len())
+        lock(&self.machine).table.in_flight(resource, self.now_ms())
     }
 
     /// Admitted writes currently waiting for lower-token writes, on every resource.
     pub fn waiting_total(&self) -> usize {
-        self.waiting.load(Relaxed)
+        lock(&self.machine).flights.waiting()
     }
 
     /// Writes waiting now in the shared registry for other instances' writes.
@@ -221,75 +266,91 @@ impl Gate {
 
     /// Writes given up on that still hold their resource (within the apply bound).
     pub fn holding_total(&self) -> usize {
-        self.holding.load(Relaxed)
+        lock(&self.machine).flights.holding()
     }
 
     /// Admitted writes on `resource` currently waiting for lower-token writes.
     pub fn waiting(&self, resource: &str) -> usize {
-        lock(&self.entries).get(resource).map_or(0, |e| lock(&e.state).waiting)
+        lock(&self.machine).flights.waiting_on(resource)
     }
 
-    fn enter(self: &Arc<Self>, resource: &str) -> EntryRef {
-        let mut entries = lock(&self.entries);
-        let entry = entries
-            .entry(resource.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Entry { state: Mutex::default(), ended: Notify::new(), users: AtomicUsize::new(0) })
-            })
-            .clone();
-        entry.users.fetch_add(1, Relaxed);
-        EntryRef { gate: self.clone(), key: resource.to_owned(), entry }
-    }
-
-    /// Admit a write on `resource` carrying `token` through `guard`, then order it
-    /// against the writes in flight.
+    /// Admit a write of `resource` with `token` through `guard`, then order it at the
+    /// gate: forwarded with a permit, or refused.
     pub async fn order(self: &Arc<Self>, guard: &Arc<Guard>, resource: &str, token: Option<&str>) -> Ordered {
         if !self.enabled {
             return from_decision(admit(guard, resource, token, self.awaiting).await, resource, None);
         }
-        // Entered before the admit and held until the write is registered: the entry,
-        // and the highest token it has registered, cannot be evicted in between. So a
-        // higher token registered while this admit was deciding is seen at registration;
-        // and one registered and answered before this entry existed had advanced the
-        // store's mark before this admit read it.
-        let entry = self.enter(resource);
+        self.step(|m, _, _| m.flights.arrive(&mut m.table, resource));
+        let arrival = Arrival { gate: self, resource, entered: false };
         let decision = admit(guard, resource, token, self.awaiting).await;
         let advance = decision.advance;
-        let mut ordered = self.order_decided(guard, entry, resource, decision).await;
+        let mut ordered = self.order_decided(guard, arrival, resource, decision).await;
         ordered.advance = advance;
         ordered
     }
 
-    /// Order a decided write: refusals pass straight through, admits are registered.
     async fn order_decided(
         self: &Arc<Self>,
         guard: &Arc<Guard>,
-        entry: EntryRef,
+        mut arrival: Arrival<'_>,
         resource: &str,
         decision: Decision,
     ) -> Ordered {
         let admitted = match decision.verdict {
             Some(Verdict::Admit { mark, .. }) if decision.action.forward => mark,
-            // Refusals, and fail-open passes without a token, are not ordered.
             _ => return from_decision(decision, resource, None),
         };
+        arrival.entered = true;
         let mode = guard.decider().policy().mode;
         let id = self.next_id.fetch_add(1, Relaxed);
         let deadline = Instant::now() + self.timeout;
-        let until = match self.register(&entry.entry, admitted, id) {
-            Registered::Yes => {
-                let permit = Permit { id, entry, remote: None };
+        let (task, told) = oneshot::channel();
+        let entered = self.step(|m, now, out| {
+            let entered = m.flights.enter(&mut m.table, now, id, resource, admitted, out);
+            if entered == Entered::Held {
+                m.held.insert(id, task);
+            }
+            entered
+        });
+        let waiting = Waiting { gate: self, id, permitted: false };
+        match entered {
+            Entered::Go => {
+                let permit = waiting.permit();
                 return self.across_instances(mode, decision, resource, admitted, permit, deadline, false).await;
             }
-            Registered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, false),
-            Registered::Wait(until) => until,
-        };
-        lock(&entry.entry.state).waiting += 1;
-        self.waiting.fetch_add(1, Relaxed);
-        let ordered = self.wait_and_recheck(guard, &entry, resource, admitted, id, decision, until, deadline).await;
-        lock(&entry.entry.state).waiting -= 1;
-        self.waiting.fetch_sub(1, Relaxed);
-        ordered
+            Entered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, false),
+            Entered::Held => {}
+        }
+        match told.await {
+            Ok(Next::Go { .. }) => {
+                let permit = waiting.permit();
+                // Another instance on the same marks may have admitted a higher token
+                // while this one waited; with the registry, its Txn compares the mark.
+                if self.registry.is_none() {
+                    match mark_blocking(guard, resource).await.map(|m| m.filter(|m| *m > admitted)) {
+                        Ok(Some(mark)) => return ordered::stale(mode, mark, admitted, resource, true),
+                        Err(e) => {
+                            let cause = e.to_string();
+                            return ordered::gate_verdict(
+                                mode,
+                                Err(NoVerdict::StoreUnreachable),
+                                resource,
+                                &cause,
+                                true,
+                            );
+                        }
+                        Ok(None) => {}
+                    }
+                }
+                self.across_instances(mode, decision, resource, admitted, permit, deadline, true).await
+            }
+            Ok(Next::Stale { higher, .. }) => ordered::stale(mode, higher, admitted, resource, true),
+            Ok(Next::TimedOut { until, .. }) => ordered::refused(self.timed_out(mode, resource, until), true),
+            _ => {
+                let cause = "the ordering gate let go of the write without a word";
+                ordered::gate_verdict(mode, Err(NoVerdict::Refused), resource, cause, true)
+            }
+        }
     }
 
     /// A write this gateway's gate passed, ordered against the other instances' too
@@ -297,7 +358,7 @@ impl Gate {
     #[allow(clippy::too_many_arguments)]
     async fn across_instances(
         &self,
-        mode: fencekeeper_core::Mode,
+        mode: Mode,
         decision: Decision,
         resource: &str,
         admitted: Token,
@@ -319,8 +380,7 @@ impl Gate {
             }
             Err(refused) => refused,
         };
-        // Never forwarded: this gateway's flight ends at once.
-        permit.answered();
+        permit.answered(); // nothing was sent
         match refused {
             Refused::Stale(higher) => ordered::stale(mode, higher, admitted, resource, waited),
             Refused::TimedOut => ordered::refused(self.timed_out(mode, resource, None), true),
@@ -330,101 +390,6 @@ impl Gate {
             Refused::Moved(cause) => ordered::gate_verdict(mode, Err(NoVerdict::Refused), resource, &cause, waited),
         }
     }
-
-    /// The slow path: wait for the lower-token flights to end, then check the token
-    /// again.
-    #[allow(clippy::too_many_arguments)]
-    async fn wait_and_recheck(
-        &self,
-        guard: &Arc<Guard>,
-        entry: &EntryRef,
-        resource: &str,
-        admitted: Token,
-        id: u64,
-        decision: Decision,
-        mut held_until: Option<u64>,
-        deadline: Instant,
-    ) -> Ordered {
-        let mode = guard.decider().policy().mode;
-        loop {
-            if !self.wait_for_lower(&entry.entry, &admitted, deadline).await {
-                return ordered::refused(self.timed_out(mode, resource, held_until), true);
-            }
-            // Another instance sharing the store may have admitted a higher token while
-            // this one waited. With a shared registry its Txn compares the mark (as the
-            // filter's does); else the store's mark is read again (the filter confirms it
-            // in etcd).
-            let mark = match &self.registry {
-                Some(_) => Ok(None),
-                None => mark_blocking(guard, resource).await,
-            };
-            match mark.map(|m| m.filter(|m| *m > admitted)) {
-                Ok(Some(mark)) => return ordered::stale(mode, mark, admitted, resource, true),
-                Err(e) => {
-                    let cause = e.to_string();
-                    return ordered::gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &cause, true);
-                }
-                Ok(None) => {}
-            }
-            match self.register(&entry.entry, admitted, id) {
-                Registered::Yes => {
-                    let permit = Permit { id, entry: entry.clone(), remote: None };
-                    return self.across_instances(mode, decision, resource, admitted, permit, deadline, true).await;
-                }
-                Registered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, true),
-                Registered::Wait(until) => held_until = until,
-            }
-        }
-    }
-
-    /// The one step that orders writes, atomic under the resource's state lock: the
-    /// core's rule on the highest token registered and the flights. Registration order
-    /// is therefore token order.
-    fn register(&self, entry: &Entry, token: Token, id: u64) -> Registered {
-        let mut state = lock(&entry.state);
-        let flights = state.flights.iter().map(|(_, f)| *f);
-        match rule::pass(&token, state.highest.as_ref(), flights, self.now_ms()) {
-            Passage::Stale(highest) => Registered::Stale(highest),
-            Passage::Wait { until } => {
-                // A lower token arriving meanwhile is stale: this one was admitted.
-                state.raise(token);
-                Registered::Wait(until)
-            }
-            Passage::Go => {
-                state.raise(token);
-                state.flights.push((id, Flight { token, until: Until::Answered }));
-                Registered::Yes
-            }
-        }
-    }
-
-    /// Wait until no flight with a lower token holds the resource (true), or until
-    /// `deadline` (false).
-    async fn wait_for_lower(&self, entry: &Entry, token: &Token, deadline: Instant) -> bool {
-        loop {
-            let ended = entry.ended.notified();
-            tokio::pin!(ended);
-            // Register for the wake-up before looking, so an end in between is not missed.
-            ended.as_mut().enable();
-            let flights = lock(&entry.state).flights.iter().map(|(_, f)| *f).collect::<Vec<_>>();
-            if !matches!(rule::pass(token, None, flights, self.now_ms()), Passage::Wait { .. }) {
-                return true;
-            }
-            if tokio::time::timeout_at(deadline, ended).await.is_err() {
-                return false;
-            }
-        }
-    }
-}
-
-enum Registered {
-    /// In flight now: forward it.
-    Yes,
-    /// A higher token was registered meanwhile: the write is stale.
-    Stale(Token),
-    /// A lower-token write may still reach the store: wait for it (until when, if
-    /// every one holding the write was given up on).
-    Wait(Option<u64>),
 }
 
 /// The guard's decision. Awaited on this task when the guard never blocks (an etcd
@@ -526,6 +491,24 @@ mod tests {
         let b = b.as_ref().map(|b| (b.action.class, b.action.token.map(|t| t.to_string())));
         assert_eq!(b, Some((Class::Stale, Some("35".to_owned()))));
         assert!(c.is_some_and(|c| c.action.forward));
+    }
+
+    #[tokio::test]
+    async fn a_held_write_dropped_as_it_is_let_go_holds_nothing() {
+        let (gate, guard) = (Gate::new(true, Duration::from_secs(5), Duration::from_secs(30), None, true), guard());
+        let a = gate.order(&guard, "r", Some("33")).await;
+        let (g2, gd2) = (gate.clone(), guard.clone());
+        let b = tokio::spawn(async move { g2.order(&gd2, "r", Some("34")).await });
+        until(|| gate.waiting("r") == 1).await;
+        // 33 answered: 34 is let go (registered as in flight), and its client goes
+        // away before its task hears of it.
+        drop(a);
+        assert_eq!(gate.in_flight("r"), 1);
+        b.abort();
+        assert!(b.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(gate.in_flight("r"), 0, "a write nobody sends must not hold the resource");
+        let c = gate.order(&guard, "r", Some("35")).await;
+        assert!(!c.waited && c.action.forward);
     }
 
     #[tokio::test]

@@ -4,19 +4,20 @@
 //! it says, with network delays, to clients, the store and back.
 //!
 //! [`GuardFence`] is the one instance today: the library's admit logic unchanged (a
-//! [`Guard`] with the bundled validator over a memory mark store) and the ordering
-//! gate's rule ([`fencekeeper_core::gate::pass`]) over the writes it sent (its
-//! *flights*), with an upstream timeout, a gate budget, a store apply bound and a
-//! start grace. The HTTP request engine's machine is meant to take its place behind
-//! the same trait.
+//! [`Guard`] with the bundled validator over a memory mark store) and the engine's
+//! ordering gate ([`fencekeeper_engine::flights`], the machine the gateway runs) over
+//! the writes it sent (its *flights*), with an upstream timeout, a gate budget, a
+//! store apply bound and a start grace. Several instances share one flight table for
+//! the shared gate; a crash abandons an instance's flights there, as a lease would.
 
 use crate::queue::{Nanos, MS};
 use fencekeeper::{Guard, MemoryStore, Token};
-use fencekeeper_core::gate::{pass, Flight, Passage, Until};
+use fencekeeper_engine::flights::{Entered, Flights, Next, Table};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A write a client sent, as it reaches an instance.
 #[derive(Clone, Copy, Debug)]
@@ -128,21 +129,17 @@ impl std::str::FromStr for Bug {
 }
 
 /// The writes sent on each resource that the store may still apply: one instance's
-/// own, or a registry several instances share.
-pub struct Registry {
-    flights: Vec<Vec<(u64, usize, Flight)>>,
+/// own table, or one several instances share (the shared gate).
+pub type Registry = Rc<RefCell<Table>>;
+
+/// An empty registry.
+pub fn registry() -> Registry {
+    Rc::new(RefCell::new(Table::default()))
 }
 
-impl Registry {
-    /// An empty registry for `resources` resources.
-    pub fn new(resources: usize) -> Rc<RefCell<Registry>> {
-        Rc::new(RefCell::new(Registry { flights: vec![Vec::new(); resources] }))
-    }
-}
-
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// Held at the gate.
+    /// Admitted, at the gate.
     Held,
     /// Sent to the store, not answered.
     Sent,
@@ -155,69 +152,72 @@ struct Pending {
     state: State,
 }
 
+/// A timer's tag: the upstream timeout of a write, or the gate's wake-up at a time.
 enum Timer {
     Upstream(u64),
-    Gate(u64),
-    Recheck(usize),
+    Wake(u64),
 }
 
 impl Timer {
     fn tag(&self) -> u64 {
         match *self {
-            Timer::Upstream(id) => id << 2,
-            Timer::Gate(id) => (id << 2) | 1,
-            Timer::Recheck(r) => ((r as u64) << 2) | 2,
+            Timer::Upstream(id) => id << 1,
+            Timer::Wake(ms) => (ms << 1) | 1,
         }
     }
 
     fn of(tag: u64) -> Timer {
-        match tag & 3 {
-            0 => Timer::Upstream(tag >> 2),
-            1 => Timer::Gate(tag >> 2),
-            _ => Timer::Recheck((tag >> 2) as usize),
+        match tag & 1 {
+            0 => Timer::Upstream(tag >> 1),
+            _ => Timer::Wake(tag >> 1),
         }
     }
 }
 
-/// The library's admit logic and the ordering gate's rule, as one instance.
+/// The library's admit logic and the engine's ordering gate, as one instance.
 pub struct GuardFence {
     me: usize,
     guard: Arc<Guard>,
     names: Rc<[String]>,
-    gate: Rc<RefCell<Registry>>,
+    index: HashMap<String, usize>,
+    table: Registry,
     shared_gate: bool,
     settings: Settings,
     bug: Option<Bug>,
     grace_until: Nanos,
+    flights: Flights,
     pending: BTreeMap<u64, Pending>,
-    held: Vec<Vec<u64>>,
+    /// The times a wake-up timer is set for.
+    wakes: BTreeSet<u64>,
 }
 
 impl GuardFence {
     /// Instance `me`, admitting through `guard` (whose store holds the marks, maybe
-    /// shared with other instances), ordering through `gate` (its own registry, or
-    /// one shared when `shared_gate`), over the resources named in `names`.
+    /// shared with other instances), ordering through `table` (its own, or one shared
+    /// when `shared_gate`), over the resources named in `names`.
     pub fn new(
         me: usize,
         guard: Arc<Guard>,
         names: Rc<[String]>,
-        gate: Rc<RefCell<Registry>>,
+        table: Registry,
         shared_gate: bool,
         settings: Settings,
         bug: Option<Bug>,
     ) -> GuardFence {
-        let held = vec![Vec::new(); names.len()];
+        let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         GuardFence {
             me,
             guard,
             names,
-            gate,
+            index,
+            table,
             shared_gate,
+            flights: flights(me, &settings),
             settings,
             bug,
             grace_until: 0,
             pending: BTreeMap::new(),
-            held,
+            wakes: BTreeSet::new(),
         }
     }
 
@@ -231,71 +231,69 @@ impl GuardFence {
         out.push(Out::Answer { id, answer: Answer { status, highest, body } });
     }
 
-    /// Ask the gate about held write `id`, and act on its passage.
-    fn try_pass(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>) -> bool {
-        let Some(p) = self.pending.get(&id).copied() else { return true };
-        let token = tok(p.token);
-        let passage = if self.bug == Some(Bug::SkipGate) {
-            Passage::Go
-        } else {
-            let highest = match self.bug {
-                Some(Bug::AdmitStale) => None,
-                _ => self.guard.mark(&self.names[p.resource]).ok().flatten(),
-            };
-            let gate = self.gate.borrow();
-            let others = gate.flights[p.resource].iter().filter(|(other, _, _)| *other != id).map(|(_, _, f)| *f);
-            pass(&token, highest.as_ref(), others, now / MS)
-        };
-        match passage {
-            Passage::Go => {
-                self.gate.borrow_mut().flights[p.resource].push((
-                    id,
-                    self.me,
-                    Flight { token, until: Until::Answered },
-                ));
-                self.pending.insert(id, Pending { state: State::Sent, ..p });
-                out.push(Out::Forward { id, token: p.token });
-                out.push(Out::Timer { at: now + self.settings.upstream_timeout, tag: Timer::Upstream(id).tag() });
-                true
-            }
-            Passage::Stale(higher) => {
-                let body = format!("stale: a write with token {higher} was already sent");
-                self.answer(id, 409, Some(first(&higher)), body, out);
-                true
-            }
-            Passage::Wait { until } => {
-                if let Some(at) = until {
-                    out.push(Out::Timer { at: at * MS, tag: Timer::Recheck(p.resource).tag() });
+    fn stale(&mut self, id: u64, higher: u64, out: &mut Vec<Out>) {
+        let body = format!("stale: a write with token {higher} was already sent");
+        self.answer(id, 409, Some(higher), body, out);
+    }
+
+    fn forward(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>) {
+        let Some(p) = self.pending.get_mut(&id) else { return };
+        p.state = State::Sent;
+        out.push(Out::Forward { id, token: p.token });
+        out.push(Out::Timer { at: now + self.settings.upstream_timeout, tag: Timer::Upstream(id).tag() });
+    }
+
+    /// Run `f` on the gate at `now`, then carry out what it says, as the gateway does.
+    fn step(&mut self, now: Nanos, out: &mut Vec<Out>, f: impl FnOnce(&mut Flights, &mut Table, u64, &mut Vec<Next>)) {
+        let mut next = Vec::new();
+        f(&mut self.flights, &mut self.table.borrow_mut(), now / MS, &mut next);
+        let mut i = 0;
+        while let Some(n) = next.get(i).cloned() {
+            i += 1;
+            match n {
+                Next::Go { id } => {
+                    let Some(p) = self.pending.get(&id).copied() else { continue };
+                    // Another instance on the same marks may have admitted a higher
+                    // token while this write waited.
+                    let mark = match self.bug {
+                        Some(Bug::AdmitStale) => None,
+                        _ => self.guard.mark(&self.names[p.resource]).ok().flatten().map(|m| first(&m)),
+                    };
+                    match mark.filter(|m| *m > p.token) {
+                        Some(higher) => {
+                            self.flights.answered(&mut self.table.borrow_mut(), now / MS, id, &mut next);
+                            self.stale(id, higher, out);
+                        }
+                        None => self.forward(now, id, out),
+                    }
                 }
-                false
+                Next::Stale { id, higher } => self.stale(id, first(&higher), out),
+                Next::TimedOut { id, .. } => {
+                    let Some(p) = self.pending.get(&id).copied() else { continue };
+                    let name = &self.names[p.resource];
+                    let body = format!("cannot decide on {name:?}: timed out at the ordering gate");
+                    self.answer(id, 503, None, body, out);
+                }
+                Next::WakeAt(ms) => {
+                    if self.wakes.insert(ms) {
+                        out.push(Out::Timer { at: ms * MS, tag: Timer::Wake(ms).tag() });
+                    }
+                }
+                Next::Changed(name) => {
+                    if self.shared_gate {
+                        if let Some(&resource) = self.index.get(&name) {
+                            out.push(Out::Changed { resource });
+                        }
+                    }
+                }
             }
         }
     }
+}
 
-    /// Let held writes on `resource` go, in arrival order, as far as the gate allows.
-    fn recheck(&mut self, now: Nanos, resource: usize, out: &mut Vec<Out>) {
-        self.forget_expired(now, resource);
-        let held = std::mem::take(&mut self.held[resource]);
-        let mut still = Vec::new();
-        for id in held {
-            if !self.try_pass(now, id, out) {
-                still.push(id);
-            }
-        }
-        self.held[resource] = still;
-    }
-
-    fn forget_expired(&mut self, now: Nanos, resource: usize) {
-        let now_ms = now / MS;
-        self.gate.borrow_mut().flights[resource].retain(|(_, _, f)| f.live(now_ms));
-    }
-
-    fn end_flight(&mut self, id: u64, resource: usize, out: &mut Vec<Out>) {
-        self.gate.borrow_mut().flights[resource].retain(|(other, _, _)| *other != id);
-        if self.shared_gate {
-            out.push(Out::Changed { resource });
-        }
-    }
+fn flights(me: usize, settings: &Settings) -> Flights {
+    let ms = |n: Nanos| Duration::from_millis(n / MS);
+    Flights::new(me as u64, ms(settings.gate_budget), ms(settings.apply_bound))
 }
 
 fn tok(t: u64) -> Token {
@@ -309,99 +307,87 @@ fn first(t: &Token) -> u64 {
 
 impl Fence for GuardFence {
     fn request(&mut self, now: Nanos, req: Request, out: &mut Vec<Out>) {
-        let name = &self.names[req.resource];
+        let name = self.names[req.resource].clone();
         if now < self.grace_until {
             let body = format!("cannot decide on {name:?}: the instance started less than its start grace ago");
             out.push(Out::Answer { id: req.id, answer: Answer { status: 503, highest: None, body } });
             return;
         }
         let text = req.token.to_string();
-        let decision = self.guard.admit(name, Some(&text));
+        let decision = self.guard.admit(&name, Some(&text));
         let admitted = decision.admitted() || self.bug == Some(Bug::AdmitStale);
         if !admitted {
             let (status, highest) = match decision.class() {
                 fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
                 _ => (503, None),
             };
-            let reason = decision.reason(name);
+            let reason = decision.reason(&name);
             let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
             out.push(Out::Answer { id: req.id, answer: Answer { status, highest, body } });
             return;
         }
         self.pending.insert(req.id, Pending { resource: req.resource, token: req.token, state: State::Held });
-        if !self.try_pass(now, req.id, out) {
-            self.held[req.resource].push(req.id);
-            out.push(Out::Timer { at: now + self.settings.gate_budget, tag: Timer::Gate(req.id).tag() });
+        if self.bug == Some(Bug::SkipGate) {
+            return self.forward(now, req.id, out);
+        }
+        let token = tok(req.token);
+        let mut entered = Entered::Held;
+        self.step(now, out, |flights, table, ms, next| {
+            flights.arrive(table, &name);
+            entered = flights.enter(table, ms, req.id, &name, token, next);
+        });
+        match entered {
+            Entered::Go => self.forward(now, req.id, out),
+            Entered::Stale(higher) => self.stale(req.id, first(&higher), out),
+            Entered::Held => {}
         }
     }
 
     fn store_answered(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>) {
         // A write given up on is no longer pending: its flight holds until its deadline.
-        let Some(p) = self.pending.get(&id).copied() else { return };
-        if !matches!(p.state, State::Sent) {
+        if !self.pending.get(&id).is_some_and(|p| p.state == State::Sent) {
             return;
         }
         self.answer(id, 200, None, "stored".into(), out);
-        self.end_flight(id, p.resource, out);
-        self.recheck(now, p.resource, out);
+        self.step(now, out, |flights, table, ms, next| flights.answered(table, ms, id, next));
     }
 
     fn timer(&mut self, now: Nanos, tag: u64, out: &mut Vec<Out>) {
         match Timer::of(tag) {
             Timer::Upstream(id) => {
-                let Some(p) = self.pending.get(&id).copied() else { return };
-                if !matches!(p.state, State::Sent) {
+                if !self.pending.get(&id).is_some_and(|p| p.state == State::Sent) {
                     return;
                 }
-                // Given up on: the store may still apply it within the apply bound.
-                let deadline = (now + self.settings.apply_bound) / MS + 1;
-                for (other, _, f) in self.gate.borrow_mut().flights[p.resource].iter_mut() {
-                    if *other == id {
-                        f.until = Until::Deadline(deadline);
-                    }
-                }
+                // Given up on: the store may still apply it within the apply bound,
+                // counted from the next millisecond (the gate's clock is in whole ones).
                 self.answer(id, 504, None, "upstream timed out".into(), out);
-                out.push(Out::Timer { at: deadline * MS, tag: Timer::Recheck(p.resource).tag() });
-                if self.shared_gate {
-                    out.push(Out::Changed { resource: p.resource });
-                }
+                self.step(now + MS, out, |flights, table, ms, next| flights.given_up(table, ms, id, next));
             }
-            Timer::Gate(id) => {
-                let Some(p) = self.pending.get(&id).copied() else { return };
-                if !matches!(p.state, State::Held) {
-                    return;
-                }
-                self.held[p.resource].retain(|&h| h != id);
-                let body = format!("cannot decide on {:?}: timed out at the ordering gate", self.names[p.resource]);
-                self.answer(id, 503, None, body, out);
+            Timer::Wake(ms) => {
+                self.wakes.remove(&ms);
+                self.step(now, out, |flights, table, ms, next| flights.tick(table, ms, next));
             }
-            Timer::Recheck(resource) => self.recheck(now, resource, out),
         }
     }
 
     fn wake(&mut self, now: Nanos, resource: usize, out: &mut Vec<Out>) {
-        if !self.held[resource].is_empty() {
-            self.recheck(now, resource, out);
-        }
+        let name = self.names[resource].clone();
+        self.step(now, out, |flights, table, ms, next| flights.changed(table, ms, &name, next));
     }
 
     fn crash(&mut self, now: Nanos) {
         self.pending.clear();
-        self.held.iter_mut().for_each(Vec::clear);
-        let mut gate = self.gate.borrow_mut();
+        self.wakes.clear();
+        let flights = std::mem::replace(&mut self.flights, flights(self.me, &self.settings));
+        let mut table = self.table.borrow_mut();
         if self.shared_gate {
             // A shared registry keeps a dead instance's flights until its lease runs
-            // out; here, until the store can no longer apply them.
-            let deadline = (now + self.settings.apply_bound) / MS + 1;
-            for flights in gate.flights.iter_mut() {
-                for (_, _, f) in flights.iter_mut().filter(|(_, owner, _)| *owner == self.me) {
-                    if f.until == Until::Answered {
-                        f.until = Until::Deadline(deadline);
-                    }
-                }
-            }
+            // out; here, until the store can no longer apply them. The world tells
+            // the other instances.
+            let until = (now + self.settings.apply_bound) / MS + 1;
+            flights.abandon(&mut table, now / MS, until, &mut Vec::new());
         } else {
-            gate.flights.iter_mut().for_each(Vec::clear);
+            *table = Table::default();
         }
     }
 

@@ -18,7 +18,7 @@
 //!   holder probes each target it disturbed, as the torture run's nemesis does.
 
 use crate::config::Config;
-use crate::fence::{Answer, Fence, GuardFence, Out, Registry, Request};
+use crate::fence::{registry, Answer, Fence, GuardFence, Out, Request};
 use crate::queue::{Nanos, Queue, MS};
 use crate::rng::Rng;
 use crate::trace::Trace;
@@ -269,12 +269,12 @@ impl World {
         let Shape { names, group_of, groups } = shape;
         let names: Rc<[String]> = names.into();
         let shared_store = GuardFence::memory_guard(validator.clone());
-        let shared_registry = Registry::new(names.len());
+        let shared_registry = registry();
         let instances = (0..n)
             .map(|i| {
                 let guard =
                     if cfg.shared_marks { shared_store.clone() } else { GuardFence::memory_guard(validator.clone()) };
-                let gate = if cfg.shared_gate { shared_registry.clone() } else { Registry::new(names.len()) };
+                let gate = if cfg.shared_gate { shared_registry.clone() } else { registry() };
                 let fence = GuardFence::new(i, guard, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug);
                 Instance { fence: Box::new(fence), up: true, incarnation: 0, open: BTreeSet::new() }
             })
