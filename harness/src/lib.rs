@@ -30,6 +30,8 @@
 //!   the extension's tests; [`pg_wire`]: the small client they talk to it with;
 //!   [`commit_order`]: the check that no row committed below its resource's mark.
 //! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
+//! * [`token_table`]: the token contract every host runs (`tests/contract/tokens.json`)
+//!   and the driver its Rust-side runners share.
 //! * [`rng`]: a small deterministic generator (one seed replays a schedule), for the
 //!   torture harness and the tests' random schedules.
 //! * [`relay`]: a TCP relay in front of a service that can act when one request
@@ -62,6 +64,7 @@ pub mod rng;
 pub mod s3;
 pub mod secure_etcd;
 pub mod services;
+pub mod token_table;
 
 /// The repository root (the workspace directory).
 pub fn repo_root() -> std::path::PathBuf {

@@ -55,3 +55,7 @@ mod redis_module_pause;
 mod redis_module_persistence;
 mod redis_module_replication;
 mod tokens_consul;
+mod tokens_contract;
+mod tokens_contract_http;
+mod tokens_contract_postgres;
+mod tokens_contract_redis;
