@@ -28,13 +28,23 @@ pub struct Rclone {
     token: Option<String>,
     /// rclone's `--retries`: how often it runs a failed copy again whole.
     retries: u32,
+    /// rclone's `--ignore-times`: copy even a file whose size matches the remote's.
+    ignore_times: bool,
 }
 
 impl Rclone {
     /// A client of `url` (`http://HOST:PORT`) with `token`, and rclone's default
     /// retries (3).
     pub fn new(url: &str, token: Option<&str>) -> Rclone {
-        Rclone { url: url.to_owned(), token: token.map(str::to_owned), retries: 3 }
+        Rclone { url: url.to_owned(), token: token.map(str::to_owned), retries: 3, ignore_times: false }
+    }
+
+    /// The same, with `--ignore-times`: a WebDAV remote of vendor `other` has no
+    /// modification times, so rclone compares sizes alone and skips a changed file of
+    /// the same size unless told to copy regardless.
+    pub fn ignore_times(mut self) -> Rclone {
+        self.ignore_times = true;
+        self
     }
 
     /// The same, running a failed copy `retries` times at most.
@@ -76,6 +86,9 @@ impl Rclone {
         ]);
         if let Some(token) = &self.token {
             cmd.args(["--header", &format!("fencing-token: {token}")]);
+        }
+        if self.ignore_times {
+            cmd.arg("--ignore-times");
         }
         cmd
     }

@@ -136,8 +136,8 @@ typedef struct fencekeeper_options {
    */
   fencekeeper_store_kind store;
   /**
-   * `FENCEKEEPER_STORE_KIND_FILE`: the store's file (created if missing; its
-   * directory must exist).
+   * `FENCEKEEPER_STORE_KIND_FILE`: the store's file (created if missing, and
+   * the directories it is in).
    */
   const char *store_path;
   /**

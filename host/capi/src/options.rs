@@ -49,8 +49,8 @@ pub struct fencekeeper_options {
     pub strict: u8,
     /// One of `FENCEKEEPER_STORE_KIND_*`.
     pub store: fencekeeper_store_kind,
-    /// `FENCEKEEPER_STORE_KIND_FILE`: the store's file (created if missing; its
-    /// directory must exist).
+    /// `FENCEKEEPER_STORE_KIND_FILE`: the store's file (created if missing, and
+    /// the directories it is in).
     pub store_path: *const c_char,
     /// `FENCEKEEPER_STORE_KIND_ETCD`: `http://HOST:PORT`, or `https://HOST:PORT`
     /// with `etcd_ca`.

@@ -58,6 +58,27 @@ fn without_a_fence_the_old_holders_rclone_copy_overwrites_the_new_file() {
 }
 
 #[test]
+fn rclone_skips_a_changed_file_of_the_same_size_unless_given_ignore_times() {
+    let store = ApacheDav::start().unwrap();
+    let gateway = Gateway::start(&store.url(), &["--protocol", "webdav"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first.txt"), dir.path().join("second.txt"));
+    std::fs::write(&first, b"version one\n").unwrap();
+    std::fs::write(&second, b"version two\n").unwrap();
+    let copy = |token, file: &std::path::Path, rclone: fn(Rclone) -> Rclone| {
+        let run = rclone(Rclone::new(&gateway.url(), Some(token))).copyto(file, "reports/q4.txt").unwrap();
+        assert_eq!(run.code, Some(0), "{}", run.log);
+    };
+    copy("34", &first, |r| r);
+    copy("35", &second, |r| r);
+    assert_eq!(store.read("reports/q4.txt").as_deref(), Some(&b"version one\n"[..]), "sizes alone: skipped");
+    assert_eq!(gateway.mark("/reports/q4.txt").unwrap().as_deref(), Some("34"), "nothing was sent");
+    copy("35", &second, Rclone::ignore_times);
+    assert_eq!(store.read("reports/q4.txt").as_deref(), Some(&b"version two\n"[..]));
+    assert_eq!(gateway.mark("/reports/q4.txt").unwrap().as_deref(), Some("35"));
+}
+
+#[test]
 fn through_the_gateway_the_old_holders_rclone_copy_is_refused_and_the_new_file_stays() {
     let store = ApacheDav::start().unwrap();
     let gateway = Gateway::start(&store.url(), &["--protocol", "webdav"]).unwrap();

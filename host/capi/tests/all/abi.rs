@@ -162,6 +162,20 @@ fn a_file_store_guard_fences_audits_lists_and_remembers_across_opens() {
 }
 
 #[test]
+fn a_file_store_in_directories_that_do_not_exist_yet_creates_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("not/yet/marks.redb");
+    let store = c(&path);
+    let mut options = zeroed();
+    options.store = FENCEKEEPER_STORE_KIND_FILE;
+    options.store_path = store.as_ptr();
+    let g = open(&options).unwrap_or_else(|(s, e)| panic!("{s}: {e}"));
+    assert!(admit(&g, "r", Some("33")).advanced);
+    drop(g);
+    assert!(path.is_file(), "the header says the store's directories are created");
+}
+
+#[test]
 fn an_etcd_with_tls_and_users_is_a_store_and_every_wrong_setting_is_one_line() {
     let etcd = SecureEtcd::start().unwrap();
     let endpoint = CString::new(etcd.url()).unwrap();
