@@ -21,7 +21,7 @@ fn library_dir() -> PathBuf {
 }
 
 /// Compile `source` (in host/capi/c) into `out`, linked shared or static.
-fn compile(source: &str, out: &Path, shared: bool) {
+pub(crate) fn compile(source: &str, out: &Path, shared: bool) {
     let lib = library_dir();
     let mut cc = Command::new("cc");
     cc.args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O1"])
