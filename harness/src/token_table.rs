@@ -136,6 +136,21 @@ pub trait Host {
     fn mark(&mut self, strict: bool, key: &str) -> Result<Option<String>>;
 }
 
+/// The path an HTTP write of `resource` goes to: `/` and the resource's bytes, each
+/// byte but the unreserved ones and `/` as `%XX` (a resource that is not UTF-8 is
+/// sent as `%FF`, which the hosts decode).
+pub fn http_path(resource: &[u8]) -> String {
+    let mut path = String::from("/");
+    for &b in resource {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            path.push(char::from(b));
+        } else {
+            let _ = write!(path, "%{b:02X}");
+        }
+    }
+    path
+}
+
 /// One of a host per policy: most runners start two, as a host's policy is set when
 /// it starts.
 pub struct ByPolicy<T> {

@@ -472,6 +472,19 @@ impl Proxy {
         self.world.borrow().metrics.get(name).copied()
     }
 
+    /// The shared-data entries whose keys start with `prefix`, in key order.
+    pub fn shared(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let world = self.world.borrow();
+        let mut entries: Vec<(String, Vec<u8>)> = world
+            .shared
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, (v, _))| (k.clone(), v.clone()))
+            .collect();
+        entries.sort();
+        entries
+    }
+
     /// What the filter did that a real host would crash on or refuse, and traps.
     pub fn violations(&self) -> Vec<String> {
         self.world.borrow().violations.clone()

@@ -21,24 +21,11 @@ use fencekeeper_harness::token_table::{self, ByPolicy, Host, Table};
 use serde_json::Value;
 use std::net::SocketAddr;
 
-/// `/` and the resource's bytes, each byte but the unreserved ones and `/` as `%XX`.
-fn path(resource: &[u8]) -> String {
-    let mut path = String::from("/");
-    for &b in resource {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            path.push(char::from(b));
-        } else {
-            path.push_str(&format!("%{b:02X}"));
-        }
-    }
-    path
-}
-
 /// A PUT of `resource` with `token`: the answer's status.
 fn put(addr: SocketAddr, resource: &[u8], token: Option<&[u8]>) -> Result<Value> {
     let token = token.map(|t| std::str::from_utf8(t).expect("the table's tokens are UTF-8"));
     let headers: Vec<(&str, &str)> = token.map(|t| ("fencing-token", t)).into_iter().collect();
-    Ok(exchange(addr, "PUT", &path(resource), &headers, b"body")?.status.into())
+    Ok(exchange(addr, "PUT", &token_table::http_path(resource), &headers, b"body")?.status.into())
 }
 
 /// The gateway, one per policy, each with its own mark file, in front of one store.

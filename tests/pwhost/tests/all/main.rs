@@ -5,3 +5,4 @@
 mod common;
 pub mod modes;
 mod strict;
+mod tokens_contract;
