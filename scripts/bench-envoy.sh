@@ -307,15 +307,15 @@ start_envoy shared-nogate --no-etcd --mode efficiency --no-gate
 start_envoy passthrough --no-etcd --mode efficiency --fenced-methods POST
 start_envoy in-filter-pass --no-etcd --mode efficiency
 # The tokens are made up, not etcd revisions: measured without the provenance check.
-start_envoy etcd --etcd "127.0.0.1:$ec" --provenance off
-start_envoy etcd-single --etcd "127.0.0.1:$ec" --provenance off
+start_envoy etcd --etcd "127.0.0.1:$ec" --provenance off --local-gate
+start_envoy etcd-single --etcd "127.0.0.1:$ec" --provenance off --local-gate
 start_envoy etcd-nogate --etcd "127.0.0.1:$ec" --provenance off --no-gate
 start_envoy etcd-sharedgate --etcd "127.0.0.1:$ec" --provenance off --shared-gate
-start_envoy confirm-floor --etcd "127.0.0.1:$ec" --provenance off --filter "$confirm_wasm"
+start_envoy confirm-floor --etcd "127.0.0.1:$ec" --provenance off --local-gate --filter "$confirm_wasm"
 before=()
 if [[ -n ${BEFORE_FILTER:-} ]]; then
   start_envoy shared-before --no-etcd --mode efficiency --filter "$BEFORE_FILTER"
-  start_envoy etcd-before --etcd "127.0.0.1:$ec" --provenance off --filter "$BEFORE_FILTER"
+  start_envoy etcd-before --etcd "127.0.0.1:$ec" --provenance off --local-gate --filter "$BEFORE_FILTER"
   before=(shared-before etcd-before)
 fi
 

@@ -37,7 +37,7 @@ ec=${FK_ETCD##*:}
 # busy machine disturbs far less than requests/s.
 declare -A pid_of=()
 start_gateway gw_file gateway-file "127.0.0.1:$np" --store "$work/marks.redb"; pid_of[$gw_file]=${pids[-1]}
-start_gateway gw_etcd gateway-etcd "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec"; pid_of[$gw_etcd]=${pids[-1]}
+start_gateway gw_etcd gateway-etcd "127.0.0.1:$np" --etcd "http://127.0.0.1:$ec" --local-gate; pid_of[$gw_etcd]=${pids[-1]}
 if [ -n "${BEFORE_FK:-}" ]; then
     current=$fk fk=$BEFORE_FK
     start_gateway gw_file_before gateway-file-before "127.0.0.1:$np" --store "$work/marks-before.redb"
@@ -55,7 +55,7 @@ if command -v envoy >/dev/null && [ -f guest/artifacts/fencekeeper_filter.wasm ]
     envoy_port=$(port); envoy_admin=$(port)
     # The tokens are made up, not etcd revisions: measured without the provenance check.
     "$fk" envoy-config --upstream "127.0.0.1:$np" --listen "$envoy_port" --admin "$envoy_admin" \
-        --etcd "127.0.0.1:$ec" --provenance off >"$work/envoy.yaml"
+        --etcd "127.0.0.1:$ec" --provenance off --local-gate >"$work/envoy.yaml"
     envoy -c "$work/envoy.yaml" --concurrency 2 --log-level warn --base-id "$envoy_port" >"$work/envoy.log" 2>&1 &
     pids+=($!)
     wait_http "http://127.0.0.1:$envoy_admin/ready" LIVE

@@ -94,7 +94,7 @@ impl SecureEtcd {
     pub fn start() -> Result<SecureEtcd> {
         let mut etcd = Self::start_without_users()?;
         let (user, password) = (etcd.user.clone(), etcd.password.clone());
-        crate::services::add_users_and_enable_auth(&|args| etcd.ctl(args).map(drop), &user, &password, "/")?;
+        crate::services::add_users_and_enable_auth(&|args| etcd.ctl(args).map(drop), &user, &password, &["/"])?;
         etcd.auth_on = true;
         Ok(etcd)
     }

@@ -385,8 +385,8 @@ impl Etcd {
     }
 
     /// Enable etcd's authentication: a root user (password `root-password`), and
-    /// `user` with `password`, read-write on the keys under `prefix` only.
-    pub fn enable_auth(&self, user: &str, password: &str, prefix: &str) -> Result<()> {
+    /// `user` with `password`, read-write on the keys under `prefixes` only.
+    pub fn enable_auth(&self, user: &str, password: &str, prefixes: &[&str]) -> Result<()> {
         let ctl = |args: &[&str]| -> Result<()> {
             let out = Command::new("etcdctl")
                 .env("ETCDCTL_API", "3")
@@ -397,7 +397,7 @@ impl Etcd {
             anyhow::ensure!(out.status.success(), "etcdctl {args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
             Ok(())
         };
-        add_users_and_enable_auth(&ctl, user, password, prefix)
+        add_users_and_enable_auth(&ctl, user, password, prefixes)
     }
 
     fn spawn(dir: &Path, client: SocketAddr, peer: SocketAddr, extra: &[String]) -> Result<Process> {
@@ -442,19 +442,21 @@ impl Etcd {
 }
 
 /// With `ctl` running etcdctl as root: a root user (password `root-password`), and
-/// `user` with `password`, read-write on the keys under `prefix` only (role `marks`);
-/// then authentication on.
+/// `user` with `password`, read-write on the keys under `prefixes` only (role
+/// `marks`); then authentication on.
 pub(crate) fn add_users_and_enable_auth(
     ctl: &dyn Fn(&[&str]) -> Result<()>,
     user: &str,
     password: &str,
-    prefix: &str,
+    prefixes: &[&str],
 ) -> Result<()> {
     ctl(&["user", "add", "root", "--new-user-password=root-password"])?;
     ctl(&["user", "grant-role", "root", "root"])?;
     ctl(&["user", "add", user, &format!("--new-user-password={password}")])?;
     ctl(&["role", "add", "marks"])?;
-    ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", prefix])?;
+    for prefix in prefixes {
+        ctl(&["role", "grant-permission", "marks", "--prefix=true", "readwrite", prefix])?;
+    }
     ctl(&["user", "grant-role", user, "marks"])?;
     ctl(&["auth", "enable"])
 }

@@ -192,6 +192,8 @@ struct Entry {
     put: Option<Put>,
     /// When the key goes, once no write of it is left (milliseconds, the host's clock).
     idle_since: Option<u64>,
+    /// A higher mark a Txn of this token found in etcd: every write of it is stale.
+    superseded: Option<Token>,
 }
 
 /// A put of a flight that landed.
@@ -209,6 +211,25 @@ impl Ledger {
         let e = self.entries.entry((resource.to_owned(), token)).or_default();
         e.writes += 1;
         e.idle_since = None;
+    }
+
+    /// The higher mark etcd showed a write of `token` on `resource` while its flight
+    /// is known here ([`Ledger::superseded`]): a new write of it is stale, refused
+    /// without a Txn and never begun. Marks only rise, so the answer holds; and a
+    /// holder writing on with a token the lock moved past must not keep its flight,
+    /// and the next holder's write waiting on it, alive with writes that are all
+    /// refused.
+    pub fn stale(&self, resource: &str, token: Token) -> Option<Token> {
+        self.entries.get(&(resource.to_owned(), token)).and_then(|e| e.superseded)
+    }
+
+    /// A Txn of a write of `token` on `resource` found the mark at `higher`.
+    pub fn superseded(&mut self, resource: &str, token: Token, higher: Token) {
+        if let Some(e) = self.entries.get_mut(&(resource.to_owned(), token)) {
+            if e.superseded.is_none_or(|seen| higher > seen) {
+                e.superseded = Some(higher);
+            }
+        }
     }
 
     /// Whether a Txn sent now for a write of `token` on `resource` must put the
@@ -415,5 +436,27 @@ mod tests {
         l.end("/r", token!("6"), 0);
         l.end("/r", token!("6"), 0);
         assert_eq!(l.idle(10, 10), vec![("/r".to_owned(), token!("6"), 9)], "the latest put's revision");
+    }
+
+    #[test]
+    fn a_token_etcd_showed_a_higher_mark_for_is_stale_until_its_flight_is_deleted() {
+        let mut l = Ledger::default();
+        assert_eq!(l.stale("/r", token!("5")), None, "nothing known");
+        l.begin("/r", token!("5"));
+        l.put("/r", token!("5"), 40, 1_000);
+        l.begin("/r", token!("5"));
+        l.superseded("/r", token!("5"), token!("6"));
+        l.superseded("/r", token!("5"), token!("7"));
+        l.superseded("/r", token!("5"), token!("6"));
+        assert_eq!(l.stale("/r", token!("5")), Some(token!("7")), "the highest mark seen");
+        assert_eq!(l.stale("/r", token!("6")), None, "another token");
+        assert_eq!(l.stale("/q", token!("5")), None, "another resource");
+        // The writes already begun end; none begins after: the flight goes idle and
+        // is deleted, so another instance's write waiting for it can go.
+        l.end("/r", token!("5"), 100);
+        l.end("/r", token!("5"), 100);
+        assert_eq!(l.stale("/r", token!("5")), Some(token!("7")), "still known while its key is");
+        assert_eq!(l.idle(200, 100), vec![("/r".to_owned(), token!("5"), 40)]);
+        assert_eq!(l.stale("/r", token!("5")), None, "forgotten with the flight: a Txn asks again");
     }
 }

@@ -149,7 +149,11 @@ pub struct GateConfig {
     /// heartbeat.
     pub tick_ms: u64,
     /// Order writes across instances too, through the in-flight registry in etcd
-    /// (`shared`): for a store written through several Envoys and gateways.
+    /// (`shared`): for a store written through several Envoys and gateways. On by
+    /// default whenever the marks are in etcd: marks go there so that instances can
+    /// share them, and instances that share marks but not the gate lose the order of
+    /// a slow write (`"shared": false` opts out, for a resource written through one
+    /// instance only).
     pub shared: bool,
     /// With `shared`: the longest Envoy takes to give up on a write it sent (the
     /// route timeout). A worker's lease in etcd outlives each of its flights by this
@@ -165,7 +169,8 @@ impl Default for GateConfig {
             budget_ms: ms(gate::GATE_TIMEOUT),
             apply_bound_ms: ms(gate::STORE_APPLY_BOUND),
             tick_ms: 100,
-            shared: false,
+            // As with the default mark store, etcd; without etcd the default is off.
+            shared: true,
             flight_ms: 60_000,
         }
     }
@@ -633,7 +638,7 @@ fn gate(g: GateSettings, has_etcd: bool) -> Result<GateConfig, ConfigError> {
         budget_ms: g.budget_ms.unwrap_or(d.budget_ms),
         apply_bound_ms: g.apply_bound_ms.unwrap_or(d.apply_bound_ms),
         tick_ms: g.tick_ms.unwrap_or(d.tick_ms),
-        shared: g.shared.unwrap_or(d.shared),
+        shared: g.shared.unwrap_or(has_etcd),
         flight_ms: g.flight_ms.unwrap_or(d.flight_ms),
     };
     if gate.budget_ms == 0 || gate.budget_ms > MAX_GATE_MS {
@@ -875,6 +880,16 @@ mod tests {
         }
         let c = Config::parse(br#"{"fenced_methods":null,"lock_prefix":null,"etcd":{"user":null}}"#).unwrap();
         assert_eq!(c, Config::parse(b"").unwrap());
+    }
+
+    #[test]
+    fn the_gate_is_shared_by_default_whenever_the_marks_are_in_etcd() {
+        let shared = |json: &str| Config::parse(json.as_bytes()).unwrap().gate.map(|g| g.shared);
+        assert_eq!(shared(""), Some(true), "etcd is the default mark store");
+        assert_eq!(shared(r#"{"mode":"efficiency"}"#), Some(true));
+        assert_eq!(shared(r#"{"gate":{"shared":false}}"#), Some(false), "opted out");
+        assert_eq!(shared(r#"{"mode":"efficiency","etcd":null}"#), Some(false), "no etcd, no registry");
+        assert_eq!(shared(r#"{"gate":null}"#), None);
     }
 
     #[test]

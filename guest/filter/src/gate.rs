@@ -350,7 +350,12 @@ impl Gate {
             }
             let confirm = self.confirms_after_waiting(f);
             match self.step(f, h.context, &h.resource, h.token, !confirm) {
-                Step::Go if self.shared.is_some() => self.across(&h.reply, &h.resource, h.verdict, h.token),
+                Step::Go if self.shared.is_some() => {
+                    if let Some(higher) = self.across(f, &h.reply, &h.resource, h.verdict, h.token) {
+                        let stale = Verdict::Stale { mark: higher, presented: h.token };
+                        h.reply.conclude(f, Ok(stale), &h.resource, &"", &mut tally, None);
+                    }
+                }
                 // Confirmed in etcd first: the batch's answer enters the gate again.
                 Step::Go if confirm => {
                     confirming |= f.confirms.join(&h.resource, Waiter { token: h.token, reply: h.reply });
@@ -420,10 +425,10 @@ impl Gate {
     /// go, be held, or be refused.
     pub fn enter(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) -> Entered {
         match self.step(f, reply.context, resource, token, true) {
-            Step::Go if self.shared.is_some() => {
-                self.across(reply, resource, verdict, token);
-                Entered::Held
-            }
+            Step::Go if self.shared.is_some() => match self.across(f, reply, resource, verdict, token) {
+                None => Entered::Held,
+                Some(higher) => Entered::Stale(higher),
+            },
             Step::Go => Entered::Go,
             Step::Stale(higher) => Entered::Stale(higher),
             Step::Failed(cause) => Entered::Failed(cause),
@@ -451,11 +456,16 @@ impl Gate {
     }
 
     /// A write this Envoy's gate passed goes on to the shared registry, held until it
-    /// lets it go (the budget counts from now).
-    fn across(&self, reply: &Reply, resource: &str, verdict: Verdict, token: Token) {
-        if let Some(shared) = &self.shared {
-            shared.enter(reply, resource, verdict, token, now_ms().saturating_add(self.config.budget_ms));
+    /// lets it go (the budget counts from now); or, when etcd already showed a mark
+    /// above its token, it ends here, and the caller refuses it stale (the mark).
+    fn across(&self, f: &Filter, reply: &Reply, resource: &str, verdict: Verdict, token: Token) -> Option<Token> {
+        let shared = self.shared.as_ref()?;
+        if let Some(higher) = shared.stale(resource, token) {
+            self.end(f, reply.context);
+            return Some(higher);
         }
+        shared.enter(reply, resource, verdict, token, now_ms().saturating_add(self.config.budget_ms));
+        None
     }
 
     /// Writes held back now (for the tick's cost: it reads slots only when some are).

@@ -33,6 +33,8 @@ use proxy_wasm::types::Action;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+/// gRPC's PERMISSION_DENIED.
+const PERMISSION_DENIED: u32 = 7;
 /// How often the root grants a new lease (ms).
 const LEASE_EVERY_MS: u64 = 5_000;
 /// How soon a grant that failed is tried again (ms).
@@ -72,6 +74,22 @@ pub struct Shared {
     /// Flights being put again under a newer lease, by call: the resource, the token
     /// and until when that lease lasts (ms).
     refreshing: RefCell<HashMap<u32, (String, Token, u64)>>,
+    /// Deletes of idle flights in flight, by call.
+    deleting: RefCell<HashMap<u32, Deletion>>,
+    /// Deletes that failed, sent again on the next tick until their key's lease
+    /// could have expired: a key left to its lease holds its resource, for every
+    /// other instance, for up to a TTL after an etcd blip.
+    undeleted: RefCell<Vec<Deletion>>,
+}
+
+/// An idle flight to delete at its revision, and until when trying is worth it (ms):
+/// past then its lease, which was granted before the delete was first sent, is over.
+#[derive(Clone)]
+struct Deletion {
+    resource: String,
+    token: Token,
+    revision: u64,
+    until: u64,
 }
 
 #[derive(Clone, Copy)]
@@ -117,11 +135,19 @@ impl Shared {
             sent: RefCell::default(),
             later: RefCell::default(),
             refreshing: RefCell::default(),
+            deleting: RefCell::default(),
+            undeleted: RefCell::default(),
         }
     }
 
     fn ttl_secs(&self) -> u64 {
         (self.needed_ms + LEASE_EVERY_MS + LEASE_MARGIN_MS).div_ceil(1000)
+    }
+
+    /// The higher mark etcd already showed a write of `token` on `resource` (the
+    /// ledger's [`Ledger::stale`]): such a write is refused stale before it enters.
+    pub fn stale(&self, resource: &str, token: Token) -> Option<Token> {
+        self.ledger.borrow().stale(resource, token)
     }
 
     /// Pass a write this Envoy's gate passed (`reply`'s request, `verdict` admitting
@@ -173,7 +199,11 @@ impl Shared {
         let context = self.pending.borrow().iter().find(|(_, p)| p.call == Some(token)).map(|(c, _)| *c);
         match context {
             Some(context) => self.answer(f, context, response),
-            None => self.refresh_answer(token, response) || self.lease_answer(token, response),
+            None => {
+                self.refresh_answer(token, response)
+                    || self.delete_answer(token, response)
+                    || self.lease_answer(token, response)
+            }
         }
     }
 
@@ -186,6 +216,14 @@ impl Shared {
             Ok(bytes) => grpc::parse_txn(bytes)
                 .and_then(|a| flights::passed(&a, &self.prefix, &p.resource, &p.token, self.instance, p.put.is_some()))
                 .map_err(|e| e.0),
+            // etcd's authentication lets the user touch the marks but not the
+            // registry: say what grants it.
+            Err(status) if status.code == PERMISSION_DENIED => Err(format!(
+                "{}; give the etcd user read-write on the in-flight registry's prefix {} (the shared gate, on with \
+                 marks in etcd), or order only this Envoy's writes with --local-gate (\"gate\": {{\"shared\": false}})",
+                status.error().0,
+                self.prefix
+            )),
             Err(status) => Err(status.error().0),
         };
         if let (Ok((_, Some(revision))), Some(lease_until)) = (&passed, p.put) {
@@ -227,7 +265,10 @@ impl Shared {
                 self.time_out(f, p);
                 return true;
             }
-            Ok(Registration::Stale(higher)) => (Ok(Verdict::Stale { mark: higher, presented: p.token }), String::new()),
+            Ok(Registration::Stale(higher)) => {
+                self.ledger.borrow_mut().superseded(&p.resource, p.token, higher);
+                (Ok(Verdict::Stale { mark: higher, presented: p.token }), String::new())
+            }
             Ok(Registration::Moved(mark)) => (
                 Err(NoVerdict::Refused),
                 format!(
@@ -329,24 +370,40 @@ impl Shared {
     }
 
     /// Delete the flights no write has used for `delay` (each only if still the one
-    /// put at its revision), from the root.
+    /// put at its revision), and again those whose delete failed, from the root.
     fn delete_idle(&self, f: &Filter, now: u64, delay: u64) {
+        let until = now.saturating_add(self.ttl_secs() * 1000);
         let idle = self.ledger.borrow_mut().idle(now, delay);
-        let Some(e) = f.config.etcd.as_ref().filter(|_| !idle.is_empty()) else { return };
+        let mut due: Vec<Deletion> = std::mem::take(&mut *self.undeleted.borrow_mut());
+        due.retain(|d| d.until > now);
+        due.extend(idle.into_iter().map(|(resource, token, revision)| Deletion { resource, token, revision, until }));
+        let Some(e) = f.config.etcd.as_ref().filter(|_| !due.is_empty()) else { return };
         if hostcalls::set_effective_context(f.root).is_err() {
+            self.undeleted.borrow_mut().extend(due);
             return;
         }
-        let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
-        // A delete that fails leaves the key to its lease, which nobody keeps alive:
-        // the resource waits at most a TTL longer, never less.
-        for (resource, t, revision) in idle {
-            let _ = etcd::call(
-                e,
-                Method::Txn,
-                token.as_deref(),
-                &flights::end_txn(&self.prefix, &resource, self.instance, &t, revision),
-            );
+        let auth = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
+        // A delete that keeps failing leaves the key to its lease, which nobody keeps
+        // alive: the resource waits at most a TTL longer, never less.
+        for d in due {
+            let message = flights::end_txn(&self.prefix, &d.resource, self.instance, &d.token, d.revision);
+            match etcd::call(e, Method::Txn, auth.as_deref(), &message) {
+                Ok(call) => drop(self.deleting.borrow_mut().insert(call, d)),
+                Err(_) => self.undeleted.borrow_mut().push(d),
+            }
         }
+    }
+
+    /// The answer to a delete, if `token` is one's: true when it was. A failed one
+    /// is sent again; one whose compare failed (the key is gone, or put again since)
+    /// is done.
+    fn delete_answer(&self, token: u32, response: &Response) -> bool {
+        let Some(d) = self.deleting.borrow_mut().remove(&token) else { return false };
+        if let Err(e) = response.as_ref().map_err(|s| s.error().0).and_then(|b| grpc::parse_txn(b).map_err(|e| e.0)) {
+            log::warn!("fencekeeper: a flight could not be deleted from the in-flight registry (sent again): {e}");
+            self.undeleted.borrow_mut().push(d);
+        }
+        true
     }
 
     /// Put again, under the newest lease, the flights whose writes may outlive their

@@ -175,10 +175,16 @@ pub struct Args {
     /// Order writes across every Envoy and gateway that writes the same store through
     /// the same etcd: each admitted write is registered in flight in etcd, under a
     /// lease of each worker's, and waits while another instance has a lower-token write
-    /// on the resource that the store may still apply. Without it each Envoy orders
-    /// only its own writes: route each resource to one instance.
-    #[arg(long, conflicts_with_all = ["no_gate", "no_etcd"])]
+    /// on the resource that the store may still apply. The default whenever the marks
+    /// are in etcd; the flag says so explicitly.
+    #[arg(long, conflicts_with_all = ["no_gate", "no_etcd", "local_gate"])]
     shared_gate: bool,
+    /// UNSAFE with more than one instance: order only this Envoy's own writes (no
+    /// registry in etcd; faster). Two instances that share marks but not the gate
+    /// let a slow lower-token write land after a higher one: use it only when every
+    /// resource is written through this Envoy alone.
+    #[arg(long, conflicts_with_all = ["no_gate", "no_etcd"])]
+    local_gate: bool,
     /// UNSAFE: turn the ordering gate off. A slow lower-token write can then land after
     /// a higher one. For measurements and demonstrations only.
     #[arg(long)]
@@ -193,7 +199,7 @@ pub struct Args {
     #[arg(
         long,
         requires = "precondition_probe",
-        conflicts_with_all = ["no_gate", "no_etcd", "resource_header", "shared_gate", "store_apply_bound"]
+        conflicts_with_all = ["no_gate", "no_etcd", "resource_header", "shared_gate", "local_gate", "store_apply_bound"]
     )]
     conditional_writes: bool,
     /// With --conditional-writes: a path on the store (--upstream) that the probe may
@@ -383,6 +389,8 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         Some(h) => ResourceSettings { from: Some(KeyFrom::Header), header: Some(h.clone()), strip_prefix: None },
         None => ResourceSettings { from: Some(KeyFrom::Path), header: None, strip_prefix: args.strip_prefix.clone() },
     };
+    // With marks in etcd the gate is shared unless opted out (`--local-gate`).
+    let shared = args.shared_gate || (!args.no_etcd && !args.local_gate);
     let gate = if args.no_gate || args.conditional_writes {
         Switch::Off
     } else {
@@ -394,8 +402,8 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
             budget_ms: Some(args.gate_budget.map_or(d.budget_ms, ms)),
             // A worker's lease outlives each flight by the route timeout (Envoy gives
             // up by then) plus the bound.
-            shared: args.shared_gate.then_some(true),
-            flight_ms: args.shared_gate.then_some(args.route_timeout.as_millis() as u64),
+            shared: Some(shared),
+            flight_ms: shared.then_some(args.route_timeout.as_millis() as u64),
             ..GateSettings::default()
         })
     };

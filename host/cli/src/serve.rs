@@ -127,10 +127,16 @@ pub struct Args {
     /// Order writes across every gateway and Envoy that writes the same store through
     /// the same etcd (needs --etcd): each admitted write is registered in flight in
     /// etcd, under a lease of this gateway's, and waits while another instance has a
-    /// lower-token write on the resource that the store may still apply. Without it
-    /// each instance orders only its own writes: route each resource to one instance.
-    #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
+    /// lower-token write on the resource that the store may still apply. The default
+    /// whenever the marks are in etcd; the flag says so explicitly.
+    #[arg(long, requires = "etcd", conflicts_with_all = ["no_gate", "local_gate"])]
     shared_gate: bool,
+    /// UNSAFE with more than one instance: with --etcd, order only this gateway's own
+    /// writes (no registry in etcd; faster). Two instances that share marks but not
+    /// the gate let a slow lower-token write land after a higher one: use it only when
+    /// every resource is written through this gateway alone.
+    #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
+    local_gate: bool,
     /// Run every admit on a blocking thread, and the etcd store's connection on a
     /// thread of its own, as the gateway did before it awaited etcd on the request's
     /// own task (with --etcd, and provenance off or on etcd, it does). The same decisions: for
@@ -149,7 +155,11 @@ pub struct Args {
     /// DELETEs are forwarded. Replaces the ordering gate, as in Envoy.
     /// Versions are per object, so the resource key is the path (not
     /// --resource-header).
-    #[arg(long, requires = "precondition_probe", conflicts_with_all = ["no_gate", "shared_gate", "resource_header"])]
+    #[arg(
+        long,
+        requires = "precondition_probe",
+        conflicts_with_all = ["no_gate", "shared_gate", "local_gate", "resource_header"]
+    )]
     conditional_writes: bool,
     /// With --conditional-writes: at start-up, send a PUT of this path whose If-Match
     /// names no version, which a store that honours preconditions refuses (412 or
@@ -208,7 +218,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(p) = &provenance {
         guard = guard.with_provenance(p.clone());
     }
-    let registry = match (&args.etcd, args.shared_gate) {
+    // With marks in etcd, the gate is shared unless opted out (`--local-gate`); the
+    // conditional path replaces the gate.
+    let shared = config.gate && (args.shared_gate || !args.local_gate) && !args.conditional_writes;
+    let registry = match (&args.etcd, shared) {
         (Some(url), true) => Some(join_registry(&args, url, &config, drives)?),
         _ => None,
     };
@@ -226,6 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let conditional = chains.is_some();
+    let registry_on = registry.is_some();
     let server = Server::bind(config.clone(), Arc::new(guard), registry, chains)?;
     if let Some(idle_for) = args.compact_idle_for {
         anyhow::ensure!(!args.compact_every.is_zero(), "--compact-every must be above 0");
@@ -241,7 +255,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         marks = %config.store,
         provenance = %provenance.map_or("off".to_owned(), |p| p.describe()),
         audit = %args.audit.as_ref().map_or("off".to_owned(), |p| p.display().to_string()),
-        gate = if !config.gate { "off" } else if args.shared_gate { "shared through etcd" } else { "this gateway's" },
+        gate = if !config.gate { "off" } else if registry_on { "shared through etcd" } else { "this gateway's" },
         store_apply_bound = ?config.apply_bound,
         conditional_writes = conditional,
         retention = %args.compact_idle_for.map_or("off".to_owned(), |t| {

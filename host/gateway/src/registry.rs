@@ -45,6 +45,8 @@ const POLL_EVERY: Duration = Duration::from_millis(20);
 /// How long a token's flight stays after its last write is over, for the next write
 /// of the same holder to find it (then it needs no put).
 const IDLE_DELETE: Duration = Duration::from_millis(100);
+/// How soon a delete that failed is sent again.
+const DELETE_RETRY: Duration = Duration::from_millis(500);
 
 /// A gateway's part of the in-flight registry.
 pub struct Registry {
@@ -136,6 +138,12 @@ impl Registry {
     /// Register the write admitted with `token` on `resource`, and wait (until
     /// `deadline`) until no other instance has a lower-token write on it in flight.
     pub async fn enter(self: &Arc<Self>, resource: &str, token: Token, deadline: Instant) -> Result<Flight, Refused> {
+        // A write of a token etcd already showed a higher mark for is stale: it
+        // neither asks nor begins (writes that are all refused would keep its flight,
+        // and another instance's higher write waiting on it, alive).
+        if let Some(higher) = lock(&self.ledger).stale(resource, token) {
+            return Err(Refused::Stale(higher));
+        }
         lock(&self.ledger).begin(resource, token);
         // From here the write is in the ledger: dropping `flight` takes it out.
         let flight = Flight { registry: self.clone(), resource: resource.to_owned(), token, ended: false };
@@ -160,7 +168,10 @@ impl Registry {
             }
             match registration {
                 Registration::Go => return Ok(flight),
-                Registration::Stale(higher) => return Err(Refused::Stale(higher)),
+                Registration::Stale(higher) => {
+                    lock(&self.ledger).superseded(resource, token, higher);
+                    return Err(Refused::Stale(higher));
+                }
                 Registration::Moved(mark) => {
                     let mark = mark.map_or("none".to_owned(), |m| m.to_string());
                     return Err(Refused::Moved(format!(
@@ -207,12 +218,24 @@ impl Registry {
                 return;
             }
             let (client, prefix, instance) = (&registry.client, &registry.prefix, registry.instance);
-            // A delete that fails leaves the key to its lease, which nobody keeps
-            // alive: the resource waits at most a TTL longer, never less.
-            for (resource, token, revision) in idle {
-                if let Err(e) = client.txn_async(&flights::end_txn(prefix, &resource, instance, &token, revision)).await
-                {
-                    tracing::warn!(resource, error = %e, "a flight could not be deleted from the in-flight registry");
+            // A delete that fails is sent again until the key's lease (granted before
+            // this) could have expired: a key left to its lease holds its resource,
+            // for every other instance, for up to a TTL after an etcd blip. One whose
+            // compare fails (gone, or put again since) is done.
+            let give_up = Instant::now() + registry.ttl;
+            let mut due = idle;
+            while !due.is_empty() && Instant::now() < give_up {
+                let mut failed = Vec::new();
+                for (resource, token, revision) in due {
+                    let message = flights::end_txn(prefix, &resource, instance, &token, revision);
+                    if let Err(e) = client.txn_async(&message).await {
+                        tracing::warn!(resource, error = %e, "a flight could not be deleted from the in-flight registry (sent again)");
+                        failed.push((resource, token, revision));
+                    }
+                }
+                due = failed;
+                if !due.is_empty() {
+                    tokio::time::sleep(DELETE_RETRY).await;
                 }
             }
         };

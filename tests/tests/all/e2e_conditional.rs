@@ -132,7 +132,10 @@ fn two_gateways_story(conditional: bool) -> (String, Vec<u8>, BotoRun, String, [
     let (moto, relay) = store();
     let etcd = Etcd::start().unwrap();
     let etcd_url = etcd.client.to_string();
-    let args = s3_args(conditional, &["--etcd", &etcd_url]);
+    // Conditional writes replace the gate; without them, the local gate (the
+    // opt-out) is the control: no shared registry either way.
+    let gate: &[&str] = if conditional { &[] } else { &["--local-gate"] };
+    let args = s3_args(conditional, &[&["--etcd", etcd_url.as_str()], gate].concat());
     let first = Gateway::start(&relay.url(), &args).unwrap();
     let second = Gateway::start(&moto.url(), &args).unwrap();
     assert!(put(&first.url(), &moto, "32", FIRST).ok, "{}", first.log());

@@ -44,6 +44,11 @@ fn envoy(upstream: SocketAddr, etcd: &Etcd, conditional: bool, more: &[&str]) ->
     let mut args = vec!["--upstream", &up, "--etcd", &client, "--protocol", "s3", "--provenance", "off"];
     if conditional {
         args.extend(["--conditional-writes", "--precondition-probe", "off"]);
+    } else {
+        // The stories without conditional writes are the controls that show the
+        // window conditional writes close: the local gate (the opt-out), as the
+        // shared gate would close it too.
+        args.push("--local-gate");
     }
     args.extend(more);
     Envoy::start(2, &args).unwrap()

@@ -207,8 +207,10 @@ fn a_write_held_by_a_given_up_one_past_the_budget_is_told_when_to_retry() {
 /// Envoy is killed (SIGKILL) while 33 is held at the store, and started again; the
 /// store applies 33 afterwards. Returns what 34 got right after the restart, and the
 /// order the store applied the writes in once 34 was sent again after the grace.
+/// The local gate: the start grace is what covers a restart without the shared gate
+/// (with it, the dead Envoy's flights hold the resource: `e2e_shared_gate`).
 fn killed_with_33_in_flight(extra: &[&str]) -> (Reply, Vec<String>) {
-    let (upstream, _etcd, mut envoy) = setup(extra);
+    let (upstream, _etcd, mut envoy) = setup(&[extra, &["--local-gate"]].concat());
     // The first start's own grace, on another resource.
     store_once_writes_pass(&envoy, "/warm-up");
     upstream.hold("33");

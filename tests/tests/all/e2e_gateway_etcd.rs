@@ -170,7 +170,7 @@ fn a_store_whose_etcd_token_expired_authenticates_again_and_admits() {
     const USER: &str = "fencekeeper";
     const PASSWORD: &str = "pw-for-the-store";
     let etcd = Etcd::start_with(WorkDir::temporary().unwrap(), &["--auth-token-ttl=1", "--bcrypt-cost=4"]).unwrap();
-    etcd.enable_auth(USER, PASSWORD, "/fencekeeper/marks/").unwrap();
+    etcd.enable_auth(USER, PASSWORD, &["/fencekeeper/marks/"]).unwrap();
     let options =
         EtcdOptions { auth: Some(EtcdAuth { user: USER.into(), password: PASSWORD.into() }), ..EtcdOptions::default() };
     let guard = Guard::new(

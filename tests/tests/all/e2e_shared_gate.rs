@@ -1,9 +1,9 @@
-//! End-to-end: the ordering gate across instances (`--shared-gate`), through real
-//! gateways and Envoys sharing a real etcd in front of one store that holds chosen
-//! writes.
+//! End-to-end: the ordering gate across instances (the shared gate, on by default
+//! whenever the marks are in etcd), through real gateways and Envoys sharing a real
+//! etcd in front of one store that holds chosen writes.
 //! Holder 33 writes through one instance and its write is slow at the store; holder
-//! 34 writes through another. With the shared gate the store applies 33 then 34; each
-//! test has a control without it that shows the window.
+//! 34 writes through another. With the default flags the store applies 33 then 34;
+//! each story has a control with `--local-gate` (the opt-out) that shows the window.
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
@@ -52,16 +52,23 @@ fn slow_33_on_a_then_34_on_b(upstream: &RecordingUpstream, a: &Gateway, b: &Gate
 }
 
 #[test]
-fn two_gateways_with_the_shared_gate_never_land_a_lower_write_after_a_higher_one() {
+fn two_gateways_with_default_flags_never_land_a_lower_write_after_a_higher_one() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (a, b) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    assert_eq!(slow_33_on_a_then_34_on_b(&upstream, &a, &b), ["33", "34"]);
+}
+
+#[test]
+fn two_gateways_with_the_shared_gate_named_never_land_a_lower_write_after_a_higher_one() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
     let (a, b) = (gateway(&upstream, &etcd, &["--shared-gate"]), gateway(&upstream, &etcd, &["--shared-gate"]));
     assert_eq!(slow_33_on_a_then_34_on_b(&upstream, &a, &b), ["33", "34"]);
 }
 
 #[test]
-fn two_gateways_without_the_shared_gate_land_the_lower_write_last() {
+fn two_gateways_with_the_local_gate_land_the_lower_write_last() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
-    let (a, b) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    let (a, b) = (gateway(&upstream, &etcd, &["--local-gate"]), gateway(&upstream, &etcd, &["--local-gate"]));
     // The window across instances: each gateway sees only its own writes in flight.
     assert_eq!(slow_33_on_a_then_34_on_b(&upstream, &a, &b), ["34", "33"]);
 }
@@ -102,12 +109,11 @@ fn a_flight_whose_delete_was_lost_holds_the_resource_only_until_its_lease_expire
     let a = Gateway::start(&upstream.url(), &[&["--etcd", relayed.as_str()][..], &short[..]].concat()).unwrap();
     let b = gateway(&upstream, &etcd, &["--shared-gate", "--gate-timeout", "60s"]);
     // 5 is stored through `a`; the delete of its flight that `a` sends a little later
-    // is lost, and `a` reaches etcd again (its lease kept alive).
+    // is lost, and `a` stays cut off from etcd (its retries are lost too).
     let first = request(&a.url(), "PUT", "/r", &[("fencing-token", "5")], b"5").unwrap();
     relay.sever();
     assert_eq!(first.status, 201, "{}", first.body);
     poll("the lost delete", || a.log().contains("could not be deleted from the in-flight registry"));
-    relay.heal();
     // 6 through `b` finds 5's flight, which no write stands for any more: it waits
     // until the key is gone, and the key is gone once its lease expires.
     let lost = Instant::now();
@@ -116,10 +122,35 @@ fn a_flight_whose_delete_was_lost_holds_the_resource_only_until_its_lease_expire
         b.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1
     });
     let second = second.join().unwrap();
+    relay.heal();
     assert_eq!(second.status, 201, "{}", second.body);
     assert_eq!(upstream.tokens(), ["5", "6"]);
     let waited = lost.elapsed();
     assert!(waited < Duration::from_secs(30), "{waited:?}");
+}
+
+/// A delete that failed while etcd was out of reach is sent again once it is back:
+/// the flight no write stands for holds its resource for the outage, not for the
+/// rest of its lease (12 s here).
+#[test]
+fn a_flight_whose_delete_failed_is_deleted_once_etcd_is_back() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let relay = Relay::start(etcd.client).unwrap();
+    let short = ["--request-timeout", "1s", "--store-apply-bound", "1s"];
+    let relayed = relay.url();
+    let a = Gateway::start(&upstream.url(), &[&["--etcd", relayed.as_str()][..], &short[..]].concat()).unwrap();
+    let b = gateway(&upstream, &etcd, &["--gate-timeout", "60s"]);
+    let first = request(&a.url(), "PUT", "/r", &[("fencing-token", "5")], b"5").unwrap();
+    relay.sever();
+    assert_eq!(first.status, 201, "{}", first.body);
+    poll("the failed delete", || a.log().contains("could not be deleted from the in-flight registry"));
+    relay.heal();
+    let back = Instant::now();
+    let second = request(&b.url(), "PUT", "/r", &[("fencing-token", "6")], b"6").unwrap();
+    assert_eq!(second.status, 201, "{}", second.body);
+    assert_eq!(upstream.tokens(), ["5", "6"]);
+    let waited = back.elapsed();
+    assert!(waited < Duration::from_secs(6), "6 waited {waited:?}: the flight went with its lease, not the retry");
 }
 
 fn envoy(upstream: &RecordingUpstream, etcd: &Etcd, extra: &[&str]) -> Envoy {
@@ -157,10 +188,10 @@ fn held_at_the_store(upstream: &RecordingUpstream, envoy: &Envoy, token: &str) -
 }
 
 #[test]
-fn two_envoys_and_a_gateway_with_the_shared_gate_never_land_a_lower_write_after_a_higher_one() {
+fn two_envoys_and_a_gateway_with_default_flags_never_land_a_lower_write_after_a_higher_one() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
-    let (e1, e2) = (envoy(&upstream, &etcd, &["--shared-gate"]), envoy(&upstream, &etcd, &["--shared-gate"]));
-    let gw = gateway(&upstream, &etcd, &["--shared-gate"]);
+    let (e1, e2) = (envoy(&upstream, &etcd, &[]), envoy(&upstream, &etcd, &[]));
+    let gw = gateway(&upstream, &etcd, &[]);
     upstream.hold("33");
     let a = held_at_the_store(&upstream, &e1, "33");
     // 34 through the gateway waits for Envoy 1's 33; 35 through Envoy 2 waits for both.
@@ -179,9 +210,24 @@ fn two_envoys_and_a_gateway_with_the_shared_gate_never_land_a_lower_write_after_
 }
 
 #[test]
-fn two_envoys_without_the_shared_gate_land_the_lower_write_last() {
+fn an_envoy_and_a_gateway_with_default_flags_never_land_a_lower_write_after_a_higher_one() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
-    let (e1, e2) = (envoy(&upstream, &etcd, &[]), envoy(&upstream, &etcd, &[]));
+    let (e1, gw) = (envoy(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    upstream.hold("33");
+    let a = held_at_the_store(&upstream, &e1, "33");
+    let b = put_in_background(gw.url(), "34");
+    poll("34 waits", || gw.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1);
+    assert!(upstream.applied().is_empty(), "34 reached the store while 33 was in flight");
+    upstream.release("33");
+    assert_eq!(a.join().unwrap().status, 201);
+    assert_eq!(b.join().unwrap().status, 201);
+    assert_eq!(upstream.tokens(), ["33", "34"]);
+}
+
+#[test]
+fn two_envoys_with_the_local_gate_land_the_lower_write_last() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (e1, e2) = (envoy(&upstream, &etcd, &["--local-gate"]), envoy(&upstream, &etcd, &["--local-gate"]));
     upstream.hold("33");
     let a = held_at_the_store(&upstream, &e1, "33");
     assert_eq!(e2.put("/r", "34", b"34").unwrap().status, 201);
@@ -303,7 +349,7 @@ fn gateway_holding_33<'a>(
 #[test]
 fn a_write_that_waited_at_a_gateway_is_stale_once_another_gateway_admitted_a_higher_token() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
-    let (ga, gb) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    let (ga, gb) = (gateway(&upstream, &etcd, &["--local-gate"]), gateway(&upstream, &etcd, &["--local-gate"]));
     let (a, b) = (through_gateway(&ga), through_gateway(&gb));
     // Without the shared gate 33 still lands after 35 (the window across instances).
     let hold = gateway_holding_33(&upstream, &a);
@@ -313,7 +359,7 @@ fn a_write_that_waited_at_a_gateway_is_stale_once_another_gateway_admitted_a_hig
 #[test]
 fn a_write_that_waited_at_an_envoy_is_stale_once_another_envoy_admitted_a_higher_token() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
-    let (e1, e2) = (envoy(&upstream, &etcd, &[]), envoy(&upstream, &etcd, &[]));
+    let (e1, e2) = (envoy(&upstream, &etcd, &["--local-gate"]), envoy(&upstream, &etcd, &["--local-gate"]));
     let (a, b) = (through_envoy(&e1), through_envoy(&e2));
     let hold = envoy_holding_33(&upstream, &e1);
     stale_after_waiting(&upstream, hold, &a, &b, ["35", "33"]);
@@ -337,4 +383,84 @@ fn with_the_shared_gate_the_registry_checks_the_mark_after_a_wait_at_an_envoy() 
     // Envoy confirms nothing itself after the wait: the registry's Txn refuses 34.
     let hold = envoy_holding_33(&upstream, &e1);
     stale_after_waiting(&upstream, hold, &a, &b, ["33", "35"]);
+}
+
+/// A third gateway started while 33 is held at the store through the first one
+/// (scaling out under load) finds that flight on its first write: 34 through it
+/// waits, and the store applies 33 then 34.
+#[test]
+fn a_gateway_that_joins_while_a_write_is_in_flight_orders_its_writes_after_it() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (a, _b) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    upstream.hold("33");
+    let first = put_in_background(a.url(), "33");
+    upstream.wait_held("33").unwrap();
+    let joined = gateway(&upstream, &etcd, &[]);
+    let second = put_in_background(joined.url(), "34");
+    poll("34 waits at the joined gateway", || {
+        joined.metric("fencekeeper_gateway_shared_gate_waiting").unwrap_or(0) == 1 || !upstream.applied().is_empty()
+    });
+    upstream.release("33");
+    assert_eq!(first.join().unwrap().status, 201);
+    assert_eq!(second.join().unwrap().status, 201);
+    assert_eq!(upstream.tokens(), ["33", "34"]);
+}
+
+/// A holder that goes on writing with its token after the lock moved on, from 8
+/// connections through one gateway, never starves the next holder through another:
+/// its writes are refused once etcd showed the higher mark, and do not keep its
+/// flight alive, so the next holder's write goes within the gate timeout, every
+/// round; and no write of the old token that started after an advance returned is
+/// stored.
+#[test]
+fn a_holder_writing_on_with_a_superseded_token_never_starves_the_next_holder_through_another_gateway() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (a, b) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    let put = |g: &Gateway, token: u64| {
+        let t = token.to_string();
+        request(&g.url(), "PUT", "/busy", &[("fencing-token", &t)], t.as_bytes()).unwrap().status
+    };
+    assert_eq!(put(&a, 10), 201);
+    let (stop, holder) = (AtomicBool::new(false), AtomicU64::new(10));
+    let (advanced_at, late): (Vec<(u64, Instant)>, Vec<(u64, Instant, u16)>) = std::thread::scope(|s| {
+        let load: Vec<_> = (0..8)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    while !stop.load(SeqCst) {
+                        let token = holder.load(SeqCst);
+                        let start = Instant::now();
+                        mine.push((token, start, put(&a, token)));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        let mut advanced_at = Vec::new();
+        for token in 11..=14 {
+            std::thread::sleep(Duration::from_millis(300)); // the load runs meanwhile
+            let start = Instant::now();
+            let status = put(&b, token);
+            if status != 201 {
+                stop.store(true, SeqCst);
+            }
+            assert_eq!(status, 201, "round {token}: the next holder was refused after {:?}", start.elapsed());
+            advanced_at.push((token, Instant::now()));
+            // The old holder learns late that it lost the lock.
+            std::thread::sleep(Duration::from_millis(300));
+            holder.store(token, SeqCst);
+        }
+        stop.store(true, SeqCst);
+        (advanced_at, load.into_iter().flat_map(|t| t.join().unwrap()).collect())
+    });
+    let mut refused = 0;
+    for (token, start, status) in late {
+        let superseded = advanced_at.iter().find(|(t, _)| *t == token + 1);
+        if superseded.is_some_and(|(_, at)| start > *at) {
+            assert_eq!(status, 409, "token {token}, sent after {} was admitted", token + 1);
+            refused += 1;
+        }
+    }
+    assert!(refused >= 20, "only {refused} writes came after an advance");
 }
