@@ -45,7 +45,8 @@
 //! period, plus margin) and puts under the newest; a write is sent only while the
 //! lease of its key lasts until the write can no longer reach the store.
 
-use crate::{grpc, mark_of, Expect, KeyValue, MarkError, Op, Range, TxnAnswer, WireError};
+use crate::retention::{floor_key, floor_of, floor_record};
+use crate::{grpc, mark_key, mark_of, Expect, KeyValue, MarkError, Op, Range, TxnAnswer, WireError};
 use fencekeeper_core::gate::{pass, Flight, Passage, Until};
 use fencekeeper_core::record;
 use fencekeeper_core::Token;
@@ -70,25 +71,36 @@ pub fn flight_key(prefix: &str, resource: &str, instance: u64, token: &Token) ->
 }
 
 /// The Txn (a `TxnRequest`) that passes a write admitted with `token` on `resource`
-/// (its mark at `mark_key`) for `instance`, putting its flight under `lease` when
-/// `put` (its first write of that token).
+/// (its mark under `marks_prefix`) for `instance`, putting its flight under `lease`
+/// when `put` (its first write of that token). `at_floor`: the resource has no mark
+/// and is held to the retention floor, which is the write's token (a holder writing
+/// again after a compaction forgot its mark); the compare proves that instead.
 pub fn pass_txn(
     prefix: &str,
-    mark_key: &str,
+    marks_prefix: &str,
     resource: &str,
     token: &Token,
     instance: u64,
     put: Option<i64>,
+    at_floor: bool,
 ) -> Vec<u8> {
+    let (mark_key, floor_key) = (mark_key(marks_prefix, resource), floor_key(marks_prefix));
     let mark = record::encode(resource.as_bytes(), token);
+    let floor = floor_record(&floor_key, token);
     let key = flight_key(prefix, resource, instance, token);
     let value = record::encode(key.as_bytes(), token);
     let flights = resource_prefix(prefix, resource);
     let read = Op::Range(Range { key: flights.as_bytes(), prefix: true, ..Range::default() });
     let put = put.map(|lease| Op::Put { key: key.as_bytes(), value: value.as_bytes(), lease: Some(lease) });
     let success: Vec<Op<'_>> = put.into_iter().chain([read]).collect();
-    let read_mark = Op::Range(Range::of(mark_key.as_bytes()));
-    grpc::txn(&[(mark_key.as_bytes(), Expect::Value(mark.as_bytes()))], &success, &[read_mark])
+    let (mark_key, floor_key) = (mark_key.as_bytes(), floor_key.as_bytes());
+    let read_back = [Op::Range(Range::of(mark_key)), Op::Range(Range::of(floor_key))];
+    if at_floor {
+        let compare = [(mark_key, Expect::Absent), (floor_key, Expect::Value(floor.as_bytes()))];
+        grpc::txn(&compare, &success, &read_back)
+    } else {
+        grpc::txn(&[(mark_key, Expect::Value(mark.as_bytes()))], &success, &read_back)
+    }
 }
 
 /// The Txn that puts `instance`'s flight of `token` on `resource` again, under
@@ -121,14 +133,22 @@ pub enum Registration {
     /// The mark is no longer the write's token but not above it (an operator lowered
     /// or cleared it): nothing can be said, the write is refused for a retry.
     Moved(Option<Token>),
+    /// The compare asked the wrong question: ask again at once.
+    Again {
+        /// Ask with [`pass_txn`]'s `at_floor` (the resource has no mark and its floor
+        /// is the token), or without (its mark is the token).
+        at_floor: bool,
+    },
 }
 
 /// Read the answer to [`pass_txn`] for `instance`'s write `token` on `resource`
-/// (`put`: the Txn put its flight). With it, the revision the flight was put at,
-/// when it was. A flight or mark whose record does not check is an error.
+/// (marks under `marks_prefix`; `put`: the Txn put its flight). With it, the
+/// revision the flight was put at, when it was. A flight, mark or floor whose record
+/// does not check is an error.
 pub fn passed(
     answer: &TxnAnswer,
     prefix: &str,
+    marks_prefix: &str,
     resource: &str,
     token: &Token,
     instance: u64,
@@ -139,9 +159,14 @@ pub fn passed(
             None => None,
             Some(kv) => Some(mark_of(resource, &kv.value).map_err(|e| bad_mark(resource, e))?),
         };
-        let registration = match mark {
-            Some(m) if m > *token => Registration::Stale(m),
-            other => Registration::Moved(other),
+        let floor_key = floor_key(marks_prefix);
+        let floor = floor_of(&floor_key, &answer.read(1)?).map_err(|e| bad_mark(&floor_key, e))?;
+        let registration = match (mark, floor) {
+            (Some(m), _) if m > *token => Registration::Stale(m),
+            (Some(m), _) if m == *token => Registration::Again { at_floor: false },
+            (None, Some(f)) if f > *token => Registration::Stale(f),
+            (None, Some(f)) if f == *token => Registration::Again { at_floor: true },
+            (other, _) => Registration::Moved(other),
         };
         return Ok((registration, None));
     }
@@ -306,6 +331,7 @@ mod tests {
     use fencekeeper_core::token;
 
     const P: &str = DEFAULT_FLIGHT_PREFIX;
+    const M: &str = crate::DEFAULT_PREFIX;
 
     fn flight(resource: &str, instance: u64, token: &str) -> KeyValue {
         let key = flight_key(P, resource, instance, &token!(token));
@@ -335,7 +361,7 @@ mod tests {
 
     #[test]
     fn another_instance_s_lower_flight_makes_the_write_wait_and_its_own_never_do() {
-        let r = |a: &TxnAnswer, put| passed(a, P, "/r", &token!("34"), 1, put).unwrap();
+        let r = |a: &TxnAnswer, put| passed(a, P, M, "/r", &token!("34"), 1, put).unwrap();
         let waits = answer(true, true, &[&[flight("/r", 2, "33"), flight("/r", 1, "34")]]);
         assert_eq!(r(&waits, true), (Registration::Wait, Some(9)));
         let own_lower = answer(true, false, &[&[flight("/r", 1, "33"), flight("/r", 3, "34")]]);
@@ -350,24 +376,45 @@ mod tests {
             create_revision: 1,
             mod_revision: 1,
         };
-        let r = |a: &TxnAnswer| passed(a, P, "/r", &token!("34"), 1, true).unwrap().0;
-        assert_eq!(r(&answer(false, true, &[&[mark("35")]])), Registration::Stale(token!("35")));
-        assert_eq!(r(&answer(false, true, &[&[mark("30")]])), Registration::Moved(Some(token!("30"))));
-        assert_eq!(r(&answer(false, true, &[&[]])), Registration::Moved(None));
+        let r = |a: &TxnAnswer| passed(a, P, M, "/r", &token!("34"), 1, true).unwrap().0;
+        let floor = |token: &str| KeyValue {
+            key: M.as_bytes().to_vec(),
+            value: floor_record(M, &token!(token)).as_bytes().to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+        };
+        assert_eq!(r(&answer(false, true, &[&[mark("35")], &[]])), Registration::Stale(token!("35")));
+        assert_eq!(r(&answer(false, true, &[&[mark("30")], &[]])), Registration::Moved(Some(token!("30"))));
+        assert_eq!(r(&answer(false, true, &[&[], &[]])), Registration::Moved(None));
+        // No mark: the retention floor holds the resource.
+        assert_eq!(r(&answer(false, true, &[&[], &[floor("36")]])), Registration::Stale(token!("36")));
+        assert_eq!(r(&answer(false, true, &[&[], &[floor("30")]])), Registration::Moved(None));
+        // The wrong question: the floor is the token (ask with `at_floor`), or the
+        // mark is (ask without).
+        assert_eq!(r(&answer(false, true, &[&[], &[floor("34")]])), Registration::Again { at_floor: true });
+        assert_eq!(r(&answer(false, true, &[&[mark("34")], &[floor("34")]])), Registration::Again { at_floor: false });
+        // A mark above the floor decides.
+        assert_eq!(r(&answer(false, true, &[&[mark("35")], &[floor("34")]])), Registration::Stale(token!("35")));
     }
 
     #[test]
     fn a_damaged_flight_or_mark_is_an_error_never_a_pass() {
         let mut bad = flight("/r", 2, "33");
         bad.value[4] = b'9';
-        let e = passed(&answer(true, false, &[&[bad]]), P, "/r", &token!("34"), 1, false).unwrap_err();
+        let e = passed(&answer(true, false, &[&[bad]]), P, M, "/r", &token!("34"), 1, false).unwrap_err();
         assert!(e.0.contains("does not check"), "{e}");
         let mut moved = flight("/r", 2, "33");
         moved.key = flight_key(P, "/r", 3, &token!("33")).into_bytes();
-        assert!(passed(&answer(true, false, &[&[moved]]), P, "/r", &token!("34"), 1, false).is_err(), "a value moved");
+        assert!(
+            passed(&answer(true, false, &[&[moved]]), P, M, "/r", &token!("34"), 1, false).is_err(),
+            "a value moved"
+        );
         let damaged =
             KeyValue { key: b"m".to_vec(), value: b"fk2 99 00000000".to_vec(), create_revision: 1, mod_revision: 1 };
-        assert!(passed(&answer(false, true, &[&[damaged]]), P, "/r", &token!("34"), 1, true).is_err());
+        assert!(passed(&answer(false, true, &[&[damaged.clone()], &[]]), P, M, "/r", &token!("34"), 1, true).is_err());
+        let floor = KeyValue { key: M.as_bytes().to_vec(), value: b"fk2 99 00000000".to_vec(), ..damaged };
+        let e = passed(&answer(false, true, &[&[], &[floor]]), P, M, "/r", &token!("34"), 1, true).unwrap_err();
+        assert!(e.0.contains(M), "a damaged floor is named: {e}");
     }
 
     #[test]

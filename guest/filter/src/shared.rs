@@ -33,6 +33,9 @@ use proxy_wasm::types::Action;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
+/// How many times a pass asks again for having asked the wrong question (the mark
+/// or the floor moved under it) before the write is refused for a retry.
+const MAX_ASKED_AGAIN: u32 = 4;
 /// gRPC's PERMISSION_DENIED.
 const PERMISSION_DENIED: u32 = 7;
 /// How often the root grants a new lease (ms).
@@ -116,6 +119,11 @@ struct Pending {
     /// Its stream ended while its call was in flight: the answer only settles the
     /// ledger.
     gone: bool,
+    /// Its Txn proves the retention floor is its token, the resource having no mark
+    /// (`flights::Registration::Again`).
+    at_floor: bool,
+    /// How many times it was asked again so.
+    asked_again: u32,
 }
 
 impl Shared {
@@ -164,6 +172,8 @@ impl Shared {
             call: None,
             waited: false,
             gone: false,
+            at_floor: false,
+            asked_again: 0,
         };
         self.pending.borrow_mut().insert(reply.context, pending);
         // The root sends it: a wake of this worker's own queue runs the root next
@@ -186,10 +196,10 @@ impl Shared {
         }
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
         for p in self.pending.borrow_mut().values_mut().filter(|p| p.call.is_none() && !p.gone) {
-            let mark_key = format!("{}{}", e.key_prefix, p.resource);
             p.put = self.ledger.borrow().must_put(&p.resource, p.token, needed_until).then_some(lease.until);
             let put = p.put.map(|_| lease.id);
-            let message = flights::pass_txn(&self.prefix, &mark_key, &p.resource, &p.token, self.instance, put);
+            let (prefix, marks) = (&self.prefix, &e.key_prefix);
+            let message = flights::pass_txn(prefix, marks, &p.resource, &p.token, self.instance, put, p.at_floor);
             p.call = etcd::call(e, Method::Txn, token.as_deref(), &message).ok();
         }
     }
@@ -214,7 +224,10 @@ impl Shared {
         p.call = None;
         let passed = match response {
             Ok(bytes) => grpc::parse_txn(bytes)
-                .and_then(|a| flights::passed(&a, &self.prefix, &p.resource, &p.token, self.instance, p.put.is_some()))
+                .and_then(|a| {
+                    let marks = f.config.etcd.as_ref().map_or("", |e| &e.key_prefix);
+                    flights::passed(&a, &self.prefix, marks, &p.resource, &p.token, self.instance, p.put.is_some())
+                })
                 .map_err(|e| e.0),
             // etcd's authentication lets the user touch the marks but not the
             // registry: say what grants it.
@@ -253,6 +266,20 @@ impl Shared {
                 }
                 return true;
             }
+            // Sent again by the next wake or tick, within its deadline.
+            Ok(Registration::Again { at_floor }) if p.asked_again < MAX_ASKED_AGAIN => {
+                p.at_floor = at_floor;
+                p.asked_again += 1;
+                return true;
+            }
+            Ok(Registration::Again { .. }) => (
+                Err(NoVerdict::Refused),
+                format!(
+                    "the mark and the retention floor kept changing while the admitted token {} was registered in \
+                     flight; retry",
+                    p.token
+                ),
+            ),
             Ok(Registration::Wait) if now_ms() < p.deadline => {
                 if !std::mem::replace(&mut p.waited, true) {
                     f.metrics.shared_waited();

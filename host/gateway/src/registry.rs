@@ -27,7 +27,7 @@ use fencekeeper::etcd::EtcdClient;
 use fencekeeper::etcd::EtcdError;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
-use fencekeeper_etcd_wire::{grpc, mark_key};
+use fencekeeper_etcd_wire::grpc;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
@@ -45,6 +45,9 @@ const POLL_EVERY: Duration = Duration::from_millis(20);
 /// How long a token's flight stays after its last write is over, for the next write
 /// of the same holder to find it (then it needs no put).
 const IDLE_DELETE: Duration = Duration::from_millis(100);
+/// How many times a pass asks again for having asked the wrong question (the mark
+/// or the floor moved under it) before the write is refused for a retry.
+const MAX_ASKED_AGAIN: u32 = 4;
 /// How soon a delete that failed is sent again.
 const DELETE_RETRY: Duration = Duration::from_millis(500);
 
@@ -148,16 +151,17 @@ impl Registry {
         // From here the write is in the ledger: dropping `flight` takes it out.
         let flight = Flight { registry: self.clone(), resource: resource.to_owned(), token, ended: false };
         let mut waiting = None;
+        let (mut at_floor, mut asked_again) = (false, 0);
         loop {
             let lease = self.lease_for_a_write()?;
             let needed_until = self.now_ms() + self.needed.as_millis() as u64;
             let put = lock(&self.ledger).must_put(resource, token, needed_until);
-            let marks = mark_key(&self.marks, resource);
+            let (prefix, marks) = (&self.prefix, &self.marks);
             let message =
-                flights::pass_txn(&self.prefix, &marks, resource, &token, self.instance, put.then_some(lease.id));
+                flights::pass_txn(prefix, marks, resource, &token, self.instance, put.then_some(lease.id), at_floor);
             // Awaited on this task: no blocking thread between the write and etcd.
             let answer = match self.client.txn_async(&message).await {
-                Ok(answer) => flights::passed(&answer, &self.prefix, resource, &token, self.instance, put)
+                Ok(answer) => flights::passed(&answer, prefix, marks, resource, &token, self.instance, put)
                     .map_err(|e| self.client.unavailable(e)),
                 Err(e) => Err(e),
             };
@@ -179,6 +183,13 @@ impl Registry {
                          operator?) while it was registered in flight; retry"
                     )));
                 }
+                Registration::Again { .. } if asked_again == MAX_ASKED_AGAIN => {
+                    return Err(Refused::Moved(format!(
+                        "the mark of {resource:?} and the retention floor kept changing while the admitted token \
+                         {token} was registered in flight; retry"
+                    )));
+                }
+                Registration::Again { at_floor: floor } => (at_floor, asked_again) = (floor, asked_again + 1),
                 Registration::Wait if Instant::now() + POLL_EVERY >= deadline => return Err(Refused::TimedOut),
                 Registration::Wait => {
                     waiting.get_or_insert_with(|| Waiting::new(&self.waiting));
