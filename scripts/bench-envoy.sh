@@ -30,10 +30,10 @@
 #                  more etcd Txn per write (its registration) and a delete after it
 #   etcd-single    the same with batched confirms off: one Txn per request (not in
 #                  the default rows; FK_BENCH_ROWS=etcd-single:fixed:16 runs it)
-#   shared-before, etcd-before
+#   shared-before, etcd-before, etcd-sharedgate-before
 #                  with BEFORE_FILTER=FILE.wasm (an earlier build of our filter, e.g.
-#                  `git show REV:guest/artifacts/fencekeeper_filter.wasm`): `shared` and
-#                  `etcd` with that filter, so a change is measured beside its
+#                  `git show REV:guest/artifacts/fencekeeper_filter.wasm`): `shared`,
+#                  `etcd` and `etcd-sharedgate` with that filter, so a change is measured beside its
 #                  predecessor in one run (not in the default rows: name them in
 #                  FK_BENCH_ROWS)
 # wrk sends PUTs: either one fixed token on one resource (every request an admit
@@ -316,7 +316,8 @@ before=()
 if [[ -n ${BEFORE_FILTER:-} ]]; then
   start_envoy shared-before --no-etcd --mode efficiency --filter "$BEFORE_FILTER"
   start_envoy etcd-before --etcd "127.0.0.1:$ec" --provenance off --local-gate --filter "$BEFORE_FILTER"
-  before=(shared-before etcd-before)
+  start_envoy etcd-sharedgate-before --etcd "127.0.0.1:$ec" --provenance off --shared-gate --filter "$BEFORE_FILTER"
+  before=(shared-before etcd-before etcd-sharedgate-before)
 fi
 
 # One row: NAME SCRIPT CONNECTIONS PATH -> "p50_us p99_us rps non2xx envoy_ticks etcd_ticks"

@@ -31,7 +31,7 @@ use fencekeeper_etcd_wire::grpc;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Action;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// How many times a pass asks again for having asked the wrong question (the mark
 /// or the floor moved under it) before the write is refused for a retry.
@@ -183,9 +183,21 @@ impl Shared {
         }
     }
 
-    /// Send every pending write's Txn that is not in flight (from the root), if the
+    /// Send the Txns of the pending writes not in flight (from the root), if the
     /// lease allows a write now; else they wait for the next tick.
+    ///
+    /// Writes of one token on one resource share a Txn, as confirms share a batch: its
+    /// answer holds for each of them because it was sent after each arrived. A write
+    /// whose token and resource have a Txn in flight waits for the next one, sent as
+    /// soon as that answer comes (`on_root_answer`): a holder writing again on many
+    /// connections costs etcd a Txn per round trip, not one per write.
     pub fn send(&self, f: &Filter) {
+        self.send_some(f, false);
+    }
+
+    /// [`Shared::send`]; without the writes that another instance's lower write held
+    /// when `not_waiting` (they ask again on the tick, not on every answer).
+    fn send_some(&self, f: &Filter, not_waiting: bool) {
         let Some(e) = &f.config.etcd else { return };
         let needed_until = now_ms().saturating_add(self.needed_ms);
         let Some(lease) = self.lease.get().filter(|l| l.until >= needed_until) else {
@@ -195,21 +207,47 @@ impl Shared {
             return;
         }
         let token = f.auth.as_ref().and_then(|a| a.token()).map(|(t, _)| t);
-        for p in self.pending.borrow_mut().values_mut().filter(|p| p.call.is_none() && !p.gone) {
+        let mut pending = self.pending.borrow_mut();
+        // The Txn each (resource, token, at_floor) has in flight, and its put.
+        let mut calls: HashMap<(String, Token, bool), (u32, Option<u64>)> = HashMap::new();
+        let mut busy: HashSet<(String, Token, bool)> = HashSet::new();
+        for p in pending.values().filter(|p| p.call.is_some()) {
+            busy.insert((p.resource.clone(), p.token, p.at_floor));
+        }
+        for p in pending.values_mut().filter(|p| p.call.is_none() && !p.gone && !(not_waiting && p.waited)) {
+            let key = (p.resource.clone(), p.token, p.at_floor);
+            if let Some(&(call, put)) = calls.get(&key) {
+                (p.call, p.put) = (Some(call), put);
+                continue;
+            }
+            if busy.contains(&key) {
+                continue;
+            }
             p.put = self.ledger.borrow().must_put(&p.resource, p.token, needed_until).then_some(lease.until);
             let put = p.put.map(|_| lease.id);
             let (prefix, marks) = (&self.prefix, &e.key_prefix);
             let message = flights::pass_txn(prefix, marks, &p.resource, &p.token, self.instance, put, p.at_floor);
             p.call = etcd::call(e, Method::Txn, token.as_deref(), &message).ok();
+            if let Some(call) = p.call {
+                calls.insert(key, (call, p.put));
+            }
         }
     }
 
     /// The answer to root call `token`, if it is the registry's: true when it was.
     pub fn on_root_answer(&self, f: &Filter, token: u32, response: &Response) -> bool {
-        let context = self.pending.borrow().iter().find(|(_, p)| p.call == Some(token)).map(|(c, _)| *c);
-        match context {
-            Some(context) => self.answer(f, context, response),
-            None => {
+        let contexts: Vec<u32> =
+            self.pending.borrow().iter().filter(|(_, p)| p.call == Some(token)).map(|(c, _)| *c).collect();
+        match contexts.is_empty() {
+            false => {
+                for context in contexts {
+                    self.answer(f, context, response);
+                }
+                // The writes that waited for this Txn go in the next.
+                self.send_some(f, true);
+                true
+            }
+            true => {
                 self.refresh_answer(token, response)
                     || self.delete_answer(token, response)
                     || self.lease_answer(token, response)
