@@ -133,6 +133,10 @@ pub enum Registration {
     /// The mark is no longer the write's token but not above it (an operator lowered
     /// or cleared it): nothing can be said, the write is refused for a retry.
     Moved(Option<Token>),
+    /// The resource has no mark of its own (a compaction forgot it) and the retention
+    /// floor, which holds it, is above the write's token: stale, judged against the
+    /// floor.
+    BelowFloor(Token),
     /// The compare asked the wrong question: ask again at once.
     Again {
         /// Ask with [`pass_txn`]'s `at_floor` (the resource has no mark and its floor
@@ -164,7 +168,7 @@ pub fn passed(
         let registration = match (mark, floor) {
             (Some(m), _) if m > *token => Registration::Stale(m),
             (Some(m), _) if m == *token => Registration::Again { at_floor: false },
-            (None, Some(f)) if f > *token => Registration::Stale(f),
+            (None, Some(f)) if f > *token => Registration::BelowFloor(f),
             (None, Some(f)) if f == *token => Registration::Again { at_floor: true },
             (other, _) => Registration::Moved(other),
         };
@@ -387,7 +391,7 @@ mod tests {
         assert_eq!(r(&answer(false, true, &[&[mark("30")], &[]])), Registration::Moved(Some(token!("30"))));
         assert_eq!(r(&answer(false, true, &[&[], &[]])), Registration::Moved(None));
         // No mark: the retention floor holds the resource.
-        assert_eq!(r(&answer(false, true, &[&[], &[floor("36")]])), Registration::Stale(token!("36")));
+        assert_eq!(r(&answer(false, true, &[&[], &[floor("36")]])), Registration::BelowFloor(token!("36")));
         assert_eq!(r(&answer(false, true, &[&[], &[floor("30")]])), Registration::Moved(None));
         // The wrong question: the floor is the token (ask with `at_floor`), or the
         // mark is (ask without).

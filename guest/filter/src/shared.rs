@@ -334,6 +334,10 @@ impl Shared {
                 self.ledger.borrow_mut().superseded(&p.resource, p.token, higher);
                 (Ok(Verdict::Stale { mark: higher, presented: p.token }), String::new())
             }
+            Ok(Registration::BelowFloor(floor)) => (
+                Ok(Verdict::Stale { mark: floor, presented: p.token }),
+                fencekeeper_core::refusal::Forgotten { floor }.to_string(),
+            ),
             Ok(Registration::Moved(mark)) => (
                 Err(NoVerdict::Refused),
                 format!(

@@ -15,6 +15,7 @@ use fencekeeper::store::{EtcdStore, Retention};
 use fencekeeper::{Decider, Guard, GuestSource, Limits, MarkStore, Mode, Policy, Provenance, Validator};
 use fencekeeper_gateway::conditional;
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
+use fencekeeper_gateway::registry::deferred::Deferred;
 use fencekeeper_gateway::registry::Registry;
 use fencekeeper_gateway::Server;
 use std::net::SocketAddr;
@@ -214,10 +215,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // pool, the connection on a thread of its own).
     let drives = (!args.blocking_admits).then(|| runtime.handle().clone());
     let (store, chains, retained, provenance) = open_store(&args, drives.clone())?;
-    let mut guard = Guard::new(decider(&args, config.policy)?, store);
-    if let Some(p) = &provenance {
-        guard = guard.with_provenance(p.clone());
-    }
     // With marks in etcd, the gate is shared unless opted out (`--local-gate`); the
     // conditional path replaces the gate.
     let shared = config.gate && (args.shared_gate || !args.local_gate) && !args.conditional_writes;
@@ -225,6 +222,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         (Some(url), true) => Some(join_registry(&args, url, &config, drives)?),
         _ => None,
     };
+    // Every admitted write passes the registry, whose Txn compares the mark: the
+    // store's own confirm of an equal token would be a second round trip.
+    let store: Store = match registry {
+        Some(_) => Arc::new(Deferred::new(store)),
+        None => store,
+    };
+    let mut guard = Guard::new(decider(&args, config.policy)?, store);
+    if let Some(p) = &provenance {
+        guard = guard.with_provenance(p.clone());
+    }
     let chains = match args.precondition_probe.as_deref() {
         None => None,
         Some("off") => Some(chains),

@@ -30,7 +30,7 @@
 use crate::ordered::{self, from_decision, Ordered};
 use crate::registry::{self, Refused, Registry};
 use fencekeeper::{Decision, Guard, StoreError, Verdict};
-use fencekeeper_core::refusal::{self, NoVerdict};
+use fencekeeper_core::refusal::{self, Forgotten, NoVerdict};
 #[cfg(test)]
 use fencekeeper_core::Class;
 use fencekeeper_core::{Mode, Token};
@@ -383,6 +383,10 @@ impl Gate {
         permit.answered(); // nothing was sent
         match refused {
             Refused::Stale(higher) => ordered::stale(mode, higher, admitted, resource, waited),
+            Refused::BelowFloor(floor) => {
+                let stale = Ok(Verdict::Stale { mark: floor, presented: admitted });
+                ordered::gate_verdict(mode, stale, resource, &Forgotten { floor }.to_string(), waited)
+            }
             Refused::TimedOut => ordered::refused(self.timed_out(mode, resource, None), true),
             Refused::Unreachable(cause) => {
                 ordered::gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &cause, waited)

@@ -23,6 +23,8 @@
 //!   store apply bound passed after the gateway gave up on it), unless a new one came,
 //!   and goes with its lease otherwise.
 
+pub mod deferred;
+
 use fencekeeper::etcd::EtcdClient;
 use fencekeeper::etcd::EtcdError;
 use fencekeeper_core::Token;
@@ -86,6 +88,8 @@ struct Lease {
 pub enum Refused {
     /// A higher token was admitted (or is in flight): the write is stale.
     Stale(Token),
+    /// The resource has no mark and the retention floor is above the token: stale.
+    BelowFloor(Token),
     /// A lower-token write elsewhere kept the resource past the deadline.
     TimedOut,
     /// The registry could not be asked (etcd, or the lease).
@@ -176,6 +180,7 @@ impl Registry {
                     lock(&self.ledger).superseded(resource, token, higher);
                     return Err(Refused::Stale(higher));
                 }
+                Registration::BelowFloor(floor) => return Err(Refused::BelowFloor(floor)),
                 Registration::Moved(mark) => {
                     let mark = mark.map_or("none".to_owned(), |m| m.to_string());
                     return Err(Refused::Moved(format!(

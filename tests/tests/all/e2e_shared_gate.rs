@@ -464,3 +464,20 @@ fn a_holder_writing_on_with_a_superseded_token_never_starves_the_next_holder_thr
     }
     assert!(refused >= 20, "only {refused} writes came after an advance");
 }
+
+/// With the shared gate the gateway leaves the confirm of a token equal to its copy
+/// of the mark to the registry's Txn: a gateway whose copy still says 20 after
+/// another gateway admitted 21 refuses 20 as stale, names 21, and stores nothing.
+#[test]
+fn a_gateway_whose_copy_of_the_mark_is_old_refuses_the_old_token_through_the_registrys_compare() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (a, b) = (gateway(&upstream, &etcd, &[]), gateway(&upstream, &etcd, &[]));
+    let put = |g: &Gateway, token: &str| request(&g.url(), "PUT", "/r", &[("fencing-token", token)], token.as_bytes());
+    assert_eq!(put(&a, "20").unwrap().status, 201);
+    assert_eq!(put(&b, "21").unwrap().status, 201);
+    let stale = put(&a, "20").unwrap();
+    assert_eq!(stale.status, 409, "{}", stale.body);
+    assert_eq!(stale.headers.iter().find(|(k, _)| k == "fencing-highest").map(|(_, v)| v.as_str()), Some("21"));
+    assert_eq!(upstream.tokens(), ["20", "21"]);
+    assert_eq!(a.metric("fencekeeper_gateway_requests_total{class=\"stale\"}").unwrap(), 1);
+}
