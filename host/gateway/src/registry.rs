@@ -30,10 +30,12 @@ use fencekeeper::etcd::EtcdError;
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
 use fencekeeper_etcd_wire::grpc;
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
 
 /// How often a new lease is granted.
 pub const LEASE_EVERY: Duration = Duration::from_secs(5);
@@ -74,6 +76,9 @@ pub struct Registry {
     ttl: Duration,
     /// Writes waiting now for other instances' lower-token writes.
     waiting: AtomicUsize,
+    /// The writes asking for a pass, by resource, token and `at_floor`, while a Txn
+    /// of theirs is being sent ([`Registry::pass`]).
+    passes: Mutex<HashMap<(String, Token, bool), Vec<oneshot::Sender<Result<Registration, Refused>>>>>,
 }
 
 #[derive(Clone, Copy)]
@@ -84,7 +89,7 @@ struct Lease {
 }
 
 /// Why a write did not pass the registry.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Refused {
     /// A higher token was admitted (or is in flight): the write is stale.
     Stale(Token),
@@ -128,6 +133,7 @@ impl Registry {
             lease: Mutex::new(Lease { id, until: sent + ttl }),
             ttl,
             waiting: AtomicUsize::new(0),
+            passes: Mutex::default(),
         });
         let weak = Arc::downgrade(&registry);
         std::thread::Builder::new()
@@ -157,24 +163,8 @@ impl Registry {
         let mut waiting = None;
         let (mut at_floor, mut asked_again) = (false, 0);
         loop {
-            let lease = self.lease_for_a_write()?;
-            let needed_until = self.now_ms() + self.needed.as_millis() as u64;
-            let put = lock(&self.ledger).must_put(resource, token, needed_until);
-            let (prefix, marks) = (&self.prefix, &self.marks);
-            let message =
-                flights::pass_txn(prefix, marks, resource, &token, self.instance, put.then_some(lease.id), at_floor);
-            // Awaited on this task: no blocking thread between the write and etcd.
-            let answer = match self.client.txn_async(&message).await {
-                Ok(answer) => flights::passed(&answer, prefix, marks, resource, &token, self.instance, put)
-                    .map_err(|e| self.client.unavailable(e)),
-                Err(e) => Err(e),
-            };
-            let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;
-            if let Some(revision) = revision {
-                let lease_until = lease.until.saturating_duration_since(self.epoch).as_millis() as u64;
-                lock(&self.ledger).put(resource, token, revision, lease_until);
-            }
-            match registration {
+            self.lease_for_a_write()?;
+            match self.pass(resource, token, at_floor).await? {
                 Registration::Go => return Ok(flight),
                 Registration::Stale(higher) => {
                     lock(&self.ledger).superseded(resource, token, higher);
@@ -202,6 +192,76 @@ impl Registry {
                 }
             }
         }
+    }
+
+    /// The registration of a write of `token` on `resource`: from a Txn sent after
+    /// the write asked, which the writes of that token on that resource that asked
+    /// meanwhile share (as the store's confirms share one). A holder writing again on
+    /// many connections then costs etcd a Txn per round trip, not one per write.
+    async fn pass(self: &Arc<Self>, resource: &str, token: Token, at_floor: bool) -> Result<Registration, Refused> {
+        let key = (resource.to_owned(), token, at_floor);
+        let (told, answer) = oneshot::channel();
+        let first = {
+            let mut passes = lock(&self.passes);
+            match passes.get_mut(&key) {
+                Some(asking) => {
+                    asking.push(told);
+                    false
+                }
+                None => {
+                    passes.insert(key.clone(), vec![told]);
+                    true
+                }
+            }
+        };
+        if first {
+            // On a task of its own: a writer whose client went away drops its own
+            // future, never the Txn the others wait for.
+            tokio::spawn(self.clone().send_passes(key));
+        }
+        answer.await.unwrap_or_else(|_| Err(Refused::Unreachable("the in-flight registry's pass was dropped".into())))
+    }
+
+    /// Send one Txn for the writes asking on `key`, answer them, and again for the
+    /// ones that asked meanwhile, until none did.
+    async fn send_passes(self: Arc<Self>, key: (String, Token, bool)) {
+        loop {
+            let asking = {
+                let mut passes = lock(&self.passes);
+                let asking = passes.get_mut(&key).map(std::mem::take).unwrap_or_default();
+                if asking.is_empty() {
+                    passes.remove(&key);
+                    return;
+                }
+                asking
+            };
+            let (resource, token, at_floor) = (&key.0, key.1, key.2);
+            let answer = self.pass_once(resource, token, at_floor).await;
+            for told in asking {
+                let _ = told.send(answer.clone());
+            }
+        }
+    }
+
+    /// One pass Txn, and what it found.
+    async fn pass_once(&self, resource: &str, token: Token, at_floor: bool) -> Result<Registration, Refused> {
+        let lease = self.lease_for_a_write()?;
+        let needed_until = self.now_ms() + self.needed.as_millis() as u64;
+        let put = lock(&self.ledger).must_put(resource, token, needed_until);
+        let (prefix, marks) = (&self.prefix, &self.marks);
+        let message =
+            flights::pass_txn(prefix, marks, resource, &token, self.instance, put.then_some(lease.id), at_floor);
+        let answer = match self.client.txn_async(&message).await {
+            Ok(answer) => flights::passed(&answer, prefix, marks, resource, &token, self.instance, put)
+                .map_err(|e| self.client.unavailable(e)),
+            Err(e) => Err(e),
+        };
+        let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;
+        if let Some(revision) = revision {
+            let lease_until = lease.until.saturating_duration_since(self.epoch).as_millis() as u64;
+            lock(&self.ledger).put(resource, token, revision, lease_until);
+        }
+        Ok(registration)
     }
 
     fn now_ms(&self) -> u64 {
