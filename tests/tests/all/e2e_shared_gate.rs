@@ -481,3 +481,22 @@ fn a_gateway_whose_copy_of_the_mark_is_old_refuses_the_old_token_through_the_reg
     assert_eq!(upstream.tokens(), ["20", "21"]);
     assert_eq!(a.metric("fencekeeper_gateway_requests_total{class=\"stale\"}").unwrap(), 1);
 }
+
+/// An Envoy started while 33 is held at the store through another (scaling out
+/// under load) finds that flight on its first write: 34 through it waits, and the
+/// store applies 33 then 34.
+#[test]
+fn an_envoy_that_joins_while_a_write_is_in_flight_orders_its_writes_after_it() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let first = envoy(&upstream, &etcd, &[]);
+    upstream.hold("33");
+    let a = held_at_the_store(&upstream, &first, "33");
+    let joined = envoy(&upstream, &etcd, &[]);
+    let b = envoy_put_in_background(&joined, "34");
+    joined.wait_stat(ENVOY_SHARED_WAITED, 1).unwrap();
+    assert!(upstream.applied().is_empty(), "34 reached the store while 33 was in flight");
+    upstream.release("33");
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    assert_eq!((a.status, b.status), (201, 201), "{} / {}", a.text(), b.text());
+    assert_eq!(upstream.tokens(), ["33", "34"]);
+}
