@@ -29,6 +29,17 @@
 //! lend can never apply. And a lend is made only for a token no lower than every
 //! token lent before on the resource ([`Chain::lend`] checks, atomically with the
 //! record), so a write that applies after another never carries a lower token.
+//!
+//! A lend given up on cannot stay forever: past [`MAX_LENDS`] of them a resource
+//! refuses writes. So each lend carries its *term*, the time past which the store can
+//! no longer apply it (its host's upstream timeout plus the store apply bound, after
+//! it was sent), and ends by itself once the term is over ([`Chain::expire`], which
+//! every lend runs first). That is the ordering gate's one timing assumption, here
+//! only for content-addressed versions written again: a late write that arrives
+//! after its term and finds the store back at its precondition would apply. A lend
+//! with no term (recorded by a host that sets none) ends only by hand
+//! ([`Chain::release`]). The terms are wall-clock times, compared by whichever
+//! instance lends next: instances' clocks must agree to well within the bound.
 //! `tests` check this against a model store with every interleaving it can draw:
 //! late deliveries, lost answers, crashes, content-addressed versions.
 //!
@@ -124,6 +135,30 @@ pub struct Lend {
     pub token: Token,
     /// The version it is conditioned on.
     pub on: Version,
+    /// Unix time in milliseconds past which the store can no longer apply the write:
+    /// the lend then ends by itself. `None`: only by hand.
+    pub until: Option<u64>,
+}
+
+/// When a write is lent, and how long the store may still apply it after that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Term {
+    /// Unix time now, in milliseconds.
+    pub now_ms: u64,
+    /// How long after it is sent the store may still apply the write: the host's
+    /// upstream timeout plus the store apply bound. `None`: no bound is declared, and
+    /// a lend given up on stays until an operator releases it.
+    pub lifetime_ms: Option<u64>,
+}
+
+impl Term {
+    /// Lends that never end by themselves.
+    pub const UNBOUNDED: Term = Term { now_ms: 0, lifetime_ms: None };
+
+    /// When a lend made now ends.
+    fn until(self) -> Option<u64> {
+        self.lifetime_ms.map(|life| self.now_ms.saturating_add(life))
+    }
 }
 
 /// One resource's version chain: what the fence knows of the store's version, and
@@ -153,7 +188,9 @@ impl Chain {
     /// Lend a write with `token` that would make the store's version `makes` (when it
     /// can be told in advance: a content-addressed store's MD5 of the body, absent
     /// for a delete). Returns the lend, whose `on` is the precondition to send.
-    pub fn lend(&mut self, token: Token, makes: Option<&Version>) -> Result<Lend, Refusal> {
+    /// Lends whose term is over at `term.now_ms` end first ([`Chain::expire`]).
+    pub fn lend(&mut self, token: Token, makes: Option<&Version>, term: Term) -> Result<Lend, Refusal> {
+        self.expire(term.now_ms);
         // Not `token < highest`: tokens of another arity do not compare, and are no
         // more admitted here than by the guard.
         if let Some(highest) = self.highest.filter(|h| token.partial_cmp(h).is_none_or(|o| o.is_lt())) {
@@ -172,7 +209,7 @@ impl Chain {
                 return Err(Refusal::Repeats(makes.clone()));
             }
         }
-        let lend = Lend { id: self.next, token, on: current };
+        let lend = Lend { id: self.next, token, on: current, until: term.until() };
         self.next += 1;
         self.highest = Some(token);
         self.lends.push(lend.clone());
@@ -207,6 +244,21 @@ impl Chain {
         }
         self.current = Some(version);
         true
+    }
+
+    /// End the lends whose term is over at `now_ms` (Unix time in milliseconds): the
+    /// store can no longer apply them. Returns how many ended. The version is kept: a
+    /// lend that did apply late made it wrong, and a wrong version costs the next
+    /// write a 412 and a read, never a late write.
+    pub fn expire(&mut self, now_ms: u64) -> usize {
+        let before = self.lends.len();
+        self.lends.retain(|l| l.until.is_none_or(|until| until > now_ms));
+        before - self.lends.len()
+    }
+
+    /// The earliest time (Unix milliseconds) a lend ends by itself, if any does.
+    pub fn next_expiry(&self) -> Option<u64> {
+        self.lends.iter().filter_map(|l| l.until).min()
     }
 
     /// End every lend (an operator's word that the store can no longer apply them),
@@ -321,8 +373,9 @@ impl fmt::Display for Refusal {
             ),
             Refusal::TooManyLent(n) => write!(
                 f,
-                "{n} writes given up on may still be applied by the store; once it can no longer apply them, \
-                 release them with `fencekeeper marks --release-lends RESOURCE --force`"
+                "{n} writes given up on may still be applied by the store; each ends by itself once the store apply \
+                 bound has passed since its upstream timeout (retry then), or, once you know the store can no longer \
+                 apply them, release them with `fencekeeper marks --release-lends RESOURCE --force`"
             ),
             Refusal::Repeats(v) => write!(
                 f,

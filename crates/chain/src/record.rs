@@ -3,20 +3,38 @@
 //! error, never an empty chain that would forget a write that may still apply.
 //!
 //! ```text
-//! value   = "fkc1 " highest " " current " " next " " count (" " id " " token " " on)* " " crc
+//! value   = "fkc2 " highest " " current " " next " " count (" " id " " token " " on " " until)* " " crc
 //! highest = the highest token lent, or "-"
 //! current = "?" (unknown) | version
 //! on      = version
+//! until   = "-" (ends only by hand) | Unix milliseconds past which the lend ends
 //! version = "-" (absent) | the ETag's bytes in lowercase hex
 //! crc     = 8 lowercase hex digits: fencekeeper_core::record::checksum(resource, value up to the crc)
 //! ```
+//!
+//! `fkc1`, written before lends had terms, is the same without `until`: it is still
+//! read (its lends end only by hand), and written back as `fkc2` at its next change.
 
 use crate::{Chain, Lend, Version, MAX_LENDS, MAX_VERSION};
 use fencekeeper_core::record::checksum;
 use fencekeeper_core::Token;
 use std::fmt::{self, Write};
 
-const TAG: &str = "fkc1";
+/// The record's format: `Fkc1` lends have no term.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Fkc1,
+    Fkc2,
+}
+
+impl Format {
+    fn tag(self) -> &'static str {
+        match self {
+            Format::Fkc1 => "fkc1",
+            Format::Fkc2 => "fkc2",
+        }
+    }
+}
 
 /// Why a stored value is not a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +50,7 @@ pub enum ChainRecordError {
 impl fmt::Display for ChainRecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ChainRecordError::NotARecord => "it is not a version chain record (expected \"fkc1 ...\")",
+            ChainRecordError::NotARecord => "it is not a version chain record (expected \"fkc2 ...\")",
             ChainRecordError::Mismatch => {
                 "its checksum does not match its contents: the record is damaged or belongs to another resource"
             }
@@ -45,12 +63,22 @@ impl std::error::Error for ChainRecordError {}
 
 /// The record of `chain` as `resource`'s.
 pub fn encode(resource: &str, chain: &Chain) -> String {
-    let mut out = String::with_capacity(64 + chain.lends.len() * 96);
+    encode_as(Format::Fkc2, resource, chain)
+}
+
+fn encode_as(format: Format, resource: &str, chain: &Chain) -> String {
+    let mut out = String::with_capacity(64 + chain.lends.len() * 112);
     let highest = chain.highest.map_or_else(|| "-".to_owned(), |t| t.to_string());
     let current = chain.current.as_ref().map_or_else(|| "?".to_owned(), version);
-    let _ = write!(out, "{TAG} {highest} {current} {} {}", chain.next, chain.lends.len());
+    let _ = write!(out, "{} {highest} {current} {} {}", format.tag(), chain.next, chain.lends.len());
     for lend in &chain.lends {
         let _ = write!(out, " {} {} {}", lend.id, lend.token, version(&lend.on));
+        if format == Format::Fkc2 {
+            let _ = match lend.until {
+                Some(until) => write!(out, " {until}"),
+                None => write!(out, " -"),
+            };
+        }
     }
     out.push(' ');
     let crc = checksum(resource.as_bytes(), out.as_bytes());
@@ -61,24 +89,26 @@ pub fn encode(resource: &str, chain: &Chain) -> String {
 /// The chain that `value` records for `resource`, verified.
 pub fn decode(resource: &str, value: &[u8]) -> Result<Chain, ChainRecordError> {
     let text = std::str::from_utf8(value).map_err(|_| ChainRecordError::NotARecord)?;
-    if !text.starts_with("fkc1 ") {
-        return Err(ChainRecordError::NotARecord);
-    }
+    let format = match text.get(..5) {
+        Some("fkc2 ") => Format::Fkc2,
+        Some("fkc1 ") => Format::Fkc1,
+        _ => return Err(ChainRecordError::NotARecord),
+    };
     let (body, crc) = text.rsplit_once(' ').ok_or(ChainRecordError::NotARecord)?;
     let stored = (crc.len() == 8).then(|| u32::from_str_radix(crc, 16).ok()).flatten();
     let stored = stored.ok_or(ChainRecordError::NotARecord)?;
     if stored != checksum(resource.as_bytes(), &value[..body.len() + 1]) {
         return Err(ChainRecordError::Mismatch);
     }
-    let chain = fields(body).ok_or(ChainRecordError::Malformed)?;
+    let chain = fields(format, body).ok_or(ChainRecordError::Malformed)?;
     // One chain, one value: anything else was not written by us.
-    if encode(resource, &chain).as_bytes() != value {
+    if encode_as(format, resource, &chain).as_bytes() != value {
         return Err(ChainRecordError::Malformed);
     }
     Ok(chain)
 }
 
-fn fields(body: &str) -> Option<Chain> {
+fn fields(format: Format, body: &str) -> Option<Chain> {
     let mut words = body.split(' ').skip(1);
     let highest = match words.next()? {
         "-" => None,
@@ -95,7 +125,14 @@ fn fields(body: &str) -> Option<Chain> {
         let id = words.next()?.parse::<u64>().ok()?;
         let token = Token::parse(words.next()?).ok()?;
         let on = unversion(words.next()?)?;
-        lends.push(Lend { id, token, on });
+        let until = match format {
+            Format::Fkc1 => None,
+            Format::Fkc2 => match words.next()? {
+                "-" => None,
+                ms => Some(ms.parse::<u64>().ok()?),
+            },
+        };
+        lends.push(Lend { id, token, on, until });
     }
     words.next().is_none().then_some(Chain { highest, current, lends, next })
 }

@@ -415,7 +415,16 @@ mod tests {
         );
         let damaged =
             KeyValue { key: b"m".to_vec(), value: b"fk2 99 00000000".to_vec(), create_revision: 1, mod_revision: 1 };
-        assert!(passed(&answer(false, true, &[&[damaged.clone()], &[]]), P, M, "/r", &token!("34"), 1, true).is_err());
+        assert!(passed(
+            &answer(false, true, &[std::slice::from_ref(&damaged), &[]]),
+            P,
+            M,
+            "/r",
+            &token!("34"),
+            1,
+            true
+        )
+        .is_err());
         let floor = KeyValue { key: M.as_bytes().to_vec(), value: b"fk2 99 00000000".to_vec(), ..damaged };
         let e = passed(&answer(false, true, &[&[], &[floor]]), P, M, "/r", &token!("34"), 1, true).unwrap_err();
         assert!(e.0.contains(M), "a damaged floor is named: {e}");

@@ -27,10 +27,17 @@ pub struct Conditional {
     /// whole (its MD5 is the version it makes) and refuses a larger one (413) before
     /// any of it reaches the store.
     pub max_body: u64,
+    /// How long after it is sent the store may still apply a write: Envoy's route
+    /// timeout plus the store apply bound. A write given up on stays lent on its
+    /// chain that long, then ends by itself.
+    pub lend_ms: u64,
 }
 
 /// `conditional_max_body`'s default: 16 MiB.
 pub const DEFAULT_CONDITIONAL_MAX_BODY: u64 = 16 << 20;
+/// `conditional_lend_ms`'s default: Envoy's default route timeout in
+/// `fencekeeper envoy-config` (60 s) plus the engine's store apply bound (60 s).
+pub const DEFAULT_CONDITIONAL_LEND_MS: u64 = 60_000 + gate::STORE_APPLY_BOUND.as_millis() as u64;
 
 /// The parsed and validated configuration.
 #[derive(Clone, Debug, PartialEq)]
@@ -400,9 +407,14 @@ impl Config {
             (_, Some(_)) => return Err(ConfigError("lock_prefix goes with provenance \"strong\"".into())),
         };
         let conditional = match (settings.conditional_writes.unwrap_or(false), settings.conditional_deletes) {
-            (false, _) if settings.conditional_deletes.is_some() || settings.conditional_max_body.is_some() => {
+            (false, _)
+                if settings.conditional_deletes.is_some()
+                    || settings.conditional_max_body.is_some()
+                    || settings.conditional_lend_ms.is_some() =>
+            {
                 return Err(ConfigError(
-                    "conditional_deletes and conditional_max_body go with conditional_writes".into(),
+                    "conditional_deletes, conditional_max_body and conditional_lend_ms go with conditional_writes"
+                        .into(),
                 ))
             }
             (false, _) => None,
@@ -411,7 +423,14 @@ impl Config {
                 if max_body == 0 {
                     return Err(ConfigError("conditional_max_body must be above 0".into()));
                 }
-                Some(Conditional { deletes: deletes.unwrap_or(false), max_body })
+                let lend_ms = settings.conditional_lend_ms.unwrap_or(DEFAULT_CONDITIONAL_LEND_MS);
+                if !(1000..=MAX_GATE_MS).contains(&lend_ms) {
+                    return Err(ConfigError(format!(
+                        "conditional_lend_ms {lend_ms} is out of range: 1000 (1 s) to {MAX_GATE_MS} (a day); it is \
+                         the route timeout plus how long the store may still apply a write after it"
+                    )));
+                }
+                Some(Conditional { deletes: deletes.unwrap_or(false), max_body, lend_ms })
             }
         };
         if conditional.is_some() {
@@ -585,6 +604,7 @@ impl Config {
             conditional_writes: conditional.map(|_| true),
             conditional_deletes: conditional.map(|c| c.deletes),
             conditional_max_body: conditional.map(|c| c.max_body),
+            conditional_lend_ms: conditional.map(|c| c.lend_ms),
             // Envoy, the default, is left unwritten: `envoy-config`'s output stays as it was.
             host: (*host == Host::Portable).then_some(HostName::Portable),
             #[cfg(feature = "faults")]
@@ -696,15 +716,21 @@ mod tests {
     #[test]
     fn conditional_writes_need_etcd_correctness_and_paths_and_replace_the_gate() {
         let c = Config::parse(br#"{"protocol":"s3","conditional_writes":true}"#).unwrap();
-        let default = Conditional { deletes: false, max_body: DEFAULT_CONDITIONAL_MAX_BODY };
+        let lend_ms = DEFAULT_CONDITIONAL_LEND_MS;
+        let default = Conditional { deletes: false, max_body: DEFAULT_CONDITIONAL_MAX_BODY, lend_ms };
         assert_eq!((c.conditional, c.gate), (Some(default), None));
         assert_eq!(Config::from_settings(c.to_settings()).unwrap(), c, "it round-trips");
-        let c = Config::parse(br#"{"conditional_writes":true,"conditional_deletes":true,"conditional_max_body":9}"#);
-        assert_eq!(c.unwrap().conditional, Some(Conditional { deletes: true, max_body: 9 }));
+        let c = Config::parse(
+            br#"{"conditional_writes":true,"conditional_deletes":true,"conditional_max_body":9,"conditional_lend_ms":5000}"#,
+        );
+        assert_eq!(c.unwrap().conditional, Some(Conditional { deletes: true, max_body: 9, lend_ms: 5000 }));
         assert_eq!(Config::parse(br#"{"conditional_writes":false}"#).unwrap().conditional, None);
         for (bad, says) in [
             (&br#"{"conditional_deletes":true}"#[..], "go with conditional_writes"),
             (br#"{"conditional_max_body":5}"#, "go with conditional_writes"),
+            (br#"{"conditional_lend_ms":5000}"#, "go with conditional_writes"),
+            (br#"{"conditional_writes":true,"conditional_lend_ms":999}"#, "out of range"),
+            (br#"{"conditional_writes":true,"conditional_lend_ms":86400001}"#, "out of range"),
             (br#"{"conditional_writes":true,"conditional_max_body":0}"#, "above 0"),
             (br#"{"conditional_writes":true,"mode":"efficiency"}"#, "needs correctness mode and etcd"),
             (br#"{"conditional_writes":true,"mode":"efficiency","etcd":null}"#, "needs correctness mode and etcd"),

@@ -70,6 +70,11 @@ pub struct Settings {
     /// With `conditional_writes`: the largest body a write may have, in bytes (16 MiB).
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub conditional_max_body: Option<u64>,
+    /// With `conditional_writes`: how long after it is sent the store may still apply
+    /// a write, in ms (the route timeout plus the store apply bound; 120000). A write
+    /// given up on stops holding its version chain then.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub conditional_lend_ms: Option<u64>,
     /// What the proxy-wasm host provides: `envoy` (the default: everything Envoy does)
     /// or `portable` (only what every host provides, as ngx_wasm_module does;
     /// docs/proxy-wasm-hosts.md).

@@ -20,7 +20,7 @@
 
 use crate::etcd::{self, Method, Response};
 use crate::Filter;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Version};
+use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Term, Version};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::grpc;
 
@@ -36,7 +36,7 @@ const MAX_SETTLE_ROUNDS: u32 = 1024;
 pub enum Change {
     /// Read only: what the write would be lent on, for the headers that go before
     /// its body.
-    Peek(Token),
+    Peek(Token, Term),
     /// Lend the write, which makes `makes` (when told: the body's MD5, or absent for a
     /// delete). `on`: the precondition its headers already carry, which the lend must
     /// be on.
@@ -47,6 +47,8 @@ pub enum Change {
         makes: Option<Version>,
         /// The precondition its headers carry, if they went.
         on: Option<Version>,
+        /// When it is lent, and how long the store may apply it.
+        term: Term,
     },
     /// The store answered lend `id`.
     Settle {
@@ -184,11 +186,11 @@ impl Update {
         };
         let before = chain.clone();
         let done = match &self.change {
-            Change::Peek(token) => match chain.clone().lend(*token, None) {
+            Change::Peek(token, term) => match chain.clone().lend(*token, None, *term) {
                 Ok(lend) => return Step::Done(Done::Lent(lend)),
                 Err(refusal) => return Step::Done(Done::Refused(refusal)),
             },
-            Change::Lend { token, makes, on } => match chain.lend(*token, makes.as_ref()) {
+            Change::Lend { token, makes, on, term } => match chain.lend(*token, makes.as_ref(), *term) {
                 Err(refusal) => return Step::Done(Done::Refused(refusal)),
                 Ok(lend) => match on.as_ref().filter(|carried| **carried != lend.on) {
                     Some(carried) => return Step::Done(Done::Moved { carried: carried.clone(), now: lend.on }),
@@ -217,6 +219,13 @@ impl Update {
         self.swapping = Some((record, done));
         Step::Send(swap)
     }
+}
+
+/// When a write is lent now, and how long the store may still apply it (the
+/// configuration's `conditional_lend_ms`).
+pub fn term(f: &Filter) -> Term {
+    let lifetime_ms = f.config.conditional.map(|c| c.lend_ms);
+    Term { now_ms: crate::gate::now_ms(), lifetime_ms }
 }
 
 /// Send one Txn of a chain change to etcd, with the VM's etcd token if a user is
@@ -252,18 +261,22 @@ mod tests {
 
     #[test]
     fn a_lend_reads_swaps_and_on_a_lost_race_changes_the_record_it_read_back() {
-        let (mut u, first) =
-            Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None }, None);
+        let (mut u, first) = Update::start(
+            "/p/",
+            "r",
+            Change::Lend { token: token!("5"), makes: None, on: None, term: Term::UNBOUNDED },
+            None,
+        );
         assert_eq!(first, grpc::read_txn(b"/p.chains/r"));
         let Step::Send(swap) = u.answered(&read(None)) else { panic!("a new chain is swapped in") };
         assert_eq!(swap, {
             let mut c = Chain::new();
-            c.lend(token!("5"), None).unwrap();
+            c.lend(token!("5"), None, Term::UNBOUNDED).unwrap();
             grpc::swap_txn(b"/p.chains/r", None, chain::encode("r", &c).as_bytes())
         });
         // Someone else lent token 7 meanwhile: the lend of 5 is now stale.
         let mut theirs = Chain::new();
-        theirs.lend(token!("7"), None).unwrap();
+        theirs.lend(token!("7"), None, Term::UNBOUNDED).unwrap();
         let record = chain::encode("r", &theirs);
         let lost = Ok(txn_answer(false, 10, &[Some(&[kv(record.as_bytes())])]));
         assert!(matches!(u.answered(&lost), Step::Done(Done::Refused(Refusal::Stale(t))) if t == token!("7")));
@@ -271,21 +284,31 @@ mod tests {
 
     #[test]
     fn a_committed_swap_reports_the_lend_and_a_peek_never_writes() {
-        let (mut u, _) = Update::start("/p/", "r", Change::Lend { token: token!("5"), makes: None, on: None }, None);
+        let (mut u, _) = Update::start(
+            "/p/",
+            "r",
+            Change::Lend { token: token!("5"), makes: None, on: None, term: Term::UNBOUNDED },
+            None,
+        );
         assert!(matches!(u.answered(&read(None)), Step::Send(_)));
         let committed = Ok(txn_answer(true, 11, &[]));
         assert!(matches!(u.answered(&committed), Step::Done(Done::Lent(l)) if l.on == Version::Absent));
-        let (mut peek, _) = Update::start("/p/", "r", Change::Peek(token!("5")), None);
+        let (mut peek, _) = Update::start("/p/", "r", Change::Peek(token!("5"), Term::UNBOUNDED), None);
         assert!(matches!(peek.answered(&read(None)), Step::Done(Done::Lent(l)) if l.on == Version::Absent));
     }
 
     #[test]
     fn a_lend_on_another_version_than_the_headers_carried_is_not_recorded() {
         let mut c = Chain::new();
-        let l = c.lend(token!("5"), None).unwrap();
+        let l = c.lend(token!("5"), None, Term::UNBOUNDED).unwrap();
         c.settle(l.id, &Answer::Applied(Some(tag("b"))));
         let record = chain::encode("r", &c);
-        let change = Change::Lend { token: token!("6"), makes: Some(tag("c")), on: Some(Version::Absent) };
+        let change = Change::Lend {
+            token: token!("6"),
+            makes: Some(tag("c")),
+            on: Some(Version::Absent),
+            term: Term::UNBOUNDED,
+        };
         let (mut u, _) = Update::start("/p/", "r", change, None);
         let step = u.answered(&read(Some(record.as_bytes())));
         assert!(matches!(step, Step::Done(Done::Moved { carried: Version::Absent, now }) if now == tag("b")));
@@ -295,7 +318,7 @@ mod tests {
     fn a_damaged_chain_or_a_failed_call_is_a_failure_never_a_new_chain() {
         let mut record = chain::encode("r", &Chain::new()).into_bytes();
         record[5] ^= 1;
-        let (mut u, _) = Update::start("/p/", "r", Change::Peek(token!("5")), None);
+        let (mut u, _) = Update::start("/p/", "r", Change::Peek(token!("5"), Term::UNBOUNDED), None);
         assert!(matches!(u.answered(&read(Some(&record))), Step::Failed(why) if why.contains("damaged")));
         let other = chain::encode("q", &Chain::new());
         assert!(matches!(u.answered(&read(Some(other.as_bytes()))), Step::Failed(_)), "another resource's record");
@@ -307,10 +330,10 @@ mod tests {
     #[test]
     fn a_known_record_is_swapped_from_at_once_and_only_a_swap_is_trusted_to_it() {
         // The lend swaps from the record the peek read: no read first.
-        let change = Change::Lend { token: token!("5"), makes: None, on: Some(Version::Absent) };
+        let change = Change::Lend { token: token!("5"), makes: None, on: Some(Version::Absent), term: Term::UNBOUNDED };
         let (mut u, first) = Update::start("/p/", "r", change, Some(None));
         let mut lent = Chain::new();
-        lent.lend(token!("5"), None).unwrap();
+        lent.lend(token!("5"), None, Term::UNBOUNDED).unwrap();
         let record = chain::encode("r", &lent);
         assert_eq!(first, grpc::swap_txn(b"/p.chains/r", None, record.as_bytes()));
         assert!(matches!(u.answered(&Ok(txn_answer(true, 11, &[]))), Step::Done(Done::Lent(_))));
@@ -320,7 +343,7 @@ mod tests {
         let mut unknown = Chain::new();
         unknown.current = None;
         let old = chain::encode("r", &unknown).into_bytes();
-        let change = Change::Lend { token: token!("6"), makes: None, on: None };
+        let change = Change::Lend { token: token!("6"), makes: None, on: None, term: Term::UNBOUNDED };
         let (mut u, first) = Update::start("/p/", "r", change, Some(Some(old)));
         assert_eq!(first, grpc::read_txn(b"/p.chains/r"));
         assert!(matches!(u.answered(&read(Some(record.as_bytes()))), Step::Send(_)), "the fresh record lends");

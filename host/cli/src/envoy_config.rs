@@ -158,7 +158,9 @@ pub struct Args {
     /// timed out, the store reset the stream, the client went away, a worker died):
     /// the write keeps holding its resource at the ordering gate that long. The one
     /// timing assumption of the gate: keep the store's own request timeout below it
-    /// (docs/operations.md). Default: 60s, the same as the gateway's.
+    /// (docs/operations.md). With --conditional-writes, a write given up on stays lent
+    /// on its version chain for --route-timeout plus this, then ends by itself.
+    /// Default: 60s, the same as the gateway's.
     #[arg(long, value_parser = crate::serve::parse_duration)]
     store_apply_bound: Option<Duration>,
     /// The longest an admitted write is held back for lower-token writes that the
@@ -192,14 +194,13 @@ pub struct Args {
     /// Conditional writes: each admitted PUT or DELETE goes to the store with
     /// `If-Match` on the version the store gave the last write (`If-None-Match: *` for
     /// a new object), lent on the resource's version chain in etcd first, so the store
-    /// itself refuses a late write (412), with no store apply bound and no ordering
-    /// gate. Needs a store that honours If-Match on writes (docs/operations.md) and
-    /// --precondition-probe. Reads go through the filter too: their ETag teaches a
-    /// version the filter lost.
+    /// itself refuses a late write (412), with no ordering gate. Needs a store that
+    /// honours If-Match on writes (docs/operations.md) and --precondition-probe. Reads
+    /// go through the filter too: their ETag teaches a version the filter lost.
     #[arg(
         long,
         requires = "precondition_probe",
-        conflicts_with_all = ["no_gate", "no_etcd", "resource_header", "shared_gate", "local_gate", "store_apply_bound"]
+        conflicts_with_all = ["no_gate", "no_etcd", "resource_header", "shared_gate", "local_gate"]
     )]
     conditional_writes: bool,
     /// With --conditional-writes: a path on the store (--upstream) that the probe may
@@ -432,6 +433,10 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         conditional_writes: args.conditional_writes.then_some(true),
         conditional_deletes: args.conditional_writes.then_some(args.conditional_deletes),
         conditional_max_body: args.conditional_writes.then_some(args.conditional_max_body),
+        conditional_lend_ms: args.conditional_writes.then(|| {
+            let bound = args.store_apply_bound.map_or(GateConfig::default().apply_bound_ms, |b| b.as_millis() as u64);
+            args.route_timeout.as_millis() as u64 + bound
+        }),
         test_fault_header: args.test_fault_header.clone(),
         ..Settings::default()
     }

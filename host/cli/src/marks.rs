@@ -241,7 +241,7 @@ fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode>
         let lends: Vec<serde_json::Value> = chain
             .lends
             .iter()
-            .map(|l| serde_json::json!({"token": l.token.to_string(), "on": l.on.to_string()}))
+            .map(|l| serde_json::json!({"token": l.token.to_string(), "on": l.on.to_string(), "until_ms": l.until}))
             .collect();
         let out = serde_json::json!({"resource": resource, "version": current, "highest": highest, "lent": lends});
         println!("{out}");
@@ -249,8 +249,17 @@ fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode>
         println!("version {current}");
         println!("highest {}", highest.as_deref().unwrap_or("-"));
         println!("lent    {}", chain.lends.len());
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         for lend in &chain.lends {
-            println!("  token {} on {}", lend.token, lend.on);
+            // How long until the lend ends by itself (a term), or that it never does.
+            let ends = match lend.until {
+                Some(until) => match until.checked_sub(now.as_millis() as u64) {
+                    Some(left) => format!("ends in {}s", left.div_ceil(1000)),
+                    None => "ended (at the next write)".to_owned(),
+                },
+                None => "ends only by --release-lends".to_owned(),
+            };
+            println!("  token {} on {} ({ends})", lend.token, lend.on);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -115,8 +115,9 @@ pub struct Args {
     /// upstream timed out, reset or failed once it was sent): the write keeps holding its
     /// resource that long, so no higher write is forwarded before it can no longer land.
     /// The one timing assumption of the gate: keep the store's own request timeout
-    /// below it (docs/operations.md). Default: 60s, the same as Envoy's (0 with
-    /// --conditional-writes).
+    /// below it (docs/operations.md). With --conditional-writes, a write given up on
+    /// stays lent on its version chain for --request-timeout plus this, then ends by
+    /// itself. Default: 60s, the same as Envoy's.
     #[arg(long, value_parser = parse_duration)]
     store_apply_bound: Option<Duration>,
     /// For this long after start, refuse fenced writes (503 with Retry-After): writes
@@ -303,10 +304,9 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.max_body = args.max_body;
     c.request_timeout = args.request_timeout;
     c.gate_timeout = args.gate_timeout.unwrap_or(c.gate_timeout);
-    // With conditional writes the store refuses a late write itself: no write has to
-    // hold its resource after the gateway gave up on it.
-    let bound = if args.conditional_writes { Duration::ZERO } else { c.apply_bound };
-    c.apply_bound = args.store_apply_bound.unwrap_or(bound);
+    // With conditional writes the gate is off (below) and the bound is a lend's term:
+    // a write given up on stays lent on its chain until it has passed.
+    c.apply_bound = args.store_apply_bound.unwrap_or(c.apply_bound);
     c.start_grace = args.start_grace;
     // Nor does a write wait at the ordering gate: the chain refuses a lend below one it
     // made and the store a late write, so the gate would only spare a lower token its

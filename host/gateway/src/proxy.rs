@@ -81,7 +81,8 @@ impl Proxy {
         let (metrics, uploads) = (Arc::default(), Uploads::default());
         let conditional = chains.map(|chains| {
             let (wait, upstream) = (config.gate_timeout, config.upstream.clone());
-            Conditional::new(chains, wait, client.clone(), upstream, config.conditional_deletes)
+            let lend_for = config.request_timeout + config.apply_bound;
+            Conditional::new(chains, wait, client.clone(), upstream, config.conditional_deletes, lend_for)
         });
         Proxy { config, guard, gate, metrics, client, audit: audit.map(Arc::new), started, uploads, conditional }
     }

@@ -78,8 +78,11 @@ pub struct Registry {
     waiting: AtomicUsize,
     /// The writes asking for a pass, by resource, token and `at_floor`, while a Txn
     /// of theirs is being sent ([`Registry::pass`]).
-    passes: Mutex<HashMap<(String, Token, bool), Vec<oneshot::Sender<Result<Registration, Refused>>>>>,
+    passes: Mutex<HashMap<(String, Token, bool), Vec<PassWaiter>>>,
 }
+
+/// One write waiting for a shared pass Txn's answer.
+type PassWaiter = oneshot::Sender<Result<Registration, Refused>>;
 
 #[derive(Clone, Copy)]
 struct Lease {

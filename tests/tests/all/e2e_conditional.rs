@@ -14,8 +14,9 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use crate::late_writes::{
-    assert_landed_late, assert_refused_late, hold_old, lends_bar_the_resource_past_the_bound, object,
-    release_and_answer, BUCKET, FIRST, KEY, NEW, OLD,
+    assert_landed_late, assert_refused_late, given_up_writes_end_by_themselves, hold_old,
+    lends_bar_the_resource_past_the_bound, object, release_and_answer, the_version_is_free_once_the_term_is_over,
+    BUCKET, FIRST, KEY, NEW, OLD,
 };
 use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, Gateway, RecordingUpstream};
 use fencekeeper_harness::moto::Moto;
@@ -177,12 +178,13 @@ fn two_gateways_without_a_shared_gate_or_conditional_writes_land_the_late_write_
 }
 
 #[test]
-fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused() {
+fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused_for_its_term() {
     // S3's ETag is the body's MD5: A, B, A is a chain that comes back. 33's write
     // conditioned on A is given up on; 34 writes B, then A again, which would let 33's
-    // land. The fence refuses that A, and the late 33 fails at the store.
+    // land. The fence refuses that A, and the late 33 fails at the store. Once 33's
+    // term is over (the request timeout plus the store apply bound, 2 s), A goes.
     let (moto, relay) = store();
-    let args = s3_args(true, &["--request-timeout", "1s"]);
+    let args = s3_args(true, &["--request-timeout", "1s", "--store-apply-bound", "1s"]);
     let gateway = Gateway::start(&relay.url(), &args).unwrap();
     let fence = gateway.url();
     assert!(put(&fence, &moto, "32", FIRST).ok);
@@ -198,6 +200,18 @@ fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused() {
     let late = release_and_answer(held);
     assert!(late.contains(" 412 "), "{late:?}\n{}", gateway.log());
     assert_eq!(object(&moto), NEW);
+    let again = || put(&fence, &moto, "34", FIRST);
+    the_version_is_free_once_the_term_is_over(again, Duration::from_secs(2), || gateway.log());
+    assert_eq!(object(&moto), FIRST);
+}
+
+#[test]
+fn more_writes_given_up_on_than_the_bound_end_by_themselves_and_the_next_write_goes() {
+    let (moto, relay) = store();
+    let args = s3_args(true, &["--request-timeout", "300ms", "--store-apply-bound", "700ms"]);
+    let gateway = Gateway::start(&relay.url(), &args).unwrap();
+    let fence = gateway.url();
+    given_up_writes_end_by_themselves(&relay, &moto, |token, body| put(&fence, &moto, token, body), || gateway.log());
 }
 
 #[test]
@@ -299,7 +313,7 @@ fn past_the_bound_of_writes_given_up_on_the_gateway_refuses_the_resource_503() {
 }
 
 #[test]
-fn a_write_given_up_on_stays_lent_across_a_kill_until_an_operator_releases_it() {
+fn a_write_given_up_on_stays_lent_across_a_kill_for_its_term_or_until_an_operator_releases_it() {
     let upstream = RecordingUpstream::start().unwrap();
     let args = ["--conditional-writes", "--precondition-probe", "off", "--request-timeout", "300ms"];
     let mut gateway = Gateway::start(&upstream.url(), &args).unwrap();
@@ -317,7 +331,9 @@ fn a_write_given_up_on_stays_lent_across_a_kill_until_an_operator_releases_it() 
     let (code, shown) = marks(&["--chain", "/r"]);
     assert_eq!(code, Some(0), "{shown}");
     assert!(
-        shown.contains("version absent") && shown.contains("lent    1") && shown.contains("token 34 on absent"),
+        shown.contains("version absent")
+            && shown.contains("lent    1")
+            && shown.contains("token 34 on absent (ends in "),
         "{shown}"
     );
     let (code, refused) = marks(&["--release-lends", "/r"]);

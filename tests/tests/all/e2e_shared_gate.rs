@@ -423,7 +423,8 @@ fn a_holder_writing_on_with_a_superseded_token_never_starves_the_next_holder_thr
     };
     assert_eq!(put(&a, 10), 201);
     let (stop, holder) = (AtomicBool::new(false), AtomicU64::new(10));
-    let (advanced_at, late): (Vec<(u64, Instant)>, Vec<(u64, Instant, u16)>) = std::thread::scope(|s| {
+    type Late = Vec<(u64, Instant, u16)>;
+    let (advanced_at, late): (Vec<(u64, Instant)>, Late) = std::thread::scope(|s| {
         let load: Vec<_> = (0..8)
             .map(|_| {
                 s.spawn(|| {

@@ -10,8 +10,9 @@ use fencekeeper_chain::MAX_LENDS;
 use fencekeeper_harness::gateway::RecordingUpstream;
 use fencekeeper_harness::moto::Moto;
 use fencekeeper_harness::relay::{Relay, Trap};
+use fencekeeper_harness::s3::BotoRun;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub const BUCKET: &str = "ledger";
 pub const KEY: &str = "q3.csv";
@@ -38,9 +39,15 @@ impl Held {
 /// Hold the next request through `relay` that carries the old holder's body until
 /// [`release_and_answer`].
 pub fn hold_old(relay: &Relay) -> Held {
+    hold(relay, OLD_MARK)
+}
+
+/// Hold the next request through `relay` that carries `mark` until
+/// [`release_and_answer`].
+pub fn hold(relay: &Relay, mark: &[u8]) -> Held {
     let (release, held) = mpsc::channel::<()>();
     let (arrive, arrived) = mpsc::channel::<()>();
-    let trap = relay.trap(OLD_MARK, move || {
+    let trap = relay.trap(mark, move || {
         let _ = arrive.send(());
         let _ = held.recv_timeout(Duration::from_secs(120));
         Ok(())
@@ -97,4 +104,56 @@ pub fn lends_bar_the_resource_past_the_bound(
     assert!(body.contains(&says) && body.contains("--release-lends"), "says what to do: {body}");
     assert!(upstream.applied().is_empty(), "the refused write reached the store");
     upstream.release("34");
+}
+
+/// More writes given up on than [`MAX_LENDS`], one after another, each held by
+/// `relay` on its way to moto: each stays lent for its term (`put`'s host was started
+/// with a term of about a second), so none is refused for too many lent, and a
+/// normal write then goes at once. Released at last, every held write is refused by
+/// moto (412), and the normal write's object is kept. `put` is (token, body).
+pub fn given_up_writes_end_by_themselves(
+    relay: &Relay,
+    moto: &Moto,
+    put: impl Fn(&str, &[u8]) -> BotoRun,
+    log: impl Fn() -> String,
+) {
+    assert!(put("32", FIRST).ok, "{}", log());
+    let mut held = Vec::new();
+    for n in 0..MAX_LENDS + 8 {
+        let body = format!("given up on, number {n:02} (token 34)\n");
+        let trap = hold(relay, body.as_bytes());
+        let run = put("34", body.as_bytes());
+        assert_eq!(run.status, Some(504), "write {n} is given up on: {run:?}\n{}", log());
+        trap.wait_arrived();
+        held.push(trap);
+    }
+    let normal = put("35", NEW);
+    assert!(normal.ok, "after {} writes given up on: {normal:?}\n{}", MAX_LENDS + 8, log());
+    for trap in held {
+        let late = release_and_answer(trap);
+        assert!(late.contains(" 412 "), "a late write was not refused: {late:?}\n{}", log());
+    }
+    assert_eq!(object(moto), NEW);
+}
+
+/// After [`hold_old`]'s write was given up on and refused late, the version it was
+/// conditioned on (FIRST's) is barred only for its term: writing FIRST again (`put`,
+/// a new holder's) is refused while the term lasts, then goes by itself, with no
+/// operator, within `term` and a margin.
+pub fn the_version_is_free_once_the_term_is_over(put: impl Fn() -> BotoRun, term: Duration, log: impl Fn() -> String) {
+    let started = Instant::now();
+    let mut refused = 0;
+    loop {
+        let back = put();
+        if back.ok {
+            break;
+        }
+        assert_eq!((back.status, back.code.as_str()), (Some(409), "FencingVersionConflict"), "{back:?}");
+        refused += 1;
+        let waited = started.elapsed();
+        assert!(waited < term + Duration::from_secs(10), "still refused {waited:?} after the term\n{}", log());
+        // Polling the chain's term, which nothing announces.
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    eprintln!("refused {refused} times, then written after {:?}", started.elapsed());
 }

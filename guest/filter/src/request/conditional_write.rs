@@ -50,11 +50,12 @@ impl Request {
     pub(super) fn lend(&mut self, resource: &str, token: Token, delete: bool) -> Action {
         let f = Rc::clone(&self.filter);
         let body_to_come = !delete && !self.headers_end;
+        let term = conditional::term(&f);
         let change = if body_to_come {
-            ChainChange::Peek(token)
+            ChainChange::Peek(token, term)
         } else {
             let makes = if delete { Version::Absent } else { chain::content_version(&Md5::digest(b"").into()) };
-            ChainChange::Lend { token, makes: Some(makes), on: None }
+            ChainChange::Lend { token, makes: Some(makes), on: None, term }
         };
         let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
         let (update, read) = Update::start(prefix, resource, change, None);
@@ -95,7 +96,7 @@ impl Request {
             c.record = update.last();
         }
         match (change, step) {
-            (ChainChange::Peek(_), Step::Done(Done::Lent(lend))) => {
+            (ChainChange::Peek(..), Step::Done(Done::Lent(lend))) => {
                 // The headers go with the precondition; the body waits for the lend.
                 self.send_headers(&lend.on);
             }
@@ -111,7 +112,7 @@ impl Request {
                     self.send_headers(&on);
                 }
             }
-            (ChainChange::Peek(_) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => {
+            (ChainChange::Peek(..) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => {
                 let refused = rules::lend_refused(&c.resource, c.token, &refusal, self.reply.form);
                 self.conclude(Some(refused));
             }
@@ -323,7 +324,8 @@ impl Request {
             md5.update(&piece);
         }
         let makes = chain::content_version(&md5.finalize().into());
-        let change = ChainChange::Lend { token: c.token, makes: Some(makes), on: c.on.clone() };
+        let change =
+            ChainChange::Lend { token: c.token, makes: Some(makes), on: c.on.clone(), term: conditional::term(&f) };
         let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
         let (update, read) = Update::start(prefix, &c.resource, change, c.record.take());
         c.update = Some(update);

@@ -14,70 +14,111 @@ fn tag(s: &str) -> Version {
     Version::Tag(format!("\"{s}\""))
 }
 
+/// Lends that end only by hand.
+const U: Term = Term::UNBOUNDED;
+
+/// Lent at `now_ms`, ending 100 ms later.
+fn at(now_ms: u64) -> Term {
+    Term { now_ms, lifetime_ms: Some(100) }
+}
+
 #[test]
 fn a_write_is_lent_on_the_current_version_and_its_answer_moves_it() {
     let mut chain = Chain::new();
-    let lend = chain.lend(t(34), Some(&tag("a"))).unwrap();
+    let lend = chain.lend(t(34), Some(&tag("a")), U).unwrap();
     assert_eq!(lend.on, Version::Absent, "a new object's first write goes with If-None-Match: *");
     chain.settle(lend.id, &Answer::Applied(Some(tag("a"))));
     assert_eq!((chain.current.clone(), chain.lends.len()), (Some(tag("a")), 0));
-    let lend = chain.lend(t(34), Some(&tag("b"))).unwrap();
+    let lend = chain.lend(t(34), Some(&tag("b")), U).unwrap();
     assert_eq!(lend.on, tag("a"));
 }
 
 #[test]
 fn a_lower_token_than_one_lent_is_stale() {
     let mut chain = Chain::new();
-    chain.lend(t(34), None).unwrap();
-    assert_eq!(chain.lend(t(33), None), Err(Refusal::Stale(t(34))));
-    assert!(chain.lend(t(34), None).is_ok(), "the same holder writes again");
+    chain.lend(t(34), None, U).unwrap();
+    assert_eq!(chain.lend(t(33), None, U), Err(Refusal::Stale(t(34))));
+    assert!(chain.lend(t(34), None, U).is_ok(), "the same holder writes again");
 }
 
 #[test]
 fn a_write_that_would_repeat_a_version_a_late_write_carries_is_refused() {
     // a, then 33's write on a is given up on; b lands; a again would let 33's land.
     let mut chain = Chain::new();
-    let first = chain.lend(t(33), Some(&tag("a"))).unwrap();
+    let first = chain.lend(t(33), Some(&tag("a")), U).unwrap();
     chain.settle(first.id, &Answer::Applied(Some(tag("a"))));
-    let _given_up = chain.lend(t(33), Some(&tag("x"))).unwrap();
-    let b = chain.lend(t(34), Some(&tag("b"))).unwrap();
+    let _given_up = chain.lend(t(33), Some(&tag("x")), U).unwrap();
+    let b = chain.lend(t(34), Some(&tag("b")), U).unwrap();
     chain.settle(b.id, &Answer::Applied(Some(tag("b"))));
-    assert_eq!(chain.lend(t(34), Some(&tag("a"))), Err(Refusal::Repeats(tag("a"))));
-    assert!(chain.lend(t(34), Some(&tag("b"))).is_ok(), "the same bytes again, with nothing else lent on b");
-    assert!(chain.lend(t(34), Some(&tag("b"))).is_ok(), "and again: only 34 is lent on b, its own token");
-    assert_eq!(chain.lend(t(35), Some(&tag("b"))), Err(Refusal::Repeats(tag("b"))), "34's may land after 35's");
-    assert!(chain.lend(t(35), Some(&tag("c"))).is_ok());
+    assert_eq!(chain.lend(t(34), Some(&tag("a")), U), Err(Refusal::Repeats(tag("a"))));
+    assert!(chain.lend(t(34), Some(&tag("b")), U).is_ok(), "the same bytes again, with nothing else lent on b");
+    assert!(chain.lend(t(34), Some(&tag("b")), U).is_ok(), "and again: only 34 is lent on b, its own token");
+    assert_eq!(chain.lend(t(35), Some(&tag("b")), U), Err(Refusal::Repeats(tag("b"))), "34's may land after 35's");
+    assert!(chain.lend(t(35), Some(&tag("c")), U).is_ok());
 }
 
 #[test]
 fn a_412_on_the_believed_version_makes_it_unknown_until_a_read_tells_it() {
     let mut chain = Chain::new();
-    let lend = chain.lend(t(34), None).unwrap();
+    let lend = chain.lend(t(34), None, U).unwrap();
     chain.settle(lend.id, &Answer::PreconditionFailed);
-    assert_eq!(chain.lend(t(34), None), Err(Refusal::Unknown));
+    assert_eq!(chain.lend(t(34), None, U), Err(Refusal::Unknown));
     assert!(chain.learn(tag("z")));
     assert!(!chain.learn(tag("y")), "a known version is not overwritten by a read");
-    assert_eq!(chain.lend(t(34), None).map(|l| l.on), Ok(tag("z")));
+    assert_eq!(chain.lend(t(34), None, U).map(|l| l.on), Ok(tag("z")));
 }
 
 #[test]
-fn lends_are_bounded_and_released_only_by_hand() {
+fn lends_with_no_term_are_bounded_and_released_only_by_hand() {
     let mut chain = Chain::new();
     for _ in 0..MAX_LENDS {
-        chain.lend(t(1), None).unwrap();
+        chain.lend(t(1), None, U).unwrap();
     }
-    assert_eq!(chain.lend(t(1), None), Err(Refusal::TooManyLent(MAX_LENDS)));
+    assert_eq!(chain.lend(t(1), None, U), Err(Refusal::TooManyLent(MAX_LENDS)));
     assert_eq!(chain.release(), MAX_LENDS);
-    assert_eq!(chain.lend(t(1), None), Err(Refusal::Unknown), "released lends may have changed the version");
+    assert_eq!(chain.lend(t(1), None, U), Err(Refusal::Unknown), "released lends may have changed the version");
+}
+
+#[test]
+fn a_lend_given_up_on_ends_by_itself_once_its_term_is_over() {
+    let mut chain = Chain::new();
+    for n in 0..MAX_LENDS as u64 {
+        chain.lend(t(33), None, at(n)).unwrap();
+    }
+    assert_eq!(chain.next_expiry(), Some(100));
+    assert_eq!(chain.lend(t(34), None, at(99)), Err(Refusal::TooManyLent(MAX_LENDS)), "none is over at 99");
+    let lend = chain.lend(t(34), None, at(100)).unwrap();
+    assert_eq!(chain.lends.len(), MAX_LENDS, "the first ended at 100, and 34's took its place");
+    assert_eq!((lend.on, lend.until), (Version::Absent, Some(200)), "the version is kept");
+    assert_eq!(chain.expire(10_000), MAX_LENDS);
+    // A lend with no term is never over.
+    chain.lend(t(34), None, U).unwrap();
+    assert_eq!((chain.expire(u64::MAX), chain.lends.len(), chain.next_expiry()), (0, 1, None));
+}
+
+#[test]
+fn within_its_term_a_lend_still_bars_a_repeat_and_after_it_does_not() {
+    // 33's write on a is given up on at 0; b lands; a again would let 33's land, until
+    // its term is over.
+    let mut chain = Chain::new();
+    let first = chain.lend(t(32), Some(&tag("a")), U).unwrap();
+    chain.settle(first.id, &Answer::Applied(Some(tag("a"))));
+    chain.lend(t(33), Some(&tag("x")), at(0)).unwrap();
+    let b = chain.lend(t(34), Some(&tag("b")), at(1)).unwrap();
+    chain.settle(b.id, &Answer::Applied(Some(tag("b"))));
+    assert_eq!(chain.lend(t(34), Some(&tag("a")), at(99)), Err(Refusal::Repeats(tag("a"))));
+    assert!(chain.lend(t(34), Some(&tag("a")), at(100)).is_ok());
 }
 
 #[test]
 fn records_round_trip_and_damage_is_caught() {
     let mut chain = Chain::new();
-    let lend = chain.lend(t(7), Some(&tag("a"))).unwrap();
+    let lend = chain.lend(t(7), Some(&tag("a")), U).unwrap();
     chain.settle(lend.id, &Answer::Applied(Some(tag("a"))));
-    chain.lend(t(8), None).unwrap();
+    chain.lend(t(8), None, U).unwrap();
+    chain.lend(t(8), None, at(1_700_000_000_000)).unwrap();
     let value = encode("orders/q3.csv", &chain);
+    assert!(value.starts_with("fkc2 8 ") && value.contains(" 1700000000100 "), "{value}");
     assert_eq!(decode("orders/q3.csv", value.as_bytes()), Ok(chain.clone()));
     assert_eq!(decode("orders/q4.csv", value.as_bytes()), Err(ChainRecordError::Mismatch));
     for i in 0..value.len() {
@@ -86,6 +127,12 @@ fn records_round_trip_and_damage_is_caught() {
         assert!(decode("orders/q3.csv", &damaged).is_err(), "flipped bit in byte {i} of {value:?} passed");
     }
     assert_eq!(decode("r", b"fk2 34 fc4dab37"), Err(ChainRecordError::NotARecord));
+    // A record written before lends had terms is read, its lends with none.
+    let body = "fkc1 8 226122 2 1 1 8 - ";
+    let old = format!("{body}{:08x}", fencekeeper_core::record::checksum(b"r", body.as_bytes()));
+    let chain = decode("r", old.as_bytes()).unwrap();
+    assert_eq!((chain.lends.len(), chain.lends[0].until, chain.current.clone()), (1, None, Some(tag("a"))));
+    assert!(encode("r", &chain).starts_with("fkc2 "), "and written back in the new format");
     assert_eq!(decode("r", b""), Err(ChainRecordError::NotARecord));
 }
 
@@ -101,17 +148,19 @@ fn weak_long_or_binary_etags_are_not_versions() {
 #[test]
 fn update_retries_lost_races_and_refuses_a_damaged_record() {
     let store = MemoryChains::default();
-    let lend = update(&store, "r", |c| c.lend(t(3), None)).unwrap().unwrap();
+    let lend = update(&store, "r", |c| c.lend(t(3), None, U)).unwrap().unwrap();
     assert_eq!(lend.id, 0);
     assert_eq!(read(&store, "r").unwrap().lends.len(), 1);
     store.swap("r", store.get("r").unwrap().as_deref(), b"fkc1 garbage").unwrap();
-    assert!(matches!(update(&store, "r", |c| c.lend(t(3), None)), Err(ChainError::Damaged { .. })));
+    assert!(matches!(update(&store, "r", |c| c.lend(t(3), None, U)), Err(ChainError::Damaged { .. })));
 }
 
 // The model: a content-addressed store (the version is the body), a fence whose
 // chains live in a store that survives crashes, and a network that delivers writes
 // late, out of order, or never, and loses answers. Whatever happens, the tokens of
-// the writes the store applies never go down.
+// the writes the store applies never go down. Time passes too: a lend's term is 100
+// ms, and the store applies no write later than that after it was sent (the store
+// apply bound the terms assume); a lend made with no term never ends by itself.
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -127,6 +176,8 @@ enum Op {
     Crash,
     /// An operator releases the lends (only done when none is still in the network).
     Release,
+    /// Time passes (ms).
+    Tick(u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -137,6 +188,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Read),
         1 => Just(Op::Crash),
         1 => Just(Op::Release),
+        3 => (0u64..40).prop_map(Op::Tick),
     ]
 }
 
@@ -146,6 +198,8 @@ struct Message {
     on: Version,
     body: Option<u8>,
     answer_seen: bool,
+    /// When the store stops applying it (`None`: never).
+    until: Option<u64>,
 }
 
 fn body_version(body: Option<u8>) -> Version {
@@ -153,10 +207,14 @@ fn body_version(body: Option<u8>) -> Version {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 10_000, ..ProptestConfig::default() })]
     #[test]
-    fn no_write_applies_after_a_higher_token_one(ops in proptest::collection::vec(op(), 1..60)) {
+    fn no_write_applies_after_a_higher_token_one(
+        ops in proptest::collection::vec(op(), 1..60),
+        terms in proptest::bool::ANY,
+    ) {
         let chains = MemoryChains::default();
+        let mut now = 0u64;
         let mut object = Version::Absent;
         let mut applied: Vec<Token> = Vec::new();
         let mut network: Vec<Message> = Vec::new();
@@ -164,15 +222,20 @@ proptest! {
             match op {
                 Op::Write(token, body) => {
                     let makes = body_version(body);
-                    let lent = update(&chains, "r", |c| c.lend(t(token), Some(&makes)))
+                    let term = if terms { at(now) } else { U };
+                    let lent = update(&chains, "r", |c| c.lend(t(token), Some(&makes), term))
                         .map_err(|e: ChainError| TestCaseError::fail(e.to_string()))?;
                     if let Ok(lend) = lent {
-                        network.push(Message { id: lend.id, token: t(token), on: lend.on, body, answer_seen: true });
+                        let m = Message { id: lend.id, token: t(token), on: lend.on, body, answer_seen: true, until: lend.until };
+                        network.push(m);
                     }
                 }
                 Op::Deliver(i, seen) if i < network.len() => {
                     let m = network.remove(i);
-                    let answer = if object == m.on {
+                    let answer = if m.until.is_some_and(|until| now >= until) {
+                        // Past the bound: the store refuses it (its own timeout).
+                        Answer::NotApplied
+                    } else if object == m.on {
                         if let Some(last) = applied.last() {
                             prop_assert!(m.token >= *last, "token {} applied after {}", m.token, last);
                         }
@@ -200,6 +263,7 @@ proptest! {
                     update(&chains, "r", |c| { c.release(); Ok::<_, ()>(()) })
                         .map_err(|e| TestCaseError::fail(e.to_string()))?.ok();
                 }
+                Op::Tick(ms) => now += ms,
                 _ => {}
             }
         }
@@ -220,5 +284,5 @@ fn a_failing_store_is_an_error_not_an_empty_chain() {
             "down".into()
         }
     }
-    assert!(matches!(update(&Down, "r", |c| c.lend(t(1), None)), Err(ChainError::Store(_))));
+    assert!(matches!(update(&Down, "r", |c| c.lend(t(1), None, U)), Err(ChainError::Store(_))));
 }

@@ -24,7 +24,7 @@
 
 use crate::refusal::{full, Answer, Failure, Form};
 use crate::Body;
-use fencekeeper::chain::{self, Answer as Settle, ChainError, ChainStore, Lend, Refusal, Version};
+use fencekeeper::chain::{self, Answer as Settle, ChainError, ChainStore, Lend, Refusal, Term, Version};
 use fencekeeper_core::refusal::Action;
 use fencekeeper_core::{Class, Token};
 use fencekeeper_engine::conditional::{self as rules, Refused, Stored};
@@ -36,7 +36,7 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use md5::{Digest, Md5};
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use turns::{Turn, Turns};
 
 mod probe;
@@ -59,6 +59,9 @@ pub struct Conditional {
     upstream: Uri,
     /// The store honours `If-Match` on DELETE (probed, or vouched for).
     deletes: bool,
+    /// How long after it is sent the store may still apply a write (the request
+    /// timeout plus the store apply bound): a lend's term.
+    lend_for: Duration,
 }
 
 /// A write lent on its resource's chain and holding its turn: forward it, then
@@ -87,15 +90,24 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Conditional {
     /// Conditional writes with chains in `chains`; a write waits at most `wait` for
     /// its resource's turn; `client` reaches the store at `upstream`; deletes are
-    /// refused unless the store honours `If-Match` on them (`deletes`).
+    /// refused unless the store honours `If-Match` on them (`deletes`); a write given
+    /// up on stays lent `lend_for` after it was sent.
     pub fn new(
         chains: Arc<dyn ChainStore>,
         wait: Duration,
         client: Client<HttpConnector, Body>,
         upstream: Uri,
         deletes: bool,
+        lend_for: Duration,
     ) -> Conditional {
-        Conditional { chains, turns: Arc::default(), unknown: Mutex::default(), wait, client, upstream, deletes }
+        let turns = Arc::default();
+        Conditional { chains, turns, unknown: Mutex::default(), wait, client, upstream, deletes, lend_for }
+    }
+
+    /// When a write is lent now, and for how long.
+    fn term(&self) -> Term {
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        Term { now_ms: since_epoch.as_millis() as u64, lifetime_ms: Some(self.lend_for.as_millis() as u64) }
     }
 
     /// The refusal of this write of `resource` when it cannot be made conditional
@@ -173,8 +185,8 @@ impl Conditional {
         token: Token,
         makes: &Version,
     ) -> Result<Result<Lend, Refusal>, ChainError> {
-        let (chains, key, makes) = (self.chains.clone(), resource.to_owned(), makes.clone());
-        tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| c.lend(token, Some(&makes))))
+        let (chains, key, makes, term) = (self.chains.clone(), resource.to_owned(), makes.clone(), self.term());
+        tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| c.lend(token, Some(&makes), term)))
             .await
             .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))))
     }
@@ -295,7 +307,8 @@ mod tests {
     fn conditional(deletes: bool) -> Conditional {
         let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
         let upstream = Uri::from_static("http://127.0.0.1:9");
-        Conditional::new(Arc::new(MemoryChains::default()), Duration::from_secs(1), client, upstream, deletes)
+        let (chains, wait) = (Arc::new(MemoryChains::default()), Duration::from_secs(1));
+        Conditional::new(chains, wait, client, upstream, deletes, Duration::from_secs(120))
     }
 
     #[tokio::test]
