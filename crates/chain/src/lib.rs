@@ -369,7 +369,7 @@ impl fmt::Display for Refusal {
             Refusal::Unknown => f.write_str(
                 "the store's version of this object is not known (a write was applied whose answer did not say it, \
                  or the object changed outside the fence): read the object through the fence (GET or HEAD) so it \
-                 can learn the version, then retry",
+                 can learn the version, then retry (boto3: head_object; the aws CLI: aws s3api head-object)",
             ),
             Refusal::TooManyLent(n) => write!(
                 f,

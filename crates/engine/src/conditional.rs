@@ -187,9 +187,11 @@ impl Stored {
                     None => {
                         let reason = format!(
                             "cannot write {resource:?}: the store refused the write's precondition (412): the object \
-                             is not at the version the fence last saw applied ({on}), as after a write whose answer \
-                             was lost or a writer that does not go through the fence. Read the object through the \
-                             fence (GET or HEAD) so it learns the version, then retry"
+                             is not at the version the fence last saw applied ({on}), as after a write the fence \
+                             gave up on that the store applied late, a write whose answer was lost, or a writer that \
+                             does not go through the fence. Read the object through the fence (GET or HEAD) so it \
+                             learns the version, then retry (boto3: head_object; the aws CLI: aws s3api \
+                             head-object)"
                         );
                         let admitted = Some(Class::Admitted);
                         Some(Refused::failure(

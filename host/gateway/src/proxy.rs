@@ -309,7 +309,8 @@ impl Proxy {
                 Ok(lent) => lent,
                 Err(refused) => return self.conditional_refused(refused, client),
             };
-            let (response, delivery) = self.send(Request::from_parts(parts, full(bytes)), permits, form).await;
+            let request = Request::from_parts(parts, full(bytes));
+            let (response, delivery) = self.send(request, permits, form, true).await;
             return match conditional.settle(lent, delivery, response.headers(), form).await {
                 Some(refused) => self.conditional_refused(refused, client),
                 None => {
@@ -432,12 +433,20 @@ impl Proxy {
     /// each resource it writes) are released once the upstream has answered, or
     /// given up on.
     async fn forward(&self, request: Request<Body>, permits: Vec<Permit>, form: Form) -> Response<Body> {
-        self.send(request, permits, form).await.0
+        self.send(request, permits, form, false).await.0
     }
 
     /// [`Proxy::forward`], telling also what became of the request. The gateway's own
-    /// answers (400, 502, 504) are written in `form`.
-    async fn send(&self, mut request: Request<Body>, permits: Vec<Permit>, form: Form) -> (Response<Body>, Delivery) {
+    /// answers (400, 502, 504) are written in `form`. With `keep_late`, a request given
+    /// up on is not cancelled: it comes back in [`Delivery::GivenUp`], still waiting
+    /// for the store's answer.
+    async fn send(
+        &self,
+        mut request: Request<Body>,
+        permits: Vec<Permit>,
+        form: Form,
+        keep_late: bool,
+    ) -> (Response<Body>, Delivery) {
         let upstream = &self.config.upstream;
         let path = request.uri().path_and_query().map_or("/", |p| p.as_str());
         let target = format!("http://{}{path}", upstream.authority().map_or("", |a| a.as_str()));
@@ -453,18 +462,28 @@ impl Proxy {
             request.headers_mut().remove(name);
         }
         let timeout = self.config.request_timeout;
-        let answer = tokio::time::timeout(timeout, self.client.request(request)).await;
+        let (answer, late) = if keep_late {
+            let mut task = tokio::spawn(self.client.request(request));
+            match tokio::time::timeout(timeout, &mut task).await {
+                Ok(Ok(answer)) => (Some(answer), None),
+                // The request's task panicked: as good as given up on.
+                Ok(Err(_)) => (None, None),
+                Err(_) => (None, Some(task)),
+            }
+        } else {
+            (tokio::time::timeout(timeout, self.client.request(request)).await.ok(), None)
+        };
         let delivery = match &answer {
-            Ok(Ok(response)) => Delivery::Answered(response.status()),
-            Ok(Err(e)) if e.is_connect() => Delivery::NotSent,
-            _ => Delivery::GivenUp,
+            Some(Ok(response)) => Delivery::Answered(response.status()),
+            Some(Err(e)) if e.is_connect() => Delivery::NotSent,
+            _ => Delivery::GivenUp(late),
         };
         match &answer {
             _ if permits.is_empty() => {}
             // Its response head is here: the store has applied it, or never will.
-            Ok(Ok(_)) => permits.into_iter().for_each(Permit::answered),
+            Some(Ok(_)) => permits.into_iter().for_each(Permit::answered),
             // No connection was made: nothing was sent, nothing can land.
-            Ok(Err(e)) if e.is_connect() => permits.into_iter().for_each(Permit::answered),
+            Some(Err(e)) if e.is_connect() => permits.into_iter().for_each(Permit::answered),
             // Given up on after it may have been sent: the store may still apply it,
             // so it keeps holding its resources for the store apply bound.
             _ => {
@@ -473,14 +492,14 @@ impl Proxy {
             }
         }
         let response = match answer {
-            Ok(Ok(response)) => response.map(BodyExt::boxed),
-            Ok(Err(e)) => {
+            Some(Ok(response)) => response.map(BodyExt::boxed),
+            Some(Err(e)) => {
                 self.metrics.event(Event::UpstreamError);
                 let reason = format!("upstream {upstream} failed: {}", error_chain(&e));
                 tracing::warn!(reason, "upstream error");
                 refusal::fail(Failure::UpstreamFailed, &reason, form)
             }
-            Err(_) => {
+            None => {
                 self.metrics.event(Event::UpstreamError);
                 let reason = format!("upstream {upstream} did not answer within {timeout:?}");
                 tracing::warn!(reason, "upstream timeout");

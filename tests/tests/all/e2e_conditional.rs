@@ -22,7 +22,7 @@ use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, G
 use fencekeeper_harness::moto::Moto;
 use fencekeeper_harness::relay::Relay;
 use fencekeeper_harness::s3::{Boto, BotoRun};
-use fencekeeper_harness::services::Etcd;
+use fencekeeper_harness::services::{poll_until, Etcd};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -202,6 +202,53 @@ fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused_for_i
     assert_eq!(object(&moto), NEW);
     let again = || put(&fence, &moto, "34", FIRST);
     the_version_is_free_once_the_term_is_over(again, Duration::from_secs(2), || gateway.log());
+    assert_eq!(object(&moto), FIRST);
+}
+
+/// 32 writes FIRST; 33's write of OLD is held by the relay and given up on (504);
+/// `between` runs; then the held write reaches moto, whose answer (its status line)
+/// the gateway, still waiting for it, settles the lend with.
+fn given_up_then_answered_late(between: impl FnOnce(&str, &Moto)) -> (Gateway, Moto, String) {
+    let (moto, relay) = store();
+    let gateway = Gateway::start(&relay.url(), &s3_args(true, &["--request-timeout", "1s"])).unwrap();
+    let fence = gateway.url();
+    assert!(put(&fence, &moto, "32", FIRST).ok, "{}", gateway.log());
+    let held = hold_old(&relay);
+    let old = old_put_in_background(&fence, &moto);
+    held.wait_arrived();
+    assert_eq!(old.join().unwrap().status, Some(504));
+    between(&fence, &moto);
+    let late = release_and_answer(held);
+    let settled = "a conditional write given up on was answered late; settled";
+    poll_until("the late answer's settle", Duration::from_secs(10), || gateway.log().contains(settled)).unwrap();
+    (gateway, moto, late)
+}
+
+#[test]
+fn a_write_given_up_on_that_the_store_applies_late_tells_the_gateway_the_version() {
+    // moto applies 33's late write (nothing moved the object meanwhile): the version
+    // is OLD's, which the gateway learns from the late answer itself. moto refuses the
+    // gateway's own unsigned HEAD, so without it 34's first write would go on FIRST's
+    // version and be refused (409) until the client read the object.
+    let (gateway, moto, late) = given_up_then_answered_late(|_, _| {});
+    assert!(late.contains(" 200 "), "{late:?}");
+    let new = put(&gateway.url(), &moto, "34", NEW);
+    assert!(new.ok, "the next holder's first write goes: {new:?}\n{}", gateway.log());
+    assert_eq!(object(&moto), NEW);
+}
+
+#[test]
+fn a_write_given_up_on_that_the_store_refuses_late_ends_its_lend_at_once() {
+    // 34 writes NEW meanwhile, so moto refuses 33's late write (412): its lend ends
+    // then, not at its term (91 s away), and FIRST's bytes may be written again.
+    let (gateway, moto, late) = given_up_then_answered_late(|fence, moto| {
+        assert!(put(fence, moto, "34", NEW).ok);
+        let back = put(fence, moto, "34", FIRST);
+        assert_eq!((back.status, back.code.as_str()), (Some(409), "FencingVersionConflict"), "{back:?}");
+    });
+    assert!(late.contains(" 412 "), "{late:?}");
+    let again = put(&gateway.url(), &moto, "34", FIRST);
+    assert!(again.ok, "FIRST goes once the late write was refused: {again:?}\n{}", gateway.log());
     assert_eq!(object(&moto), FIRST);
 }
 

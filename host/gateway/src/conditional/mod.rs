@@ -79,9 +79,15 @@ pub enum Delivery {
     Answered(StatusCode),
     /// Nothing was sent (no connection).
     NotSent,
-    /// Given up on after it may have been sent: the store may still apply it.
-    GivenUp,
+    /// Given up on after it may have been sent: the store may still apply it. With the
+    /// request, still waiting for the store's answer, when it could be kept.
+    GivenUp(Option<Late>),
 }
+
+/// A request the gateway gave up on (its client was answered 504) whose answer from
+/// the store is still awaited: a conditional write settles its lend with it.
+pub type Late =
+    tokio::task::JoinHandle<Result<hyper::Response<hyper::body::Incoming>, hyper_util::client::legacy::Error>>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -219,12 +225,16 @@ impl Conditional {
     pub async fn settle(&self, lent: Lent, delivery: Delivery, headers: &HeaderMap, form: Form) -> Option<Refused> {
         let resource = &lent.resource;
         let stored = match delivery {
-            Delivery::GivenUp => {
+            Delivery::GivenUp(late) => {
                 tracing::warn!(
                     resource,
                     precondition = %lent.lend.on,
-                    "given up on a conditional write: it stays lent, and the store refuses it if it arrives late"
+                    "given up on a conditional write: it stays lent until the store answers it or its term is over, \
+                     and the store refuses it if it arrives late"
                 );
+                if let Some(late) = late {
+                    self.settle_late(lent, late);
+                }
                 return None;
             }
             Delivery::NotSent => None,
@@ -268,6 +278,43 @@ impl Conditional {
             }
         };
         stored?.refused(resource, highest, form)
+    }
+
+    /// Wait (in a task of its own, at most a lend's term) for the store's answer to
+    /// the write `lent`, given up on, and settle its lend with it: a 412 ends the lend
+    /// at once, and an applied write tells the version, so the next write need not
+    /// find it out with a 412 and a read. The resource's turn is free meanwhile.
+    fn settle_late(&self, lent: Lent, mut late: Late) {
+        let Lent { resource, lend, delete, _turn } = lent;
+        let (chains, term) = (self.chains.clone(), self.lend_for);
+        tokio::spawn(async move {
+            let response = match tokio::time::timeout(term, &mut late).await {
+                Ok(Ok(Ok(response))) => response,
+                Ok(_) => return, // failed without an answer: it stays lent for its term
+                Err(_) => {
+                    late.abort();
+                    return;
+                }
+            };
+            let (status, headers) = (response.status(), response.headers().clone());
+            drop(response);
+            let stored = Stored::of(status.as_u16(), headers.get(ETAG).map(HeaderValue::as_bytes), delete, &lend);
+            let (key, settle) = (resource.clone(), stored.settle);
+            let settled = tokio::task::spawn_blocking(move || {
+                chain::update(&*chains, &key, |c| {
+                    c.settle(lend.id, &settle);
+                    Ok::<_, ()>(())
+                })
+            })
+            .await;
+            match settled {
+                Ok(Ok(_)) => {
+                    tracing::info!(resource, %status, "a conditional write given up on was answered late; settled")
+                }
+                Ok(Err(e)) => tracing::error!(resource, error = %e, "a late answer was not recorded; it stays lent"),
+                Err(e) => tracing::error!(resource, error = %e, "the late settle failed; the write stays lent"),
+            }
+        });
     }
 
     /// A read of `resource` through the gateway was answered `status` with
