@@ -11,6 +11,11 @@
 //! call; a request whose call is refused for its token drops that token (unless a
 //! newer one replaced it meanwhile), authenticates again and retries its call once.
 //!
+//! The root's own calls (the in-flight registry's lease grants, passes and deletes,
+//! the confirm batches) carry the token too. One refused for its token drops it and
+//! authenticates again from the root ([`Auth::root_refused`]): with no write coming,
+//! nothing else would, and the registry's lease would lapse.
+//!
 //! Requests that find no token at the same moment each authenticate (each answer
 //! stores the token, the last one stays): a proxy-wasm HTTP context only receives
 //! the answers of calls it dispatched itself, so a request waiting on another's
@@ -21,7 +26,9 @@
 //! authenticate.
 
 use crate::env::{self, Secret};
+use crate::etcd::{self, Method, Response};
 use fencekeeper_etcd_wire as wire;
+use fencekeeper_filter_config::Etcd;
 use std::cell::{Cell, RefCell};
 
 /// The user, the password and the current token of one VM.
@@ -33,6 +40,8 @@ pub struct Auth {
     /// Bumped with every stored token: a refused token is only dropped when it is
     /// still the current one.
     generation: Cell<u64>,
+    /// The root's authentication in flight (its call), if any.
+    root_call: Cell<Option<u32>>,
 }
 
 impl Auth {
@@ -44,6 +53,7 @@ impl Auth {
             password: env::secret(password_env)?,
             token: RefCell::new(None),
             generation: Cell::new(0),
+            root_call: Cell::new(None),
         })
     }
 
@@ -61,6 +71,45 @@ impl Auth {
     pub fn store(&self, token: String) {
         self.generation.set(self.generation.get().wrapping_add(1));
         *self.token.borrow_mut() = Some(token);
+    }
+
+    /// A call of the root's (its context is the effective one) was refused for its
+    /// token: drop the token and authenticate again from the root, unless it is under
+    /// way. The refused call is not made again here: each of the root's calls has its
+    /// own retry (a lease grant after its retry period, a pass by its write).
+    pub fn root_refused(&self, e: &Etcd) {
+        if self.root_call.get().is_some() {
+            return;
+        }
+        if let Some((_, generation)) = self.token() {
+            self.refused(generation);
+        }
+        let body = self.body();
+        match etcd::call(e, Method::Authenticate, None, &body) {
+            Ok(call) => self.root_call.set(Some(call)),
+            Err(why) => log::warn!("fencekeeper: could not authenticate to etcd again as {:?}: {why}", self.user),
+        }
+        // It carries the password: not left in memory the VM hands out again.
+        env::wipe(body);
+    }
+
+    /// The answer to the root's call `call`: true when it was the root's
+    /// authentication (its token is then kept, or why not logged).
+    pub fn root_answered(&self, call: u32, response: &Response) -> bool {
+        if self.root_call.get() != Some(call) {
+            return false;
+        }
+        self.root_call.set(None);
+        match wire::grpc::parse_authentication(response.as_deref()) {
+            Ok(token) => {
+                self.store(token);
+                log::info!("fencekeeper: authenticated to etcd as {:?}", self.user);
+            }
+            Err(wire::AuthRefusal::WrongCredentials(e) | wire::AuthRefusal::Other(e)) => {
+                log::warn!("fencekeeper: etcd authentication failed for user {:?}: {e}", self.user)
+            }
+        }
+        true
     }
 
     /// etcd refused the token of `generation`: drop it, unless another request has

@@ -262,6 +262,16 @@ impl Context for Root {
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, size: usize) {
         let Some(f) = &self.filter else { return };
         let response = etcd::response(status_code, size);
+        // With a user: the root's own authentication, or a root call refused for its
+        // token (expired unused, or etcd restarted), which authenticates again.
+        if let (Some(auth), Some(e)) = (&f.auth, &f.config.etcd) {
+            if auth.root_answered(token, &response) {
+                return;
+            }
+            if response.as_ref().err().is_some_and(fencekeeper_etcd_wire::grpc::token_refused) {
+                auth.root_refused(e);
+            }
+        }
         if confirms::on_answer(f, token, &response) {
             return;
         }

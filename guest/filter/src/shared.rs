@@ -36,8 +36,6 @@ use std::collections::{HashMap, HashSet};
 /// How many times a pass asks again for having asked the wrong question (the mark
 /// or the floor moved under it) before the write is refused for a retry.
 const MAX_ASKED_AGAIN: u32 = 4;
-/// gRPC's PERMISSION_DENIED.
-const PERMISSION_DENIED: u32 = 7;
 /// How often the root grants a new lease (ms).
 const LEASE_EVERY_MS: u64 = 5_000;
 /// How soon a grant that failed is tried again (ms).
@@ -269,7 +267,7 @@ impl Shared {
                 .map_err(|e| e.0),
             // etcd's authentication lets the user touch the marks but not the
             // registry: say what grants it.
-            Err(status) if status.code == PERMISSION_DENIED => Err(format!(
+            Err(status) if status.code == grpc::PERMISSION_DENIED => Err(format!(
                 "{}; give the etcd user read-write on the in-flight registry's prefix {} (the shared gate, on with \
                  marks in etcd), or order only this Envoy's writes with --local-gate (\"gate\": {{\"shared\": false}})",
                 status.error().0,

@@ -166,7 +166,6 @@ impl Registry {
         let mut waiting = None;
         let (mut at_floor, mut asked_again) = (false, 0);
         loop {
-            self.lease_for_a_write()?;
             match self.pass(resource, token, at_floor).await? {
                 Registration::Go => return Ok(flight),
                 Registration::Stale(higher) => {
@@ -257,6 +256,12 @@ impl Registry {
         let answer = match self.client.txn_async(&message).await {
             Ok(answer) => flights::passed(&answer, prefix, marks, resource, &token, self.instance, put)
                 .map_err(|e| self.client.unavailable(e)),
+            // etcd's authentication lets the user touch the marks but not the
+            // registry: say what grants it.
+            Err(EtcdError::Denied(line)) => Err(EtcdError::Denied(format!(
+                "{line}; give the etcd user read-write on the in-flight registry's prefix {prefix} (the shared gate, \
+                 on with marks in etcd), or order only this gateway's writes with --local-gate"
+            ))),
             Err(e) => Err(e),
         };
         let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;

@@ -61,6 +61,8 @@ const CODES: [&str; 17] = [
 ];
 const INVALID_ARGUMENT: u32 = 3;
 const UNAUTHENTICATED: u32 = 16;
+/// gRPC's PERMISSION_DENIED: etcd's authentication refused the user the key.
+pub const PERMISSION_DENIED: u32 = 7;
 
 /// A call's status other than OK, as etcd or the proxy between answered it.
 #[derive(Clone, Debug, PartialEq, Eq)]

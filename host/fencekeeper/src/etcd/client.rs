@@ -195,11 +195,15 @@ impl EtcdClient {
         let call = async |token: Option<&str>| {
             self.channel.call_within(timeout, service, method, message, token).await.map_err(|e| self.unavailable(e))
         };
+        let refused = |status: grpc::Status| match status.code {
+            grpc::PERMISSION_DENIED => EtcdError::Denied(format!("etcd at {}: {}", self.endpoint, status.error())),
+            _ => self.unavailable(status.error()),
+        };
         match call(token.as_deref()).await? {
             Err(status) if self.auth.is_some() && grpc::token_refused(&status) => {
-                call(Some(&self.token(true).await?)).await?.map_err(|status| self.unavailable(status.error()))
+                call(Some(&self.token(true).await?)).await?.map_err(refused)
             }
-            answer => answer.map_err(|status| self.unavailable(status.error())),
+            answer => answer.map_err(refused),
         }
     }
 

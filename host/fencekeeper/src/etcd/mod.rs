@@ -33,6 +33,10 @@ pub enum EtcdError {
     /// etcd did not answer, or answered with a refusal or something unreadable.
     #[error("{0}")]
     Unavailable(String),
+    /// etcd's authentication refused the user a key the call touched
+    /// (PERMISSION_DENIED): the line says which call; a caller names the grant.
+    #[error("{0}")]
+    Denied(String),
 }
 
 /// A mark store's error: the line a gateway has always printed for an etcd that
@@ -41,7 +45,9 @@ impl From<EtcdError> for crate::StoreError {
     fn from(e: EtcdError) -> crate::StoreError {
         match e {
             EtcdError::Io { path, error } => crate::StoreError::Io { path, error },
-            EtcdError::Settings(line) | EtcdError::Unavailable(line) => crate::StoreError::Unavailable(line),
+            EtcdError::Settings(line) | EtcdError::Unavailable(line) | EtcdError::Denied(line) => {
+                crate::StoreError::Unavailable(line)
+            }
         }
     }
 }
