@@ -336,15 +336,21 @@ impl Shared {
                 Ok(Verdict::Stale { mark: floor, presented: p.token }),
                 fencekeeper_core::refusal::Forgotten { floor }.to_string(),
             ),
-            Ok(Registration::Moved(mark)) => (
-                Err(NoVerdict::Refused),
-                format!(
-                    "the mark moved below the admitted token {} (it is {}: lowered by an operator?) while it was \
-                     registered in flight; retry",
-                    p.token,
-                    mark.map_or("none".to_owned(), |m| m.to_string())
-                ),
-            ),
+            Ok(Registration::Moved(mark)) => {
+                // The shared-data copy names a mark etcd no longer holds (an operator
+                // lowered or cleared it): dropped, so the retry reads etcd's and is
+                // judged on it, not refused the same way every time.
+                let _ = f.slots.forget(&p.resource);
+                (
+                    Err(NoVerdict::Refused),
+                    format!(
+                        "the mark moved below the admitted token {} (it is {}: lowered by an operator?) while it was \
+                         registered in flight; retry",
+                        p.token,
+                        mark.map_or("none".to_owned(), |m| m.to_string())
+                    ),
+                )
+            }
             Err(cause) => (Err(NoVerdict::StoreUnreachable), format!("the in-flight registry: {cause}")),
         };
         let Some(p) = pending.remove(&context) else { return true };

@@ -316,7 +316,7 @@ impl Gate {
         match entered {
             Entered::Go => {
                 let permit = waiting.permit();
-                return self.across_instances(mode, decision, resource, admitted, permit, deadline, false).await;
+                return self.across_instances(guard, mode, decision, resource, admitted, permit, deadline, false).await;
             }
             Entered::Stale(mark) => return ordered::stale(mode, mark, admitted, resource, false),
             Entered::Held => {}
@@ -342,7 +342,7 @@ impl Gate {
                         Ok(None) => {}
                     }
                 }
-                self.across_instances(mode, decision, resource, admitted, permit, deadline, true).await
+                self.across_instances(guard, mode, decision, resource, admitted, permit, deadline, true).await
             }
             Ok(Next::Stale { higher, .. }) => ordered::stale(mode, higher, admitted, resource, true),
             Ok(Next::TimedOut { until, .. }) => ordered::refused(self.timed_out(mode, resource, until), true),
@@ -358,6 +358,7 @@ impl Gate {
     #[allow(clippy::too_many_arguments)]
     async fn across_instances(
         &self,
+        guard: &Guard,
         mode: Mode,
         decision: Decision,
         resource: &str,
@@ -391,7 +392,18 @@ impl Gate {
             Refused::Unreachable(cause) => {
                 ordered::gate_verdict(mode, Err(NoVerdict::StoreUnreachable), resource, &cause, waited)
             }
-            Refused::Moved(cause) => ordered::gate_verdict(mode, Err(NoVerdict::Refused), resource, &cause, waited),
+            Refused::Moved(cause) => {
+                // The mark moved under the store's copy (an operator lowered it): read
+                // it, so the retry is judged on the store's mark, not on the copy the
+                // pass just found wrong (an equal-token admit on the copy is confirmed
+                // by the pass alone, and would be refused the same way every time).
+                if let Some(store) = guard.store().awaitable() {
+                    if let Err(e) = store.get(resource).await {
+                        tracing::warn!(resource, error = %e, "the mark could not be read again after it moved");
+                    }
+                }
+                ordered::gate_verdict(mode, Err(NoVerdict::Refused), resource, &cause, waited)
+            }
         }
     }
 }

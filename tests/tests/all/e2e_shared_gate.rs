@@ -65,6 +65,55 @@ fn two_gateways_with_the_shared_gate_named_never_land_a_lower_write_after_a_high
     assert_eq!(slow_33_on_a_then_34_on_b(&upstream, &a, &b), ["33", "34"]);
 }
 
+/// An operator lowers a mark beside a running gateway (`marks --set`, after a forged
+/// token raised it, say). The holder of the token the gateway's copy still names
+/// writes again: the registry's pass finds the mark moved (the copy's equal-token
+/// confirm is the pass's), the write is refused for a retry, and the retry, judged on
+/// the mark read again, raises it back and goes. Not a 503 on every retry.
+#[test]
+fn after_an_operator_lowers_a_mark_the_holders_retry_goes() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let a = gateway(&upstream, &etcd, &["--provenance", "off"]);
+    let put = |body: &[u8]| request(&a.url(), "PUT", "/r", &[("fencing-token", "34")], body).unwrap();
+    assert_eq!(put(b"first").status, 201);
+    let set = std::process::Command::new(fencekeeper_harness::workspace_bin("fencekeeper").unwrap())
+        .args(["marks", "--etcd", &etcd.url(), "--set", "/r", "30", "--force"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let first = put(b"after the set");
+    let retried = if first.status == 503 {
+        assert!(first.body.contains("retry"), "{}", first.body);
+        put(b"after the set, again")
+    } else {
+        first
+    };
+    assert!((200..300).contains(&retried.status), "{}: {}\n{}", retried.status, retried.body, a.log());
+    assert_eq!(a.mark("/r").unwrap().as_deref(), Some("34"), "raised back");
+}
+
+/// The same through an Envoy (one worker: both writes see one shared-data copy).
+#[test]
+fn after_an_operator_lowers_a_mark_the_holders_retry_through_envoy_goes() {
+    let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
+    let (up, client) = (upstream.addr.to_string(), etcd.client.to_string());
+    let envoy = Envoy::start(1, &["--upstream", &up, "--etcd", &client, "--provenance", "off"]).unwrap();
+    assert_eq!(envoy.put("/r", "34", "first").unwrap().status, 201);
+    let set = std::process::Command::new(fencekeeper_harness::workspace_bin("fencekeeper").unwrap())
+        .args(["marks", "--etcd", &etcd.url(), "--set", "/r", "30", "--force"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    let first = envoy.put("/r", "34", "after the set").unwrap();
+    let retried = if first.status == 503 {
+        assert!(first.text().contains("retry"), "{}", first.text());
+        envoy.put("/r", "34", "after the set, again").unwrap()
+    } else {
+        first
+    };
+    assert!((200..300).contains(&retried.status), "{}: {}\n{}", retried.status, retried.text(), envoy.log());
+}
+
 #[test]
 fn two_gateways_with_the_local_gate_land_the_lower_write_last() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
