@@ -36,8 +36,9 @@ static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifacts/fenceke
 /// `nginx-config`).
 #[derive(clap::Args)]
 pub(crate) struct Front {
-    /// The store to fence, HOST:PORT (an IP address or a DNS name).
-    #[arg(long)]
+    /// The store to fence, HOST:PORT (an IP address or a DNS name); `http://HOST:PORT`
+    /// is taken as the same.
+    #[arg(long, value_parser = parse_upstream)]
     pub(crate) upstream: String,
     /// The port the proxy listens on.
     #[arg(long, default_value_t = 10000)]
@@ -467,6 +468,27 @@ impl Endpoint {
     fn is_ip(&self) -> bool {
         self.host.parse::<std::net::IpAddr>().is_ok()
     }
+}
+
+/// `--upstream`: HOST:PORT, or the same as an `http://` URL with no path (the
+/// gateway's `--upstream` form). Anything else is refused with what to write: a URL
+/// kept whole would become the cluster's host name, which never resolves.
+fn parse_upstream(text: &str) -> Result<String, String> {
+    let bare = match text.split_once("://") {
+        None => text,
+        Some(("http", rest)) => rest.strip_suffix('/').unwrap_or(rest),
+        Some((scheme, _)) => {
+            return Err(format!(
+                "{text:?}: the store is reached over plain HTTP here (a {scheme}:// upstream is not supported); \
+                 write HOST:PORT"
+            ))
+        }
+    };
+    if bare.contains(['/', '?', '#']) {
+        return Err(format!("{text:?} has a path: write the store as HOST:PORT (the request's path is kept)"));
+    }
+    Endpoint::parse(bare).map_err(|e| format!("{e:#}"))?;
+    Ok(bare.to_owned())
 }
 
 /// `--etcd`: one member, or every member of an etcd cluster separated by commas.

@@ -53,14 +53,15 @@ pub struct Args {
     /// Lock in one Redis node (SET NX PX with a counter, in one Lua script).
     #[arg(long, value_name = "HOST:PORT")]
     redis: Option<String>,
-    /// Time-to-live of the lease, session or key, in seconds: how long a holder that
-    /// stops (crashed, paused, cut off) keeps the others waiting.
-    #[arg(long, value_name = "S", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
-    ttl: u64,
-    /// Give up (exit 2) when the lock is not taken within S seconds; by default wait as
-    /// long as it takes.
-    #[arg(long, value_name = "S")]
-    wait: Option<u64>,
+    /// Time-to-live of the lease, session or key: how long a holder that stops
+    /// (crashed, paused, cut off) keeps the others waiting. Seconds (`10`) or a
+    /// duration (`10s`, `2m`), whole seconds (rounded up), 1s to 1d.
+    #[arg(long, value_name = "T", default_value = "10", value_parser = parse_ttl)]
+    ttl: Duration,
+    /// Give up (exit 2) when the lock is not taken within T (seconds, or a duration
+    /// like `30s`); by default wait as long as it takes.
+    #[arg(long, value_name = "T", value_parser = parse_wait)]
+    wait: Option<Duration>,
     /// Also set FENCING_RESOURCE to this for COMMAND (the resource its writes fence).
     #[arg(long)]
     resource: Option<String>,
@@ -117,7 +118,7 @@ fn parse_on_loss(text: &str) -> Result<OnLoss, String> {
 #[derive(Clone, Copy)]
 pub struct Patience {
     deadline: Option<Instant>,
-    asked: Option<u64>,
+    asked: Option<Duration>,
 }
 
 impl Patience {
@@ -131,7 +132,7 @@ impl Patience {
     pub fn check(&self, name: &str) -> anyhow::Result<()> {
         if let (Some(deadline), Some(asked)) = (self.deadline, self.asked) {
             if Instant::now() >= deadline {
-                bail!("lock {name:?} is still held by someone else after --wait {asked} s");
+                bail!("lock {name:?} is still held by someone else after --wait {asked:?}");
             }
         }
         Ok(())
@@ -162,8 +163,8 @@ pub enum Renewal {
 
 /// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let ttl = Duration::from_secs(args.ttl);
-    let patience = Patience { deadline: args.wait.map(|s| Instant::now() + Duration::from_secs(s)), asked: args.wait };
+    let ttl = args.ttl;
+    let patience = Patience { deadline: args.wait.map(|wait| Instant::now() + wait), asked: args.wait };
     let held: Box<dyn Held> = if let Some(address) = &args.etcd {
         let options = args.etcd_connection.options()?;
         let endpoint = args.etcd_connection.endpoint(address);
@@ -336,5 +337,42 @@ mod tests {
     #[test]
     fn unique_ids_differ() {
         assert_ne!(unique_id(), unique_id());
+    }
+}
+
+/// `--wait`: seconds (`30`) or a duration (`30s`, `2m`).
+fn parse_wait(text: &str) -> Result<Duration, String> {
+    match text.trim().parse::<u64>() {
+        Ok(seconds) => Ok(Duration::from_secs(seconds)),
+        Err(_) => crate::serve::parse_duration(text),
+    }
+}
+
+/// `--ttl`: [`parse_wait`]'s forms, in whole seconds (a fraction rounds up: an etcd
+/// lease is granted in seconds), 1 s to a day.
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse_wait(text)?;
+    let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+    if !(1..=86_400).contains(&seconds) {
+        return Err(format!("{text:?} is out of range: 1s to 1d"));
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn ttl_and_wait_take_seconds_or_durations() {
+        assert_eq!(parse_ttl("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_ttl("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_ttl("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_ttl("1500ms"), Ok(Duration::from_secs(2)), "rounded up to whole seconds");
+        for bad in ["0", "0s", "2d", "ten"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_wait("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_wait("500ms"), Ok(Duration::from_millis(500)));
     }
 }

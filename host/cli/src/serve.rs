@@ -17,7 +17,7 @@ use fencekeeper_gateway::conditional;
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::registry::deferred::Deferred;
 use fencekeeper_gateway::registry::Registry;
-use fencekeeper_gateway::Server;
+use fencekeeper_gateway::{Listeners, Server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -210,6 +210,8 @@ enum LogFormat {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     let mut config = configure(&args)?;
+    // First: an address in use fails the start before a store or a journal is made.
+    let listeners = Listeners::bind(&config)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     // Admits over etcd are awaited on the gateway's runtime, which then drives the
     // store's connection too; --blocking-admits keeps the earlier way (the blocking
@@ -248,7 +250,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let conditional = chains.is_some();
     let registry_on = registry.is_some();
-    let server = Server::bind(config.clone(), Arc::new(guard), registry, chains)?;
+    let server = Server::on(listeners, config.clone(), Arc::new(guard), registry, chains)?;
     if let Some(idle_for) = args.compact_idle_for {
         anyhow::ensure!(!args.compact_every.is_zero(), "--compact-every must be above 0");
         let audit = args.audit.as_ref().map(fencekeeper::audit::AuditLog::open).transpose()?;

@@ -33,7 +33,7 @@ pub mod server;
 pub mod uploads;
 
 pub use config::{Config, ConfigError, ResourceFrom};
-pub use server::{ServeError, Server};
+pub use server::{Listeners, ServeError, Server};
 
 /// The body type the gateway sends and receives.
 pub type Body = http_body_util::combinators::BoxBody<hyper::body::Bytes, hyper::Error>;

@@ -59,6 +59,23 @@ fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     Ok(listener)
 }
 
+/// The proxy's and the admin's listening sockets, bound before anything else is
+/// opened: an address in use then fails the start before a mark store or a journal is
+/// created.
+pub struct Listeners {
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Bind the proxy and admin addresses of `config`.
+    pub fn bind(config: &Config) -> Result<Listeners, ServeError> {
+        let listener = bind(config.listen)?;
+        let admin = config.admin.map(bind).transpose()?;
+        Ok(Listeners { listener, admin })
+    }
+}
+
 impl Server {
     /// Bind the proxy and admin addresses of `config`, and open its audit log. With a
     /// `registry`, writes are ordered across every instance that shares it; with
@@ -69,9 +86,20 @@ impl Server {
         registry: Option<Arc<Registry>>,
         chains: Option<Arc<dyn ChainStore>>,
     ) -> Result<Server, ServeError> {
+        let listeners = Listeners::bind(&config)?;
+        Server::on(listeners, config, guard, registry, chains)
+    }
+
+    /// [`Server::bind`] on `listeners` bound already.
+    pub fn on(
+        listeners: Listeners,
+        config: Config,
+        guard: Arc<Guard>,
+        registry: Option<Arc<Registry>>,
+        chains: Option<Arc<dyn ChainStore>>,
+    ) -> Result<Server, ServeError> {
         let audit = config.audit.as_ref().map(AuditLog::open).transpose().map_err(ServeError::Audit)?;
-        let listener = bind(config.listen)?;
-        let admin = config.admin.map(bind).transpose()?;
+        let Listeners { listener, admin } = listeners;
         Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit, registry, chains)), listener, admin })
     }
 

@@ -221,6 +221,9 @@ fn start_up_errors_exit_2_with_one_clear_line() {
     let busy = serve_fails(&["--upstream", "http://127.0.0.1:1", "--listen", &addr, "--store", &store]);
     assert_eq!(busy.status.code(), Some(2));
     assert!(stderr(&busy).contains(&format!("address {addr} is in use")), "{}", stderr(&busy));
+    // Nothing was made before the start failed: no store, no journal beside it.
+    let made: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(made.is_empty(), "a start that failed left {made:?}");
 
     let garbage = dir.path().join("garbage.redb");
     std::fs::write(&garbage, b"not a mark store at all").unwrap();

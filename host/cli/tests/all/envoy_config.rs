@@ -206,4 +206,20 @@ fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not HOST:PORT"));
+    for (url, says) in [("https://127.0.0.1:8443", "https:// upstream is not supported"), ("127.0.0.1:8080/b", "path")]
+    {
+        let out = generate(&["--upstream", url, "--filter", FILTER]);
+        assert_eq!(out.status.code(), Some(2), "{url}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{url}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn an_http_url_upstream_is_taken_as_its_host_and_port() {
+    // The gateway's --upstream form: the cluster's address must be the host, never the URL.
+    let url = generate(&["--upstream", "http://127.0.0.1:8080/", "--filter", FILTER]);
+    let bare = generate(&["--upstream", "127.0.0.1:8080", "--filter", FILTER]);
+    assert!(url.status.success(), "{}", String::from_utf8_lossy(&url.stderr));
+    assert_eq!(url.stdout, bare.stdout);
+    assert!(!String::from_utf8_lossy(&url.stdout).contains("http://127.0.0.1"));
 }
