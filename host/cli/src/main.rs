@@ -88,8 +88,17 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     let mut line = first.strip_prefix("error: ").unwrap_or(first).to_owned();
     // "the following required arguments were not provided:" lists them on indented lines.
     if line.ends_with(':') {
-        let listed: Vec<&str> = lines.take_while(|l| l.starts_with("  ")).map(str::trim).collect();
+        let listed: Vec<&str> = lines.clone().take_while(|l| l.starts_with("  ")).map(str::trim).collect();
         line = format!("{line} {}", listed.join(" "));
+    }
+    // What clap adds that the user needs: the valid values, and its suggestion ("a
+    // similar subcommand exists: 'serve'").
+    for extra in lines.map(str::trim) {
+        if extra.starts_with("[possible values:") {
+            line = format!("{line} {extra}");
+        } else if extra.starts_with("tip:") {
+            line = format!("{line}; {extra}");
+        }
     }
     eprintln!("fencekeeper: {line}; see fencekeeper --help");
     ExitCode::from(2)

@@ -490,6 +490,18 @@ fn a_bad_argument_is_one_line_and_exit_2() {
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
         assert!(stderr.starts_with("fencekeeper: "), "{stderr}");
     }
+    // The one line keeps what clap would say to help: its suggestion, the valid values.
+    for (args, says) in [
+        (&["sevre"][..], "a similar subcommand exists: 'serve'"),
+        (&["serve", "--upstream", "http://a:1", "--mode", "fast"], "[possible values: correctness, efficiency]"),
+        // A list of etcd members, which these commands' client does not take: said so.
+        (&["marks", "--etcd", "127.0.0.1:1,127.0.0.1:2"], "one member's address here, not a list"),
+    ] {
+        let out = Command::new(BIN).args(args).current_dir(s.dir.path()).output().expect("run fencekeeper");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!((out.status.code(), stderr.lines().count()), (Some(2), 1), "{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
     let help = Command::new(BIN).arg("--help").output().expect("run fencekeeper");
     assert_eq!(help.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&help.stdout).lines().count() > 3);

@@ -87,6 +87,12 @@ impl EtcdClient {
         let host = host.trim_start_matches('[').trim_end_matches(']');
         let mut target = Target { authority: authority.to_owned(), tls: None };
         match (scheme, &options.tls) {
+            _ if endpoint.contains(',') => {
+                return Err(bad(
+                    "one member's address here, not a list (this client talks to one member; give the one nearest \
+                     this host, or a load balancer in front of the cluster)",
+                ))
+            }
             _ if host.is_empty() || authority.contains('/') || port.parse::<u16>().is_err() => {
                 return Err(bad("must look like http://HOST:PORT or https://HOST:PORT"))
             }
