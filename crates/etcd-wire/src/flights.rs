@@ -52,6 +52,11 @@ use fencekeeper_core::record;
 use fencekeeper_core::Token;
 use std::collections::HashMap;
 
+/// How many times a pass asks again for having asked the wrong question (the mark
+/// or the floor moved under it, [`Registration::Again`]) before the write is refused
+/// for a retry: the same in every host.
+pub const MAX_ASKED_AGAIN: u32 = 4;
+
 /// The default key prefix of flights.
 pub const DEFAULT_FLIGHT_PREFIX: &str = "/fencekeeper/flights/";
 

@@ -26,16 +26,13 @@ use crate::reply::Reply;
 use crate::{wake, Filter, Tally};
 use fencekeeper_core::refusal::NoVerdict;
 use fencekeeper_core::{Token, Verdict};
-use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
+use fencekeeper_etcd_wire::flights::{self, Ledger, Registration, MAX_ASKED_AGAIN};
 use fencekeeper_etcd_wire::grpc;
 use proxy_wasm::hostcalls;
 use proxy_wasm::types::Action;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 
-/// How many times a pass asks again for having asked the wrong question (the mark
-/// or the floor moved under it) before the write is refused for a retry.
-const MAX_ASKED_AGAIN: u32 = 4;
 /// How often the root grants a new lease (ms).
 const LEASE_EVERY_MS: u64 = 5_000;
 /// How soon a grant that failed is tried again (ms).

@@ -28,7 +28,7 @@ pub mod deferred;
 use fencekeeper::etcd::EtcdClient;
 use fencekeeper::etcd::EtcdError;
 use fencekeeper_core::Token;
-use fencekeeper_etcd_wire::flights::{self, Ledger, Registration};
+use fencekeeper_etcd_wire::flights::{self, Ledger, Registration, MAX_ASKED_AGAIN};
 use fencekeeper_etcd_wire::grpc;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -49,9 +49,6 @@ const POLL_EVERY: Duration = Duration::from_millis(20);
 /// How long a token's flight stays after its last write is over, for the next write
 /// of the same holder to find it (then it needs no put).
 const IDLE_DELETE: Duration = Duration::from_millis(100);
-/// How many times a pass asks again for having asked the wrong question (the mark
-/// or the floor moved under it) before the write is refused for a retry.
-const MAX_ASKED_AGAIN: u32 = 4;
 /// How soon a delete that failed is sent again.
 const DELETE_RETRY: Duration = Duration::from_millis(500);
 
