@@ -178,7 +178,7 @@ fn the_command_exit_code_passes_through_and_a_busy_lock_is_exit_2_after_wait() {
     assert_eq!(code, Some(2), "{said}");
     assert_eq!(said.lines().count(), 1, "{said}");
     assert!(said.starts_with("fencekeeper: taking lock \"busy\" in etcd at http://"), "{said}");
-    assert!(said.contains("still held by someone else after --wait 1 s"), "{said}");
+    assert!(said.contains("still held by someone else after --wait 1s"), "{said}");
     // It left the queue: only the holder's key is left.
     assert_eq!(lock_keys(&stage, "busy").len(), 1);
 }

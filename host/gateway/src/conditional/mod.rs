@@ -285,7 +285,10 @@ impl Conditional {
     /// at once, and an applied write tells the version, so the next write need not
     /// find it out with a 412 and a read. The resource's turn is free meanwhile.
     fn settle_late(&self, lent: Lent, mut late: Late) {
-        let Lent { resource, lend, delete, _turn } = lent;
+        let Lent { resource, lend, delete, _turn: turn } = lent;
+        // The resource's turn is free now: the next write does not wait for a store
+        // that may never answer this one.
+        drop(turn);
         let (chains, term) = (self.chains.clone(), self.lend_for);
         tokio::spawn(async move {
             let response = match tokio::time::timeout(term, &mut late).await {
