@@ -9,8 +9,10 @@
 //! * `GET /fencekeeper/marks`: every mark, one `resource<TAB>mark` line each (where the
 //!   store can list);
 //! * `GET /healthz`: `ok` once the gateway serves;
-//! * `GET /readyz`: `ready` once it admits fenced writes; `503` during its start grace
-//!   (`--start-grace`), so that a load balancer can route around it meanwhile.
+//! * `GET /readyz`: `ready` once it admits fenced writes and its upstream takes a
+//!   connection; `503` during its start grace (`--start-grace`) or while the upstream
+//!   cannot be reached (a write would advance its mark and then fail 502), so that a
+//!   load balancer can route around it meanwhile.
 
 use crate::proxy::Proxy;
 use crate::refusal::full;
@@ -29,7 +31,10 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
         (&Method::GET, "/metrics") => (StatusCode::OK, proxy.render_metrics()),
         (&Method::GET, "/healthz") => (StatusCode::OK, "ok\n".to_owned()),
         (&Method::GET, "/readyz") => match proxy.start_grace_left() {
-            None => (StatusCode::OK, "ready\n".to_owned()),
+            None => match upstream_reachable(&proxy).await {
+                Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
+                Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+            },
             Some(left) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("in its start grace: fenced writes refused for {:.1}s more\n", left.as_secs_f64()),
@@ -48,6 +53,22 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
     let mut response = Response::new(full(answer.1));
     *response.status_mut() = answer.0;
     Ok(response)
+}
+
+/// How long `/readyz` waits for the upstream to take a connection.
+const UPSTREAM_CONNECT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Whether the upstream takes a TCP connection now (the request is not sent).
+async fn upstream_reachable(proxy: &Proxy) -> Result<(), String> {
+    let upstream = &proxy.config().upstream;
+    let host = upstream.host().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+    let port = upstream.port_u16().unwrap_or(80);
+    let unreachable = |why: String| format!("the upstream {host}:{port} cannot be reached: {why}");
+    match tokio::time::timeout(UPSTREAM_CONNECT, tokio::net::TcpStream::connect((host, port))).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(unreachable(e.to_string())),
+        Err(_) => Err(unreachable(format!("no connection within {UPSTREAM_CONNECT:?}"))),
+    }
 }
 
 async fn mark(proxy: &Arc<Proxy>, resource: String) -> (StatusCode, String) {

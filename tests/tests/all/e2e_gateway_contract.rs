@@ -150,6 +150,21 @@ fn paths_that_are_not_utf8_are_malformed_never_merged() {
     assert_eq!(gw.put("/b%C3%BCcher", Some("5"), b"x").unwrap().status, 201, "UTF-8 paths decode as before");
 }
 
+/// `/readyz` says not ready while the upstream takes no connection (a write would
+/// advance its mark and then fail 502), and ready once it does.
+#[test]
+fn readyz_is_not_ready_while_the_upstream_cannot_be_reached() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let gateway = Gateway::start(&format!("http://127.0.0.1:{port}"), &[]).unwrap();
+    let (status, body) = fencekeeper_harness::services::http(gateway.admin, "GET", "/readyz", &[], b"").unwrap();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(&format!("the upstream 127.0.0.1:{port} cannot be reached")), "{body}");
+    // The same port, now listening.
+    let _upstream = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    assert!(gateway.ready_for_writes(), "ready once the upstream takes connections");
+}
+
 #[test]
 fn body_over_the_limit_gets_413_and_slow_upstream_gets_504() {
     let upstream = RecordingUpstream::start().unwrap();
