@@ -256,11 +256,6 @@ impl Chain {
         before - self.lends.len()
     }
 
-    /// The earliest time (Unix milliseconds) a lend ends by itself, if any does.
-    pub fn next_expiry(&self) -> Option<u64> {
-        self.lends.iter().filter_map(|l| l.until).min()
-    }
-
     /// End every lend (an operator's word that the store can no longer apply them),
     /// and forget the version, which they may have changed. Returns how many ended.
     pub fn release(&mut self) -> usize {

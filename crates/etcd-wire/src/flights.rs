@@ -57,6 +57,15 @@ use std::collections::HashMap;
 /// for a retry: the same in every host.
 pub const MAX_ASKED_AGAIN: u32 = 4;
 
+/// What to add to etcd's PERMISSION_DENIED on the in-flight registry under `prefix`:
+/// the grant that mends it, or the opt-out (`local_gate`, the host's own words for it).
+pub fn denied_hint(prefix: &str, local_gate: &str) -> String {
+    format!(
+        "give the etcd user read-write on the in-flight registry's prefix {prefix} (the shared gate, on with marks in \
+         etcd), or order only this instance's writes with {local_gate}"
+    )
+}
+
 /// The default key prefix of flights.
 pub const DEFAULT_FLIGHT_PREFIX: &str = "/fencekeeper/flights/";
 

@@ -100,16 +100,28 @@ impl Auth {
             return false;
         }
         self.root_call.set(None);
+        if let Err(why) = self.accept(response) {
+            log::warn!("fencekeeper: {why}");
+        }
+        true
+    }
+
+    /// An authentication's answer: its token kept (and logged), or why there is none,
+    /// on one line.
+    pub fn accept(&self, response: &Response) -> Result<(), String> {
         match wire::grpc::parse_authentication(response.as_deref()) {
             Ok(token) => {
                 self.store(token);
                 log::info!("fencekeeper: authenticated to etcd as {:?}", self.user);
+                Ok(())
             }
-            Err(wire::AuthRefusal::WrongCredentials(e) | wire::AuthRefusal::Other(e)) => {
-                log::warn!("fencekeeper: etcd authentication failed for user {:?}: {e}", self.user)
+            Err(wire::AuthRefusal::WrongCredentials(e)) => {
+                Err(format!("etcd authentication failed for user {:?}: wrong user name or password ({e})", self.user))
+            }
+            Err(wire::AuthRefusal::Other(e)) => {
+                Err(format!("etcd authentication failed for user {:?}: {e}", self.user))
             }
         }
-        true
     }
 
     /// etcd refused the token of `generation`: drop it, unless another request has

@@ -265,10 +265,9 @@ impl Shared {
             // etcd's authentication lets the user touch the marks but not the
             // registry: say what grants it.
             Err(status) if status.code == grpc::PERMISSION_DENIED => Err(format!(
-                "{}; give the etcd user read-write on the in-flight registry's prefix {} (the shared gate, on with \
-                 marks in etcd), or order only this Envoy's writes with --local-gate (\"gate\": {{\"shared\": false}})",
+                "{}; {}",
                 status.error().0,
-                self.prefix
+                flights::denied_hint(&self.prefix, "--local-gate (\"gate\": {\"shared\": false})")
             )),
             Err(status) => Err(status.error().0),
         };

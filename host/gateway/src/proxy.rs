@@ -462,16 +462,12 @@ impl Proxy {
             request.headers_mut().remove(name);
         }
         let timeout = self.config.request_timeout;
-        let (answer, late) = if keep_late {
-            let mut task = tokio::spawn(self.client.request(request));
-            match tokio::time::timeout(timeout, &mut task).await {
-                Ok(Ok(answer)) => (Some(answer), None),
-                // The request's task panicked: as good as given up on.
-                Ok(Err(_)) => (None, None),
-                Err(_) => (None, Some(task)),
-            }
-        } else {
-            (tokio::time::timeout(timeout, self.client.request(request)).await.ok(), None)
+        let mut pending = self.client.request(request);
+        let (answer, late) = match tokio::time::timeout(timeout, &mut pending).await {
+            Ok(answer) => (Some(answer), None),
+            // Given up on: the request goes on in a task of its own, for its answer.
+            Err(_) if keep_late => (None, Some(tokio::spawn(pending))),
+            Err(_) => (None, None),
         };
         let delivery = match &answer {
             Some(Ok(response)) => Delivery::Answered(response.status()),

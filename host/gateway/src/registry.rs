@@ -255,10 +255,9 @@ impl Registry {
                 .map_err(|e| self.client.unavailable(e)),
             // etcd's authentication lets the user touch the marks but not the
             // registry: say what grants it.
-            Err(EtcdError::Denied(line)) => Err(EtcdError::Denied(format!(
-                "{line}; give the etcd user read-write on the in-flight registry's prefix {prefix} (the shared gate, \
-                 on with marks in etcd), or order only this gateway's writes with --local-gate"
-            ))),
+            Err(EtcdError::Denied(line)) => {
+                Err(EtcdError::Denied(format!("{line}; {}", flights::denied_hint(prefix, "--local-gate"))))
+            }
             Err(e) => Err(e),
         };
         let (registration, revision) = answer.map_err(|e| Refused::Unreachable(e.to_string()))?;

@@ -39,7 +39,6 @@ use fencekeeper_engine::head::{Head, Scope};
 use fencekeeper_engine::uploads::{self as upload_rules, Follow, Step, MAX_ANSWER};
 use fencekeeper_engine::Form;
 use fencekeeper_etcd_wire::grpc::{self, Status};
-use fencekeeper_etcd_wire::AuthRefusal;
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
 use proxy_wasm::types::{Action, MapType};
@@ -346,18 +345,10 @@ impl Request {
     fn on_authenticated(&mut self, response: &Response, resource: &str) -> Action {
         let f = Rc::clone(&self.filter);
         let Some(auth) = &f.auth else { return self.unexpected(resource) };
-        let failed = match grpc::parse_authentication(response.as_deref()) {
-            Ok(token) => {
-                auth.store(token);
-                log::info!("fencekeeper: authenticated to etcd as {:?}", auth.user);
-                return self.call_etcd();
-            }
-            Err(AuthRefusal::WrongCredentials(e)) => {
-                format!("etcd authentication failed for user {:?}: wrong user name or password ({e})", auth.user)
-            }
-            Err(AuthRefusal::Other(e)) => format!("etcd authentication failed for user {:?}: {e}", auth.user),
-        };
-        self.finish(Err(NoVerdict::StoreUnreachable), resource, &failed)
+        match auth.accept(response) {
+            Ok(()) => self.call_etcd(),
+            Err(failed) => self.finish(Err(NoVerdict::StoreUnreachable), resource, &failed),
+        }
     }
 
     /// etcd refused the token a call carried (expired, or etcd restarted): drop it,

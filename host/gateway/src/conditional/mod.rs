@@ -252,28 +252,15 @@ impl Conditional {
             );
         }
         let answer = stored.as_ref().map_or(Settle::NotApplied, |s| s.settle.clone());
-        let (chains, key, id) = (self.chains.clone(), resource.clone(), lent.lend.id);
-        let settled = tokio::task::spawn_blocking(move || {
-            chain::update(&*chains, &key, |c| {
-                c.settle(id, &answer);
-                Ok::<_, ()>((c.current.is_none(), c.highest))
-            })
-        })
-        .await;
-        let highest = match settled {
-            Ok(Ok(Ok((unknown, highest)))) => {
+        let highest = match settle_in_chain(self.chains.clone(), resource, lent.lend.id, answer).await {
+            Ok((unknown, highest)) => {
                 if unknown {
                     lock(&self.unknown).insert(resource.clone());
                 }
                 highest
             }
-            Ok(Ok(Err(()))) => None,
-            Ok(Err(e)) => {
-                tracing::error!(resource, error = %e, "a write's answer was not recorded in its version chain; it stays lent");
-                None
-            }
             Err(e) => {
-                tracing::error!(resource, error = %e, "the settle task failed; the write stays lent");
+                tracing::error!(resource, error = %e, "a write's answer was not recorded in its version chain; it stays lent");
                 None
             }
         };
@@ -302,20 +289,11 @@ impl Conditional {
             let (status, headers) = (response.status(), response.headers().clone());
             drop(response);
             let stored = Stored::of(status.as_u16(), headers.get(ETAG).map(HeaderValue::as_bytes), delete, &lend);
-            let (key, settle) = (resource.clone(), stored.settle);
-            let settled = tokio::task::spawn_blocking(move || {
-                chain::update(&*chains, &key, |c| {
-                    c.settle(lend.id, &settle);
-                    Ok::<_, ()>(())
-                })
-            })
-            .await;
-            match settled {
-                Ok(Ok(_)) => {
+            match settle_in_chain(chains, &resource, lend.id, stored.settle).await {
+                Ok(_) => {
                     tracing::info!(resource, %status, "a conditional write given up on was answered late; settled")
                 }
-                Ok(Err(e)) => tracing::error!(resource, error = %e, "a late answer was not recorded; it stays lent"),
-                Err(e) => tracing::error!(resource, error = %e, "the late settle failed; the write stays lent"),
+                Err(e) => tracing::error!(resource, error = %e, "a late answer was not recorded; it stays lent"),
             }
         });
     }
@@ -346,6 +324,30 @@ impl Conditional {
             }
             _ => false,
         }
+    }
+}
+
+/// Settle lend `id` of `resource`'s chain with `answer`, off the reactor. Returns
+/// whether the version is now unknown, and the highest token lent.
+async fn settle_in_chain(
+    chains: Arc<dyn ChainStore>,
+    resource: &str,
+    id: u64,
+    answer: Settle,
+) -> Result<(bool, Option<Token>), String> {
+    let key = resource.to_owned();
+    let settled = tokio::task::spawn_blocking(move || {
+        chain::update(&*chains, &key, |c| {
+            c.settle(id, &answer);
+            Ok::<_, ()>((c.current.is_none(), c.highest))
+        })
+    })
+    .await;
+    match settled {
+        Ok(Ok(Ok(found))) => Ok(found),
+        Ok(Ok(Err(()))) => Ok((false, None)),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(e) => Err(format!("the settle task failed: {e}")),
     }
 }
 
