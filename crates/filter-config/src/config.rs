@@ -18,7 +18,7 @@ use fencekeeper_engine::gate;
 use std::fmt;
 
 /// Conditional writes' settings.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Conditional {
     /// The store was seen honouring `If-Match` on DELETE (`fencekeeper envoy-config`'s
     /// probe): deletes are sent conditionally; else they are refused.
@@ -31,6 +31,10 @@ pub struct Conditional {
     /// timeout plus the store apply bound. A write given up on stays lent on its
     /// chain that long, then ends by itself.
     pub lend_ms: u64,
+    /// The proxy's cluster of the store (the route's own): the filter asks the store
+    /// itself for a version it does not know, with a HEAD of the object through it.
+    /// `None`: only a client's read through the proxy tells it.
+    pub store_cluster: Option<String>,
 }
 
 /// `conditional_max_body`'s default: 16 MiB.
@@ -410,10 +414,12 @@ impl Config {
             (false, _)
                 if settings.conditional_deletes.is_some()
                     || settings.conditional_max_body.is_some()
-                    || settings.conditional_lend_ms.is_some() =>
+                    || settings.conditional_lend_ms.is_some()
+                    || settings.conditional_store_cluster.is_some() =>
             {
                 return Err(ConfigError(
-                    "conditional_deletes, conditional_max_body and conditional_lend_ms go with conditional_writes"
+                    "conditional_deletes, conditional_max_body, conditional_lend_ms and conditional_store_cluster go \
+                     with conditional_writes"
                         .into(),
                 ))
             }
@@ -430,7 +436,14 @@ impl Config {
                          the route timeout plus how long the store may still apply a write after it"
                     )));
                 }
-                Some(Conditional { deletes: deletes.unwrap_or(false), max_body, lend_ms })
+                let store_cluster = settings.conditional_store_cluster.clone();
+                if store_cluster.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_SERVICE_NAME_BYTES) {
+                    return Err(ConfigError(format!(
+                        "conditional_store_cluster is 1 to {MAX_SERVICE_NAME_BYTES} bytes: the proxy's cluster of the \
+                         store, which the filter asks for a version it does not know"
+                    )));
+                }
+                Some(Conditional { deletes: deletes.unwrap_or(false), max_body, lend_ms, store_cluster })
             }
         };
         if conditional.is_some() {
@@ -601,10 +614,11 @@ impl Config {
             lock_prefix,
             gate,
             start_grace_ms: Some(*start_grace_ms),
-            conditional_writes: conditional.map(|_| true),
-            conditional_deletes: conditional.map(|c| c.deletes),
-            conditional_max_body: conditional.map(|c| c.max_body),
-            conditional_lend_ms: conditional.map(|c| c.lend_ms),
+            conditional_writes: conditional.as_ref().map(|_| true),
+            conditional_deletes: conditional.as_ref().map(|c| c.deletes),
+            conditional_max_body: conditional.as_ref().map(|c| c.max_body),
+            conditional_lend_ms: conditional.as_ref().map(|c| c.lend_ms),
+            conditional_store_cluster: conditional.as_ref().and_then(|c| c.store_cluster.clone()),
             // Envoy, the default, is left unwritten: `envoy-config`'s output stays as it was.
             host: (*host == Host::Portable).then_some(HostName::Portable),
             #[cfg(feature = "faults")]
@@ -717,18 +731,24 @@ mod tests {
     fn conditional_writes_need_etcd_correctness_and_paths_and_replace_the_gate() {
         let c = Config::parse(br#"{"protocol":"s3","conditional_writes":true}"#).unwrap();
         let lend_ms = DEFAULT_CONDITIONAL_LEND_MS;
-        let default = Conditional { deletes: false, max_body: DEFAULT_CONDITIONAL_MAX_BODY, lend_ms };
-        assert_eq!((c.conditional, c.gate), (Some(default), None));
+        let default = Conditional { max_body: DEFAULT_CONDITIONAL_MAX_BODY, lend_ms, ..Conditional::default() };
+        assert_eq!((c.conditional.clone(), c.gate), (Some(default), None));
         assert_eq!(Config::from_settings(c.to_settings()).unwrap(), c, "it round-trips");
         let c = Config::parse(
-            br#"{"conditional_writes":true,"conditional_deletes":true,"conditional_max_body":9,"conditional_lend_ms":5000}"#,
-        );
-        assert_eq!(c.unwrap().conditional, Some(Conditional { deletes: true, max_body: 9, lend_ms: 5000 }));
+            br#"{"conditional_writes":true,"conditional_deletes":true,"conditional_max_body":9,"conditional_lend_ms":5000,
+                "conditional_store_cluster":"store"}"#,
+        )
+        .unwrap();
+        let store_cluster = Some("store".to_owned());
+        assert_eq!(c.conditional, Some(Conditional { deletes: true, max_body: 9, lend_ms: 5000, store_cluster }));
+        assert_eq!(Config::from_settings(c.to_settings()).unwrap(), c, "it round-trips");
         assert_eq!(Config::parse(br#"{"conditional_writes":false}"#).unwrap().conditional, None);
         for (bad, says) in [
             (&br#"{"conditional_deletes":true}"#[..], "go with conditional_writes"),
             (br#"{"conditional_max_body":5}"#, "go with conditional_writes"),
             (br#"{"conditional_lend_ms":5000}"#, "go with conditional_writes"),
+            (br#"{"conditional_store_cluster":"store"}"#, "go with conditional_writes"),
+            (br#"{"conditional_writes":true,"conditional_store_cluster":""}"#, "1 to"),
             (br#"{"conditional_writes":true,"conditional_lend_ms":999}"#, "out of range"),
             (br#"{"conditional_writes":true,"conditional_lend_ms":86400001}"#, "out of range"),
             (br#"{"conditional_writes":true,"conditional_max_body":0}"#, "above 0"),

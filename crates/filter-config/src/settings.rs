@@ -75,6 +75,11 @@ pub struct Settings {
     /// given up on stops holding its version chain then.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub conditional_lend_ms: Option<u64>,
+    /// With `conditional_writes`: the proxy's cluster of the store (the route's own).
+    /// The filter asks the store for a version it does not know with a HEAD of the
+    /// object through it; unset, only a client's read through the proxy tells it.
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub conditional_store_cluster: Option<String>,
     /// What the proxy-wasm host provides: `envoy` (the default: everything Envoy does)
     /// or `portable` (only what every host provides, as ngx_wasm_module does;
     /// docs/proxy-wasm-hosts.md).

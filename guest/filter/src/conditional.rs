@@ -224,7 +224,7 @@ impl Update {
 /// When a write is lent now, and how long the store may still apply it (the
 /// configuration's `conditional_lend_ms`).
 pub fn term(f: &Filter) -> Term {
-    let lifetime_ms = f.config.conditional.map(|c| c.lend_ms);
+    let lifetime_ms = f.config.conditional.as_ref().map(|c| c.lend_ms);
     Term { now_ms: crate::gate::now_ms(), lifetime_ms }
 }
 

@@ -28,6 +28,9 @@ mod local_reply;
 
 /// Where the committed filter lives in the repository.
 const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
+/// The cluster of the store: the routes go to it, and the filter asks it for a
+/// version it does not know (conditional writes).
+const STORE_CLUSTER: &str = "store";
 
 /// The filter, as committed (rebuilt byte-identically by `scripts/build-guests.sh`).
 static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifacts/fencekeeper_filter.wasm");
@@ -303,7 +306,7 @@ fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration, max_
     let conditional = max_body.is_some();
     let timeout = envoy_duration(timeout);
     let pass = format!(
-        "                route: {{ cluster: store, timeout: {timeout} }}
+        "                route: {{ cluster: {STORE_CLUSTER}, timeout: {timeout} }}
                 request_headers_to_remove: [fencing-admitted-token]
                 typed_per_filter_config:
                   fencekeeper:
@@ -311,7 +314,7 @@ fn routes(protocol: Protocol, fenced: Option<&[String]>, timeout: Duration, max_
                     disabled: true
 "
     );
-    let mut fence = format!("                route: {{ cluster: store, timeout: {timeout} }}\n");
+    let mut fence = format!("                route: {{ cluster: {STORE_CLUSTER}, timeout: {timeout} }}\n");
     if let Some(max) = max_body {
         // The filter buffers a conditional write's body: Envoy answers 413 past this.
         let _ = writeln!(fence, "                request_body_buffer_limit: {max}");
@@ -434,6 +437,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         conditional_writes: args.conditional_writes.then_some(true),
         conditional_deletes: args.conditional_writes.then_some(args.conditional_deletes),
         conditional_max_body: args.conditional_writes.then_some(args.conditional_max_body),
+        conditional_store_cluster: args.conditional_writes.then(|| STORE_CLUSTER.to_owned()),
         conditional_lend_ms: args.conditional_writes.then(|| {
             let bound = args.store_apply_bound.map_or(GateConfig::default().apply_bound_ms, |b| b.as_millis() as u64);
             args.route_timeout.as_millis() as u64 + bound
@@ -742,7 +746,7 @@ static_resources:
   clusters:
 "#
     )?;
-    cluster(&mut out, "store", &[Endpoint::parse(&args.front.upstream).context("--upstream")?], None)?;
+    cluster(&mut out, STORE_CLUSTER, &[Endpoint::parse(&args.front.upstream).context("--upstream")?], None)?;
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;
         let tls = if args.etcd_cacert.is_some() { Tls::On } else { Tls::Off };

@@ -236,6 +236,50 @@ fn through_envoy_an_object_written_outside_the_fence_is_learned_from_a_read() {
 }
 
 #[test]
+fn through_envoy_in_front_of_apache_mod_dav_the_filter_learns_each_version_with_a_head() {
+    // Apache's mod_dav answers a PUT without an ETag, so after each write the filter
+    // does not know the version it made. As the gateway does (e2e_conditional), it
+    // asks Apache itself with a HEAD through the store's cluster, and refuses a write
+    // only while the HEAD's ETag is weak (a second after a change): no client read.
+    let apache = fencekeeper_harness::apache::ApacheDav::start().unwrap();
+    let etcd = Etcd::start().unwrap();
+    let (upstream, client) = (apache.url(), etcd.client.to_string());
+    let args = [
+        "--upstream",
+        &upstream,
+        "--etcd",
+        &client,
+        "--provenance",
+        "off",
+        "--conditional-writes",
+        "--precondition-probe",
+        "/fencekeeper-probe",
+    ];
+    let envoy = Envoy::start(2, &args).unwrap();
+    let first = envoy.put("/doc.txt", "34", b"one").unwrap();
+    assert!((200..300).contains(&first.status), "{}\n{}", first.text(), envoy.log());
+    // Each next write is refused (409, nothing reaching Apache) only while Apache's
+    // ETag for the last one is weak, then goes, learned by the filter's own HEAD.
+    let mut previous: &[u8] = b"one";
+    for body in [&b"two"[..], b"three"] {
+        let started = std::time::Instant::now();
+        loop {
+            let reply = envoy.put("/doc.txt", "34", body).unwrap();
+            if (200..300).contains(&reply.status) {
+                break;
+            }
+            assert_eq!(reply.status, 409, "{}", reply.text());
+            assert!(reply.text().contains("not known"), "{}", reply.text());
+            assert_eq!(apache.read("/doc.txt").as_deref(), Some(previous), "a refused write never reached Apache");
+            assert!(started.elapsed() < Duration::from_secs(10), "no version was learned\n{}", envoy.log());
+            std::thread::sleep(Duration::from_millis(200)); // polling Apache's one-second weak window
+        }
+        assert_eq!(apache.read("/doc.txt").as_deref(), Some(body));
+        previous = body;
+    }
+}
+
+#[test]
 fn through_envoy_a_body_is_held_whole_up_to_the_limit_and_a_larger_one_never_reaches_the_store() {
     let moto = Moto::start().unwrap();
     moto.create_bucket(BUCKET).unwrap();

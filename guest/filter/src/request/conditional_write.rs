@@ -1,6 +1,8 @@
 //! A conditional write through one request (`conditional_writes`): the chain read
 //! for the precondition its headers carry, its body held until whole and lent, the
-//! store's answer settled, and a read's answer learned. The chain changes themselves
+//! store's answer settled, and a read's answer learned. A version the chain does not
+//! know is asked of the store itself (a HEAD through `conditional_store_cluster`)
+//! before the write is refused for it. The chain changes themselves
 //! are [`crate::conditional`]'s; what each outcome means for the client, and what it
 //! counts, is the engine's (`fencekeeper_engine::conditional`), as in the gateway. A
 //! conditional write is counted once its outcome is known, not when its headers go.
@@ -9,7 +11,7 @@ use super::Request;
 use crate::conditional::{self, Change as ChainChange, Done, Step, Update};
 use crate::etcd;
 use crate::Tally;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Version};
+use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Term, Version};
 use fencekeeper_core::{Class, Token, Verdict};
 use fencekeeper_engine::conditional::{self as rules, Refused, Stored};
 use md5::{Digest, Md5};
@@ -40,6 +42,23 @@ pub(super) struct Cond {
     pub(super) answered_early: bool,
     /// Its outcome was counted.
     pub(super) counted: bool,
+    /// The store was asked for the version the chain did not know (once per write).
+    pub(super) asked_store: bool,
+    /// The change to make again once the version asked of the store is learned.
+    pub(super) retry: Option<ChainChange>,
+}
+
+/// How long the store has to answer the filter's HEAD: the gate timeout, as a write
+/// waits at most that long for anything before it goes.
+const ASK_STORE_TIMEOUT: std::time::Duration = fencekeeper_engine::gate::GATE_TIMEOUT;
+
+/// `change` as made again now: a lend's term starts when it is recorded.
+fn renewed(change: ChainChange, now: Term) -> ChainChange {
+    match change {
+        ChainChange::Peek(token, _) => ChainChange::Peek(token, now),
+        ChainChange::Lend { token, makes, on, .. } => ChainChange::Lend { token, makes, on, term: now },
+        other => other,
+    }
 }
 
 impl Request {
@@ -71,6 +90,8 @@ impl Request {
             record: None,
             answered_early: false,
             counted: false,
+            asked_store: false,
+            retry: None,
         });
         match conditional::send(&f, &read) {
             Ok(_) => Action::Pause,
@@ -95,7 +116,34 @@ impl Request {
         if let Step::Done(_) = step {
             c.record = update.last();
         }
+        let store_cluster = f.config.conditional.as_ref().and_then(|c| c.store_cluster.as_deref());
         match (change, step) {
+            (
+                change @ (ChainChange::Peek(..) | ChainChange::Lend { .. }),
+                Step::Done(Done::Refused(Refusal::Unknown)),
+            ) if !c.asked_store && store_cluster.is_some() => {
+                c.asked_store = true;
+                c.retry = Some(change);
+                if let Err(why) = self.ask_store(store_cluster.unwrap_or_default()) {
+                    log::warn!("fencekeeper: could not ask the store for a version: {why}");
+                    self.not_known();
+                }
+            }
+            (ChainChange::Learn(_), Step::Done(_)) => {
+                // Learned from the store's answer to the HEAD: the write's change again.
+                let Some(retry) = c.retry.take() else {
+                    self.lend_failed("an unexpected version chain outcome");
+                    return;
+                };
+                let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+                let (update, message) =
+                    Update::start(prefix, &c.resource, renewed(retry, conditional::term(&f)), c.record.take());
+                c.update = Some(update);
+                if let Err(why) = conditional::send(&f, &message) {
+                    c.update = None;
+                    self.lend_failed(&why);
+                }
+            }
             (ChainChange::Peek(..), Step::Done(Done::Lent(lend))) => {
                 // The headers go with the precondition; the body waits for the lend.
                 self.send_headers(&lend.on);
@@ -143,6 +191,52 @@ impl Request {
                 self.lend_failed("an unexpected version chain outcome");
             }
         }
+    }
+
+    /// Ask the store for the resource's version: a HEAD of the write's own path, with
+    /// its Host, through the store's cluster (`cluster`), as the gateway does. The
+    /// answer comes to [`Request::on_store_version`].
+    fn ask_store(&mut self, cluster: &str) -> Result<u32, String> {
+        let path = self.get_http_request_header(":path").unwrap_or_else(|| "/".to_owned());
+        let authority = self.get_http_request_header(":authority").unwrap_or_default();
+        let headers = vec![(":method", "HEAD"), (":path", path.as_str()), (":authority", authority.as_str())];
+        self.dispatch_http_call(cluster, headers, None, Vec::new(), ASK_STORE_TIMEOUT)
+            .map_err(|status| format!("the proxy refused the call to cluster {cluster:?} ({status:?})"))
+    }
+
+    /// The store answered the filter's HEAD (or the call failed: no status): learn the
+    /// version it tells, then make the write's change again; else refuse the write
+    /// for the version the fence does not know.
+    pub(super) fn on_store_version(&mut self) {
+        let f = Rc::clone(&self.filter);
+        let status = self.get_http_call_response_header(":status");
+        let status = status.and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        let etag = self.get_http_call_response_header_bytes("etag");
+        let Some(c) = self.cond.as_mut() else { return };
+        let Some(version) = rules::learned(status, etag.as_deref()) else {
+            log::warn!(
+                "fencekeeper: the store's answer to the filter's HEAD of {:?} ({}) tells no version: a client's read \
+                 through the proxy must",
+                c.resource,
+                if status == 0 { "none".to_owned() } else { status.to_string() }
+            );
+            return self.not_known();
+        };
+        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+        let (update, message) = Update::start(prefix, &c.resource, ChainChange::Learn(version), c.record.take());
+        c.update = Some(update);
+        if let Err(why) = conditional::send(&f, &message) {
+            c.update = None;
+            self.lend_failed(&why);
+        }
+    }
+
+    /// The write is refused: the fence does not know the store's version (a client's
+    /// read through the proxy tells it).
+    fn not_known(&mut self) {
+        let Some(c) = self.cond.as_ref() else { return };
+        let refused = rules::lend_refused(&c.resource, c.token, &Refusal::Unknown, self.reply.form);
+        self.conclude(Some(refused));
     }
 
     /// Put the precondition on `on` into the headers and let them go, with the admitted

@@ -154,8 +154,8 @@ impl Request {
         let inherited =
             |path: &[u8]| upload_rules::of_step(&seen.path, path).and_then(|(p, id)| uploads::token(&p, &id));
         let limits = early::Limits {
-            conditional: f.config.conditional.map(|c| early::Deletes(c.deletes)),
-            max_body: f.config.conditional.map(|c| c.max_body),
+            conditional: f.config.conditional.as_ref().map(|c| early::Deletes(c.deletes)),
+            max_body: f.config.conditional.as_ref().map(|c| c.max_body),
             grace_left: grace_left(&f),
         };
         let header = |name: &str| seen.conditional(name);
@@ -530,6 +530,11 @@ impl Drop for Request {
 }
 
 impl Context for Request {
+    fn on_http_call_response(&mut self, _token: u32, _headers: usize, _body_size: usize, _trailers: usize) {
+        // The one HTTP call a request makes: a conditional write's HEAD of the store.
+        self.on_store_version();
+    }
+
     fn on_grpc_call_response(&mut self, _token: u32, status_code: u32, size: usize) {
         let response = etcd::response(status_code, size);
         if self.learning.is_some() {
@@ -650,7 +655,7 @@ impl HttpContext for Request {
             return Action::Continue;
         }
         // A body sent without a length (chunked) is measured as it comes.
-        let max = self.filter.config.conditional.map_or(u64::MAX, |c| c.max_body);
+        let max = self.filter.config.conditional.as_ref().map_or(u64::MAX, |c| c.max_body);
         if body_size as u64 > max {
             return self.too_large(body_size as u64, max);
         }
