@@ -49,8 +49,10 @@
 //! is learned again from a read of the object through the fence (a GET or HEAD
 //! answer's strong ETag, or a 404).
 
+mod change;
 mod record;
 
+pub use change::{Change, Done};
 pub use record::{decode, encode, ChainRecordError};
 
 use fencekeeper_core::Token;

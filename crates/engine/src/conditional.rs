@@ -36,6 +36,10 @@
 //!   (412, or 404 to a PUT); [`Event::NotConditional`] for a 501 and
 //!   [`Event::TooLarge`] for a 413. A write the store answered otherwise moves none.
 
+mod write;
+
+pub use write::{Body, Command, Delivery, Note, Write};
+
 use crate::answer::{Answer, Failure, Form};
 use fencekeeper_chain::{self as chain, Lend, Refusal, Version};
 use fencekeeper_core::refusal::{Action, Reason};

@@ -20,8 +20,7 @@
 
 use crate::etcd::{self, Method, Response};
 use crate::Filter;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Term, Version};
-use fencekeeper_core::Token;
+use fencekeeper_chain::{self as chain, Chain, Change, Done, Term};
 use fencekeeper_etcd_wire::grpc;
 
 /// How many lost compare-and-swap races one change of a chain tolerates. A lost race
@@ -30,55 +29,6 @@ use fencekeeper_etcd_wire::grpc;
 /// tries much longer than a lend, which only refuses its write (503).
 const MAX_ROUNDS: u32 = 64;
 const MAX_SETTLE_ROUNDS: u32 = 1024;
-
-/// What a write to a resource's chain changes.
-#[derive(Clone, Debug)]
-pub enum Change {
-    /// Read only: what the write would be lent on, for the headers that go before
-    /// its body.
-    Peek(Token, Term),
-    /// Lend the write, which makes `makes` (when told: the body's MD5, or absent for a
-    /// delete). `on`: the precondition its headers already carry, which the lend must
-    /// be on.
-    Lend {
-        /// The write's token.
-        token: Token,
-        /// The version it makes, if told.
-        makes: Option<Version>,
-        /// The precondition its headers carry, if they went.
-        on: Option<Version>,
-        /// When it is lent, and how long the store may apply it.
-        term: Term,
-    },
-    /// The store answered lend `id`.
-    Settle {
-        /// The lend.
-        id: u64,
-        /// What the store's answer says.
-        answer: Answer,
-    },
-    /// A read through the filter saw the store at this version.
-    Learn(Version),
-}
-
-/// What a change of a chain came to.
-#[derive(Clone, Debug)]
-pub enum Done {
-    /// `Peek`: the lend the write would get. `Lend`: the lend it got, recorded.
-    Lent(Lend),
-    /// The chain refuses the write.
-    Refused(Refusal),
-    /// The lend would be on another version than the one the headers carried: the
-    /// store's version moved while the body arrived.
-    Moved {
-        /// The precondition the headers carried.
-        carried: Version,
-        /// The version the chain has now.
-        now: Version,
-    },
-    /// `Settle` or `Learn`: the chain after it.
-    Chain(Chain),
-}
 
 /// The next thing to do with a change in flight.
 pub enum Step {
@@ -144,11 +94,6 @@ impl Update {
         self.last.clone()
     }
 
-    /// The change this update makes.
-    pub fn change(&self) -> &Change {
-        &self.change
-    }
-
     /// etcd answered the last call.
     pub fn answered(&mut self, response: &Response) -> Step {
         let answer = match etcd::txn_answer(response) {
@@ -185,27 +130,7 @@ impl Update {
             }
         };
         let before = chain.clone();
-        let done = match &self.change {
-            Change::Peek(token, term) => match chain.clone().lend(*token, None, *term) {
-                Ok(lend) => return Step::Done(Done::Lent(lend)),
-                Err(refusal) => return Step::Done(Done::Refused(refusal)),
-            },
-            Change::Lend { token, makes, on, term } => match chain.lend(*token, makes.as_ref(), *term) {
-                Err(refusal) => return Step::Done(Done::Refused(refusal)),
-                Ok(lend) => match on.as_ref().filter(|carried| **carried != lend.on) {
-                    Some(carried) => return Step::Done(Done::Moved { carried: carried.clone(), now: lend.on }),
-                    None => Done::Lent(lend),
-                },
-            },
-            Change::Settle { id, answer } => {
-                chain.settle(*id, answer);
-                Done::Chain(chain.clone())
-            }
-            Change::Learn(version) => {
-                chain.learn(version.clone());
-                Done::Chain(chain.clone())
-            }
-        };
+        let done = self.change.apply(&mut chain);
         if chain == before {
             return Step::Done(done);
         }
@@ -243,6 +168,7 @@ pub fn send(f: &Filter, message: &[u8]) -> Result<u32, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use fencekeeper_chain::{Answer, Refusal, Version};
     use fencekeeper_core::token;
     use fencekeeper_etcd_wire::{grpc::txn_answer, KeyValue};
 

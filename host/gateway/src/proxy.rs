@@ -311,7 +311,7 @@ impl Proxy {
             };
             let request = Request::from_parts(parts, full(bytes));
             let (response, delivery) = self.send(request, permits, form, true).await;
-            return match conditional.settle(lent, delivery, response.headers(), form).await {
+            return match conditional.settle(lent, delivery, response.headers()).await {
                 Some(refused) => self.conditional_refused(refused, client),
                 None => {
                     self.metrics.outcome(Class::Admitted, false);

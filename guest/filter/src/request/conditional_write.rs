@@ -1,101 +1,75 @@
-//! A conditional write through one request (`conditional_writes`): the chain read
-//! for the precondition its headers carry, its body held until whole and lent, the
-//! store's answer settled, and a read's answer learned. A version the chain does not
-//! know is asked of the store itself (a HEAD through `conditional_store_cluster`)
-//! before the write is refused for it. The chain changes themselves
-//! are [`crate::conditional`]'s; what each outcome means for the client, and what it
-//! counts, is the engine's (`fencekeeper_engine::conditional`), as in the gateway. A
-//! conditional write is counted once its outcome is known, not when its headers go.
+//! A conditional write through one request (`conditional_writes`), carried out for
+//! the engine's machine (`fencekeeper_engine::conditional::Write`), which decides each
+//! step as it does in the gateway: the lend, the store asked for a version the chain
+//! does not know, the precondition, the settle, and what the client is told, counted
+//! once. Here is only how each step is done in the proxy: a chain change is a Txn to
+//! etcd ([`crate::conditional::Update`]), the store is asked with a `HEAD` through
+//! `conditional_store_cluster`, the head goes before its body, which Envoy holds until
+//! it is whole. A read's answer may teach a version too.
 
 use super::Request;
-use crate::conditional::{self, Change as ChainChange, Done, Step, Update};
+use crate::conditional::{self, Step, Update};
 use crate::etcd;
 use crate::Tally;
-use fencekeeper_chain::{self as chain, Answer, Chain, Lend, Refusal, Term, Version};
+use fencekeeper_chain::{self as chain, Change, Version};
 use fencekeeper_core::{Class, Token, Verdict};
-use fencekeeper_engine::conditional::{self as rules, Refused, Stored};
+use fencekeeper_engine::conditional::{self as rules, Body, Command, Delivery, Refused, Write};
 use md5::{Digest, Md5};
 use proxy_wasm::hostcalls;
 use proxy_wasm::traits::{Context, HttpContext};
-use proxy_wasm::types::{Action, BufferType};
+use proxy_wasm::types::{Action, BufferType, MapType};
 use std::rc::Rc;
 
-/// A conditional write's progress ([`conditional`]).
+/// A conditional write's progress: the engine's machine, and the etcd side of it.
 pub(super) struct Cond {
-    pub(super) resource: String,
-    pub(super) token: Token,
-    pub(super) delete: bool,
-    /// Its body is still to come: it is lent once the body is whole.
-    pub(super) body_to_come: bool,
-    /// The precondition its headers carry, once they went.
-    pub(super) on: Option<Version>,
-    /// Its lend, once recorded.
-    pub(super) lent: Option<Lend>,
-    /// The chain change in flight.
+    pub(super) write: Write,
+    /// The chain change in flight in etcd.
     pub(super) update: Option<Update>,
-    /// The store's answer, while it settles the chain.
-    pub(super) stored: Option<Stored>,
     /// The chain's record as this request last saw or put it, for its next change to
     /// swap from without reading first.
-    pub(super) record: Option<Option<Vec<u8>>>,
-    /// The store answered before the write was lent (its body still held).
-    pub(super) answered_early: bool,
-    /// Its outcome was counted.
-    pub(super) counted: bool,
-    /// The store was asked for the version the chain did not know (once per write).
-    pub(super) asked_store: bool,
-    /// The change to make again once the version asked of the store is learned.
-    pub(super) retry: Option<ChainChange>,
+    record: Option<Option<Vec<u8>>>,
 }
 
 /// How long the store has to answer the filter's HEAD: the gate timeout, as a write
 /// waits at most that long for anything before it goes.
 const ASK_STORE_TIMEOUT: std::time::Duration = fencekeeper_engine::gate::GATE_TIMEOUT;
 
-/// `change` as made again now: a lend's term starts when it is recorded.
-fn renewed(change: ChainChange, now: Term) -> ChainChange {
-    match change {
-        ChainChange::Peek(token, _) => ChainChange::Peek(token, now),
-        ChainChange::Lend { token, makes, on, .. } => ChainChange::Lend { token, makes, on, term: now },
-        other => other,
-    }
+/// What a command leaves the stream to do.
+enum Then {
+    /// Wait: a call is in flight, or the fence answered the client.
+    Wait,
+    /// Resume the request (its head, or its held body, may go).
+    Request,
+    /// Let the store's answer go on.
+    Response,
+    /// Nothing is in flight and nothing waits on the fence (the write concluded
+    /// already): a stream goes on as it would.
+    Nothing,
 }
 
 impl Request {
     /// The write with `token` on `resource` was admitted: lend it on the resource's
     /// chain before the store can apply it. A write whose body is still to come is
-    /// only peeked at now (its headers need the precondition); it is lent when its
-    /// body is whole ([`Request::body_whole`]).
+    /// only peeked at now (its head needs the precondition); it is lent when its body
+    /// is whole ([`Request::body_whole`]).
     pub(super) fn lend(&mut self, resource: &str, token: Token, delete: bool) -> Action {
         let f = Rc::clone(&self.filter);
-        let body_to_come = !delete && !self.headers_end;
-        let term = conditional::term(&f);
-        let change = if body_to_come {
-            ChainChange::Peek(token, term)
+        let body = if delete {
+            Body::Whole(Version::Absent)
+        } else if self.headers_end {
+            Body::Whole(chain::content_version(&Md5::digest(b"").into()))
         } else {
-            let makes = if delete { Version::Absent } else { chain::content_version(&Md5::digest(b"").into()) };
-            ChainChange::Lend { token, makes: Some(makes), on: None, term }
+            Body::ToCome
         };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, resource, change, None);
-        self.cond = Some(Cond {
-            resource: resource.to_owned(),
-            token,
-            delete,
-            body_to_come,
-            on: None,
-            lent: None,
-            update: Some(update),
-            stored: None,
-            record: None,
-            answered_early: false,
-            counted: false,
-            asked_store: false,
-            retry: None,
-        });
-        match conditional::send(&f, &read) {
-            Ok(_) => Action::Pause,
-            Err(why) => self.lend_failed(&why),
+        let settings = f.config.conditional.as_ref();
+        let lifetime_ms = settings.map(|c| c.lend_ms);
+        let can_ask = settings.is_some_and(|c| c.store_cluster.is_some());
+        let mut write = Write::new(resource, token, delete, self.reply.form, lifetime_ms, can_ask);
+        let first = write.start(body, crate::gate::now_ms());
+        self.cond = Some(Cond { write, update: None, record: None });
+        match self.carry_out(first) {
+            Then::Request => Action::Continue,
+            Then::Wait | Then::Response | Then::Nothing => Action::Pause,
         }
     }
 
@@ -104,91 +78,116 @@ impl Request {
         let f = Rc::clone(&self.filter);
         let Some(c) = self.cond.as_mut() else { return };
         let Some(update) = c.update.as_mut() else { return };
-        let step = match update.answered(response) {
+        let next = match update.answered(response) {
             Step::Send(message) => match conditional::send(&f, &message) {
                 Ok(_) => return,
-                Err(why) => Step::Failed(why),
-            },
-            step => step,
-        };
-        let Some(update) = c.update.take() else { return };
-        let change = update.change().clone();
-        if let Step::Done(_) = step {
-            c.record = update.last();
-        }
-        let store_cluster = f.config.conditional.as_ref().and_then(|c| c.store_cluster.as_deref());
-        match (change, step) {
-            (
-                change @ (ChainChange::Peek(..) | ChainChange::Lend { .. }),
-                Step::Done(Done::Refused(Refusal::Unknown)),
-            ) if !c.asked_store && store_cluster.is_some() => {
-                c.asked_store = true;
-                c.retry = Some(change);
-                if let Err(why) = self.ask_store(store_cluster.unwrap_or_default()) {
-                    log::warn!("fencekeeper: could not ask the store for a version: {why}");
-                    self.not_known();
-                }
-            }
-            (ChainChange::Learn(_), Step::Done(_)) => {
-                // Learned from the store's answer to the HEAD: the write's change again.
-                let Some(retry) = c.retry.take() else {
-                    self.lend_failed("an unexpected version chain outcome");
-                    return;
-                };
-                let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-                let (update, message) =
-                    Update::start(prefix, &c.resource, renewed(retry, conditional::term(&f)), c.record.take());
-                c.update = Some(update);
-                if let Err(why) = conditional::send(&f, &message) {
+                Err(why) => {
                     c.update = None;
-                    self.lend_failed(&why);
+                    c.write.chain_failed(&why)
                 }
+            },
+            Step::Done(done) => {
+                c.record = update.last();
+                c.update = None;
+                c.write.chain_done(done, crate::gate::now_ms())
             }
-            (ChainChange::Peek(..), Step::Done(Done::Lent(lend))) => {
-                // The headers go with the precondition; the body waits for the lend.
-                self.send_headers(&lend.on);
+            Step::Failed(why) => {
+                c.update = None;
+                c.write.chain_failed(&why)
             }
-            (ChainChange::Lend { .. }, Step::Done(Done::Lent(lend))) => {
-                let (on, id) = (lend.on.clone(), lend.id);
-                c.lent = Some(lend);
-                if c.answered_early {
-                    // The store answered before the body went: it will not apply it.
-                    self.settle(id, Answer::NotApplied);
-                } else if c.on.is_some() {
-                    let _ = hostcalls::resume_http_request(); // the body, held until now
-                } else {
-                    self.send_headers(&on);
+        };
+        self.resume(next);
+    }
+
+    /// The store answered the filter's HEAD (or the call failed: no status).
+    pub(super) fn on_store_version(&mut self) {
+        let status = self.get_http_call_response_header(":status");
+        let status = status.and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
+        let etag = self.get_http_call_response_header_bytes("etag");
+        let Some(c) = self.cond.as_mut() else { return };
+        let next = c.write.store_told(status, etag.as_deref());
+        if let Command::Chain(Change::Learn(version)) = &next {
+            log::info!(
+                "fencekeeper: {:?}: learned the store's version {version} from its answer to a HEAD",
+                c.write.resource()
+            );
+        }
+        self.resume(next);
+    }
+
+    /// Carry out `command` from a callback, resuming what it lets go.
+    fn resume(&mut self, command: Command) {
+        match self.carry_out(command) {
+            Then::Request => {
+                let _ = hostcalls::resume_http_request();
+            }
+            Then::Response => {
+                let _ = hostcalls::resume_http_response();
+            }
+            Then::Wait | Then::Nothing => {}
+        }
+    }
+
+    /// Do what the machine says, until it waits for an answer.
+    fn carry_out(&mut self, mut command: Command) -> Then {
+        let f = Rc::clone(&self.filter);
+        loop {
+            self.log_notes();
+            let Some(c) = self.cond.as_mut() else { return Then::Wait };
+            command = match command {
+                Command::Chain(change) => {
+                    let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
+                    let (update, message) = Update::start(prefix, c.write.resource(), change, c.record.take());
+                    c.update = Some(update);
+                    match conditional::send(&f, &message) {
+                        Ok(_) => return Then::Wait,
+                        Err(why) => {
+                            c.update = None;
+                            c.write.chain_failed(&why)
+                        }
+                    }
                 }
-            }
-            (ChainChange::Peek(..) | ChainChange::Lend { .. }, Step::Done(Done::Refused(refusal))) => {
-                let refused = rules::lend_refused(&c.resource, c.token, &refusal, self.reply.form);
-                self.conclude(Some(refused));
-            }
-            (ChainChange::Lend { .. }, Step::Done(Done::Moved { carried, now })) => {
-                let refused = rules::moved(&c.resource, &carried, &now, self.reply.form);
-                self.conclude(Some(refused));
-            }
-            (ChainChange::Settle { .. }, Step::Done(Done::Chain(chain))) => {
-                if !self.settled(Some(&chain)) {
-                    let _ = hostcalls::resume_http_response();
+                Command::AskStore => {
+                    let cluster = f.config.conditional.as_ref().and_then(|c| c.store_cluster.clone());
+                    match self.ask_store(cluster.as_deref().unwrap_or_default()) {
+                        Ok(_) => return Then::Wait,
+                        Err(why) => {
+                            log::warn!("fencekeeper: could not ask the store for a version: {why}");
+                            let Some(c) = self.cond.as_mut() else { return Then::Wait };
+                            c.write.store_told(0, None)
+                        }
+                    }
                 }
-            }
-            (ChainChange::Settle { .. }, Step::Failed(why)) => {
-                log::error!(
-                    "fencekeeper: a write's answer was not recorded in the version chain of {:?}; it stays lent: \
-                     {why}",
-                    c.resource
-                );
-                if !self.settled(None) {
-                    let _ = hostcalls::resume_http_response();
+                Command::Send(name, value) => {
+                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(&value));
+                    let (resource, token) = (c.write.resource().to_owned(), c.write.token());
+                    // Admitted: the token goes as `fencing-admitted-token`; the write is
+                    // counted once its outcome is known.
+                    let admitted = Ok(Verdict::Admit { mark: token, advanced: false });
+                    return match self.reply.answer(&f, admitted, &resource, &"", &mut Tally::default()) {
+                        Action::Continue => Then::Request,
+                        _ => Then::Wait,
+                    };
                 }
-            }
-            (_, Step::Failed(why)) => {
-                self.lend_failed(&why);
-            }
-            (_, Step::Done(_) | Step::Send(_)) => {
-                // Not an outcome any change has: refused, never forwarded.
-                self.lend_failed("an unexpected version chain outcome");
+                Command::ReleaseBody => return Then::Request,
+                Command::Conclude(refused) => {
+                    let answers = refused.is_some();
+                    self.count_and_answer(refused);
+                    return if answers { Then::Wait } else { Then::Response };
+                }
+                Command::Idle => return Then::Nothing,
+            };
+        }
+    }
+
+    /// Log what the machine noted for the write.
+    fn log_notes(&mut self) {
+        let Some(c) = self.cond.as_mut() else { return };
+        for note in c.write.notes() {
+            if note.error {
+                log::error!("fencekeeper: {:?}: {}", c.write.resource(), note.line);
+            } else {
+                log::warn!("fencekeeper: {:?}: {}", c.write.resource(), note.line);
             }
         }
     }
@@ -204,93 +203,26 @@ impl Request {
             .map_err(|status| format!("the proxy refused the call to cluster {cluster:?} ({status:?})"))
     }
 
-    /// The store answered the filter's HEAD (or the call failed: no status): learn the
-    /// version it tells, then make the write's change again; else refuse the write
-    /// for the version the fence does not know.
-    pub(super) fn on_store_version(&mut self) {
-        let f = Rc::clone(&self.filter);
-        let status = self.get_http_call_response_header(":status");
-        let status = status.and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
-        let etag = self.get_http_call_response_header_bytes("etag");
-        let Some(c) = self.cond.as_mut() else { return };
-        let Some(version) = rules::learned(status, etag.as_deref()) else {
-            log::warn!(
-                "fencekeeper: the store's answer to the filter's HEAD of {:?} ({}) tells no version: a client's read \
-                 through the proxy must",
-                c.resource,
-                if status == 0 { "none".to_owned() } else { status.to_string() }
-            );
-            return self.not_known();
-        };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, message) = Update::start(prefix, &c.resource, ChainChange::Learn(version), c.record.take());
-        c.update = Some(update);
-        if let Err(why) = conditional::send(&f, &message) {
-            c.update = None;
-            self.lend_failed(&why);
-        }
-    }
-
-    /// The write is refused: the fence does not know the store's version (a client's
-    /// read through the proxy tells it).
-    fn not_known(&mut self) {
-        let Some(c) = self.cond.as_ref() else { return };
-        let refused = rules::lend_refused(&c.resource, c.token, &Refusal::Unknown, self.reply.form);
-        self.conclude(Some(refused));
-    }
-
-    /// Put the precondition on `on` into the headers and let them go, with the admitted
-    /// token (counted once the write's outcome is known: [`Request::conclude`]).
-    fn send_headers(&mut self, on: &Version) {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_mut() else { return };
-        c.on = Some(on.clone());
-        let (name, value) = rules::precondition(on);
-        let _ = hostcalls::set_map_value(proxy_wasm::types::MapType::HttpRequestHeaders, name, Some(&value));
-        let (resource, token) = (c.resource.clone(), c.token);
-        let admitted = Ok(Verdict::Admit { mark: token, advanced: false });
-        if let Action::Continue = self.reply.answer(&f, admitted, &resource, &"", &mut Tally::default()) {
-            let _ = hostcalls::resume_http_request();
-        }
-    }
-
-    /// A chain could not be read or changed before the write went: refused, never
-    /// sent without its lend.
-    fn lend_failed(&mut self, why: &str) -> Action {
-        let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
-        self.conclude(Some(rules::unavailable(&resource, why, self.reply.form)));
-        Action::Pause
-    }
-
-    /// A conditional write's outcome is known: count it, once, and answer `refused` if
-    /// the fence refused it (`None`: the store's answer goes on, the write admitted).
+    /// A conditional write's outcome is known to the filter itself (refused for what
+    /// only it sees, or its stream ended): count it, once, and answer `refused`.
     pub(super) fn conclude(&mut self, refused: Option<Refused>) {
-        if let Some(c) = self.cond.as_mut() {
-            if c.counted {
-                return;
-            }
-            c.counted = true;
+        let command = match self.cond.as_mut() {
+            Some(c) => c.write.conclude(refused),
+            None => Command::Conclude(refused), // refused before it was admitted
+        };
+        if let Command::Conclude(refused) = command {
+            self.count_and_answer(refused);
         }
+    }
+
+    /// Count a conditional write's outcome, and answer `refused` if the fence refused
+    /// it (`None`: the store's answer goes on, the write admitted).
+    fn count_and_answer(&mut self, refused: Option<Refused>) {
         let (class, event) = refused.as_ref().map_or((Some(Class::Admitted), None), |r| (r.class, r.event));
         self.filter.metrics.conditional(class, event);
         if let Some(refused) = refused {
             self.reply.answer_itself(refused.answer);
         }
-    }
-
-    /// The store's answer to a lent write settled its chain (`None`: it could not be
-    /// recorded, and the write stays lent). True when the fence answers the client
-    /// itself (a 412, a 404 to a PUT); else the store's answer goes on.
-    fn settled(&mut self, chain: Option<&Chain>) -> bool {
-        let form = self.reply.form;
-        let Some(c) = self.cond.as_mut() else { return false };
-        let Some(stored) = c.stored.take() else {
-            return true; // no answer waits: an early answer's lend, ended
-        };
-        let refused = stored.refused(&c.resource, chain.and_then(|c| c.highest), form);
-        let answers = refused.is_some();
-        self.conclude(refused);
-        answers
     }
 
     /// The store answered: a lent write's answer settles its chain, a read's may teach
@@ -307,56 +239,14 @@ impl Request {
             return self.learn(&resource, via_upstream, status, etag.as_deref());
         }
         let c = self.cond.as_mut()?;
-        let Some(lend) = c.lent.clone() else {
-            // The store answered before the write was lent (its body still held): the
-            // exchange is over and the write will not apply; a lend still in flight is
-            // ended at once. Envoy's own answer (a 413 for a body over the limit) says
-            // nothing of the store: the body stays held. Either answer goes on.
-            c.answered_early |= via_upstream;
-            self.conclude(None);
-            return None;
-        };
-        if !via_upstream {
-            log::warn!(
-                "fencekeeper: gave up on a conditional write to {:?} ({status}): it stays lent, and the store \
-                 refuses it if it arrives late",
-                c.resource
-            );
-            self.conclude(None);
-            return None;
-        }
-        let stored = Stored::of(status, etag.as_deref(), c.delete, &lend);
-        if let Some(why) = &stored.unlearned {
-            log::error!(
-                "fencekeeper: the store applied a conditional write to {:?} without telling its version ({why}): the \
-                 next write is refused until a read through the fence tells it",
-                c.resource
-            );
-        }
-        let answer = stored.settle.clone();
-        c.stored = Some(stored);
-        if self.settle(lend.id, answer) || self.settled(None) {
-            return Some(Action::Pause);
-        }
-        None
-    }
-
-    /// Start settling lend `id` with `answer`; false if etcd cannot be asked (the write
-    /// stays lent).
-    fn settle(&mut self, id: u64, answer: Answer) -> bool {
-        let f = Rc::clone(&self.filter);
-        let Some(c) = self.cond.as_mut() else { return false };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let change = ChainChange::Settle { id, answer };
-        let (update, message) = Update::start(prefix, &c.resource, change, c.record.take());
-        c.update = Some(update);
-        match conditional::send(&f, &message) {
-            Ok(_) => true,
-            Err(why) => {
-                c.update = None;
-                log::error!("fencekeeper: cannot reach etcd for the version chain of {:?}: {why}", c.resource);
-                false
-            }
+        // Envoy's own answer (a route timeout, a reset, a 413 over its buffer) says
+        // nothing of whether the store will still apply the write.
+        let delivery = if via_upstream { Delivery::Answered(status, etag.as_deref()) } else { Delivery::GivenUp };
+        let next = c.write.delivered(delivery);
+        // A local reply to a write the fence refused comes here too: it goes on.
+        match self.carry_out(next) {
+            Then::Wait => Some(Action::Pause),
+            Then::Request | Then::Response | Then::Nothing => None,
         }
     }
 
@@ -369,7 +259,7 @@ impl Request {
             return None;
         }
         let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, resource, ChainChange::Learn(version), None);
+        let (update, read) = Update::start(prefix, resource, Change::Learn(version), None);
         match conditional::send(&f, &read) {
             Ok(_) => {
                 self.learning = Some(update);
@@ -404,7 +294,6 @@ impl Request {
     /// The held body of a write to be lent is whole (`size` bytes): lend it with the
     /// version its body makes, before the body goes.
     pub(super) fn body_whole(&mut self, size: usize) -> Action {
-        let f = Rc::clone(&self.filter);
         let Some(c) = self.cond.as_mut() else { return Action::Continue };
         let mut md5 = Md5::new();
         let mut at = 0;
@@ -418,22 +307,21 @@ impl Request {
             md5.update(&piece);
         }
         let makes = chain::content_version(&md5.finalize().into());
-        let change =
-            ChainChange::Lend { token: c.token, makes: Some(makes), on: c.on.clone(), term: conditional::term(&f) };
-        let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-        let (update, read) = Update::start(prefix, &c.resource, change, c.record.take());
-        c.update = Some(update);
-        match conditional::send(&f, &read) {
-            Ok(_) => Action::Pause,
-            Err(why) => {
-                c.update = None;
-                self.lend_failed(&why)
-            }
+        let next = c.write.body_whole(makes, crate::gate::now_ms());
+        match self.carry_out(next) {
+            Then::Request => Action::Continue,
+            Then::Wait | Then::Response | Then::Nothing => Action::Pause,
         }
     }
 
-    /// A write to be lent whose body is still held (its lend not made).
+    /// A write whose head went and whose body is held, not lent yet.
     pub(super) fn holding_body(&self) -> bool {
-        self.cond.as_ref().is_some_and(|c| c.body_to_come && c.on.is_some() && c.lent.is_none())
+        self.cond.as_ref().is_some_and(|c| c.write.holding_body())
+    }
+
+    /// Whether the held body must stay held now: its lend is being made, or the store
+    /// answered before it (no body goes without its lend).
+    pub(super) fn body_stays_held(&self) -> bool {
+        self.cond.as_ref().is_some_and(|c| c.update.is_some() || c.write.answered_early())
     }
 }

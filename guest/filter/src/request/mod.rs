@@ -661,7 +661,7 @@ impl HttpContext for Request {
         }
         // Envoy buffers the body until it is whole. After the store answered early it is
         // never released: no body goes without its lend.
-        if !end_of_stream || self.cond.as_ref().is_some_and(|c| c.update.is_some() || c.answered_early) {
+        if !end_of_stream || self.body_stays_held() {
             return Action::Pause;
         }
         self.body_whole(body_size)
@@ -672,7 +672,7 @@ impl HttpContext for Request {
             return Action::Continue;
         }
         // Trailers would release the held body: the write is refused instead.
-        let resource = self.cond.as_ref().map(|c| c.resource.clone()).unwrap_or_default();
+        let resource = self.cond.as_ref().map(|c| c.write.resource().to_owned()).unwrap_or_default();
         let why = "its body ends in trailers, which would release the body held for its lend: send it without them";
         self.conclude(Some(rules::not_conditional(&resource, why, self.reply.form)));
         Action::Pause

@@ -18,16 +18,18 @@
 //!   for a store that wants credentials the gateway does not have;
 //! * the start-up probe: a PUT with an `If-Match` that names no version must fail.
 //!
-//! What each step means for the client (the precondition header, the answer to a
-//! refusal or to the store's 412 or 404, what a read teaches, what is counted) is the
-//! engine's (`fencekeeper_engine::conditional`), the same in the Envoy filter.
+//! Each step is decided by the engine's machine (`fencekeeper_engine::conditional::
+//! Write`), as in the Envoy filter: this module carries it out with the gateway's
+//! chain store, client and tasks. The turn is the gateway's own so far: in the
+//! filter, the second of two writes racing on one version gets a 409 instead of
+//! waiting (docs/architecture.md, "Where the hosts still differ").
 
 use crate::refusal::{full, Answer, Failure, Form};
 use crate::Body;
-use fencekeeper::chain::{self, Answer as Settle, ChainError, ChainStore, Lend, Refusal, Term, Version};
+use fencekeeper::chain::{self, ChainError, ChainStore, Change, Version};
 use fencekeeper_core::refusal::Action;
 use fencekeeper_core::{Class, Token};
-use fencekeeper_engine::conditional::{self as rules, Refused, Stored};
+use fencekeeper_engine::conditional::{self as rules, Command, Refused, Write};
 use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, ETAG, HOST};
 use hyper::http::request::Parts;
@@ -67,10 +69,8 @@ pub struct Conditional {
 /// A write lent on its resource's chain and holding its turn: forward it, then
 /// [`Conditional::settle`] it with what became of it.
 pub struct Lent {
-    resource: String,
-    lend: Lend,
-    delete: bool,
-    _turn: Turn,
+    write: Write,
+    turn: Turn,
 }
 
 /// What became of a forwarded write.
@@ -110,14 +110,6 @@ impl Conditional {
         Conditional { chains, turns, unknown: Mutex::default(), wait, client, upstream, deletes, lend_for }
     }
 
-    /// When a write is lent now, and for how long.
-    fn term(&self) -> Term {
-        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        Term { now_ms: since_epoch.as_millis() as u64, lifetime_ms: Some(self.lend_for.as_millis() as u64) }
-    }
-
-    /// The refusal of this write of `resource` when it cannot be made conditional
-    /// (before it is admitted), or `None` when it can.
     /// Whether the store honours `If-Match` on a DELETE (probed, or vouched for): else
     /// a DELETE cannot be conditional (the engine's `early` refuses it, 501).
     pub fn deletes(&self) -> bool {
@@ -138,7 +130,7 @@ impl Conditional {
             let answer = Answer::failure(Failure::Internal, "an admitted write without a token", form);
             return Err(Refused { answer, class: Some(Class::Admitted), event: None });
         };
-        let Some(turn) = self.turn(resource).await else {
+        let Some(turn) = self.turns.take(resource, self.wait).await else {
             // The gateway's own wait, as the ordering gate's: undecided, retry.
             let reason = format!(
                 "cannot decide on {resource:?}: another write held it longer than {:?} (conditional writes go one at \
@@ -154,128 +146,93 @@ impl Conditional {
         // for a store whose ETags are the body's MD5 (S3's single-part uploads). For
         // any other store it never matches, which is right: its versions never repeat.
         let makes = if delete { Version::Absent } else { chain::content_version(&Md5::digest(body).into()) };
-        let mut lent = self.lend_on_chain(resource, token, &makes).await;
-        // A version the gateway does not know: ask the store (a HEAD of the object),
-        // learn what it says, and lend again. A store that wants credentials for it
-        // refuses the HEAD, and the client's own read through the gateway tells it.
-        if matches!(lent, Ok(Err(Refusal::Unknown))) && self.ask_store(resource, parts).await {
-            lent = self.lend_on_chain(resource, token, &makes).await;
-        }
-        let lend = match lent {
-            Ok(Ok(lend)) => lend,
-            Ok(Err(refused)) => {
-                if matches!(refused, Refusal::Unknown) {
-                    lock(&self.unknown).insert(resource.to_owned());
+        let lifetime = Some(self.lend_for.as_millis() as u64);
+        let mut write = Write::new(resource, token, delete, form, lifetime, true);
+        let mut next = write.start(rules::Body::Whole(makes), now_ms());
+        loop {
+            next = match next {
+                Command::Chain(change) => change_chain(&self.chains, &mut write, change).await,
+                Command::AskStore => {
+                    let (status, etag) = self.ask_store(parts).await;
+                    let next = write.store_told(status, etag.as_deref());
+                    if let Command::Chain(Change::Learn(version)) = &next {
+                        tracing::info!(resource, %version, "learned the store's version from its answer to a HEAD");
+                    }
+                    next
                 }
-                if matches!(refused, Refusal::TooManyLent(_)) {
-                    tracing::error!(resource, reason = %refused, "refused");
+                Command::Send(name, value) => {
+                    log_notes(&mut write);
+                    // A stored tag is visible ASCII (checked when it was read).
+                    if let Ok(value) = HeaderValue::from_str(&value) {
+                        parts.headers.insert(HeaderName::from_static(name), value);
+                    }
+                    return Ok(Lent { write, turn });
                 }
-                return Err(rules::lend_refused(resource, token, &refused, form));
-            }
-            Err(e) => {
-                tracing::error!(resource, error = %e, "version chain unavailable; refused");
-                return Err(rules::unavailable(resource, &e.to_string(), form));
-            }
-        };
-        let (name, value) = rules::precondition(&lend.on);
-        // A stored tag is visible ASCII (checked when it was read).
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            parts.headers.insert(HeaderName::from_static(name), value);
+                Command::Conclude(refused) => {
+                    self.concluded(&mut write);
+                    let why = "a conditional write concluded before it was sent";
+                    return Err(refused.unwrap_or_else(|| rules::unavailable(resource, why, form)));
+                }
+                Command::ReleaseBody | Command::Idle => {
+                    let why = "an unexpected conditional write step";
+                    return Err(rules::unavailable(resource, why, form));
+                }
+            };
         }
-        Ok(Lent { resource: resource.to_owned(), lend, delete, _turn: turn })
     }
 
-    async fn lend_on_chain(
-        &self,
-        resource: &str,
-        token: Token,
-        makes: &Version,
-    ) -> Result<Result<Lend, Refusal>, ChainError> {
-        let (chains, key, makes, term) = (self.chains.clone(), resource.to_owned(), makes.clone(), self.term());
-        tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| c.lend(token, Some(&makes), term)))
-            .await
-            .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))))
-    }
-
-    /// Ask the store for `resource`'s version with a HEAD of the write's target (its
-    /// Host kept), and learn it. True when it was learned.
-    async fn ask_store(&self, resource: &str, parts: &Parts) -> bool {
+    /// Ask the store for the version of the write's target with a HEAD (its Host
+    /// kept): its status (0: no answer in time) and ETag.
+    async fn ask_store(&self, parts: &Parts) -> (u16, Option<Vec<u8>>) {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
         let authority = self.upstream.authority().map_or("", |a| a.as_str());
         let mut head = hyper::Request::head(format!("http://{authority}{path}"));
         if let Some(host) = parts.headers.get(HOST) {
             head = head.header(HOST, host);
         }
-        let Ok(head) = head.body(full(Bytes::new())) else { return false };
+        let Ok(head) = head.body(full(Bytes::new())) else { return (0, None) };
         let answer = tokio::time::timeout(self.wait, self.client.request(head)).await;
-        let Ok(Ok(response)) = answer else { return false };
-        let (status, headers) = (response.status(), response.headers().clone());
-        drop(response);
-        lock(&self.unknown).insert(resource.to_owned());
-        self.observe_read(resource, status, &headers).await
-    }
-
-    async fn turn(&self, resource: &str) -> Option<Turn> {
-        self.turns.take(resource, self.wait).await
+        let Ok(Ok(response)) = answer else { return (0, None) };
+        let etag = response.headers().get(ETAG).map(|v| v.as_bytes().to_vec());
+        (response.status().as_u16(), etag)
     }
 
     /// Record what became of the write `lent` in its chain (`headers`: the store's
     /// answer's), and the refusal a 412 or a 404 means (`None`: the store's answer
     /// goes to the client).
-    pub async fn settle(&self, lent: Lent, delivery: Delivery, headers: &HeaderMap, form: Form) -> Option<Refused> {
-        let resource = &lent.resource;
-        let stored = match delivery {
+    pub async fn settle(&self, lent: Lent, delivery: Delivery, headers: &HeaderMap) -> Option<Refused> {
+        let Lent { mut write, turn } = lent;
+        let next = match delivery {
             Delivery::GivenUp(late) => {
-                tracing::warn!(
-                    resource,
-                    precondition = %lent.lend.on,
-                    "given up on a conditional write: it stays lent until the store answers it or its term is over, \
-                     and the store refuses it if it arrives late"
-                );
+                let next = write.delivered(rules::Delivery::GivenUp);
+                log_notes(&mut write);
+                // The resource's turn is free now: the next write does not wait for a
+                // store that may never answer this one.
+                drop(turn);
                 if let Some(late) = late {
-                    self.settle_late(lent, late);
+                    self.settle_late(write, late);
                 }
-                return None;
+                return match next {
+                    Command::Conclude(refused) => refused,
+                    _ => None,
+                };
             }
-            Delivery::NotSent => None,
+            Delivery::NotSent => write.delivered(rules::Delivery::NotSent),
             Delivery::Answered(status) => {
                 let etag = headers.get(ETAG).map(HeaderValue::as_bytes);
-                Some(Stored::of(status.as_u16(), etag, lent.delete, &lent.lend))
+                write.delivered(rules::Delivery::Answered(status.as_u16(), etag))
             }
         };
-        if let Some(why) = stored.as_ref().and_then(|s| s.unlearned.as_deref()) {
-            tracing::error!(
-                resource,
-                why,
-                "the store applied a conditional write without telling its version: the next write to the resource \
-                 is refused until a read through the gateway tells it"
-            );
-        }
-        let answer = stored.as_ref().map_or(Settle::NotApplied, |s| s.settle.clone());
-        let highest = match settle_in_chain(self.chains.clone(), resource, lent.lend.id, answer).await {
-            Ok((unknown, highest)) => {
-                if unknown {
-                    lock(&self.unknown).insert(resource.clone());
-                }
-                highest
-            }
-            Err(e) => {
-                tracing::error!(resource, error = %e, "a write's answer was not recorded in its version chain; it stays lent");
-                None
-            }
-        };
-        stored?.refused(resource, highest, form)
+        let refused = finish(&self.chains, &mut write, next).await;
+        self.concluded(&mut write);
+        refused
     }
 
     /// Wait (in a task of its own, at most a lend's term) for the store's answer to
-    /// the write `lent`, given up on, and settle its lend with it: a 412 ends the lend
-    /// at once, and an applied write tells the version, so the next write need not
-    /// find it out with a 412 and a read. The resource's turn is free meanwhile.
-    fn settle_late(&self, lent: Lent, mut late: Late) {
-        let Lent { resource, lend, delete, _turn: turn } = lent;
-        // The resource's turn is free now: the next write does not wait for a store
-        // that may never answer this one.
-        drop(turn);
+    /// the write given up on, and settle its lend with it: a 412 ends the lend at
+    /// once, and an applied write tells the version, so the next write need not find
+    /// it out with a 412 and a read.
+    fn settle_late(&self, mut write: Write, mut late: Late) {
         let (chains, term) = (self.chains.clone(), self.lend_for);
         tokio::spawn(async move {
             let response = match tokio::time::timeout(term, &mut late).await {
@@ -286,16 +243,22 @@ impl Conditional {
                     return;
                 }
             };
-            let (status, headers) = (response.status(), response.headers().clone());
+            let (status, etag) = (response.status(), response.headers().get(ETAG).map(|v| v.as_bytes().to_vec()));
             drop(response);
-            let stored = Stored::of(status.as_u16(), headers.get(ETAG).map(HeaderValue::as_bytes), delete, &lend);
-            match settle_in_chain(chains, &resource, lend.id, stored.settle).await {
-                Ok(_) => {
-                    tracing::info!(resource, %status, "a conditional write given up on was answered late; settled")
-                }
-                Err(e) => tracing::error!(resource, error = %e, "a late answer was not recorded; it stays lent"),
-            }
+            let next = write.delivered(rules::Delivery::Answered(status.as_u16(), etag.as_deref()));
+            finish(&chains, &mut write, next).await;
+            let resource = write.resource();
+            tracing::info!(resource, %status, "a conditional write given up on was answered late; settled");
         });
+    }
+
+    /// The write's outcome is known: log what the machine noted, and remember a
+    /// resource whose version the gateway does not know, for a read to teach it.
+    fn concluded(&self, write: &mut Write) {
+        log_notes(write);
+        if write.version_unknown() {
+            lock(&self.unknown).insert(write.resource().to_owned());
+        }
     }
 
     /// A read of `resource` through the gateway was answered `status` with
@@ -327,27 +290,46 @@ impl Conditional {
     }
 }
 
-/// Settle lend `id` of `resource`'s chain with `answer`, off the reactor. Returns
-/// whether the version is now unknown, and the highest token lent.
-async fn settle_in_chain(
-    chains: Arc<dyn ChainStore>,
-    resource: &str,
-    id: u64,
-    answer: Settle,
-) -> Result<(bool, Option<Token>), String> {
-    let key = resource.to_owned();
-    let settled = tokio::task::spawn_blocking(move || {
-        chain::update(&*chains, &key, |c| {
-            c.settle(id, &answer);
-            Ok::<_, ()>((c.current.is_none(), c.highest))
-        })
-    })
-    .await;
-    match settled {
-        Ok(Ok(Ok(found))) => Ok(found),
-        Ok(Ok(Err(()))) => Ok((false, None)),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(e) => Err(format!("the settle task failed: {e}")),
+/// Unix time now, in milliseconds: when a lend is made.
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Make `change` of the write's chain in `chains`, off the reactor, and tell the
+/// machine what it came to.
+async fn change_chain(chains: &Arc<dyn ChainStore>, write: &mut Write, change: Change) -> Command {
+    let (chains, key) = (chains.clone(), write.resource().to_owned());
+    let done = tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| Ok::<_, ()>(change.apply(c))))
+        .await
+        .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))));
+    match done {
+        Ok(Ok(done)) => write.chain_done(done, now_ms()),
+        Ok(Err(())) => write.chain_failed("an unexpected version chain outcome"),
+        Err(e) => write.chain_failed(&e.to_string()),
+    }
+}
+
+/// Carry out the machine's chain changes after the write was sent, to its outcome
+/// (`None`: the store's answer goes to the client).
+async fn finish(chains: &Arc<dyn ChainStore>, write: &mut Write, mut next: Command) -> Option<Refused> {
+    loop {
+        next = match next {
+            Command::Chain(change) => change_chain(chains, write, change).await,
+            Command::Conclude(refused) => return refused,
+            Command::AskStore | Command::Send(..) | Command::ReleaseBody | Command::Idle => return None,
+        };
+    }
+}
+
+/// Log what the machine noted for the write.
+fn log_notes(write: &mut Write) {
+    let resource = write.resource().to_owned();
+    for note in write.notes() {
+        if note.error {
+            tracing::error!(resource, "{}", note.line);
+        } else {
+            tracing::warn!(resource, "{}", note.line);
+        }
     }
 }
 
@@ -361,6 +343,12 @@ mod tests {
         let upstream = Uri::from_static("http://127.0.0.1:9");
         let (chains, wait) = (Arc::new(MemoryChains::default()), Duration::from_secs(1));
         Conditional::new(chains, wait, client, upstream, deletes, Duration::from_secs(120))
+    }
+
+    impl Conditional {
+        async fn turn(&self, resource: &str) -> Option<Turn> {
+            self.turns.take(resource, self.wait).await
+        }
     }
 
     #[tokio::test]
