@@ -33,7 +33,7 @@ const ARTIFACT: &str = "guest/artifacts/fencekeeper_filter.wasm";
 const STORE_CLUSTER: &str = "store";
 
 /// The filter, as committed (rebuilt byte-identically by `scripts/build-guests.sh`).
-static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifacts/fencekeeper_filter.wasm");
+pub(crate) static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifacts/fencekeeper_filter.wasm");
 
 /// Where a generated proxy listens, and the store behind it (`envoy-config`,
 /// `nginx-config`).

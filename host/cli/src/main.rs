@@ -7,24 +7,27 @@
 
 mod admit;
 mod compaction;
+mod completions;
 mod conformance;
 mod envoy_config;
 mod etcd_connection;
 mod lock;
+mod man;
 mod marks;
 mod nginx_config;
 mod protocol;
 mod provenance;
 mod repair;
 mod serve;
+mod version;
 
 use clap::error::ErrorKind;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Fencing for resources that cannot compare tokens.
 #[derive(Parser)]
-#[command(name = "fencekeeper", version, about, long_about = None)]
+#[command(name = "fencekeeper", version = VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -46,10 +49,22 @@ enum Command {
     Serve(Box<serve::Args>),
     /// Hold a lock in etcd, ZooKeeper or Redis while a command runs, and give it the lock's fencing token.
     Lock(lock::Args),
+    /// Print tab completions for bash, zsh, fish, elvish or PowerShell.
+    Completions(completions::Args),
+    /// Print the manual page, or write one per command into a directory.
+    Man(man::Args),
 }
 
+/// `-V`: the release and the commit; `--version` adds the bundled guests' hashes.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("FENCEKEEPER_COMMIT"), ")");
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut command = Cli::command();
+    if std::env::args_os().any(|a| a == "--version") {
+        // Hashing the bundled guests costs a few milliseconds: only when asked.
+        command = command.long_version(version::long());
+    }
+    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
@@ -61,6 +76,8 @@ fn main() -> ExitCode {
         Command::NginxConfig(a) => nginx_config::run(a),
         Command::Serve(a) => serve::run(*a),
         Command::Lock(a) => lock::run(a),
+        Command::Completions(a) => completions::run(a, Cli::command()),
+        Command::Man(a) => man::run(a, Cli::command()),
     };
     match result {
         Ok(code) => code,

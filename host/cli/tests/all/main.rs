@@ -2,10 +2,12 @@
 //! commands end to end, against golden transcripts), `envoy_config` (the generated
 //! Envoy configurations, against golden files), `lock` (`fencekeeper lock` without a
 //! lock service), `nginx_config` (nginx and Kong configurations, against golden files
-//! and loaded into the strict proxy-wasm test host). Run one with a filter on its module, e.g. `cargo test --release -p
+//! and loaded into the strict proxy-wasm test host), `reference` (`--version`,
+//! `completions`, `man`). Run one with a filter on its module, e.g. `cargo test --release -p
 //! fencekeeper-cli --test all envoy_config::`.
 
 mod cli;
 mod envoy_config;
 mod lock;
 mod nginx_config;
+mod reference;

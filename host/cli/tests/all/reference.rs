@@ -1,0 +1,88 @@
+//! What the command says about itself: `--version` (the commit and the bundled
+//! guests' hashes), `completions` (used by a real bash), `man` (roff pages).
+
+// A test states its expectations by panicking.
+#![allow(clippy::panic, clippy::unwrap_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_fencekeeper");
+
+fn fencekeeper(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    text(&out.stdout).split_whitespace().next().unwrap().to_owned()
+}
+
+#[test]
+fn the_version_names_the_commit_and_the_bundled_guests_by_their_hashes() {
+    let out = fencekeeper(&["--version"]);
+    assert!(out.status.success());
+    let version = text(&out.stdout);
+    let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guest/artifacts");
+    let filter = sha256(&artifacts.join("fencekeeper_filter.wasm"));
+    let validator = sha256(&artifacts.join("fencekeeper_validator.wasm"));
+    assert!(version.contains(&format!("filter sha256:{filter}")), "{version}");
+    assert!(version.contains(&format!("validator sha256:{validator}")), "{version}");
+    let head = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().unwrap();
+    if head.status.success() {
+        // Built from this checkout (the build records HEAD as it was then).
+        let commit = version.lines().nth(1).unwrap_or_default();
+        assert!(commit.starts_with("commit ") && commit.len() == "commit ".len() + 12, "{version}");
+    }
+    let short = text(&fencekeeper(&["-V"]).stdout);
+    assert!(short.starts_with("fencekeeper 0.") && short.contains("(commit "), "{short}");
+}
+
+#[test]
+fn bash_completes_commands_and_flags_from_the_generated_script() {
+    let out = fencekeeper(&["completions", "bash"]);
+    assert!(out.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fencekeeper.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    // What bash offers after `fencekeeper se<TAB>` and `fencekeeper serve --etcd-pr<TAB>`.
+    let complete = |words: &str, word: usize| {
+        let probe = format!(
+            "source {}; COMP_WORDS=({words}); COMP_CWORD={word}; COMP_LINE='{words}'; COMP_POINT=${{#COMP_LINE}}; \
+             _fencekeeper fencekeeper \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; echo \"${{COMPREPLY[@]}}\"",
+            script.display()
+        );
+        let out = Command::new("bash").args(["--noprofile", "--norc", "-c", &probe]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(complete("fencekeeper se", 1), "serve");
+    assert_eq!(complete("fencekeeper serve --etcd-pr", 2), "--etcd-prefix");
+    for shell in ["zsh", "fish"] {
+        let out = fencekeeper(&["completions", shell]);
+        assert!(out.status.success() && text(&out.stdout).contains("envoy-config"), "{shell}");
+    }
+    let out = fencekeeper(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("[possible values: bash, elvish, fish, powershell, zsh]"), "{out:?}");
+}
+
+#[test]
+fn man_prints_a_page_or_writes_one_per_command() {
+    let out = fencekeeper(&["man"]);
+    assert!(out.status.success());
+    let page = text(&out.stdout);
+    assert!(page.contains(".TH fencekeeper 1") && page.contains("envoy\\-config"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = fencekeeper(&["man", "--dir", &dir.path().display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let serve = std::fs::read_to_string(dir.path().join("fencekeeper-serve.1")).unwrap();
+    assert!(serve.contains(".TH fencekeeper-serve 1") && serve.contains("\\-\\-etcd"), "{serve}");
+    let out = fencekeeper(&["man", "--dir", "/nonexistent/man1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).starts_with("fencekeeper: --dir /nonexistent/man1: not a directory"), "{out:?}");
+}
