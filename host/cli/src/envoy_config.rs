@@ -41,13 +41,13 @@ pub(crate) static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifa
 pub(crate) struct Front {
     /// The store to fence, HOST:PORT (an IP address or a DNS name); `http://HOST:PORT`
     /// is taken as the same.
-    #[arg(long, value_parser = parse_upstream)]
+    #[arg(help_heading = "Where it listens and what it fences", long, value_parser = parse_upstream)]
     pub(crate) upstream: String,
     /// The port the proxy listens on.
-    #[arg(long, default_value_t = 10000)]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value_t = 10000)]
     pub(crate) listen: u16,
     /// The address the proxy listens on.
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1")]
     pub(crate) listen_address: String,
 }
 
@@ -57,11 +57,11 @@ pub(crate) struct FilterFile {
     /// An existing filter .wasm for the configuration to load. Default: the one
     /// `--write-filter` writes, else guest/artifacts/fencekeeper_filter.wasm of a
     /// checkout above this binary or the current directory.
-    #[arg(long, conflicts_with = "write_filter")]
+    #[arg(help_heading = "The filter", long, conflicts_with = "write_filter")]
     filter: Option<PathBuf>,
     /// Write the filter embedded in this binary to this file (directories are
     /// created), and point the configuration at it. What an installed binary needs.
-    #[arg(long, value_name = "PATH")]
+    #[arg(help_heading = "The filter", long, value_name = "PATH")]
     write_filter: Option<PathBuf>,
 }
 
@@ -78,85 +78,105 @@ impl FilterFile {
 
 /// Arguments of `fencekeeper envoy-config`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  # Envoy on :10000 in front of a store on :8081, marks in etcd on :2379:
+  fencekeeper envoy-config --upstream 127.0.0.1:8081 --write-filter /etc/envoy/fencekeeper_filter.wasm \\
+      > envoy.yaml && envoy -c envoy.yaml
+  # One Envoy alone, marks in its own shared data (efficiency mode):
+  fencekeeper envoy-config --upstream 127.0.0.1:8081 --no-etcd --mode efficiency
+
+docs/envoy.md has every setting and the plugin configuration it writes.")]
 pub struct Args {
     #[command(flatten)]
     front: Front,
     /// The port of Envoy's admin interface (stats, /ready), on 127.0.0.1.
-    #[arg(long, default_value_t = 9901)]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value_t = 9901)]
     admin: u16,
     #[command(flatten)]
     filter: FilterFile,
     /// etcd's client address, HOST:PORT (its v3 gRPC API holds the marks). For an
     /// etcd cluster, every member's, separated by commas: Envoy health-checks them and
     /// sends the filter's calls to members that answer.
-    #[arg(long, default_value = "127.0.0.1:2379", value_name = "HOST:PORT[,HOST:PORT...]")]
+    #[arg(help_heading = "Marks", long, default_value = "127.0.0.1:2379", value_name = "HOST:PORT[,HOST:PORT...]")]
     etcd: String,
     /// The CA of etcd's certificate (PEM): Envoy reaches etcd over TLS, checking its
     /// certificate against this CA and its address.
-    #[arg(long, value_name = "PEM")]
+    #[arg(help_heading = "etcd's TLS and user", long, value_name = "PEM")]
     etcd_cacert: Option<PathBuf>,
     /// A client certificate (PEM) Envoy presents to etcd (with --etcd-key).
-    #[arg(long, value_name = "PEM", requires = "etcd_key", requires = "etcd_cacert")]
+    #[arg(
+        help_heading = "etcd's TLS and user",
+        long,
+        value_name = "PEM",
+        requires = "etcd_key",
+        requires = "etcd_cacert"
+    )]
     etcd_cert: Option<PathBuf>,
     /// The client certificate's private key (PEM).
-    #[arg(long, value_name = "PEM", requires = "etcd_cert")]
+    #[arg(help_heading = "etcd's TLS and user", long, value_name = "PEM", requires = "etcd_cert")]
     etcd_key: Option<PathBuf>,
     /// The etcd user the filter authenticates as (with --etcd-password-env).
-    #[arg(long, value_name = "NAME", requires = "etcd_password_env", conflicts_with = "no_etcd")]
+    #[arg(
+        help_heading = "etcd's TLS and user",
+        long,
+        value_name = "NAME",
+        requires = "etcd_password_env",
+        conflicts_with = "no_etcd"
+    )]
     etcd_user: Option<String>,
     /// The environment variable of Envoy's process that holds the etcd user's
     /// password. Only its name is written: Envoy passes it to the filter
     /// (vm_config.environment_variables.host_env_keys), and its admin /config_dump
     /// never shows the password. Envoy must be started with it set.
-    #[arg(long, value_name = "VAR", requires = "etcd_user")]
+    #[arg(help_heading = "etcd's TLS and user", long, value_name = "VAR", requires = "etcd_user")]
     etcd_password_env: Option<String>,
     /// Keep marks in Envoy's shared data only, without etcd (efficiency mode only:
     /// a restart forgets the marks, and two Envoys do not share them).
-    #[arg(long)]
+    #[arg(help_heading = "Marks", long)]
     no_etcd: bool,
     /// With etcd: the most marks Envoy's shared-data copy holds (a cache of etcd's;
     /// past it, idle marks are evicted and a miss asks etcd). Default: the filter's,
     /// 65536. Without etcd nothing is evicted: the shared data is the only copy.
-    #[arg(long, value_name = "N", conflicts_with = "no_etcd")]
+    #[arg(help_heading = "Marks", long, value_name = "N", conflicts_with = "no_etcd")]
     shared_marks_max: Option<u32>,
     /// correctness (fail closed) or efficiency (fail open).
-    #[arg(long, default_value = "correctness", value_parser = ["correctness", "efficiency"])]
+    #[arg(help_heading = "Decisions", long, default_value = "correctness", value_parser = ["correctness", "efficiency"])]
     mode: String,
     /// Refuse a token equal to the mark (each token admits once).
-    #[arg(long)]
+    #[arg(help_heading = "Decisions", long)]
     strict: bool,
     /// Before a token advances a mark, check that etcd (the marks' etcd) issued it:
     /// weak (not above etcd's revision), strong (the current holder's, of the lock
     /// LOCK_PREFIX + resource) or off. Default: weak with etcd, off with --no-etcd.
-    #[arg(long, value_enum)]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_enum)]
     provenance: Option<ProvenanceArg>,
     /// With --provenance strong: a resource's lock is this prefix + the resource.
-    #[arg(long)]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long)]
     lock_prefix: Option<String>,
     /// The store's protocol: which methods read (and skip the filter) and which
     /// resources a write names. webdav cannot take keys from --resource-header.
-    #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
+    #[arg(help_heading = "Requests", long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
     protocol: ProtocolArg,
     /// With --protocol s3: the store's S3 domain. A request to BUCKET.DOMAIN names
     /// its bucket in the host name (virtual-hosted-style) and is fenced as
     /// /BUCKET/KEY; one to DOMAIN or to an IP address is path-style. Without it, an
     /// :authority that is a domain name is refused (400): the bucket could not be told.
-    #[arg(long, value_name = "DOMAIN")]
+    #[arg(help_heading = "Requests", long, value_name = "DOMAIN")]
     s3_domain: Option<String>,
     /// The methods that are fenced (comma-separated): only these requests enter the
     /// filter; every other one skips it on its own route. Default: every method but
     /// the protocol's reads (GET, HEAD, OPTIONS for http).
-    #[arg(long, value_name = "METHOD[,METHOD...]")]
+    #[arg(help_heading = "Requests", long, value_name = "METHOD[,METHOD...]")]
     fenced_methods: Option<String>,
     /// Take the resource key from this request header instead of the path.
-    #[arg(long)]
+    #[arg(help_heading = "Requests", long)]
     resource_header: Option<String>,
     /// Strip this prefix from the path to form the resource key.
-    #[arg(long)]
+    #[arg(help_heading = "Requests", long)]
     strip_prefix: Option<String>,
     /// How long Envoy waits for the store's answer to a request (the routes'
     /// `timeout`; ms, s or m).
-    #[arg(long, default_value = "60s", value_parser = crate::serve::parse_duration)]
+    #[arg(help_heading = "Requests", long, default_value = "60s", value_parser = crate::serve::parse_duration)]
     route_timeout: Duration,
     /// How long the store may still apply a write after Envoy gave up on it (the route
     /// timed out, the store reset the stream, the client went away, a worker died):
@@ -165,35 +185,35 @@ pub struct Args {
     /// (docs/operations.md). With --conditional-writes, a write given up on stays lent
     /// on its version chain for --route-timeout plus this, then ends by itself.
     /// Default: 60s, the same as the gateway's.
-    #[arg(long, value_parser = crate::serve::parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, value_parser = crate::serve::parse_duration)]
     store_apply_bound: Option<Duration>,
     /// The longest an admitted write is held back for lower-token writes that the
     /// store may still apply (then 503 with Retry-After). Default: 5s, the same as
     /// the gateway's --gate-timeout.
-    #[arg(long, value_parser = crate::serve::parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, value_parser = crate::serve::parse_duration)]
     gate_budget: Option<Duration>,
     /// For this long after Envoy starts, refuse fenced writes (503 with Retry-After):
     /// writes a previous Envoy had in flight when it died (SIGKILL, a crash) may still
     /// be applied by the store, and the ordering gate died with it. Set it to the
     /// store apply bound. 0: off.
-    #[arg(long, default_value = "0s", value_parser = crate::serve::parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, default_value = "0s", value_parser = crate::serve::parse_duration)]
     start_grace: Duration,
     /// Order writes across every Envoy and gateway that writes the same store through
     /// the same etcd: each admitted write is registered in flight in etcd, under a
     /// lease of each worker's, and waits while another instance has a lower-token write
     /// on the resource that the store may still apply. The default whenever the marks
     /// are in etcd; the flag says so explicitly.
-    #[arg(long, conflicts_with_all = ["no_gate", "no_etcd", "local_gate"])]
+    #[arg(help_heading = "The ordering gate", long, conflicts_with_all = ["no_gate", "no_etcd", "local_gate"])]
     shared_gate: bool,
     /// UNSAFE with more than one instance: order only this Envoy's own writes (no
     /// registry in etcd; faster). Two instances that share marks but not the gate
     /// let a slow lower-token write land after a higher one: use it only when every
     /// resource is written through this Envoy alone.
-    #[arg(long, conflicts_with_all = ["no_gate", "no_etcd"])]
+    #[arg(help_heading = "The ordering gate", long, conflicts_with_all = ["no_gate", "no_etcd"])]
     local_gate: bool,
     /// UNSAFE: turn the ordering gate off. A slow lower-token write can then land after
     /// a higher one. For measurements and demonstrations only.
-    #[arg(long)]
+    #[arg(help_heading = "The ordering gate", long)]
     no_gate: bool,
     /// Conditional writes: each admitted PUT or DELETE goes to the store with
     /// `If-Match` on the version the store gave the last write (`If-None-Match: *` for
@@ -202,6 +222,7 @@ pub struct Args {
     /// honours If-Match on writes (docs/operations.md) and --precondition-probe. Reads
     /// go through the filter too: their ETag teaches a version the filter lost.
     #[arg(
+        help_heading = "Conditional writes",
         long,
         requires = "precondition_probe",
         conflicts_with_all = ["no_gate", "no_etcd", "resource_header", "shared_gate", "local_gate"]
@@ -211,13 +232,13 @@ pub struct Args {
     /// write and delete, to check now that the store refuses a stale If-Match on PUT
     /// (else no configuration is written) and on DELETE (else deletes are refused); or
     /// `off`, to vouch for the store yourself (deletes are then sent conditionally).
-    #[arg(long, requires = "conditional_writes", value_name = "PATH|off")]
+    #[arg(help_heading = "Conditional writes", long, requires = "conditional_writes", value_name = "PATH|off")]
     precondition_probe: Option<String>,
     /// With --conditional-writes: the largest body a write may have, in bytes. The
     /// filter holds a PUT's body in Envoy until it is whole (the version it makes is
     /// its MD5), so each write in flight may buffer this much; a larger one is refused
     /// (413) before any of it reaches the store.
-    #[arg(long, default_value_t = fencekeeper_filter_config::DEFAULT_CONDITIONAL_MAX_BODY, value_name = "BYTES", requires = "conditional_writes")]
+    #[arg(help_heading = "Conditional writes", long, default_value_t = fencekeeper_filter_config::DEFAULT_CONDITIONAL_MAX_BODY, value_name = "BYTES", requires = "conditional_writes")]
     conditional_max_body: u64,
     /// What the probe found: the store honours If-Match on DELETE.
     #[arg(skip)]

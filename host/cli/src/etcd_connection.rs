@@ -12,6 +12,7 @@ pub const PASSWORD_ENV: &str = "FENCEKEEPER_ETCD_PASSWORD";
 
 /// TLS and user flags for etcd.
 #[derive(clap::Args, Clone, Debug, Default)]
+#[command(next_help_heading = "etcd's TLS and user")]
 pub struct EtcdConnection {
     /// The CA of etcd's certificate (PEM): the only root trusted; needed for https://.
     #[arg(long, value_name = "PEM")]

@@ -26,90 +26,105 @@ use std::time::Duration;
 
 /// Arguments of `fencekeeper serve`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  # In front of a store on :8081, marks in a local file:
+  fencekeeper serve --upstream 127.0.0.1:8081
+  # Several gateways (and Envoys) on one etcd, ordered across all of them:
+  fencekeeper serve --upstream 127.0.0.1:8081 --etcd 127.0.0.1:2379
+  # An S3 store that honours If-Match: the store itself refuses a late write:
+  fencekeeper serve --upstream 127.0.0.1:9000 --protocol s3 --etcd 127.0.0.1:2379 \\
+      --conditional-writes --precondition-probe off
+
+docs/gateway.md has every setting; docs/operations.md how to run it.")]
 pub struct Args {
     /// The store to fence, `http://HOST:PORT` or `HOST:PORT`.
-    #[arg(long)]
+    #[arg(help_heading = "Where it listens and what it fences", long)]
     upstream: String,
     /// Where clients connect.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// The admin listener: /metrics, /fencekeeper/marks/<resource>, /healthz.
-    #[arg(long, default_value = "127.0.0.1:9090")]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1:9090")]
     admin: SocketAddr,
     /// The durable embedded mark store (a file; created if missing).
-    #[arg(long, default_value = "fencekeeper-marks.redb", conflicts_with = "etcd")]
+    #[arg(help_heading = "Marks", long, default_value = "fencekeeper-marks.redb", conflicts_with = "etcd")]
     store: PathBuf,
     /// Keep marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`), shared by every gateway and
     /// Envoy that uses the same etcd and prefix.
-    #[arg(long)]
+    #[arg(help_heading = "Marks", long)]
     etcd: Option<String>,
     /// The etcd key prefix for marks.
-    #[arg(long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
+    #[arg(help_heading = "Marks", long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
     etcd_prefix: String,
     /// Before a token advances a mark, check that the lock service issued it: off; weak
     /// (not above etcd's revision); strong (the current holder's, of the lock
     /// LOCK_PREFIX + resource). A token that fails is refused 403. Needs --etcd or
     /// --lock-etcd, or --lock-zookeeper (strong only).
-    #[arg(long, value_enum, default_value_t = ProvenanceArg::Off)]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_enum, default_value_t = ProvenanceArg::Off)]
     provenance: ProvenanceArg,
     /// With --provenance strong: a resource's lock is this prefix + the resource (the
     /// etcd lock's name, or the ZooKeeper lock node's path).
-    #[arg(long)]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long)]
     lock_prefix: Option<String>,
     /// The etcd whose locks issue the tokens, for --provenance (default: --etcd).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_name = "HOST:PORT")]
     lock_etcd: Option<String>,
     /// The ZooKeeper whose locks issue the tokens (czxids, epoch.counter), for
     /// --provenance strong: the token must be the czxid of the node holding the lock
     /// LOCK_PREFIX + resource (the recipe of `fencekeeper lock --zookeeper` and kazoo).
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "lock_etcd")]
+    #[arg(
+        help_heading = "Provenance: tokens the lock service issued",
+        long,
+        value_name = "HOST:PORT",
+        conflicts_with = "lock_etcd"
+    )]
     lock_zookeeper: Option<String>,
     /// Append every mark the gateway raises to this file, one JSON line each.
-    #[arg(long, value_name = "PATH")]
+    #[arg(help_heading = "Decisions", long, value_name = "PATH")]
     audit: Option<PathBuf>,
     /// correctness: refuse what cannot be decided (fail closed); efficiency: let it pass, counted.
-    #[arg(long, value_enum, default_value_t = ModeArg::Correctness)]
+    #[arg(help_heading = "Decisions", long, value_enum, default_value_t = ModeArg::Correctness)]
     mode: ModeArg,
     /// Refuse a token equal to the mark (each token writes once).
-    #[arg(long)]
+    #[arg(help_heading = "Decisions", long)]
     strict: bool,
     /// The request header carrying the fencing token. With --protocol s3 the
     /// token may come as object metadata too: x-amz-meta- + this name.
-    #[arg(long, default_value = fencekeeper_core::http::TOKEN_HEADER)]
+    #[arg(help_heading = "Requests", long, default_value = fencekeeper_core::http::TOKEN_HEADER)]
     token_header: String,
     /// Take the resource key from this request header instead of the path.
-    #[arg(long)]
+    #[arg(help_heading = "Requests", long)]
     resource_header: Option<String>,
     /// Cut this prefix from the (decoded) path to form the resource key.
-    #[arg(long, default_value = "", conflicts_with = "resource_header")]
+    #[arg(help_heading = "Requests", long, default_value = "", conflicts_with = "resource_header")]
     strip_prefix: String,
     /// Only paths (decoded) starting with this are fenced; others pass through.
-    #[arg(long, default_value = "/")]
+    #[arg(help_heading = "Requests", long, default_value = "/")]
     path_prefix: String,
     /// The store's protocol: which methods read (and pass unfenced) and which
     /// resources a write names. webdav cannot take keys from --resource-header.
-    #[arg(long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
+    #[arg(help_heading = "Requests", long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
     protocol: ProtocolArg,
     /// With --protocol s3: the store's S3 domain. A request to BUCKET.DOMAIN names
     /// its bucket in the host name (virtual-hosted-style) and is fenced as
     /// /BUCKET/KEY, like the same write path-style; one to DOMAIN or to an IP address
     /// is path-style. Without it, a Host that is a domain name is refused (400): the
     /// bucket could not be told.
-    #[arg(long, value_name = "DOMAIN")]
+    #[arg(help_heading = "Requests", long, value_name = "DOMAIN")]
     s3_domain: Option<String>,
     /// The methods that are fenced (comma-separated); others pass through.
     /// Default: every method but the protocol's reads (GET, HEAD, OPTIONS for http).
-    #[arg(long)]
+    #[arg(help_heading = "Requests", long)]
     fenced_methods: Option<String>,
     /// The largest request body, in bytes (k, m, g suffixes allowed); larger gets 413.
-    #[arg(long, default_value = "16m", value_parser = parse_size)]
+    #[arg(help_heading = "Requests", long, default_value = "16m", value_parser = parse_size)]
     max_body: usize,
     /// The longest a request may take to arrive, and the upstream to answer (ms, s, m).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(help_heading = "Requests", long, default_value = "30s", value_parser = parse_duration)]
     request_timeout: Duration,
     /// The longest an admitted write waits for lower-token writes in flight (then 503
     /// with Retry-After). Default: 5s, the same as Envoy's --gate-budget.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, value_parser = parse_duration)]
     gate_timeout: Option<Duration>,
     /// How long the store may still apply a write after the gateway gave up on it (the
     /// upstream timed out, reset or failed once it was sent): the write keeps holding its
@@ -118,36 +133,36 @@ pub struct Args {
     /// below it (docs/operations.md). With --conditional-writes, a write given up on
     /// stays lent on its version chain for --request-timeout plus this, then ends by
     /// itself. Default: 60s, the same as Envoy's.
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, value_parser = parse_duration)]
     store_apply_bound: Option<Duration>,
     /// For this long after start, refuse fenced writes (503 with Retry-After): writes
     /// a previous run of the gateway had in flight when it died (SIGKILL, a crash) may
     /// still be applied by the store, and the ordering gate no longer knows them. Set
     /// it to the store's own request timeout. 0: off.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, default_value = "0s", value_parser = parse_duration)]
     start_grace: Duration,
     /// Order writes across every gateway and Envoy that writes the same store through
     /// the same etcd (needs --etcd): each admitted write is registered in flight in
     /// etcd, under a lease of this gateway's, and waits while another instance has a
     /// lower-token write on the resource that the store may still apply. The default
     /// whenever the marks are in etcd; the flag says so explicitly.
-    #[arg(long, requires = "etcd", conflicts_with_all = ["no_gate", "local_gate"])]
+    #[arg(help_heading = "The ordering gate", long, requires = "etcd", conflicts_with_all = ["no_gate", "local_gate"])]
     shared_gate: bool,
     /// UNSAFE with more than one instance: with --etcd, order only this gateway's own
     /// writes (no registry in etcd; faster). Two instances that share marks but not
     /// the gate let a slow lower-token write land after a higher one: use it only when
     /// every resource is written through this gateway alone.
-    #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
+    #[arg(help_heading = "The ordering gate", long, requires = "etcd", conflicts_with = "no_gate")]
     local_gate: bool,
     /// Run every admit on a blocking thread, and the etcd store's connection on a
     /// thread of its own, as the gateway did before it awaited etcd on the request's
     /// own task (with --etcd, and provenance off or on etcd, it does). The same decisions: for
     /// comparisons (BENCHMARKS.md), or a fallback.
-    #[arg(long)]
+    #[arg(help_heading = "The ordering gate", long)]
     blocking_admits: bool,
     /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
     /// land after a higher one. For measurements and demonstrations only.
-    #[arg(long)]
+    #[arg(help_heading = "The ordering gate", long)]
     no_gate: bool,
     /// Send every admitted write with a precondition on the store's version of the
     /// object (If-Match on the ETag the store gave the last write, If-None-Match: *
@@ -158,6 +173,7 @@ pub struct Args {
     /// Versions are per object, so the resource key is the path (not
     /// --resource-header).
     #[arg(
+        help_heading = "Conditional writes",
         long,
         requires = "precondition_probe",
         conflicts_with_all = ["no_gate", "shared_gate", "local_gate", "resource_header"]
@@ -168,26 +184,26 @@ pub struct Args {
     /// 404) and one that does not applies; the gateway starts only after a refusal.
     /// `off`: skip it, vouching for the store (one that wants credentials the gateway
     /// does not have, such as S3 with SigV4).
-    #[arg(long, value_name = "PATH|off", requires = "conditional_writes")]
+    #[arg(help_heading = "Conditional writes", long, value_name = "PATH|off", requires = "conditional_writes")]
     precondition_probe: Option<String>,
     /// Retention: every --compact-every, forget the marks of resources whose mark has
     /// not risen for this long (`30d`, `12h`), under a floor at or above each (as
     /// `fencekeeper marks --compact`, which a running gateway's file store cannot take).
     /// Only for tokens ordered across resources (etcd revisions, ZooKeeper zxids);
     /// longer than any lock is held with one token. Logged, and audited with --audit.
-    #[arg(long, value_name = "T", value_parser = parse_duration)]
+    #[arg(help_heading = "Retention", long, value_name = "T", value_parser = parse_duration)]
     compact_idle_for: Option<Duration>,
     /// How often the gateway compacts, with --compact-idle-for.
-    #[arg(long, value_name = "P", default_value = "1h", value_parser = parse_duration, requires = "compact_idle_for")]
+    #[arg(help_heading = "Retention", long, value_name = "P", default_value = "1h", value_parser = parse_duration, requires = "compact_idle_for")]
     compact_every: Duration,
     /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
-    #[arg(long)]
+    #[arg(help_heading = "Requests", long)]
     upstream_http2: bool,
     /// A validator guest component to use instead of the bundled one.
-    #[arg(long)]
+    #[arg(help_heading = "Decisions", long)]
     guest: Option<PathBuf>,
     /// Log lines as text or JSON (level from RUST_LOG, default info).
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(help_heading = "Logs", long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// TLS and user for etcd (the marks' and, unless it has its own, the locks').
     #[command(flatten)]
