@@ -159,7 +159,13 @@ impl Request {
                     }
                 }
                 Command::Send(name, value) => {
-                    let _ = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(&value));
+                    if let Err(status) = hostcalls::set_map_value(MapType::HttpRequestHeaders, name, Some(&value)) {
+                        // Never sent without its precondition.
+                        let why = format!("the proxy did not set the precondition {name} ({status:?})");
+                        let refused = rules::unavailable(c.write.resource(), &why, self.reply.form);
+                        command = c.write.conclude(Some(refused));
+                        continue;
+                    }
                     let (resource, token) = (c.write.resource().to_owned(), c.write.token());
                     // Admitted: the token goes as `fencing-admitted-token`; the write is
                     // counted once its outcome is known.

@@ -286,3 +286,60 @@ fn a_failing_store_is_an_error_not_an_empty_chain() {
     }
     assert!(matches!(update(&Down, "r", |c| c.lend(t(1), None, U)), Err(ChainError::Store(_))));
 }
+
+/// A chain store that counts its reads and swaps.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryChains,
+    gets: std::sync::atomic::AtomicUsize,
+    swaps: std::sync::atomic::AtomicUsize,
+}
+
+impl ChainStore for Counting {
+    fn get(&self, resource: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.get(resource)
+    }
+    fn swap(&self, resource: &str, expected: Option<&[u8]>, new: &[u8]) -> Result<bool, StoreError> {
+        self.swaps.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.swap(resource, expected, new)
+    }
+    fn describe(&self) -> String {
+        "counting".into()
+    }
+}
+
+impl Counting {
+    fn calls(&self) -> (usize, usize) {
+        (
+            self.gets.swap(0, std::sync::atomic::Ordering::Relaxed),
+            self.swaps.swap(0, std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+}
+
+#[test]
+fn from_the_record_last_seen_a_change_skips_its_read_and_an_outdated_one_costs_one() {
+    let store = Counting::default();
+    let (lent, known) = update_from(&store, "r", None, |c| c.lend(t(3), None, U)).unwrap();
+    let id = lent.unwrap().id;
+    assert_eq!(store.calls(), (1, 1), "nothing known: read, then swap");
+    let (_, known) = update_from(&store, "r", Some(known), |c| {
+        c.settle(id, &Answer::Applied(Some(tag("a"))));
+        Ok::<_, ()>(())
+    })
+    .unwrap();
+    assert_eq!(store.calls(), (0, 1), "from the record it put: the swap alone");
+    // Another writer changes the chain: the record known is outdated; the swap fails,
+    // and the change is made again on the record as it is.
+    update(&store.inner, "r", |c| c.lend(t(4), None, U)).unwrap().unwrap();
+    let (lent, now) = update_from(&store, "r", Some(known.clone()), |c| c.lend(t(5), None, U)).unwrap();
+    assert_eq!(lent.unwrap().on, tag("a"));
+    assert_eq!(store.calls(), (1, 2));
+    assert_eq!(now.as_deref(), store.inner.get("r").unwrap().as_deref(), "it returns the record the store holds");
+    // A refusal on an outdated record is decided again on a fresh one: stale below 3
+    // there, below 5 here.
+    let (refused, _) = update_from(&store, "r", Some(known), |c| c.lend(t(2), None, U)).unwrap();
+    assert_eq!(refused, Err(Refusal::Stale(t(5))));
+    assert_eq!(store.calls(), (1, 0), "refused on the record read, nothing written");
+}

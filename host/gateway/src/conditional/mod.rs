@@ -36,7 +36,7 @@ use hyper::http::request::Parts;
 use hyper::{Method, StatusCode, Uri};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use md5::{Digest, Md5};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use turns::{Turn, Turns};
@@ -49,6 +49,8 @@ pub use probe::{probe, Probed};
 /// The gateway's conditional writes: the chains, and one turn per resource.
 pub struct Conditional {
     chains: Arc<dyn ChainStore>,
+    /// Each resource's chain record as this gateway last saw it.
+    records: Arc<Records>,
     turns: Arc<Turns>,
     /// Resources whose version this gateway found unknown: a read of one through the
     /// gateway is looked at to learn it (other reads cost nothing).
@@ -107,7 +109,8 @@ impl Conditional {
         lend_for: Duration,
     ) -> Conditional {
         let turns = Arc::default();
-        Conditional { chains, turns, unknown: Mutex::default(), wait, client, upstream, deletes, lend_for }
+        let records = Arc::default();
+        Conditional { chains, records, turns, unknown: Mutex::default(), wait, client, upstream, deletes, lend_for }
     }
 
     /// Whether the store honours `If-Match` on a DELETE (probed, or vouched for): else
@@ -151,7 +154,7 @@ impl Conditional {
         let mut next = write.start(rules::Body::Whole(makes), now_ms());
         loop {
             next = match next {
-                Command::Chain(change) => change_chain(&self.chains, &mut write, change).await,
+                Command::Chain(change) => change_chain(&self.chains, &self.records, &mut write, change).await,
                 Command::AskStore => {
                     let (status, etag) = self.ask_store(parts).await;
                     let next = write.store_told(status, etag.as_deref());
@@ -162,10 +165,13 @@ impl Conditional {
                 }
                 Command::Send(name, value) => {
                     log_notes(&mut write);
-                    // A stored tag is visible ASCII (checked when it was read).
-                    if let Ok(value) = HeaderValue::from_str(&value) {
-                        parts.headers.insert(HeaderName::from_static(name), value);
-                    }
+                    // A stored tag is visible ASCII (checked when it was read); were it
+                    // not, the write would go without its precondition: refused instead.
+                    let Ok(value) = HeaderValue::from_str(&value) else {
+                        let why = format!("the precondition {value:?} is not a header value");
+                        return Err(rules::unavailable(resource, &why, form));
+                    };
+                    parts.headers.insert(HeaderName::from_static(name), value);
                     return Ok(Lent { write, turn });
                 }
                 Command::Conclude(refused) => {
@@ -223,7 +229,7 @@ impl Conditional {
                 write.delivered(rules::Delivery::Answered(status.as_u16(), etag))
             }
         };
-        let refused = finish(&self.chains, &mut write, next).await;
+        let refused = finish(&self.chains, &self.records, &mut write, next).await;
         self.concluded(&mut write);
         refused
     }
@@ -233,7 +239,7 @@ impl Conditional {
     /// once, and an applied write tells the version, so the next write need not find
     /// it out with a 412 and a read.
     fn settle_late(&self, mut write: Write, mut late: Late) {
-        let (chains, term) = (self.chains.clone(), self.lend_for);
+        let (chains, records, term) = (self.chains.clone(), self.records.clone(), self.lend_for);
         tokio::spawn(async move {
             let response = match tokio::time::timeout(term, &mut late).await {
                 Ok(Ok(Ok(response))) => response,
@@ -246,7 +252,7 @@ impl Conditional {
             let (status, etag) = (response.status(), response.headers().get(ETAG).map(|v| v.as_bytes().to_vec()));
             drop(response);
             let next = write.delivered(rules::Delivery::Answered(status.as_u16(), etag.as_deref()));
-            finish(&chains, &mut write, next).await;
+            finish(&chains, &records, &mut write, next).await;
             let resource = write.resource();
             tracing::info!(resource, %status, "a conditional write given up on was answered late; settled");
         });
@@ -282,6 +288,7 @@ impl Conditional {
         match learned {
             Ok(Ok(Ok(Some(version)))) => {
                 lock(&self.unknown).remove(resource);
+                self.records.forget(resource); // changed here: the next change reads it
                 tracing::info!(resource, %version, "learned the store's version from a read");
                 true
             }
@@ -295,26 +302,75 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
-/// Make `change` of the write's chain in `chains`, off the reactor, and tell the
-/// machine what it came to.
-async fn change_chain(chains: &Arc<dyn ChainStore>, write: &mut Write, change: Change) -> Command {
+/// The chain record of each resource as this gateway last read or wrote it, so that
+/// its next change goes straight to the swap: one call instead of a read and a swap
+/// while no other instance changes the chain (the swap compares the whole record, so
+/// an outdated one only costs the read it would have made anyway). Forgotten
+/// wholesale past [`RECORDS_KEPT`] resources.
+#[derive(Default)]
+struct Records(Mutex<HashMap<String, Option<Vec<u8>>>>);
+
+/// How many resources' records [`Records`] keeps (each is a few hundred bytes).
+const RECORDS_KEPT: usize = 10_000;
+
+impl Records {
+    fn get(&self, resource: &str) -> Option<Option<Vec<u8>>> {
+        lock(&self.0).get(resource).cloned()
+    }
+
+    fn put(&self, resource: String, record: Option<Vec<u8>>) {
+        let mut map = lock(&self.0);
+        if map.len() >= RECORDS_KEPT && !map.contains_key(&resource) {
+            map.clear();
+        }
+        map.insert(resource, record);
+    }
+
+    fn forget(&self, resource: &str) {
+        lock(&self.0).remove(resource);
+    }
+}
+
+/// Make `change` of the write's chain in `chains` (from the record last seen, in
+/// `records`), off the reactor, and tell the machine what it came to.
+async fn change_chain(
+    chains: &Arc<dyn ChainStore>,
+    records: &Arc<Records>,
+    write: &mut Write,
+    change: Change,
+) -> Command {
     let (chains, key) = (chains.clone(), write.resource().to_owned());
-    let done = tokio::task::spawn_blocking(move || chain::update(&*chains, &key, |c| Ok::<_, ()>(change.apply(c))))
-        .await
-        .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))));
+    let known = records.get(&key);
+    let done = tokio::task::spawn_blocking(move || {
+        chain::update_from(&*chains, &key, known, |c| Ok::<_, ()>(change.apply(c))).map(|(done, now)| (key, done, now))
+    })
+    .await
+    .unwrap_or_else(|e| Err(ChainError::Store(fencekeeper::StoreError::Unavailable(e.to_string()))));
     match done {
-        Ok(Ok(done)) => write.chain_done(done, now_ms()),
-        Ok(Err(())) => write.chain_failed("an unexpected version chain outcome"),
-        Err(e) => write.chain_failed(&e.to_string()),
+        Ok((key, Ok(done), now)) => {
+            records.put(key, now);
+            write.chain_done(done, now_ms())
+        }
+        Ok((_, Err(()), _)) => write.chain_failed("an unexpected version chain outcome"),
+        Err(e) => {
+            // Whatever it held is not trusted now: the next change reads.
+            records.forget(write.resource());
+            write.chain_failed(&e.to_string())
+        }
     }
 }
 
 /// Carry out the machine's chain changes after the write was sent, to its outcome
 /// (`None`: the store's answer goes to the client).
-async fn finish(chains: &Arc<dyn ChainStore>, write: &mut Write, mut next: Command) -> Option<Refused> {
+async fn finish(
+    chains: &Arc<dyn ChainStore>,
+    records: &Arc<Records>,
+    write: &mut Write,
+    mut next: Command,
+) -> Option<Refused> {
     loop {
         next = match next {
-            Command::Chain(change) => change_chain(chains, write, change).await,
+            Command::Chain(change) => change_chain(chains, records, write, change).await,
             Command::Conclude(refused) => return refused,
             Command::AskStore | Command::Send(..) | Command::ReleaseBody | Command::Idle => return None,
         };
