@@ -40,31 +40,9 @@ const ROUNDS: usize = 64;
 pub fn update<T, E>(
     store: &dyn ChainStore,
     resource: &str,
-    mut change: impl FnMut(&mut Chain) -> Result<T, E>,
+    change: impl FnMut(&mut Chain) -> Result<T, E>,
 ) -> Result<Result<T, E>, ChainError> {
-    for _ in 0..ROUNDS {
-        let raw = store.get(resource)?;
-        let mut chain = match &raw {
-            Some(bytes) => decode(resource, bytes).map_err(|detail| ChainError::Damaged {
-                resource: resource.to_owned(),
-                store: store.describe(),
-                detail,
-            })?,
-            None => Chain::new(),
-        };
-        let before = chain.clone();
-        let out = match change(&mut chain) {
-            Ok(out) => out,
-            Err(e) => return Ok(Err(e)),
-        };
-        if chain == before {
-            return Ok(Ok(out));
-        }
-        if store.swap(resource, raw.as_deref(), encode(resource, &chain).as_bytes())? {
-            return Ok(Ok(out));
-        }
-    }
-    Err(ChainError::Contention(ROUNDS))
+    update_from(store, resource, None, change).map(|(out, _)| out)
 }
 
 /// What [`update_from`] returns: what the change returned, and the record the store
