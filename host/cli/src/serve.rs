@@ -5,6 +5,7 @@
 //! end the command with exit code 2 and one message; after that the gateway serves
 //! until SIGTERM or SIGINT, then finishes the requests in flight and exits 0.
 
+use crate::admit::DEFAULT_STORE;
 use crate::protocol::ProtocolArg;
 use crate::provenance::{etcd_check, zookeeper_lock_prefix, ProvenanceArg};
 use anyhow::Context;
@@ -19,7 +20,7 @@ use fencekeeper_gateway::registry::deferred::Deferred;
 use fencekeeper_gateway::registry::Registry;
 use fencekeeper_gateway::{Listeners, Server};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,9 +47,10 @@ pub struct Args {
     /// The admin listener: /metrics, /fencekeeper/marks/<resource>, /healthz.
     #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1:9090")]
     admin: SocketAddr,
-    /// The durable embedded mark store (a file; created if missing).
-    #[arg(help_heading = "Marks", long, default_value = "fencekeeper-marks.redb", conflicts_with = "etcd")]
-    store: PathBuf,
+    /// The durable embedded mark store (a file; created if missing). Default:
+    /// .fencekeeper/marks.redb, where `admit` and `marks` look too.
+    #[arg(help_heading = "Marks", long, value_name = "PATH", conflicts_with = "etcd")]
+    store: Option<PathBuf>,
     /// Keep marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`), shared by every gateway and
     /// Envoy that uses the same etcd and prefix.
     #[arg(help_heading = "Marks", long)]
@@ -334,9 +336,38 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.audit = args.audit.clone();
     c.store = match &args.etcd {
         Some(url) => format!("etcd {} prefix {}", config::with_scheme(url), args.etcd_prefix),
-        None => format!("file {}", args.store.display()),
+        None => format!("file {}", args.store.as_deref().unwrap_or(Path::new(DEFAULT_STORE)).display()),
     };
     Ok(c)
+}
+
+/// Where `serve` kept its marks before its default became [`DEFAULT_STORE`].
+const OLD_DEFAULT_STORE: &str = "fencekeeper-marks.redb";
+
+/// The file store at `--store`, or at the default path, its directory created. A
+/// store at the old default path, with none at the new one, stops the start: opening
+/// an empty store there would forget every mark, and admit tokens the old store
+/// refuses.
+fn file_store(args: &Args) -> anyhow::Result<fencekeeper::FileStore> {
+    let path = match &args.store {
+        Some(path) => path.clone(),
+        None => {
+            let path = PathBuf::from(DEFAULT_STORE);
+            anyhow::ensure!(
+                path.exists() || !Path::new(OLD_DEFAULT_STORE).exists(),
+                "{OLD_DEFAULT_STORE} is here, where `serve` kept its marks before 2026-12-07, and {DEFAULT_STORE} \
+                 (the default now, as for `admit` and `marks`) is not: move it there with its journal \
+                 (mkdir -p .fencekeeper && mv {OLD_DEFAULT_STORE} {DEFAULT_STORE} && mv {OLD_DEFAULT_STORE}.journal \
+                 {DEFAULT_STORE}.journal), or pass --store {OLD_DEFAULT_STORE}; starting on an empty store would \
+                 forget every mark"
+            );
+            path
+        }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    Ok(fencekeeper::FileStore::open(&path)?)
 }
 
 type Store = Arc<dyn MarkStore + Send + Sync>;
@@ -364,7 +395,7 @@ fn open_store(args: &Args, runtime: Option<tokio::runtime::Handle>) -> anyhow::R
         let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;
         let (store, chains, retained) = match &args.etcd {
             Some(url) => both(etcd_store(args, url, timeout, runtime.clone())?),
-            None => both(fencekeeper::FileStore::open(&args.store)?),
+            None => both(file_store(args)?),
         };
         let provenance = ZooKeeperProvenance::connect(address, lock_prefix, timeout)?;
         return Ok((store, chains, retained, Some(Arc::new(provenance))));
@@ -393,7 +424,7 @@ fn open_store(args: &Args, runtime: Option<tokio::runtime::Handle>) -> anyhow::R
             let (store, chains, retained) = both(store);
             return Ok((store, chains, retained, provenance));
         }
-        None => both(fencekeeper::FileStore::open(&args.store)?),
+        None => both(file_store(args)?),
     };
     let provenance = match check {
         Some(check) => separate(check)?,

@@ -533,3 +533,46 @@ fn conformance_reports_a_faulting_guest_as_failures_not_a_crash() {
     assert!(run.stdout.contains("1 passed, 2 failed"), "{}", run.stdout);
     assert_eq!(run.stdout.matches("error: ").count(), 2, "{}", run.stdout);
 }
+
+#[test]
+fn serve_keeps_marks_where_admit_and_marks_look_and_will_not_start_empty_beside_its_old_store() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fencekeeper = |args: &[&str]| Command::new(BIN).args(args).current_dir(dir.path()).output().expect("run");
+    // A store at serve's old default path, holding a mark.
+    let admitted = fencekeeper(&["admit", "--store", "fencekeeper-marks.redb", "/r", "34"]);
+    assert!(admitted.status.success(), "{admitted:?}");
+    let serve = ["serve", "--upstream", "127.0.0.1:9", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
+    let refused = fencekeeper(&serve);
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("mv fencekeeper-marks.redb .fencekeeper/marks.redb") && said.contains("--store"), "{said}");
+    assert!(!dir.path().join(".fencekeeper").exists(), "no empty store was made: {said}");
+    // Moved as it says, `serve` opens it at the default path, where `marks` reads it.
+    std::fs::create_dir(dir.path().join(".fencekeeper")).expect("mkdir");
+    std::fs::rename(dir.path().join("fencekeeper-marks.redb"), dir.path().join(".fencekeeper/marks.redb")).expect("mv");
+    let journal = dir.path().join("fencekeeper-marks.redb.journal");
+    if journal.exists() {
+        std::fs::rename(journal, dir.path().join(".fencekeeper/marks.redb.journal")).expect("mv");
+    }
+    let mut child = Command::new(BIN)
+        .args(serve)
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve");
+    let mut log = String::new();
+    let stderr = child.stderr.take().expect("stderr");
+    // Ready once it says where its marks are (the line it logs when it serves).
+    for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+        let line = line.expect("log");
+        log.push_str(&line);
+        if line.contains("serving") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(log.contains("marks=file .fencekeeper/marks.redb"), "{log}");
+    let shown = fencekeeper(&["marks", "/r"]);
+    assert!(shown.status.success() && String::from_utf8_lossy(&shown.stdout).contains("34"), "{shown:?}");
+}
