@@ -72,6 +72,8 @@ command -v go >/dev/null || missing+=(golang-go)
 [ -e /usr/include/postgresql/15/server/postgres.h ] || missing+=(postgresql-server-dev-15)
 ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v clang >/dev/null || missing+=(clang)
+# promtool checks and unit-tests the shipped alert rules (deploy/prometheus).
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null
@@ -81,6 +83,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     # Debian starts apache2 on port 80: the tests run their own httpd.
     if [[ " ${missing[*]} " == *" apache2 "* ]]; then
         $SUDO service apache2 stop >/dev/null 2>&1 || true
+    fi
+    # Debian starts Prometheus on port 9090: the tests use only its promtool.
+    if [[ " ${missing[*]} " == *" prometheus "* ]]; then
+        $SUDO service prometheus stop >/dev/null 2>&1 || true
     fi
     # The system's ZooKeeper is a JVM the tests never use: stop the one this installed.
     if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then

@@ -42,6 +42,7 @@ mod e2e_tokens_zookeeper;
 mod http_contract;
 mod http_fenced_bodies;
 mod late_writes;
+mod metrics_rules;
 mod postgres_concurrency;
 mod postgres_crash;
 mod postgres_extension;
