@@ -55,6 +55,7 @@ pub mod max_register;
 pub mod moto;
 pub mod pg_wire;
 pub mod postgres;
+pub mod prometheus;
 pub mod rclone;
 pub mod recorder;
 pub mod redis;

@@ -3,17 +3,22 @@
 //! alerts fire on the series the hosts export, after their `for`, and not before),
 //! and every metric they or the dashboard read is one that a real gateway's
 //! `/metrics` and a real Envoy's `/stats/prometheus` export, so a renamed metric
-//! fails here instead of silencing an alert. promtool is Debian's `prometheus`
-//! package (scripts/install-deps.sh).
+//! fails here instead of silencing an alert. And a real Prometheus, scraping a real
+//! gateway, fires the undecided alert while the gateway's etcd is stopped and clears
+//! it once etcd is back. promtool and Prometheus are Debian's `prometheus` package
+//! (scripts/install-deps.sh).
 
 // A test states its expectations by panicking.
 #![allow(clippy::unwrap_used, clippy::panic)]
 
 use fencekeeper_harness::envoy::Envoy;
 use fencekeeper_harness::gateway::{request, Gateway, RecordingUpstream};
+use fencekeeper_harness::prometheus::Prometheus;
 use fencekeeper_harness::repo_root;
+use fencekeeper_harness::services::{poll_until, Etcd};
 use std::collections::BTreeSet;
 use std::process::Command;
+use std::time::Duration;
 
 fn deploy(path: &str) -> String {
     repo_root().join("deploy").join(path).display().to_string()
@@ -31,7 +36,8 @@ fn names(text: &str, prefix: &str) -> BTreeSet<String> {
     let mut rest = text;
     while let Some(at) = rest.find(prefix) {
         let before = rest[..at].chars().last();
-        let name: String = rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
+        let name: String =
+            rest[at..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':').collect();
         // Not the middle of a longer name, nor a prefix named in a comment (`fencekeeper_*`).
         if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') && !name.ends_with('_') {
             found.insert(name.clone());
@@ -87,4 +93,51 @@ fn every_metric_the_rules_and_the_dashboard_read_is_one_a_real_gateway_or_envoy_
     for series in names(&dashboard, "fencekeeper:") {
         assert!(recorded.contains(&series), "the dashboard reads {series}, which no rule records");
     }
+}
+
+#[test]
+fn a_real_prometheus_fires_the_undecided_alert_while_etcd_is_stopped_and_clears_it_after() {
+    // The shipped rules with their windows shortened (a 5 m rate to 10 s, each `for`
+    // to seconds), so that what takes minutes in production takes seconds here; the
+    // expressions are the shipped ones.
+    let shipped = std::fs::read_to_string(deploy("prometheus/fencekeeper-rules.yml")).unwrap();
+    let mut rules = shipped.replace("[5m]", "[10s]");
+    for minutes in ["1m", "2m", "5m", "10m"] {
+        rules = rules.replace(&format!("for: {minutes}"), "for: 2s");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rules.yml");
+    std::fs::write(&path, rules).unwrap();
+
+    let mut etcd = Etcd::start().unwrap();
+    let upstream = RecordingUpstream::start().unwrap();
+    let gateway = Gateway::start(&upstream.url(), &["--etcd", &etcd.client.to_string()]).unwrap();
+    let prometheus = Prometheus::start(&[("gateway", gateway.admin, "/metrics")], &path).unwrap();
+    let firing = || prometheus.firing().unwrap().contains(&"FencekeeperUndecided".to_owned());
+    let mut token = 33;
+    let mut write = || {
+        token += 1;
+        gateway.put("/r", Some(&token.to_string()), b"x").unwrap().status
+    };
+    assert!((200..300).contains(&write()));
+    assert!(!firing());
+
+    etcd.process.signal("SIGSTOP").unwrap();
+    let mut refused = 0;
+    poll_until("the undecided alert firing while etcd is stopped", Duration::from_secs(90), || {
+        if write() == 503 {
+            refused += 1;
+        }
+        firing()
+    })
+    .unwrap();
+    assert!(refused > 0, "the gateway refused writes it could not decide on");
+
+    etcd.process.signal("SIGCONT").unwrap();
+    poll_until("the undecided alert cleared once etcd is back", Duration::from_secs(90), || {
+        let _ = write();
+        !firing()
+    })
+    .unwrap();
+    assert!((200..300).contains(&write()), "admitted again");
 }
