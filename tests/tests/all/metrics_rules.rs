@@ -109,7 +109,7 @@ fn a_real_prometheus_fires_the_undecided_alert_while_etcd_is_stopped_and_clears_
     let path = dir.path().join("rules.yml");
     std::fs::write(&path, rules).unwrap();
 
-    let mut etcd = Etcd::start().unwrap();
+    let etcd = Etcd::start().unwrap();
     let upstream = RecordingUpstream::start().unwrap();
     let gateway = Gateway::start(&upstream.url(), &["--etcd", &etcd.client.to_string()]).unwrap();
     let prometheus = Prometheus::start(&[("gateway", gateway.admin, "/metrics")], &path).unwrap();
