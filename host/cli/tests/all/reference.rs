@@ -86,3 +86,36 @@ fn man_prints_a_page_or_writes_one_per_command() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).starts_with("fencekeeper: --dir /nonexistent/man1: not a directory"), "{out:?}");
 }
+
+#[test]
+fn every_flag_a_command_takes_is_documented_on_its_page() {
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs");
+    let pages = [
+        ("admit", "cli.md"),
+        ("marks", "cli.md"),
+        ("conformance", "cli.md"),
+        ("lock", "cli.md"),
+        ("completions", "cli.md"),
+        ("man", "cli.md"),
+        ("serve", "gateway.md"),
+        ("envoy-config", "envoy.md"),
+        ("nginx-config", "proxy-wasm-hosts.md"),
+    ];
+    let mut undocumented = Vec::new();
+    for (command, page) in pages {
+        let help = text(&fencekeeper(&[command, "--help"]).stdout);
+        let page_text = std::fs::read_to_string(docs.join(page)).unwrap();
+        // The flags as clap renders them: an option line starts with `-x, --name` or `--name`.
+        for line in help.lines().map(str::trim_start).filter(|l| l.starts_with('-')) {
+            let Some(flag) = line.split([' ', ',', '=']).find(|w| w.starts_with("--")) else { continue };
+            let documented = page_text.match_indices(flag).any(|(at, _)| {
+                let next = page_text[at + flag.len()..].chars().next();
+                !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+            if flag != "--help" && !documented {
+                undocumented.push(format!("{command} {flag} (docs/{page})"));
+            }
+        }
+    }
+    assert!(undocumented.is_empty(), "flags no page documents: {undocumented:?}");
+}
