@@ -554,25 +554,61 @@ fn serve_keeps_marks_where_admit_and_marks_look_and_will_not_start_empty_beside_
     if journal.exists() {
         std::fs::rename(journal, dir.path().join(".fencekeeper/marks.redb.journal")).expect("mv");
     }
+    let log = serving(dir.path(), &serve, &[]);
+    assert!(log.contains("marks=file .fencekeeper/marks.redb"), "{log}");
+    let shown = fencekeeper(&["marks", "/r"]);
+    assert!(shown.status.success() && String::from_utf8_lossy(&shown.stdout).contains("34"), "{shown:?}");
+}
+
+/// Start `fencekeeper serve ARGS` in `dir` with `env` added, read its log up to the
+/// line it logs once it serves (which names its settings), stop it, and return the
+/// log so far. A serve that exits first returns what it said.
+fn serving(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let mut child = Command::new(BIN)
-        .args(serve)
-        .current_dir(dir.path())
+        .args(args)
+        .envs(env.iter().copied())
+        .current_dir(dir)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("serve");
     let mut log = String::new();
     let stderr = child.stderr.take().expect("stderr");
-    // Ready once it says where its marks are (the line it logs when it serves).
     for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
         let line = line.expect("log");
         log.push_str(&line);
+        log.push('\n');
         if line.contains("serving") {
             break;
         }
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(log.contains("marks=file .fencekeeper/marks.redb"), "{log}");
-    let shown = fencekeeper(&["marks", "/r"]);
-    assert!(shown.status.success() && String::from_utf8_lossy(&shown.stdout).contains("34"), "{shown:?}");
+    log
+}
+
+#[test]
+fn serve_takes_every_setting_from_the_environment_and_a_flag_wins_over_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let env = [
+        ("FENCEKEEPER_UPSTREAM", "127.0.0.1:9"),
+        ("FENCEKEEPER_LISTEN", "127.0.0.1:0"),
+        ("FENCEKEEPER_ADMIN", "127.0.0.1:0"),
+        ("FENCEKEEPER_STORE", "from-env.redb"),
+        ("FENCEKEEPER_STORE_APPLY_BOUND", "7s"),
+    ];
+    let log = serving(dir.path(), &["serve"], &env);
+    assert!(log.contains("marks=file from-env.redb") && log.contains("store_apply_bound=7s"), "{log}");
+    let log = serving(dir.path(), &["serve", "--store", "from-flag.redb"], &env);
+    assert!(log.contains("marks=file from-flag.redb"), "{log}");
+    // A bad value from the environment is refused as the flag's would be.
+    let bad = Command::new(BIN)
+        .args(["serve"])
+        .envs(env)
+        .env("FENCEKEEPER_MODE", "fast")
+        .current_dir(dir.path())
+        .output()
+        .expect("serve");
+    assert_eq!(bad.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("invalid value 'fast' for '--mode"), "{said}");
 }
