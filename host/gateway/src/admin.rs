@@ -9,10 +9,12 @@
 //! * `GET /fencekeeper/marks`: every mark, one `resource<TAB>mark` line each (where the
 //!   store can list);
 //! * `GET /healthz`: `ok` once the gateway serves;
-//! * `GET /readyz`: `ready` once it admits fenced writes and its upstream takes a
-//!   connection; `503` during its start grace (`--start-grace`) or while the upstream
-//!   cannot be reached (a write would advance its mark and then fail 502), so that a
-//!   load balancer can route around it meanwhile.
+//! * `GET /readyz`: `ready` once it admits fenced writes, its mark store answers a
+//!   read and its upstream takes a connection; `503` with the reason during its start
+//!   grace (`--start-grace`), while the mark store (etcd, or the file) cannot be read
+//!   (every fenced write would be refused 503), or while the upstream cannot be
+//!   reached (a write would advance its mark and then fail 502), so that a load
+//!   balancer can route around it meanwhile.
 
 use crate::proxy::Proxy;
 use crate::refusal::full;
@@ -31,9 +33,9 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
         (&Method::GET, "/metrics") => (StatusCode::OK, proxy.render_metrics()),
         (&Method::GET, "/healthz") => (StatusCode::OK, "ok\n".to_owned()),
         (&Method::GET, "/readyz") => match proxy.start_grace_left() {
-            None => match upstream_reachable(&proxy).await {
-                Ok(()) => (StatusCode::OK, "ready\n".to_owned()),
-                Err(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
+            None => match (store_readable(&proxy).await, upstream_reachable(&proxy).await) {
+                (Ok(()), Ok(())) => (StatusCode::OK, "ready\n".to_owned()),
+                (Err(why), _) | (_, Err(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n")),
             },
             Some(left) => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -53,6 +55,23 @@ pub async fn handle(proxy: Arc<Proxy>, request: Request<Incoming>) -> Result<Res
     let mut response = Response::new(full(answer.1));
     *response.status_mut() = answer.0;
     Ok(response)
+}
+
+/// How long `/readyz` waits for the mark store to answer a read.
+const STORE_READ: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Whether the mark store answers a read now (of a key no request can name: the
+/// answer is no mark, or a refusal of why not).
+async fn store_readable(proxy: &Proxy) -> Result<(), String> {
+    let guard = proxy.guard().clone();
+    let read = tokio::task::spawn_blocking(move || guard.mark("fencekeeper readyz").map(|_| ()));
+    let unreadable = |why: String| format!("the mark store cannot be read: {why}");
+    match tokio::time::timeout(STORE_READ, read).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(unreadable(e.to_string())),
+        Ok(Err(e)) => Err(unreadable(e.to_string())),
+        Err(_) => Err(unreadable(format!("no answer within {STORE_READ:?}"))),
+    }
 }
 
 /// How long `/readyz` waits for the upstream to take a connection.

@@ -165,6 +165,24 @@ fn readyz_is_not_ready_while_the_upstream_cannot_be_reached() {
     assert!(gateway.ready_for_writes(), "ready once the upstream takes connections");
 }
 
+/// `/readyz` says not ready while the mark store cannot be read (every fenced write
+/// would be refused 503), naming it, and ready once it can: here etcd, frozen.
+#[test]
+fn readyz_is_not_ready_while_the_mark_store_cannot_be_read() {
+    let etcd = fencekeeper_harness::services::Etcd::start().unwrap();
+    let upstream = RecordingUpstream::start().unwrap();
+    let gateway = Gateway::start(&upstream.url(), &["--etcd", &etcd.client.to_string()]).unwrap();
+    assert!(gateway.ready_for_writes());
+    etcd.process.signal("SIGSTOP").unwrap();
+    let (status, body) = fencekeeper_harness::services::http(gateway.admin, "GET", "/readyz", &[], b"").unwrap();
+    let body = String::from_utf8_lossy(&body);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("the mark store cannot be read"), "{body}");
+    etcd.process.signal("SIGCONT").unwrap();
+    let ready = || gateway.ready_for_writes();
+    fencekeeper_harness::services::poll_until("ready once etcd answers", Duration::from_secs(30), ready).unwrap();
+}
+
 #[test]
 fn body_over_the_limit_gets_413_and_slow_upstream_gets_504() {
     let upstream = RecordingUpstream::start().unwrap();
