@@ -20,7 +20,7 @@
 
 use crate::etcd::{self, Method, Response};
 use crate::Filter;
-use fencekeeper_chain::{self as chain, Chain, Change, Done, Term};
+use fencekeeper_chain::{self as chain, Chain, Change, Done};
 use fencekeeper_etcd_wire::grpc;
 
 /// How many lost compare-and-swap races one change of a chain tolerates. A lost race
@@ -146,13 +146,6 @@ impl Update {
     }
 }
 
-/// When a write is lent now, and how long the store may still apply it (the
-/// configuration's `conditional_lend_ms`).
-pub fn term(f: &Filter) -> Term {
-    let lifetime_ms = f.config.conditional.as_ref().map(|c| c.lend_ms);
-    Term { now_ms: crate::gate::now_ms(), lifetime_ms }
-}
-
 /// Send one Txn of a chain change to etcd, with the VM's etcd token if a user is
 /// configured (the write's admission authenticated already).
 pub fn send(f: &Filter, message: &[u8]) -> Result<u32, String> {
@@ -168,7 +161,7 @@ pub fn send(f: &Filter, message: &[u8]) -> Result<u32, String> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use fencekeeper_chain::{Answer, Refusal, Version};
+    use fencekeeper_chain::{Answer, Refusal, Term, Version};
     use fencekeeper_core::token;
     use fencekeeper_etcd_wire::{grpc::txn_answer, KeyValue};
 
