@@ -6,7 +6,9 @@
 # The first run compiles the project (a few minutes: wasmtime is large).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet -p fencekeeper-cli
+# Cargo's own progress shows: the first build is long, and a silent one looks hung.
+echo "Building the fencekeeper command: the first build compiles wasmtime (about 6 minutes on 2 cores); later ones take seconds." >&2
+cargo build --release -p fencekeeper-cli
 fk=target/release/fencekeeper
 store=.fencekeeper/quickstart.redb
 mkdir -p .fencekeeper && rm -f "$store"
