@@ -1,6 +1,6 @@
 //! Fencekeeper's etcd wire: the keys, messages and answers of etcd's v3 gRPC API,
-//! written once for every host that talks to etcd: the Envoy filter (through
-//! `dispatch_grpc_call`), and the library's mark store, provenance check and
+//! written once for every host that talks to etcd: the proxy-wasm filter (through
+//! `dispatch_grpc_call`, or `dispatch_http_call` to etcd's JSON API), and the library's mark store, provenance check and
 //! `fencekeeper lock --etcd` (through its `EtcdClient`). No I/O: each host keeps its
 //! own transport, and every answer is parsed as hostile bytes.
 //!
@@ -11,6 +11,8 @@
 //! * [`txn`]: the shapes of a transaction and of its answer;
 //! * [`grpc`]: those shapes, leases and authentication as protobuf messages, and
 //!   their answers parsed;
+//! * [`json`]: the same messages through etcd's JSON API, for a host without gRPC
+//!   calls (transcoded to and from protobuf, so `grpc`'s parsers judge every answer);
 //! * [`auth`]: what an authentication may hand back;
 //! * [`provenance`]: the reads and the rules that decide whether etcd issued a token
 //!   (the lock's holder, the cluster's revision);
@@ -26,6 +28,7 @@ pub mod auth;
 pub mod error;
 pub mod flights;
 pub mod grpc;
+pub mod json;
 pub mod keys;
 pub mod mark;
 pub mod provenance;

@@ -14,7 +14,7 @@
 //! answer's other fields are skipped, as protobuf requires, and a known field with
 //! the wrong wire type, a truncated field or an over-long answer is an error.
 
-mod protobuf;
+pub(crate) mod protobuf;
 
 use crate::auth::checked_token;
 use crate::provenance::{holder_keys, holder_op, VouchAnswer};

@@ -7,7 +7,7 @@ use crate::WireError;
 
 /// A protobuf message being written.
 #[derive(Default)]
-pub(super) struct Message(pub(super) Vec<u8>);
+pub(crate) struct Message(pub(crate) Vec<u8>);
 
 impl Message {
     fn varint(&mut self, mut v: u64) {
@@ -23,56 +23,56 @@ impl Message {
     }
 
     /// A varint field, always written (a `oneof` member has presence even at 0).
-    pub(super) fn set_uint(&mut self, field: u32, v: u64) {
+    pub(crate) fn set_uint(&mut self, field: u32, v: u64) {
         self.key(field, 0);
         self.varint(v);
     }
 
     /// A varint field; proto3 leaves out zero.
-    pub(super) fn uint(&mut self, field: u32, v: u64) {
+    pub(crate) fn uint(&mut self, field: u32, v: u64) {
         if v != 0 {
             self.set_uint(field, v);
         }
     }
 
     /// An int64 field (two's complement, as protobuf writes a negative int64).
-    pub(super) fn int(&mut self, field: u32, v: i64) {
+    pub(crate) fn int(&mut self, field: u32, v: i64) {
         self.uint(field, v as u64);
     }
 
     /// A length-delimited field, always written.
-    pub(super) fn set_bytes(&mut self, field: u32, b: &[u8]) {
+    pub(crate) fn set_bytes(&mut self, field: u32, b: &[u8]) {
         self.key(field, 2);
         self.varint(b.len() as u64);
         self.0.extend_from_slice(b);
     }
 
     /// A bytes or string field; proto3 leaves out empty ones.
-    pub(super) fn bytes(&mut self, field: u32, b: &[u8]) {
+    pub(crate) fn bytes(&mut self, field: u32, b: &[u8]) {
         if !b.is_empty() {
             self.set_bytes(field, b);
         }
     }
 
-    pub(super) fn message(&mut self, field: u32, m: Message) {
+    pub(crate) fn message(&mut self, field: u32, m: Message) {
         self.set_bytes(field, &m.0);
     }
 }
 
 /// One field of an answer.
-pub(super) enum Value<'a> {
+pub(crate) enum Value<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
     Fixed,
 }
 
 /// The fields of a message, in order.
-pub(super) struct Fields<'a> {
+pub(crate) struct Fields<'a> {
     rest: &'a [u8],
     what: &'static str,
 }
 
-pub(super) fn fields<'a>(bytes: &'a [u8], what: &'static str) -> Fields<'a> {
+pub(crate) fn fields<'a>(bytes: &'a [u8], what: &'static str) -> Fields<'a> {
     Fields { rest: bytes, what }
 }
 
@@ -134,13 +134,13 @@ impl<'a> Iterator for Fields<'a> {
     }
 }
 
-pub(super) fn wrong_type(what: &str, field: u64) -> WireError {
+pub(crate) fn wrong_type(what: &str, field: u64) -> WireError {
     WireError(format!("etcd's {what} answer has field {field} of the wrong type"))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-pub(super) mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// Decode a message into (field, value) pairs: nested ones as bytes.
