@@ -369,7 +369,7 @@ mod tests {
             Ok(7_587_862_183_519_485_220)
         );
         let token = br#"{"header":{},"token":"abc.42"}"#;
-        let parsed = grpc::parse_authentication(answer(Call::Authenticate, 200, token).as_deref().map_err(|s| s));
+        let parsed = grpc::parse_authentication(answer(Call::Authenticate, 200, token).as_deref());
         assert_eq!(parsed.unwrap(), "abc.42");
     }
 
