@@ -7,8 +7,8 @@
 //! docs/envoy.md is the reference for each field.
 
 use crate::settings::{
-    EtcdSettings, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings,
-    Switch,
+    EtcdApiName, EtcdSettings, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ProvenanceName,
+    ResourceSettings, Settings, Switch,
 };
 use fencekeeper_core::http;
 use fencekeeper_core::protocol::METADATA_PREFIX;
@@ -117,6 +117,28 @@ impl Host {
     pub fn grpc_calls(self) -> bool {
         self == Host::Envoy
     }
+
+    /// The etcd API the filter calls on this host unless told: gRPC where the host
+    /// makes gRPC calls (half etcd's CPU a call), else etcd's JSON gateway.
+    pub fn etcd_api(self) -> EtcdApi {
+        if self.grpc_calls() {
+            EtcdApi::Grpc
+        } else {
+            EtcdApi::Json
+        }
+    }
+}
+
+/// Which of etcd's APIs the filter calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EtcdApi {
+    /// gRPC (`etcdserverpb.KV/Txn` ...) through `proxy_grpc_call`: the cluster speaks
+    /// HTTP/2 to etcd's client port.
+    Grpc,
+    /// etcd's JSON gateway (`POST /v3/kv/txn` ...) through `proxy_http_call`: the
+    /// cluster speaks HTTP/1.1 to etcd's client port (on ngx_wasm_module, the cluster
+    /// is `host:port`).
+    Json,
 }
 
 /// Where the resource key comes from: the core's rule, shared with the gateway.
@@ -131,6 +153,8 @@ pub struct Etcd {
     pub authority: String,
     /// Both, as the upstream of a gRPC call ([`service`]).
     pub service: String,
+    /// Which of etcd's APIs the calls go to.
+    pub api: EtcdApi,
     /// Prefix of mark keys; the resource key follows it.
     pub key_prefix: String,
     /// Prefix of the shared in-flight registry's keys (`gate.shared`).
@@ -386,9 +410,13 @@ impl Config {
             Some(list) => Some(list.into_iter().map(|m| m.to_ascii_uppercase()).collect()),
             None => None,
         };
+        let host = match settings.host.unwrap_or(HostName::Envoy) {
+            HostName::Envoy => Host::Envoy,
+            HostName::Portable => Host::Portable,
+        };
         let etcd = match settings.etcd {
-            Switch::Default => Some(etcd(EtcdSettings::default())?),
-            Switch::On(e) => Some(etcd(e)?),
+            Switch::Default => Some(etcd(EtcdSettings::default(), host)?),
+            Switch::On(e) => Some(etcd(e, host)?),
             Switch::Off if mode == Mode::Correctness => {
                 return Err(ConfigError(
                     "correctness mode needs etcd (marks in shared data die with the proxy); set \"mode\": \"efficiency\" to run without it".into(),
@@ -513,10 +541,7 @@ impl Config {
             gate,
             start_grace_ms,
             conditional,
-            host: match settings.host.unwrap_or(HostName::Envoy) {
-                HostName::Envoy => Host::Envoy,
-                HostName::Portable => Host::Portable,
-            },
+            host,
             #[cfg(feature = "faults")]
             test_fault_header: settings.test_fault_header.map(|h| header_name("test_fault_header", h)).transpose()?,
         })
@@ -559,6 +584,7 @@ impl Config {
                     cluster,
                     authority,
                     service: _,
+                    api,
                     key_prefix,
                     flight_prefix,
                     timeout_ms,
@@ -574,6 +600,11 @@ impl Config {
                     user: auth.as_ref().map(|a| a.user.clone()),
                     password_env: auth.as_ref().map(|a| a.password_env.clone()),
                     batch_confirms: Some(*batch_confirms),
+                    // The host's own is left unwritten: `envoy-config`'s output stays as it was.
+                    api: (*api != host.etcd_api()).then_some(match api {
+                        EtcdApi::Grpc => EtcdApiName::Grpc,
+                        EtcdApi::Json => EtcdApiName::Json,
+                    }),
                 })
             }
         };
@@ -626,6 +657,13 @@ impl Config {
         }
     }
 
+    /// Whether the filter can reach its etcd on this host: through its JSON API
+    /// anywhere, through gRPC only where the host makes gRPC calls. `false` without
+    /// etcd.
+    pub fn reaches_etcd(&self) -> bool {
+        self.etcd.as_ref().is_some_and(|e| e.api == EtcdApi::Json || self.host.grpc_calls())
+    }
+
     /// Whether requests with this method are fenced (the protocol's rule).
     pub fn fences(&self, method: &str) -> bool {
         self.protocol.fences(method, self.fenced_methods.as_deref())
@@ -637,7 +675,7 @@ impl Config {
     }
 }
 
-fn etcd(e: EtcdSettings) -> Result<Etcd, ConfigError> {
+fn etcd(e: EtcdSettings, host: Host) -> Result<Etcd, ConfigError> {
     let cluster = e.cluster.unwrap_or_else(|| DEFAULT_ETCD_CLUSTER.to_owned());
     let authority = e.authority.unwrap_or_else(|| DEFAULT_AUTHORITY.to_owned());
     let timeout_ms = e.timeout_ms.unwrap_or(DEFAULT_ETCD_TIMEOUT_MS);
@@ -654,6 +692,11 @@ fn etcd(e: EtcdSettings) -> Result<Etcd, ConfigError> {
     }
     Ok(Etcd {
         service: service(&cluster, &authority),
+        api: match e.api {
+            None => host.etcd_api(),
+            Some(EtcdApiName::Grpc) => EtcdApi::Grpc,
+            Some(EtcdApiName::Json) => EtcdApi::Json,
+        },
         batch_confirms: e.batch_confirms.unwrap_or(true),
         auth: etcd_auth(e.user, e.password_env)?,
         cluster,
@@ -725,6 +768,27 @@ mod tests {
         assert!(Config::parse(br#"{"host":null}"#).is_err());
         // Marks in etcd on a host without gRPC calls configure: each write is refused.
         assert_eq!(Config::parse(br#"{"host":"portable"}"#).unwrap().host, Host::Portable);
+    }
+
+    #[test]
+    fn etcds_api_is_the_hosts_unless_written_and_round_trips() {
+        let api = |json: &[u8]| Config::parse(json).map(|c| (c.etcd.as_ref().map(|e| e.api), c.reaches_etcd()));
+        assert_eq!(api(b"{}").unwrap(), (Some(EtcdApi::Grpc), true));
+        assert_eq!(api(br#"{"host":"portable"}"#).unwrap(), (Some(EtcdApi::Json), true));
+        assert_eq!(api(br#"{"etcd":{"api":"json"}}"#).unwrap(), (Some(EtcdApi::Json), true));
+        // gRPC asked of a host without gRPC calls configures; each write is refused.
+        assert_eq!(api(br#"{"host":"portable","etcd":{"api":"grpc"}}"#).unwrap(), (Some(EtcdApi::Grpc), false));
+        assert_eq!(api(br#"{"etcd":null,"mode":"efficiency"}"#).unwrap(), (None, false));
+        assert!(api(br#"{"etcd":{"api":"rest"}}"#).is_err());
+        for json in [&br#"{"etcd":{"api":"json"}}"#[..], br#"{"host":"portable","etcd":{"api":"grpc"}}"#, b"{}"] {
+            let c = Config::parse(json).unwrap();
+            assert_eq!(Config::from_settings(c.to_settings()).unwrap(), c);
+        }
+        let default = Config::parse(b"{}").unwrap().to_settings();
+        assert!(
+            matches!(default.etcd, Switch::On(EtcdSettings { api: None, .. })),
+            "the host's own API is not written"
+        );
     }
 
     #[test]

@@ -16,10 +16,10 @@ pub mod config;
 pub mod settings;
 
 pub use config::{
-    service, Conditional, Config, ConfigError, Etcd, EtcdAuth, GateConfig, Host, Provenance, ResourceFrom,
+    service, Conditional, Config, ConfigError, Etcd, EtcdApi, EtcdAuth, GateConfig, Host, Provenance, ResourceFrom,
     DEFAULT_CONDITIONAL_MAX_BODY, DEFAULT_ETCD_CLUSTER, DEFAULT_KEY_PREFIX, MAX_SERVICE_NAME_BYTES,
 };
 pub use settings::{
-    EtcdSettings, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings, Settings,
-    Switch,
+    EtcdApiName, EtcdSettings, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ProvenanceName,
+    ResourceSettings, Settings, Switch,
 };

@@ -135,6 +135,21 @@ pub struct EtcdSettings {
     /// Whether concurrent equal-token checks on a resource share one Txn.
     #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub batch_confirms: Option<bool>,
+    /// Which of etcd's APIs the filter calls: `grpc`, or `json` (etcd's JSON gateway,
+    /// over HTTP/1.1, for a host without gRPC calls). Default: the host's (`grpc` on
+    /// Envoy, `json` on a portable host).
+    #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub api: Option<EtcdApiName>,
+}
+
+/// etcd's API, by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EtcdApiName {
+    /// etcd's gRPC API (`proxy_grpc_call`, HTTP/2).
+    Grpc,
+    /// etcd's JSON gateway (`proxy_http_call`, HTTP/1.1, `POST /v3/kv/txn`).
+    Json,
 }
 
 /// The ordering gate's settings.

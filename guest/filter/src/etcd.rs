@@ -1,5 +1,8 @@
 //! Marks in etcd, over etcd's gRPC API (`etcdserverpb.KV/Txn`) through an Envoy
-//! cluster that speaks HTTP/2 to etcd's client port.
+//! cluster that speaks HTTP/2 to etcd's client port, or on a host without gRPC calls
+//! over etcd's JSON API (`POST /v3/kv/txn`, `etcd.api: "json"`) through an HTTP/1.1
+//! call: the same messages, transcoded (`fencekeeper_etcd_wire::json`), so that one
+//! set of parsers below judges both.
 //!
 //! Key scheme and value format shared with the gateway (so an Envoy and a gateway
 //! can share one etcd): key = prefix + resource (default prefix
@@ -18,17 +21,20 @@
 //! another key or left bare by an earlier version (format 1) is an error, and the
 //! request is undecided, never admitted against a lower mark.
 //!
-//! Why gRPC and not etcd's JSON gateway: the gateway decodes the JSON and calls etcd's
+//! Why gRPC where the host has it: the JSON gateway decodes the JSON and calls etcd's
 //! own gRPC server, so the same Txn costs etcd about twice the CPU (BENCHMARKS.md),
 //! and in front of a store every admit is one.
 
-use crate::config::Etcd;
+use crate::config::{Etcd, EtcdApi};
 use fencekeeper_core::Token;
 use fencekeeper_etcd_wire::grpc::{self, Status};
+use fencekeeper_etcd_wire::json;
 use fencekeeper_etcd_wire::retention::{self, CreateError};
 use fencekeeper_etcd_wire::{self as wire, Expect, KeyValue, MarkError, Op, Range};
 use proxy_wasm::hostcalls;
-use proxy_wasm::types::BufferType;
+use proxy_wasm::types::{BufferType, MapType};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::time::Duration;
 
 /// Which etcd method a call runs.
@@ -42,21 +48,99 @@ pub enum Method {
     LeaseGrant,
 }
 
-/// Send `message` to etcd's `method` through the configured cluster, with `token`
-/// (etcd's authentication) as metadata when given. The host answers in
-/// `on_grpc_call_response` of the context the SDK has active when this is called
-/// (the request's own, or the root's for a batch); it returns the call's id.
+/// Send `message` (protobuf) to etcd's `method` through the configured cluster, with
+/// `token` (etcd's authentication) as metadata when given, over the configured API.
+/// The host answers in `on_grpc_call_response` (gRPC) or `on_http_call_response`
+/// (JSON, read with [`http_response`]) of the context the SDK has active when this is
+/// called (the request's own, or the root's for a batch); it returns the call's id.
 pub fn call(e: &Etcd, method: Method, token: Option<&str>, message: &[u8]) -> Result<u32, String> {
-    let (service, name) = match method {
-        Method::Txn => (grpc::KV_SERVICE, grpc::TXN_METHOD),
-        Method::Authenticate => (grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD),
-        Method::LeaseGrant => (grpc::LEASE_SERVICE, grpc::LEASE_GRANT_METHOD),
-    };
-    let metadata = token.map(|t| (grpc::TOKEN_METADATA, t.as_bytes())).into_iter().collect();
     let timeout = Duration::from_millis(e.timeout_ms);
-    hostcalls::dispatch_grpc_call(&e.service, service, name, metadata, Some(message), timeout).map_err(|s| {
-        format!("cannot call etcd cluster {:?} ({s:?}): is it a cluster of Envoy's configuration?", e.cluster)
-    })
+    match e.api {
+        EtcdApi::Grpc => {
+            let (service, name) = match method {
+                Method::Txn => (grpc::KV_SERVICE, grpc::TXN_METHOD),
+                Method::Authenticate => (grpc::AUTH_SERVICE, grpc::AUTHENTICATE_METHOD),
+                Method::LeaseGrant => (grpc::LEASE_SERVICE, grpc::LEASE_GRANT_METHOD),
+            };
+            let metadata = token.map(|t| (grpc::TOKEN_METADATA, t.as_bytes())).into_iter().collect();
+            hostcalls::dispatch_grpc_call(&e.service, service, name, metadata, Some(message), timeout).map_err(|s| {
+                format!("cannot call etcd cluster {:?} ({s:?}): is it a cluster of Envoy's configuration?", e.cluster)
+            })
+        }
+        EtcdApi::Json => {
+            let call = json_call(method);
+            let body = json::request(call, message).map_err(|e| e.0)?;
+            let mut headers = vec![
+                (":method", "POST"),
+                (":path", call.path()),
+                (":authority", e.authority.as_str()),
+                ("content-type", json::CONTENT_TYPE),
+            ];
+            if let Some(t) = token {
+                headers.push((json::TOKEN_HEADER, t));
+            }
+            let sent = hostcalls::dispatch_http_call(&e.cluster, headers, Some(&body), Vec::new(), timeout);
+            if method == Method::Authenticate {
+                // It carries the password.
+                crate::env::wipe(body);
+            }
+            let id = sent.map_err(|s| {
+                format!(
+                    "cannot call etcd's JSON API through {:?} ({s:?}): is it a cluster of the proxy's configuration \
+                     (on ngx_wasm_module, host:port)?",
+                    e.cluster
+                )
+            })?;
+            JSON_CALLS.with(|calls| {
+                let mut calls = calls.borrow_mut();
+                // A call whose context went before its answer is never answered: its
+                // entry goes once no answer can come.
+                let now = crate::gate::now_ms();
+                calls.retain(|_, (_, sent)| now.saturating_sub(*sent) <= e.timeout_ms + FORGET_CALL_MS);
+                calls.insert(id, (call, now));
+            });
+            Ok(id)
+        }
+    }
+}
+
+fn json_call(method: Method) -> json::Call {
+    match method {
+        Method::Txn => json::Call::Txn,
+        Method::Authenticate => json::Call::Authenticate,
+        Method::LeaseGrant => json::Call::LeaseGrant,
+    }
+}
+
+/// How long past its timeout a JSON call's entry is kept for an answer (ms).
+const FORGET_CALL_MS: u64 = 60_000;
+
+thread_local! {
+    /// The JSON calls awaiting an answer, by id: which call, to read its answer as,
+    /// and when it was sent (ms).
+    static JSON_CALLS: RefCell<HashMap<u32, (json::Call, u64)>> = RefCell::new(HashMap::new());
+}
+
+/// Whether `id` is an etcd call over the JSON API awaiting its answer (a request's
+/// other HTTP call, the store's HEAD, is not).
+pub fn is_json_call(id: u32) -> bool {
+    JSON_CALLS.with(|calls| calls.borrow().contains_key(&id))
+}
+
+/// The answer to the JSON call `id`, whose `on_http_call_response` runs now
+/// (`body_size` as the host reported it), as the protobuf a gRPC call would have
+/// answered, or the status it failed with. Reads at most one byte more than an
+/// answer may have.
+pub fn http_response(id: u32, body_size: usize) -> Response {
+    let call = JSON_CALLS.with(|calls| calls.borrow_mut().remove(&id)).map_or(json::Call::Txn, |(call, _)| call);
+    let status = hostcalls::get_map_value(MapType::HttpCallResponseHeaders, ":status")
+        .ok()
+        .flatten()
+        .and_then(|s| s.parse::<u16>().ok())
+        .unwrap_or(0);
+    let size = body_size.min(json::MAX_ANSWER_BYTES + 1);
+    let body = hostcalls::get_buffer(BufferType::HttpCallResponseBody, 0, size).ok().flatten().unwrap_or_default();
+    json::answer(call, status, &body)
 }
 
 /// What etcd answered a call: its message, or a status other than OK (etcd's, or

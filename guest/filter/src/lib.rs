@@ -258,10 +258,23 @@ struct Root {
 }
 
 impl Context for Root {
-    /// The answer to a batch's Txn (the root sends them all).
+    /// The answer to a root's etcd call over gRPC.
     fn on_grpc_call_response(&mut self, token: u32, status_code: u32, size: usize) {
+        self.on_etcd_answer(token, etcd::response(status_code, size));
+    }
+
+    /// The answer to a root's etcd call over etcd's JSON API (the root makes no other
+    /// HTTP call).
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        self.on_etcd_answer(token, etcd::http_response(token, body_size));
+    }
+}
+
+impl Root {
+    /// The answer to a batch's Txn (the root sends them all), the root's
+    /// authentication, or a call of the shared registry.
+    fn on_etcd_answer(&mut self, token: u32, response: etcd::Response) {
         let Some(f) = &self.filter else { return };
-        let response = etcd::response(status_code, size);
         // With a user: the root's own authentication, or a root call refused for its
         // token (expired unused, or etcd restarted), which authenticates again.
         if let (Some(auth), Some(e)) = (&f.auth, &f.config.etcd) {
@@ -338,10 +351,20 @@ impl RootContext for Root {
         // work (docs/proxy-wasm-hosts.md).
         let queue = match config.host {
             Host::Portable => {
+                let etcd = match &config.etcd {
+                    None => "",
+                    Some(_) if !config.reaches_etcd() => {
+                        " (marks in etcd over gRPC: every fenced write is refused, 503)"
+                    }
+                    Some(_) if config.gate.is_some_and(|g| g.shared) => {
+                        " (etcd over its JSON API; gate.shared cannot run here: every fenced write is refused, 503, \
+                         until \"gate\": {\"shared\": false})"
+                    }
+                    Some(_) => " (etcd over its JSON API, confirms not batched)",
+                };
                 log::info!(
                     "fencekeeper: host \"portable\": no shared queue (held writes and confirms are not woken, the \
-                     tick re-checks), no gRPC call{}",
-                    if config.etcd.is_some() { " (marks in etcd: every fenced write is refused, 503)" } else { "" }
+                     tick re-checks), no gRPC call{etcd}"
                 );
                 None
             }
@@ -358,9 +381,9 @@ impl RootContext for Root {
         let wake = queue.filter(|_| batching);
         let shared = config
             .gate
-            // Its registry is in etcd: without gRPC calls every fenced write is refused
-            // before it gets there, and the root must not call.
-            .filter(|g| g.shared && config.host.grpc_calls())
+            // Its registry is the root's, which resumes the writes it passed: a portable
+            // host cannot, and every fenced write is refused before it gets there.
+            .filter(|g| g.shared && config.host == Host::Envoy)
             .zip(config.etcd.as_ref())
             .map(|(g, e)| shared::Shared::new(e.flight_prefix.clone(), g.flight_ms, g.apply_bound_ms, vm, queue));
         let gate = config.gate.map(|g| gate::Gate::new(g, vm, queue, shared));

@@ -43,7 +43,9 @@ pub enum MapType {
     RequestHeaders,
     /// The response's headers.
     ResponseHeaders,
-    /// Any other map (trailers, gRPC metadata, an HTTP call's answer).
+    /// The headers of the answer to an HTTP call (`proxy_http_call`).
+    HttpCallResponseHeaders,
+    /// Any other map (trailers, gRPC metadata).
     Other,
 }
 
@@ -53,6 +55,7 @@ impl MapType {
         match n {
             0 => MapType::RequestHeaders,
             2 => MapType::ResponseHeaders,
+            6 => MapType::HttpCallResponseHeaders,
             _ => MapType::Other,
         }
     }
@@ -69,7 +72,9 @@ pub enum BufferType {
     VmConfiguration,
     /// The plugin's configuration.
     PluginConfiguration,
-    /// Any other buffer (gRPC and HTTP call answers, connection data).
+    /// The body of the answer to an HTTP call.
+    HttpCallResponseBody,
+    /// Any other buffer (gRPC answers, connection data).
     Other,
 }
 
@@ -79,6 +84,7 @@ impl BufferType {
         match n {
             0 => BufferType::RequestBody,
             1 => BufferType::ResponseBody,
+            4 => BufferType::HttpCallResponseBody,
             6 => BufferType::VmConfiguration,
             7 => BufferType::PluginConfiguration,
             _ => BufferType::Other,

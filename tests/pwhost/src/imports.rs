@@ -6,7 +6,7 @@
 //! request) is recorded as a violation and refused, so a test sees it.
 
 use crate::abi::{self, BufferType, MapType, Status};
-use crate::vm::{LocalReply, VmState};
+use crate::vm::{Callout, LocalReply, VmState};
 use wasmtime::{format_err, Caller, Linker, Result};
 
 type C<'a> = Caller<'a, VmState>;
@@ -87,11 +87,15 @@ fn integration(l: &mut Linker<VmState>) -> Result<()> {
 /// The effective stream's header map of type `map`, or why there is none.
 fn map_of(vm: &mut VmState, map: i32) -> std::result::Result<&mut Vec<(String, Vec<u8>)>, Status> {
     let kind = MapType::of(map);
+    if kind == MapType::HttpCallResponseHeaders {
+        // Only inside `proxy_on_http_call_response`, in any context.
+        return vm.call_answer.as_mut().map(|a| &mut a.headers).ok_or(Status::NotFound);
+    }
     let Some(stream) = vm.stream() else { return Err(Status::BadArgument) };
     match kind {
         MapType::RequestHeaders => Ok(&mut stream.request),
         MapType::ResponseHeaders => Ok(&mut stream.response),
-        MapType::Other => Err(Status::NotFound),
+        MapType::HttpCallResponseHeaders | MapType::Other => Err(Status::NotFound),
     }
 }
 
@@ -188,6 +192,7 @@ fn buffers_and_properties(l: &mut Linker<VmState>) -> Result<()> {
                 BufferType::VmConfiguration | BufferType::Other => Vec::new(),
                 BufferType::RequestBody => vm.stream().map(|s| s.body.clone()).unwrap_or_default(),
                 BufferType::ResponseBody => vm.stream().map(|s| s.response_body.clone()).unwrap_or_default(),
+                BufferType::HttpCallResponseBody => vm.call_answer.as_ref().map(|a| a.body.clone()).unwrap_or_default(),
             };
             let start = (start as u32 as usize).min(whole.len());
             let end = start.saturating_add(max as u32 as usize).min(whole.len());
@@ -348,9 +353,34 @@ fn calls(l: &mut Linker<VmState>) -> Result<()> {
     l.func_wrap(
         "env",
         "proxy_http_call",
-        |_: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32, _: i32| {
-            // No HTTP upstream for callouts behind this host.
-            Status::BadArgument.code()
+        |mut c: C<'_>,
+         up: i32,
+         ul: i32,
+         hp: i32,
+         hl: i32,
+         bp: i32,
+         bl: i32,
+         _tp: i32,
+         _tl: i32,
+         timeout_ms: i32,
+         at: i32|
+         -> Result<i32> {
+            if !c.data().callouts {
+                // No HTTP upstream for callouts behind this host.
+                return Ok(Status::BadArgument.code());
+            }
+            let upstream = abi::read_text(&mut c, up, ul)?;
+            let headers = abi::read(&mut c, hp, hl)?;
+            let headers = abi::decode_map(&headers).ok_or_else(|| format_err!("a call's headers that do not parse"))?;
+            let body = abi::read(&mut c, bp, bl)?;
+            // Answered once the callback returns, as a real host does.
+            let vm = c.data_mut();
+            let token = vm.next_token;
+            vm.next_token += 1;
+            let callout = Callout { upstream, headers, body, timeout_ms: timeout_ms as u32 };
+            vm.http.push((vm.effective, token, callout));
+            abi::write_u32(&mut c, at, token)?;
+            Ok(Status::Ok.code())
         },
     )?;
     l.func_wrap(

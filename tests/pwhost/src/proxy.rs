@@ -10,7 +10,7 @@
 
 use crate::imports;
 use crate::profile::{ConfigureFailure, Profile};
-use crate::vm::{LocalReply, Phase, Stream, VmState};
+use crate::vm::{CallAnswer, Callout, LocalReply, Phase, Stream, VmState};
 use crate::world::{LogLine, World};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -154,33 +154,68 @@ pub struct Proxy {
     ended: BTreeMap<StreamId, State>,
     forwarded: BTreeMap<StreamId, Vec<(String, String)>>,
     hung: u32,
+    /// What answers the filter's HTTP calls.
+    callouts: Option<Box<Answerer>>,
 }
+
+/// What answers an HTTP call the filter makes: the test's stand-in for the proxy's
+/// cluster (a real etcd behind it, say).
+pub type Answerer = dyn FnMut(&Callout) -> CallAnswer;
 
 impl Proxy {
     /// Start `workers` workers of `binary` under `profile`, each configured with `config`.
     pub fn start(binary: &Binary, profile: Profile, config: &str, workers: usize) -> Result<Proxy, Error> {
-        let profile = Rc::new(profile);
-        let world = Rc::new(RefCell::new(World::new(0x5eed)));
+        let mut proxy = Proxy {
+            workers: Vec::new(),
+            world: Rc::new(RefCell::new(World::new(0x5eed))),
+            profile: Rc::new(profile),
+            ended: BTreeMap::new(),
+            forwarded: BTreeMap::new(),
+            hung: 0,
+            callouts: None,
+        };
+        proxy.add_workers(binary, config, workers)?;
+        Ok(proxy)
+    }
+
+    /// Start `workers` more workers, each configured with `config`.
+    fn add_workers(&mut self, binary: &Binary, config: &str, workers: usize) -> Result<(), Error> {
         let mut linker = Linker::new(&binary.engine);
         imports::define(&mut linker).map_err(|e| Error::Instantiate(e.to_string()))?;
-        let mut proxy =
-            Proxy { workers: Vec::new(), world, profile, ended: BTreeMap::new(), forwarded: BTreeMap::new(), hung: 0 };
-        for worker in 0..workers {
-            let state = VmState::new(worker, Rc::clone(&proxy.world), Rc::clone(&proxy.profile), config.into());
+        for _ in 0..workers {
+            let worker = self.workers.len();
+            let mut state = VmState::new(worker, Rc::clone(&self.world), Rc::clone(&self.profile), config.into());
+            state.callouts = self.callouts.is_some();
             let mut store = Store::new(&binary.engine, state);
             let instance =
                 linker.instantiate(&mut store, &binary.module).map_err(|e| Error::Instantiate(format!("{e:#}")))?;
-            proxy.workers.push(Worker { store, instance, alive: true });
-            if let Err(why) = proxy.configure(worker, config.len()) {
-                match proxy.profile.configure_failure {
+            self.workers.push(Worker { store, instance, alive: true });
+            if let Err(why) = self.configure(worker, config.len()) {
+                match self.profile.configure_failure {
                     ConfigureFailure::Refused => {
-                        return Err(Error::Refused { profile: proxy.profile.name, worker, why });
+                        return Err(Error::Refused { profile: self.profile.name, worker, why });
                     }
                     // The worker is gone and nobody starts another.
-                    ConfigureFailure::Fatal => proxy.workers[worker].alive = false,
+                    ConfigureFailure::Fatal => self.workers[worker].alive = false,
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Start as [`Proxy::start`], with `answerer` answering every HTTP call the filter
+    /// makes (from configure on), in the order made, once the callback that made it
+    /// returns.
+    pub fn start_answering(
+        binary: &Binary,
+        profile: Profile,
+        config: &str,
+        workers: usize,
+        answerer: Box<Answerer>,
+    ) -> Result<Proxy, Error> {
+        let mut proxy = Proxy::start(binary, profile, "", 0)?;
+        proxy.callouts = Some(answerer);
+        proxy.add_workers(binary, config, workers)?;
         Ok(proxy)
     }
 
@@ -314,6 +349,11 @@ impl Proxy {
                     progress = true;
                     self.resolve(StreamId { worker, context });
                 }
+                let calls = std::mem::take(&mut self.workers[worker].store.data_mut().http);
+                for (context, token, callout) in calls {
+                    progress = true;
+                    self.answer_call(worker, context, token, &callout);
+                }
                 let calls = std::mem::take(&mut self.workers[worker].store.data_mut().grpc);
                 for (context, token) in calls {
                     progress = true;
@@ -336,6 +376,21 @@ impl Proxy {
                 return;
             }
         }
+    }
+
+    /// Answer HTTP call `token` of `context` with what the answerer says.
+    fn answer_call(&mut self, worker: usize, context: u32, token: u32, callout: &Callout) {
+        let Some(answerer) = self.callouts.as_mut() else { return };
+        let answer = answerer(callout);
+        let vm = self.workers[worker].store.data_mut();
+        if context != vm.root && !vm.streams.contains_key(&context) {
+            // Its stream ended: a host cancels the call with it.
+            return;
+        }
+        let args = [context as i32, token as i32, answer.headers.len() as i32, answer.body.len() as i32, 0];
+        vm.call_answer = Some(answer);
+        let _ = self.on(worker, context, "proxy_on_http_call_response", &args);
+        self.workers[worker].store.data_mut().call_answer = None;
     }
 
     /// A stream a host call changed: answer it locally, or resume it.

@@ -59,6 +59,50 @@ impl Stream {
     }
 }
 
+/// An HTTP call the filter made (`proxy_http_call`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Callout {
+    /// The cluster (Envoy) or `host:port` (ngx_wasm_module) it names.
+    pub upstream: String,
+    /// Its headers, pseudo-headers included.
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Its body.
+    pub body: Vec<u8>,
+    /// The timeout the filter gave it.
+    pub timeout_ms: u32,
+}
+
+impl Callout {
+    /// The value of header `name`, as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+}
+
+/// What answered an HTTP call.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallAnswer {
+    /// Its headers, `:status` among them (none: the call failed).
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl CallAnswer {
+    /// An answer of `status` with `body`.
+    pub fn new(status: u16, body: Vec<u8>) -> CallAnswer {
+        CallAnswer { headers: vec![(":status".to_owned(), status.to_string().into_bytes())], body }
+    }
+
+    /// A call that got no answer (a reset, a timeout): no headers, no body.
+    pub fn failed() -> CallAnswer {
+        CallAnswer::default()
+    }
+}
+
 /// The host's side of one VM.
 pub struct VmState {
     pub(crate) worker: usize,
@@ -74,6 +118,13 @@ pub struct VmState {
     pub(crate) next_tick: u64,
     /// gRPC calls dispatched and not answered yet: (context, token).
     pub(crate) grpc: Vec<(u32, u32)>,
+    /// Whether HTTP calls are dispatched (the proxy has something to answer them);
+    /// else `proxy_http_call` is refused.
+    pub(crate) callouts: bool,
+    /// HTTP calls dispatched and not answered yet: (context, token, call).
+    pub(crate) http: Vec<(u32, u32, Callout)>,
+    /// The answer `proxy_on_http_call_response` is running for.
+    pub(crate) call_answer: Option<CallAnswer>,
     pub(crate) next_token: u32,
     /// Streams a call changed (a local reply, a resume), for the host to act on once
     /// the callback returns: a host never calls into the guest from a host call.
@@ -93,6 +144,9 @@ impl VmState {
             tick_ms: 0,
             next_tick: 0,
             grpc: Vec::new(),
+            callouts: false,
+            http: Vec::new(),
+            call_answer: None,
             next_token: 1,
             touched: Vec::new(),
         }

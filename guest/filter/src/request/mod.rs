@@ -45,11 +45,19 @@ use proxy_wasm::types::{Action, MapType};
 use std::rc::Rc;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// Why a fenced write is refused where the marks are in etcd and the host makes no
-/// gRPC calls.
-const NO_GRPC: &str = "the marks are in etcd, which the filter reaches over gRPC, and this proxy-wasm host makes no \
-                       gRPC calls (proxy_grpc_call; \"host\": \"portable\"): on it, run with \"etcd\": null and \
-                       \"mode\": \"efficiency\" (docs/proxy-wasm-hosts.md)";
+/// Why a fenced write is refused where the marks are in etcd, the filter is told to
+/// reach it over gRPC, and the host makes no gRPC calls.
+const NO_GRPC: &str = "the marks are in etcd, which the filter is told to reach over gRPC (\"etcd\": {\"api\": \
+                       \"grpc\"}), and this proxy-wasm host makes no gRPC calls (proxy_grpc_call; \"host\": \
+                       \"portable\"): on it, leave etcd.api unset or \"json\" (docs/proxy-wasm-hosts.md)";
+
+/// Why a fenced write is refused where the shared gate is on and the host is portable.
+const NO_SHARED_GATE: &str =
+    "the ordering gate across instances (gate.shared, on by default with etcd) passes a write \
+                              from the worker's root, which then resumes it (proxy_set_effective_context), and this \
+                              proxy-wasm host does not (\"host\": \"portable\"): where every write to the store \
+                              passes through this one proxy, set \"gate\": {\"shared\": false} \
+                              (docs/proxy-wasm-hosts.md)";
 
 /// How many etcd transactions one request may take before it is undecided.
 const MAX_ETCD_ROUNDS: u32 = 8;
@@ -179,10 +187,15 @@ impl Request {
             // `presented` refuses what has no path.
             (Ok(_), Err(e)) => return self.finish(Ok(Verdict::Malformed(Malformed::Resource(e))), "", &""),
         };
-        if f.config.etcd.is_some() && !f.config.host.grpc_calls() {
+        if f.config.etcd.is_some() && !f.config.reaches_etcd() {
             // The marks are in etcd, reached over gRPC, which this host does not call:
             // every fenced write is refused (both modes: passing it would not fence).
             return self.finish(Err(NoVerdict::Refused), &resource, &NO_GRPC);
+        }
+        if f.config.host == Host::Portable && f.config.gate.is_some_and(|g| g.shared) {
+            // Without the shared gate the order across instances is lost; with it, on
+            // this host, nothing could resume a write it passes.
+            return self.finish(Err(NoVerdict::Refused), &resource, &NO_SHARED_GATE);
         }
         if f.config.conditional.is_some() {
             let length =
@@ -530,13 +543,22 @@ impl Drop for Request {
 }
 
 impl Context for Request {
-    fn on_http_call_response(&mut self, _token: u32, _headers: usize, _body_size: usize, _trailers: usize) {
-        // The one HTTP call a request makes: a conditional write's HEAD of the store.
+    fn on_http_call_response(&mut self, token: u32, _headers: usize, body_size: usize, _trailers: usize) {
+        if etcd::is_json_call(token) {
+            return self.on_etcd_answer(etcd::http_response(token, body_size));
+        }
+        // The request's other HTTP call: a conditional write's HEAD of the store.
         self.on_store_version();
     }
 
     fn on_grpc_call_response(&mut self, _token: u32, status_code: u32, size: usize) {
-        let response = etcd::response(status_code, size);
+        self.on_etcd_answer(etcd::response(status_code, size));
+    }
+}
+
+impl Request {
+    /// etcd answered the request's call (over either API).
+    fn on_etcd_answer(&mut self, response: Response) {
         if self.learning.is_some() {
             return self.on_learned(&response);
         }
@@ -639,7 +661,7 @@ impl HttpContext for Request {
             if seen.admitted {
                 self.set_http_request_header(ADMITTED_HEADER, None);
             }
-            if self.filter.config.conditional.is_some() && self.filter.config.host.grpc_calls() {
+            if self.filter.config.conditional.is_some() && self.filter.config.reaches_etcd() {
                 // Its answer may tell a version the filter lost (docs/envoy.md).
                 let method = String::from_utf8_lossy(&seen.method);
                 let (head, scope) = (head(&seen, &method), scope(&self.filter));

@@ -3,6 +3,7 @@
 #![allow(clippy::panic)]
 
 mod common;
+mod etcd_json;
 pub mod modes;
 mod strict;
 mod tokens_contract;

@@ -43,12 +43,13 @@ fn a_queue_the_host_refuses_leaves_the_tick_to_resume_held_writes() {
     assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
 }
 
-/// Marks in etcd on a host without gRPC calls: the filter configures, and refuses
-/// every fenced write (in both modes) with one line naming the missing call. Reads pass.
+/// Marks in etcd over gRPC on a host without gRPC calls: the filter configures, and
+/// refuses every fenced write (in both modes) with one line naming the missing call.
+/// Reads pass.
 #[test]
 fn etcd_modes_without_grpc_calls_configure_and_refuse_each_fenced_write_naming_the_missing_call() {
     for mode in ["correctness", "efficiency"] {
-        let config = json!({"host": "portable", "mode": mode, "provenance": "weak"});
+        let config = json!({"host": "portable", "mode": mode, "provenance": "weak", "etcd": {"api": "grpc"}});
         let mut proxy = crate::common::start(Profile::strict(), &config, 1);
         let id = proxy.send(0, Request::put("/r").token("7"));
         let refused = crate::common::answer(&mut proxy, id);
