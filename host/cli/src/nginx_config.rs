@@ -2,17 +2,20 @@
 //! with the proxy-wasm filter under ngx_wasm_module, or with `--kong`, the settings
 //! and filter chain for Kong Gateway (docs/proxy-wasm-hosts.md).
 //!
-//! On that host the filter runs with `"host": "portable"`: marks in shared data
-//! (`shm_kv`), efficiency mode, no etcd (the host makes no gRPC calls), and an
-//! ordering gate that refuses a write it would have held. So this command has no
-//! etcd flags; the plugin configuration it writes is checked against the type the
+//! On that host the filter runs with `"host": "portable"`, and an ordering gate that
+//! refuses a write it would have held. Its marks are in shared data (`shm_kv`), in
+//! efficiency mode; or with `--etcd`, in etcd through etcd's JSON API (the host makes
+//! no gRPC calls), in correctness mode, with the gate of this nginx only (the gate
+//! across instances needs a host that resumes a held request), which `--local-gate`
+//! acknowledges. The plugin configuration it writes is checked against the type the
 //! filter parses, as `envoy-config`'s is.
 
 use crate::envoy_config::{FilterFile, Front};
 use crate::protocol::ProtocolArg;
 use anyhow::{bail, Context, Result};
 use fencekeeper_filter_config::{
-    Config, GateConfig, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ResourceSettings, Settings, Switch,
+    Config, EtcdSettings, GateConfig, GateSettings, HostName, KeyFrom, ModeName, ProtocolName, ResourceSettings,
+    Settings, Switch,
 };
 use std::fmt::Write as _;
 use std::process::ExitCode;
@@ -32,6 +35,19 @@ pub struct Args {
     /// (`shm_kv fencekeeper SIZE`: nginx's sizes, e.g. 16m).
     #[arg(long, default_value = "16m")]
     shm_kv_size: String,
+    /// Keep the marks in etcd, at its client address HOST:PORT, through etcd's JSON
+    /// API (etcd 3.4 or later; nginx makes the calls over HTTP/1.1): correctness
+    /// mode, marks that outlive nginx and that Envoys and gateways on the same etcd
+    /// share. Needs --local-gate. Without it, marks live in nginx's shared memory
+    /// (efficiency mode).
+    #[arg(long, value_name = "HOST:PORT", requires = "local_gate")]
+    etcd: Option<String>,
+    /// With --etcd: order only this nginx's own writes. The ordering gate across
+    /// instances cannot run on ngx_wasm_module (it resumes a held request from the
+    /// worker's root), so every write to the store must pass through this one nginx;
+    /// this flag says that it does.
+    #[arg(long, requires = "etcd", conflicts_with = "no_gate")]
+    local_gate: bool,
     /// Refuse a token equal to the mark (each token admits once).
     #[arg(long)]
     strict: bool,
@@ -82,13 +98,23 @@ fn plugin_config(args: &Args) -> Settings {
         let d = GateConfig::default();
         Switch::On(GateSettings {
             apply_bound_ms: Some(args.store_apply_bound.map_or(d.apply_bound_ms, |b| b.as_millis() as u64)),
+            shared: args.local_gate.then_some(false),
             ..GateSettings::default()
         })
     };
+    let (etcd, mode) = match &args.etcd {
+        // On ngx_wasm_module a call's cluster is host:port; the API is the portable
+        // host's default, etcd's JSON.
+        Some(address) => (
+            Switch::On(EtcdSettings { cluster: Some(address.clone()), ..EtcdSettings::default() }),
+            ModeName::Correctness,
+        ),
+        None => (Switch::Off, ModeName::Efficiency),
+    };
     Settings {
         host: Some(HostName::Portable),
-        etcd: Switch::Off,
-        mode: Some(ModeName::Efficiency),
+        etcd,
+        mode: Some(mode),
         strict: Some(args.strict),
         protocol: match args.protocol {
             ProtocolArg::Http => None,
@@ -116,9 +142,21 @@ fn nginx_quoted(s: &str) -> String {
     format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
+/// An etcd client address as ngx_wasm_module's calls take it: HOST:PORT.
+fn check_etcd(address: &str) -> Result<()> {
+    let port = address.rsplit_once(':').map(|(host, port)| (host, port.parse::<u16>()));
+    match port {
+        Some((host, Ok(port))) if !host.is_empty() && port > 0 && !host.contains('/') => Ok(()),
+        _ => bail!("--etcd {address:?}: give etcd's client address as HOST:PORT, e.g. 127.0.0.1:2379"),
+    }
+}
+
 /// The configuration, for the filter at `filter`.
 pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
     check_size(&args.shm_kv_size)?;
+    if let Some(address) = &args.etcd {
+        check_etcd(address)?;
+    }
     let settings = plugin_config(args);
     let json = serde_json::to_string(&settings)?;
     // What the filter will parse: the same type, the same rules.
@@ -177,5 +215,13 @@ mod tests {
             assert!(check_size(bad).is_err(), "{bad}");
         }
         assert_eq!(nginx_quoted(r#"{"a":"it's"}"#), r#"'{"a":"it\'s"}'"#);
+    }
+
+    #[test]
+    fn etcd_is_host_and_port() {
+        assert!(check_etcd("127.0.0.1:2379").is_ok() && check_etcd("etcd.internal:2379").is_ok());
+        for bad in ["127.0.0.1", "http://127.0.0.1:2379", ":2379", "a:0", "a:x"] {
+            assert!(check_etcd(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -6,7 +6,9 @@
 
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use fencekeeper_pwhost::{Binary, Profile, Proxy, Request, State};
+use fencekeeper_pwhost::{Binary, CallAnswer, Callout, Profile, Proxy, Request, State};
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::path::Path;
 use std::process::Command;
 
@@ -41,11 +43,45 @@ fn plugin_json(conf: &str) -> String {
     quoted.replace("\\'", "'").replace("\\\\", "\\")
 }
 
-fn strict_proxy(json: &str) -> Proxy {
+fn binary() -> Binary {
     let dir = std::env::var_os("FENCEKEEPER_GUEST_DIR")
         .map_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../guest/artifacts"), std::path::PathBuf::from);
-    let binary = Binary::load(&dir.join("fencekeeper_filter.wasm")).unwrap();
-    Proxy::start(&binary, Profile::strict(), json, 2).unwrap()
+    Binary::load(&dir.join("fencekeeper_filter.wasm")).unwrap()
+}
+
+fn strict_proxy(json: &str) -> Proxy {
+    Proxy::start(&binary(), Profile::strict(), json, 2).unwrap()
+}
+
+/// With `--etcd`: the filter calls etcd's JSON API at the address given, over HTTP
+/// (here answered as an etcd that is down), and never asks for a gRPC call.
+#[test]
+fn with_etcd_the_filter_calls_etcds_json_api_at_the_address_given() {
+    let conf = golden(
+        "nginx-config-etcd.conf",
+        &["--upstream", "127.0.0.1:8080", "--filter", FILTER, "--etcd", "127.0.0.1:2379", "--local-gate"],
+    );
+    let json: serde_json::Value = serde_json::from_str(&plugin_json(&conf)).unwrap();
+    assert_eq!((json["mode"].as_str(), json["gate"]["shared"].as_bool()), (Some("correctness"), Some(false)));
+    let calls: Rc<RefCell<Vec<Callout>>> = Rc::default();
+    let seen = Rc::clone(&calls);
+    let answerer = Box::new(move |call: &Callout| {
+        seen.borrow_mut().push(call.clone());
+        CallAnswer::failed()
+    });
+    let mut proxy = Proxy::start_answering(&binary(), Profile::strict(), &plugin_json(&conf), 1, answerer).unwrap();
+    let id = proxy.send(0, Request::put("/r").token("34"));
+    let State::Answered(answer) = proxy.state(id) else { panic!("{:?}", proxy.state(id)) };
+    assert_eq!(answer.status, 503, "etcd down: correctness mode fails closed: {answer:?}");
+    let call = calls.borrow().first().cloned().unwrap();
+    assert_eq!((call.upstream.as_str(), call.header(":path").as_deref()), ("127.0.0.1:2379", Some("/v3/kv/txn")));
+    assert_eq!(proxy.grpc_calls(), 0);
+    // etcd needs the acknowledgement that this nginx is the store's only way in.
+    let bare = generate(&["--upstream", "store:80", "--filter", FILTER, "--etcd", "127.0.0.1:2379"]);
+    assert_eq!(bare.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("--local-gate"));
+    let url = generate(&["--upstream", "store:80", "--filter", FILTER, "--etcd", "http://e:2379", "--local-gate"]);
+    assert!(String::from_utf8_lossy(&url.stderr).contains("HOST:PORT"), "{url:?}");
 }
 
 #[test]
