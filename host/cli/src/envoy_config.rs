@@ -15,8 +15,8 @@ use crate::provenance::{etcd_check, ProvenanceArg};
 use anyhow::{anyhow, bail, Context, Result};
 use fencekeeper_core::Protocol;
 use fencekeeper_filter_config::{
-    Config, EtcdSettings, GateConfig, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName, ResourceSettings,
-    Settings, Switch, DEFAULT_ETCD_CLUSTER,
+    Config, EtcdApiName, EtcdSettings, GateConfig, GateSettings, KeyFrom, ModeName, ProtocolName, ProvenanceName,
+    ResourceSettings, Settings, Switch, DEFAULT_ETCD_CLUSTER,
 };
 use fencekeeper_gateway::config::methods;
 use std::fmt::Write as _;
@@ -130,6 +130,11 @@ pub struct Args {
     /// never shows the password. Envoy must be started with it set.
     #[arg(help_heading = "etcd's TLS and user", long, value_name = "VAR", requires = "etcd_user")]
     etcd_password_env: Option<String>,
+    /// Which of etcd's APIs the filter calls: grpc (HTTP/2 to etcd; half etcd's CPU
+    /// a call), or json (etcd's JSON API over HTTP/1.1, etcd 3.4 or later: what a
+    /// proxy-wasm host without gRPC calls uses; BENCHMARKS.md compares the two).
+    #[arg(help_heading = "Marks", long, value_enum, default_value_t = EtcdApi::Grpc, conflicts_with = "no_etcd")]
+    etcd_api: EtcdApi,
     /// Keep marks in Envoy's shared data only, without etcd (efficiency mode only:
     /// a restart forgets the marks, and two Envoys do not share them).
     #[arg(help_heading = "Marks", long)]
@@ -398,6 +403,15 @@ fn regex_escape(s: &str) -> String {
     out
 }
 
+/// etcd's API, as a command-line value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EtcdApi {
+    /// etcd's gRPC API.
+    Grpc,
+    /// etcd's JSON API.
+    Json,
+}
+
 /// The filter's configuration, in the type the filter parses.
 fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
     let etcd = if args.no_etcd {
@@ -408,6 +422,8 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
             timeout_ms: Some(1000),
             user: args.etcd_user.clone(),
             password_env: args.etcd_password_env.clone(),
+            // gRPC, Envoy's default, is left unwritten.
+            api: (args.etcd_api == EtcdApi::Json).then_some(EtcdApiName::Json),
             ..EtcdSettings::default()
         })
     };
@@ -533,7 +549,8 @@ const ETCD_HEALTH_CHECK: &str = "    health_checks:
         retriable_statuses: [{ start: 503, end: 504 }]
 ";
 
-/// The filter calls etcd's gRPC API: HTTP/2 to the members.
+/// The filter calls etcd's gRPC API: HTTP/2 to the members (its JSON API: Envoy's
+/// default, HTTP/1.1).
 const HTTP2: &str = "    typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
@@ -557,16 +574,18 @@ const HTTP2: &str = "    typed_extension_protocol_options:
 ///   speaks HTTP/1.1 in plaintext, where etcd hands every HTTP/2 connection to its
 ///   gRPC server and `/health` is only served over HTTP/1.1, and HTTP/2 over TLS,
 ///   where ALPN has agreed on h2 and etcd serves `/health` on it.
-fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint], etcd: Option<Tls>) -> Result<()> {
+fn cluster(out: &mut String, name: &str, endpoints: &[Endpoint], etcd: Option<(Tls, EtcdApi)>) -> Result<()> {
     let kind = if endpoints.iter().all(Endpoint::is_ip) { "STATIC" } else { "STRICT_DNS" };
     writeln!(out, "  - name: {name}")?;
     writeln!(out, "    type: {kind}")?;
     writeln!(out, "    connect_timeout: 1s")?;
-    if let Some(tls) = etcd {
-        out.push_str(HTTP2);
+    if let Some((tls, api)) = etcd {
+        if api == EtcdApi::Grpc {
+            out.push_str(HTTP2);
+        }
         if endpoints.len() > 1 {
             out.push_str(ETCD_HEALTH_CHECK);
-            let codec = if tls == Tls::On { "HTTP2" } else { "HTTP1" };
+            let codec = if tls == Tls::On && api == EtcdApi::Grpc { "HTTP2" } else { "HTTP1" };
             writeln!(out, "        codec_client_type: {codec}")?;
         }
     }
@@ -594,7 +613,13 @@ enum Tls {
 /// subject alternative names: any member's will do, as the cluster's members share
 /// one check), and a client certificate when given. A file that does not exist is
 /// refused here, so a typo is not an Envoy that cannot start.
-fn etcd_tls(out: &mut String, members: &[Endpoint], ca: &Path, client: Option<(&Path, &Path)>) -> Result<()> {
+fn etcd_tls(
+    out: &mut String,
+    members: &[Endpoint],
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+    api: EtcdApi,
+) -> Result<()> {
     let absolute = |p: &Path| -> Result<String> {
         let full = p.canonicalize().with_context(|| format!("cannot read {}", p.display()))?;
         Ok(yaml_single_quoted(&full.display().to_string()))
@@ -613,8 +638,9 @@ fn etcd_tls(out: &mut String, members: &[Endpoint], ca: &Path, client: Option<(&
         }
     }
     writeln!(out, "        common_tls_context:")?;
-    // The filter speaks gRPC: etcd's TLS listener serves it on h2.
-    writeln!(out, "          alpn_protocols: [h2]")?;
+    // gRPC: etcd's TLS listener serves it on h2; the JSON API on HTTP/1.1.
+    let alpn = if api == EtcdApi::Grpc { "h2" } else { "http/1.1" };
+    writeln!(out, "          alpn_protocols: [{alpn}]")?;
     if let Some((cert, key)) = client {
         writeln!(out, "          tls_certificates:")?;
         writeln!(out, "          - certificate_chain: {{ filename: {} }}", absolute(cert)?)?;
@@ -771,9 +797,10 @@ static_resources:
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;
         let tls = if args.etcd_cacert.is_some() { Tls::On } else { Tls::Off };
-        cluster(&mut out, DEFAULT_ETCD_CLUSTER, &members, Some(tls))?;
+        cluster(&mut out, DEFAULT_ETCD_CLUSTER, &members, Some((tls, args.etcd_api)))?;
         if let Some(ca) = &args.etcd_cacert {
-            etcd_tls(&mut out, &members, ca, args.etcd_cert.as_deref().zip(args.etcd_key.as_deref()))?;
+            let client = args.etcd_cert.as_deref().zip(args.etcd_key.as_deref());
+            etcd_tls(&mut out, &members, ca, client, args.etcd_api)?;
         }
     }
     Ok(out)

@@ -185,6 +185,32 @@ fn two_envoys_on_one_etcd_refuse_a_token_lower_than_one_the_other_admitted() {
     assert_eq!(nginx.read("/shared").as_deref(), Some(&b"b21"[..]));
 }
 
+/// An Envoy on etcd's JSON API (`--etcd-api json`, what a proxy-wasm host without gRPC
+/// calls runs) and one on its gRPC API share one etcd's marks, each with the shared
+/// gate (its registry's calls and leases over the same API); a frozen etcd is a 503
+/// through the JSON API as through gRPC.
+#[test]
+fn an_envoy_on_etcds_json_api_and_one_on_grpc_share_the_marks_and_fail_closed_alike() {
+    let (nginx, etcd) = store_and_etcd(&[]).unwrap();
+    let pair = envoys(2, vec![args(&nginx, Some(&etcd), &["--etcd-api", "json"]), args(&nginx, Some(&etcd), &[])]);
+    let (json, grpc) = (&pair[0], &pair[1]);
+    assert_admitted(&json.put("/shared", "20", "json 20").unwrap());
+    assert_stale(&grpc.put("/shared", "19", "grpc 19").unwrap(), "20");
+    assert_admitted(&grpc.put("/shared", "21", "grpc 21").unwrap());
+    // The JSON Envoy's copy still says 20: etcd, asked through the JSON API, says 21.
+    assert_stale(&json.put("/shared", "20", "json 20 again").unwrap(), "21");
+    assert_admitted(&json.put("/shared", "22", "json 22").unwrap());
+    assert_eq!(nginx.read("/shared").as_deref(), Some(&b"json 22"[..]));
+    let mut etcd = etcd;
+    etcd.process.freeze().unwrap();
+    let frozen = json.put("/shared", "23", "json 23").unwrap();
+    etcd.process.signal("CONT").unwrap();
+    assert_eq!(frozen.status, 503, "{}", frozen.text());
+    assert_eq!(frozen.text().trim_end().lines().count(), 1, "{}", frozen.text());
+    assert_eq!(nginx.read("/shared").as_deref(), Some(&b"json 22"[..]));
+    assert_admitted(&json.put("/shared", "23", "json 23").unwrap());
+}
+
 #[test]
 fn etcd_down_or_frozen_refuses_with_503_in_correctness_mode_passes_in_efficiency_mode_and_recovers() {
     let (nginx, mut etcd) = store_and_etcd(&[]).unwrap();

@@ -216,3 +216,25 @@ fn envoy_refuses_to_start_without_the_password_in_its_environment() {
         assert!(line.contains(VAR) && line.contains(needle), "{line}");
     }
 }
+
+/// The same user through etcd's JSON API (`--etcd-api json`, as a proxy-wasm host
+/// without gRPC calls runs): the token travels in the `authorization` header, a
+/// write is fenced with it, and a wrong password is the same one-line 503.
+#[test]
+fn over_etcds_json_api_the_filter_authenticates_and_a_wrong_password_is_the_same_503() {
+    let (nginx, etcd) = store_and_etcd_with_users();
+    let json = [args(&nginx, &etcd.client.to_string()), vec!["--etcd-api".to_owned(), "json".to_owned()]].concat();
+    let envoy = start(&json, &[(VAR, PASSWORD)]).unwrap();
+    assert_admitted(&put(&envoy, "/orders", "34"));
+    assert_eq!(put(&envoy, "/orders", "33").status, 409);
+    assert!(mark(&etcd, "/orders").starts_with("fk2 34 "), "{}", mark(&etcd, "/orders"));
+    assert_eq!(envoy.log().matches(AUTHENTICATED).count(), 1, "{}", envoy.log());
+    assert!(!envoy.log().contains(PASSWORD));
+    drop(envoy);
+    let wrong = "not-the-password-77b2";
+    let envoy = start(&json, &[(VAR, wrong)]).unwrap();
+    let refused = put(&envoy, "/orders", "35");
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(refused.text().contains("etcd authentication failed for user \"fencekeeper\""), "{}", refused.text());
+    assert!(mark(&etcd, "/orders").starts_with("fk2 34 "), "{}", mark(&etcd, "/orders"));
+}

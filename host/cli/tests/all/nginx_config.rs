@@ -8,9 +8,9 @@
 
 use fencekeeper_pwhost::{Binary, CallAnswer, Callout, Profile, Proxy, Request, State};
 use std::cell::RefCell;
-use std::rc::Rc;
 use std::path::Path;
 use std::process::Command;
+use std::rc::Rc;
 
 const FILTER: &str = "/opt/fencekeeper/fencekeeper_filter.wasm";
 
