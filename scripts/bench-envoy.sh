@@ -28,6 +28,8 @@
 #   etcd-nogate    the same without its ordering gate (--no-gate)
 #   etcd-sharedgate the same with the gate shared through etcd (--shared-gate): one
 #                  more etcd Txn per write (its registration) and a delete after it
+#   etcd-json      `etcd` calling etcd's JSON API over HTTP/1.1 (--etcd-api json), as a
+#                  proxy-wasm host without gRPC calls does, instead of its gRPC API
 #   etcd-single    the same with batched confirms off: one Txn per request (not in
 #                  the default rows; FK_BENCH_ROWS=etcd-single:fixed:16 runs it)
 #   shared-before, etcd-before, etcd-sharedgate-before
@@ -308,6 +310,7 @@ start_envoy passthrough --no-etcd --mode efficiency --fenced-methods POST
 start_envoy in-filter-pass --no-etcd --mode efficiency
 # The tokens are made up, not etcd revisions: measured without the provenance check.
 start_envoy etcd --etcd "127.0.0.1:$ec" --provenance off --local-gate
+start_envoy etcd-json --etcd "127.0.0.1:$ec" --provenance off --local-gate --etcd-api json
 start_envoy etcd-single --etcd "127.0.0.1:$ec" --provenance off --local-gate
 start_envoy etcd-nogate --etcd "127.0.0.1:$ec" --provenance off --no-gate
 start_envoy etcd-sharedgate --etcd "127.0.0.1:$ec" --provenance off --shared-gate
@@ -334,7 +337,7 @@ run() {
 }
 
 # Warm up each path (V8 tiers, connection pools, the first etcd writes).
-for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-single etcd-nogate etcd-sharedgate confirm-floor "${before[@]}"; do wrk -t1 -c1 -d2s -s scripts/lib/put-fixed.lua "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
+for n in none empty headers fence-floor pause-floor passthrough in-filter-pass shared shared-nogate etcd etcd-json etcd-single etcd-nogate etcd-sharedgate confirm-floor "${before[@]}"; do wrk -t1 -c1 -d2s -s scripts/lib/put-fixed.lua "http://127.0.0.1:${listen[$n]}/fixed" >/dev/null; done
 wrk -t1 -c1 -d1s -s scripts/lib/put-spread.lua "http://127.0.0.1:${listen[etcd]}/" >/dev/null
 
 # Rows interleaved, ROUNDS times; the median and the best round are reported: the
@@ -342,11 +345,11 @@ wrk -t1 -c1 -d1s -s scripts/lib/put-spread.lua "http://127.0.0.1:${listen[etcd]}
 # best round is the one least disturbed by other work.
 # FK_BENCH_ROWS="NAME:TOKENS:CONNS ..." runs those rows alone.
 rows=(none:fixed:1 empty:fixed:1 passthrough:fixed:1 shared-nogate:fixed:1 shared:fixed:1 etcd-nogate:fixed:1
-  etcd:fixed:1 etcd-sharedgate:fixed:1
+  etcd:fixed:1 etcd-json:fixed:1 etcd-sharedgate:fixed:1
   none:fixed:16 empty:fixed:16 headers:fixed:16 fence-floor:fixed:16 passthrough:fixed:16
   in-filter-pass:fixed:16 shared-nogate:fixed:16 shared:fixed:16 pause-floor:fixed:16 confirm-floor:fixed:16
-  etcd-nogate:fixed:16 etcd:fixed:16 etcd-sharedgate:fixed:16
-  shared:rising:1 etcd-nogate:rising:1 etcd:rising:1 etcd-sharedgate:rising:1 none:spread:16 etcd:spread:16
+  etcd-nogate:fixed:16 etcd:fixed:16 etcd-json:fixed:16 etcd-sharedgate:fixed:16
+  shared:rising:1 etcd-nogate:rising:1 etcd:rising:1 etcd-json:rising:1 etcd-sharedgate:rising:1 none:spread:16 etcd:spread:16
   none:get:1 shared:get:1 none:get:16 empty:get:16 shared:get:16)
 if [[ -n ${FK_BENCH_ROWS:-} ]]; then read -r -a rows <<<"$FK_BENCH_ROWS"; fi
 # The etcd filter's confirm batches (its confirm_batch.* stats) around each of its rows.

@@ -160,9 +160,30 @@ pub fn answer(call: Call, status: u16, body: &[u8]) -> Result<Vec<u8>, Status> {
         return Err(refusal(status, parsed.ok().as_ref(), body));
     }
     let json = parsed.map_err(|e| Status { code: INTERNAL, message: e.0 })?;
+    if !has_revision(&json) {
+        // etcd heads every answer with the cluster's revision; a 200 without one is
+        // not etcd's (a store or a proxy on the wrong port), whatever else it says.
+        return Err(Status {
+            code: INTERNAL,
+            message: format!(
+                "the answer to {} has no etcd header with a revision: is the etcd cluster etcd's client port?",
+                call.path()
+            ),
+        });
+    }
     let mut m = Message::default();
     read_message(&json, call.schemas().1, &mut m).map_err(|e| Status { code: INTERNAL, message: e.0 })?;
     Ok(m.0)
+}
+
+/// Whether `json` is an object with `header.revision` above 0.
+fn has_revision(json: &Json) -> bool {
+    let member = |json: &Json, name: &str| match json {
+        Json::Object(members) => members.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone()),
+        _ => None,
+    };
+    let revision = member(json, "header").and_then(|h| member(&h, "revision"));
+    matches!(revision, Some(Json::Text(r) | Json::Number(r)) if r.parse::<u64>().is_ok_and(|r| r > 0))
 }
 
 const UNKNOWN: u32 = 2;
@@ -368,7 +389,7 @@ mod tests {
             grpc::parse_lease_grant(&answer(Call::LeaseGrant, 200, grant).unwrap()),
             Ok(7_587_862_183_519_485_220)
         );
-        let token = br#"{"header":{},"token":"abc.42"}"#;
+        let token = br#"{"header":{"revision":"4"},"token":"abc.42"}"#;
         let parsed = grpc::parse_authentication(answer(Call::Authenticate, 200, token).as_deref());
         assert_eq!(parsed.unwrap(), "abc.42");
     }
@@ -396,7 +417,7 @@ mod tests {
             let e = answer(Call::Txn, 200, bad).unwrap_err();
             assert_eq!(e.code, 13, "{e:?}");
         }
-        let kv_bad = br#"{"responses":[{"response_range":{"kvs":[{"key":"!!"}]}}]}"#;
+        let kv_bad = br#"{"header":{"revision":"3"},"responses":[{"response_range":{"kvs":[{"key":"!!"}]}}]}"#;
         assert!(answer(Call::Txn, 200, kv_bad).unwrap_err().message.contains("not base64"));
         let huge = vec![b' '; MAX_ANSWER_BYTES + 1];
         assert!(answer(Call::Txn, 200, &huge).unwrap_err().message.contains("more than"));
