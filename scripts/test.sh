@@ -115,6 +115,14 @@ scripts/torture.sh --conditional --target all --seconds 60 2>&1 | tee -a "$log" 
 
 scripts/simulate.sh --seconds 10 2>&1 | tee -a "$log" # the deterministic simulator (tests/sim/README.md) on a fresh seed, printed; a violation prints the command that replays it
 
+echo "== the quickstart, as a newcomer runs it: a paused holder's late write refused in front of a real store" >&2
+quick=$(scripts/quickstart.sh 2>&1) || { echo "$quick" >&2; echo "the quickstart failed" >&2; exit 1; }
+echo "$quick" | tee -a "$log"
+if ! grep -q '^HTTP/1.1 409 Conflict$' <<<"$quick" || ! grep -qx 'from B, token 34' <<<"$quick"; then
+    echo "the quickstart did not end with the late write refused (409) and the store keeping B's write" >&2
+    exit 1
+fi
+
 echo "== an installed binary is enough: the CLI alone, run from elsewhere, writes a working Envoy setup" >&2
 # The binary the build above made, copied out of the checkout as `cargo install` would
 # (not `cargo install` itself: its feature set differs from the workspace's, so it
