@@ -8,7 +8,7 @@ use fencekeeper_core::Malformed;
 /// fewer, or as many and not greater as text.
 const U64_MAX_TEXT: &str = "18446744073709551615";
 
-/// A token as the contract reads it (README, "Semantics"): 1 to 4 components of ASCII
+/// A token as the contract reads it (docs/semantics.md): 1 to 4 components of ASCII
 /// decimal digits joined by `.`, each at most `u64::MAX`, the whole at most
 /// [`MAX_TOKEN_BYTES`]; the first rule broken, left to right, is the error.
 pub fn token(raw: &str) -> Result<Vec<u64>, Malformed> {
@@ -56,7 +56,7 @@ fn significant(digits: &str) -> &str {
     }
 }
 
-/// The resource key of a request path, as README "Limits" says: the path up
+/// The resource key of a request path, as docs/semantics.md ("Limits") says: the path up
 /// to the first `?` or `#`, with each `%` followed by two hex digits replaced by the
 /// byte they spell, and every other byte kept as it is.
 pub fn path_key(path: &[u8]) -> Vec<u8> {
@@ -80,7 +80,7 @@ pub fn path_key(path: &[u8]) -> Vec<u8> {
     key
 }
 
-/// A decoded path as a store resolves it, as README "Limits" says: a stack of
+/// A decoded path as a store resolves it, as docs/semantics.md ("Limits") says: a stack of
 /// segments, where an empty or `.` segment adds nothing and `..` drops the top (never
 /// below the root); a path whose last segment added nothing ends in `/`. A path that
 /// does not start with `/` is kept.

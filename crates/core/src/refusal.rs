@@ -1,5 +1,5 @@
 //! What a host does with a verdict: forward the request, or refuse it with the
-//! status of the refusal contract (README, "Refusal contract"), under the policy's mode.
+//! status of the refusal contract (docs/semantics.md, "Refusal contract"), under the policy's mode.
 //!
 //! Every adapter (proxy-wasm filter, gateway, CLI) maps through here, so the HTTP
 //! and gRPC codes, the header names and the fail-open rules exist once.

@@ -2,7 +2,7 @@
 //! fencing tokens itself (a file server, an object store, a blind-write key/value
 //! service). Each write carries the lock's fencing token; the gateway admits it
 //! through a [`fencekeeper::Guard`] (the validator plus a mark store), refuses stale,
-//! missing and malformed tokens with the refusal contract (README.md), and orders
+//! missing and malformed tokens with the refusal contract (docs/semantics.md), and orders
 //! admitted writes on one resource so that a slow lower-token write cannot land after
 //! a higher one (the [`gate`]).
 //!
