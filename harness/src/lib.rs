@@ -30,6 +30,7 @@
 //!   the extension's tests; [`pg_wire`]: the small client they talk to it with;
 //!   [`commit_order`]: the check that no row committed below its resource's mark.
 //! * [`etcd_cluster`]: a 3-member etcd cluster (real Raft: a leader to kill).
+//! * [`http_table`]: the HTTP contract table (`tests/contract/http.json`), its rules and the check of a row
 //! * [`token_table`]: the token contract every host runs (`tests/contract/tokens.json`)
 //!   and the driver its Rust-side runners share.
 //! * [`rng`]: a small deterministic generator (one seed replays a schedule), for the
@@ -51,6 +52,7 @@ pub mod etcd_cluster;
 pub mod etcdctl_lock;
 pub mod gateway;
 pub mod holder;
+pub mod http_table;
 pub mod max_register;
 pub mod moto;
 pub mod pg_wire;

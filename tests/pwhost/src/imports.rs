@@ -324,10 +324,19 @@ fn streams(l: &mut Linker<VmState>) -> Result<()> {
     l.func_wrap(
         "env",
         "proxy_send_local_response",
-        |mut c: C<'_>, status: i32, dp: i32, dl: i32, bp: i32, bl: i32, hp: i32, hl: i32, _grpc: i32| -> Result<i32> {
+        |mut c: C<'_>, status: i32, dp: i32, dl: i32, bp: i32, bl: i32, hp: i32, hl: i32, grpc: i32| -> Result<i32> {
             let details = abi::read_text(&mut c, dp, dl)?;
-            let body = abi::read(&mut c, bp, bl)?;
-            let headers = abi::decode_map(&abi::read(&mut c, hp, hl)?).unwrap_or_default();
+            let mut body = abi::read(&mut c, bp, bl)?;
+            let mut headers = abi::decode_map(&abi::read(&mut c, hp, hl)?).unwrap_or_default();
+            let mut status = status;
+            if grpc >= 0 {
+                // As Envoy answers a gRPC request locally: trailers-only, HTTP 200, the
+                // status and the body as its message.
+                headers.push(("grpc-status".to_owned(), grpc.to_string().into_bytes()));
+                headers.push(("grpc-message".to_owned(), std::mem::take(&mut body)));
+                headers.push(("content-type".to_owned(), b"application/grpc".to_vec()));
+                status = 200;
+            }
             let vm = c.data_mut();
             let effective = vm.effective;
             let Some(stream) = vm.stream() else {
@@ -338,6 +347,8 @@ fn streams(l: &mut Linker<VmState>) -> Result<()> {
                 return Ok(Status::BadArgument.code());
             };
             if stream.answered || stream.local.is_some() {
+                // (A local reply while the upstream's answer is in the filter's hands,
+                // before it went on, replaces that answer: `answered` is set after.)
                 vm.violation(format!("a second answer ({status}) to the request of context {effective}"));
                 return Ok(Status::BadArgument.code());
             }

@@ -153,6 +153,7 @@ pub struct Proxy {
     /// Requests that ended, and how; forwarded requests' headers.
     ended: BTreeMap<StreamId, State>,
     forwarded: BTreeMap<StreamId, Vec<(String, String)>>,
+    forwarded_bodies: BTreeMap<StreamId, Vec<u8>>,
     hung: u32,
     /// What answers the filter's HTTP calls.
     callouts: Option<Box<Answerer>>,
@@ -171,6 +172,7 @@ impl Proxy {
             profile: Rc::new(profile),
             ended: BTreeMap::new(),
             forwarded: BTreeMap::new(),
+            forwarded_bodies: BTreeMap::new(),
             hung: 0,
             callouts: None,
         };
@@ -317,7 +319,9 @@ impl Proxy {
             Phase::Upstream => {
                 let forwarded =
                     stream.request.iter().map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned())).collect();
+                let body = stream.body.clone();
                 self.forwarded.insert(id, forwarded);
+                self.forwarded_bodies.insert(id, body);
                 return;
             }
         };
@@ -396,6 +400,10 @@ impl Proxy {
     /// A stream a host call changed: answer it locally, or resume it.
     fn resolve(&mut self, id: StreamId) {
         let Some(stream) = self.stream(id) else { return };
+        if stream.responding {
+            // `respond_with` waits for it.
+            return;
+        }
         if let Some(reply) = stream.local.take() {
             return self.answer_locally(id, reply);
         }
@@ -421,10 +429,28 @@ impl Proxy {
 
     /// The upstream answers request `id` with `status` (and no body).
     pub fn respond(&mut self, id: StreamId, status: u16) {
+        self.respond_fully(id, status, &[], b"");
+    }
+
+    /// The upstream answers request `id` with `status`, `headers` and `body`; the
+    /// client gets them as the filter leaves them (or the filter's own answer, if it
+    /// gives one instead).
+    pub fn respond_fully(&mut self, id: StreamId, status: u16, headers: &[(String, String)], body: &[u8]) {
         assert!(self.forwarded.contains_key(&id), "request {id:?} was never forwarded");
         let answer = Answer { status, headers: Vec::new(), body: String::new(), local: false };
-        let response = vec![(":status".to_owned(), status.to_string().into_bytes())];
-        self.respond_with(id, response, Vec::new(), "via_upstream".to_owned(), answer);
+        let mut response = vec![(":status".to_owned(), status.to_string().into_bytes())];
+        response.extend(headers.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone().into_bytes())));
+        self.respond_with(id, response, body.to_vec(), "via_upstream".to_owned(), answer);
+    }
+
+    /// The upstream resets the stream before answering (it closed the connection): the
+    /// proxy's local 503, as Envoy gives it.
+    pub fn reset(&mut self, id: StreamId) {
+        let body = "upstream connect error or disconnect/reset before headers. reset reason: connection termination";
+        let answer = Answer { status: 503, headers: Vec::new(), body: body.into(), local: true };
+        let response = vec![(":status".to_owned(), b"503".to_vec())];
+        let details = "upstream_reset_before_response_started{connection_termination}".to_owned();
+        self.respond_with(id, response, body.as_bytes().to_vec(), details, answer);
     }
 
     /// The proxy gives up on forwarded request `id` (its route timeout): a local 504.
@@ -444,20 +470,71 @@ impl Proxy {
         a: Answer,
     ) {
         let Some(stream) = self.stream(id) else { return };
-        stream.answered = true;
         stream.paused = None;
+        stream.responding = true;
         let n = response.len() as i32;
         let body_len = body.len() as i32;
         (stream.response, stream.response_body, stream.code_details) = (response, body, Some(details));
         let context = id.context as i32;
-        if self.on(id.worker, id.context, "proxy_on_response_headers", &[context, n, i32::from(body_len == 0)]).is_err()
-        {
-            return self.trapped(id);
+        let action = match self.on(
+            id.worker,
+            id.context,
+            "proxy_on_response_headers",
+            &[context, n, i32::from(body_len == 0)],
+        ) {
+            Ok(action) => action,
+            Err(_) => return self.trapped(id),
+        };
+        if action != 0 {
+            // Paused (for an etcd call): the calls are answered until the filter
+            // resumes the answer or gives its own, on the clock, as long as a call may take.
+            for _ in 0..1000 {
+                self.settle();
+                match self.stream(id) {
+                    Some(s) if s.local.is_none() && !s.resume => self.advance(10),
+                    _ => break,
+                }
+            }
+            if let Some(stream) = self.stream(id) {
+                stream.resume = false;
+            }
+        }
+        // The filter answered itself instead: its answer replaces the upstream's.
+        if let Some(reply) = self.stream(id).and_then(|s| s.local.take()) {
+            let local = Answer {
+                status: reply.status,
+                headers: reply
+                    .headers
+                    .iter()
+                    .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect(),
+                body: String::from_utf8_lossy(&reply.body).into_owned(),
+                local: true,
+            };
+            return self.end(id, State::Answered(local));
+        }
+        if let Some(stream) = self.stream(id) {
+            stream.answered = true;
         }
         if body_len > 0 && self.on(id.worker, id.context, "proxy_on_response_body", &[context, body_len, 1]).is_err() {
             return self.trapped(id);
         }
-        self.end(id, State::Answered(a));
+        // What the client gets: the answer as the filter left it.
+        let answer = match self.stream(id) {
+            Some(s) if !a.local => Answer {
+                status: a.status,
+                headers: s
+                    .response
+                    .iter()
+                    .filter(|(n, _)| !n.starts_with(':'))
+                    .map(|(n, v)| (n.clone(), String::from_utf8_lossy(v).into_owned()))
+                    .collect(),
+                body: String::from_utf8_lossy(&s.response_body).into_owned(),
+                local: false,
+            },
+            _ => a,
+        };
+        self.end(id, State::Answered(answer));
     }
 
     /// The client goes away before an answer.
@@ -515,6 +592,11 @@ impl Proxy {
     /// The request headers the upstream got for `id`, if it was forwarded.
     pub fn forwarded(&self, id: StreamId) -> Option<&[(String, String)]> {
         self.forwarded.get(&id).map(Vec::as_slice)
+    }
+
+    /// The body the upstream got for `id`, if it was forwarded.
+    pub fn forwarded_body(&self, id: StreamId) -> Option<&[u8]> {
+        self.forwarded_bodies.get(&id).map(Vec::as_slice)
     }
 
     /// Every VM's log lines so far.

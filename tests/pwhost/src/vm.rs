@@ -40,6 +40,9 @@ pub(crate) struct Stream {
     pub answered: bool,
     /// Envoy's `response.code_details` for its response.
     pub code_details: Option<String>,
+    /// The upstream's answer is in the filter's hands (its response callbacks): a
+    /// resume or a local reply is acted on there, not as a request's.
+    pub responding: bool,
 }
 
 impl Stream {
@@ -55,6 +58,7 @@ impl Stream {
             local: None,
             answered: false,
             code_details: None,
+            responding: false,
         }
     }
 }

@@ -201,7 +201,6 @@ fn an_envoy_on_etcds_json_api_and_one_on_grpc_share_the_marks_and_fail_closed_al
     assert_stale(&json.put("/shared", "20", "json 20 again").unwrap(), "21");
     assert_admitted(&json.put("/shared", "22", "json 22").unwrap());
     assert_eq!(nginx.read("/shared").as_deref(), Some(&b"json 22"[..]));
-    let mut etcd = etcd;
     etcd.process.freeze().unwrap();
     let frozen = json.put("/shared", "23", "json 23").unwrap();
     etcd.process.signal("CONT").unwrap();

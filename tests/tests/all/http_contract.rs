@@ -6,7 +6,9 @@
 //! not keep fails the test, naming the row, the host, what was expected and what came;
 //! a difference between the hosts is accepted only where the row documents it
 //! (`differs`, with `expect_gateway` and `expect_envoy`). The conformance vectors run
-//! through both hosts too.
+//! through both hosts too. The table's types and the check of a row are
+//! `fencekeeper_harness::http_table`'s, shared with tests/pwhost, which runs the same
+//! table through the filter's `.wasm` under Envoy's profile and a portable host's.
 //!
 //! Each host starts once per configuration of the table and serves every story of that
 //! configuration; each host kind has its own etcd, so the gateway and Envoy never see
@@ -19,368 +21,20 @@ use anyhow::{bail, Context, Result};
 use fencekeeper::conformance::{Kind, Vector, Vectors};
 use fencekeeper_harness::envoy::{exchange, Envoy, Reply};
 use fencekeeper_harness::gateway::Gateway;
+use fencekeeper_harness::http_table::{
+    check, clip, expand, table, Class, Config, Event, Expect, HostKind, Marks, Mode, Outcome, Protocol, Row, Table,
+    CLASSES, EVENTS,
+};
 use fencekeeper_harness::recorder::{Answer, Recorded, Recorder};
 use fencekeeper_harness::services::{free_port, http, Etcd};
-use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-const TABLE: &str = include_str!("../../contract/http.json");
-
-// ---------------------------------------------------------------------------
-// The table
-// ---------------------------------------------------------------------------
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Table {
-    #[allow(dead_code)]
-    about: Vec<String>,
-    configs: BTreeMap<String, Config>,
-    stories: Vec<Story>,
-}
-
-/// One host configuration, mapped onto each host's flags by [`gateway_args`] and
-/// [`envoy_args`].
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    #[allow(dead_code)]
-    about: String,
-    mode: Mode,
-    #[serde(default)]
-    strict: bool,
-    #[serde(default)]
-    protocol: Protocol,
-    marks: Marks,
-    #[serde(default)]
-    conditional_writes: bool,
-    /// The largest body (Envoy: only with conditional writes, which hold the body).
-    max_body: Option<u64>,
-    /// How long the host waits for the store's answer.
-    upstream_timeout: Option<String>,
-    /// How long after it starts the host refuses fenced writes.
-    start_grace: Option<String>,
-    /// The host's store is a port nobody listens on: every forwarded request finds
-    /// it out of reach (the recording store sees nothing).
-    #[serde(default)]
-    store_unreachable: bool,
-}
-
-#[derive(Clone, Copy, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Mode {
-    Correctness,
-    Efficiency,
-}
-
-#[derive(Clone, Copy, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Protocol {
-    #[default]
-    Http,
-    Webdav,
-    S3,
-}
-
-/// Where the marks live: etcd (both hosts), or local to the host (the gateway's
-/// file, Envoy's shared data: efficiency mode only).
-#[derive(Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Marks {
-    Etcd,
-    Local,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Story {
-    story: String,
-    config: String,
-    rows: Vec<Row>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Row {
-    name: String,
-    send: Send,
-    #[serde(default)]
-    store: Store,
-    expect: Option<Expect>,
-    differs: Option<String>,
-    expect_gateway: Option<Expect>,
-    expect_envoy: Option<Expect>,
-}
-
-/// The client's request. `{c*N}` in the path, a header value or the body is `c` N times.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Send {
-    method: String,
-    path: String,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    body: String,
-}
-
-/// What the store answers.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Store {
-    #[serde(default = "created")]
-    status: u16,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    body: String,
-    #[serde(default)]
-    delay_ms: u64,
-    /// The store closes the connection instead of answering (after the delay).
-    #[serde(default)]
-    hang_up: bool,
-}
-
-fn created() -> u16 {
-    201
-}
-
-impl Default for Store {
-    fn default() -> Store {
-        Store { status: created(), headers: BTreeMap::new(), body: String::new(), delay_ms: 0, hang_up: false }
-    }
-}
-
-/// What a host must do with a row's request.
-#[derive(Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Expect {
-    status: u16,
-    /// Response headers with their exact values.
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    /// Response headers that must be there, with any value.
-    #[serde(default)]
-    present: Vec<String>,
-    /// Response headers that must not be there.
-    #[serde(default)]
-    absent: Vec<String>,
-    #[serde(default)]
-    body: BodyCheck,
-    forwarded: Forwarded,
-    /// The class whose counter moves by one; `None`: none moves.
-    counts: Option<Class>,
-    /// The conditional-write counter that moves by one; `None`: none moves.
-    event: Option<Event>,
-}
-
-#[derive(Debug, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BodyCheck {
-    equals: Option<String>,
-    contains: Option<String>,
-    starts_with: Option<String>,
-    /// The body is one line of text (a refusal's reason).
-    #[serde(default)]
-    one_line: bool,
-    /// The body is S3's XML error document with this `Code`.
-    s3_code: Option<String>,
-}
-
-/// What reaches the store: nothing, or the request.
-#[derive(Debug, PartialEq, Deserialize)]
-#[serde(untagged)]
-enum Forwarded {
-    Nothing(Nothing),
-    Request(ForwardedRequest),
-}
-
-#[derive(Debug, PartialEq, Deserialize)]
-enum Nothing {
-    #[serde(rename = "nothing")]
-    Nothing,
-}
-
-/// The request the store receives: the method, path and body sent (or `path`), with
-/// `headers` (each the only value of its name) and without `absent`.
-#[derive(Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ForwardedRequest {
-    path: Option<String>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-    #[serde(default)]
-    absent: Vec<String>,
-}
-
-/// The outcomes both hosts count, each by its own name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Class {
-    Admitted,
-    Stale,
-    Replayed,
-    Malformed,
-    Missing,
-    Undecided,
-    Unverified,
-    FailedOpen,
-}
-
-const CLASSES: [Class; 8] = [
-    Class::Admitted,
-    Class::Stale,
-    Class::Replayed,
-    Class::Malformed,
-    Class::Missing,
-    Class::Undecided,
-    Class::Unverified,
-    Class::FailedOpen,
-];
-
-impl Class {
-    fn name(self) -> &'static str {
-        match self {
-            Class::Admitted => "admitted",
-            Class::Stale => "stale",
-            Class::Replayed => "replayed",
-            Class::Malformed => "malformed",
-            Class::Missing => "missing",
-            Class::Undecided => "undecided",
-            Class::Unverified => "unverified",
-            Class::FailedOpen => "failed_open",
-        }
-    }
-
-    fn gateway_metric(self) -> String {
-        match self {
-            Class::FailedOpen => "fencekeeper_gateway_failed_open_total".to_owned(),
-            c => format!("fencekeeper_gateway_requests_total{{class=\"{}\"}}", c.name()),
-        }
-    }
-
-    fn envoy_stat(self) -> String {
-        format!("wasmcustom.fencekeeper.{}", self.name())
-    }
-}
-
-/// The conditional-write counters both hosts count, one per outcome
-/// (`fencekeeper_engine::conditional::Event`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Event {
-    NotConditional,
-    TooLarge,
-    VersionRefused,
-    PreconditionFailed,
-}
-
-const EVENTS: [Event; 4] = [Event::NotConditional, Event::TooLarge, Event::VersionRefused, Event::PreconditionFailed];
-
-impl Event {
-    fn name(self) -> &'static str {
-        match self {
-            Event::NotConditional => "not_conditional",
-            Event::TooLarge => "too_large",
-            Event::VersionRefused => "version_refused",
-            Event::PreconditionFailed => "precondition_failed",
-        }
-    }
-
-    fn gateway_metric(self) -> String {
-        format!("fencekeeper_gateway_{}_total", self.name())
-    }
-
-    fn envoy_stat(self) -> String {
-        match self {
-            Event::TooLarge => "wasmcustom.fencekeeper.too_large".to_owned(),
-            e => format!("wasmcustom.fencekeeper.conditional.{}", e.name()),
-        }
-    }
-}
-
-fn table() -> Table {
-    serde_json::from_str(TABLE).unwrap_or_else(|e| panic!("tests/contract/http.json: {e}"))
-}
-
-impl Row {
-    /// The expectation for `kind`: the row's one, or the host's own where the row
-    /// documents a difference.
-    fn expected(&self, kind: HostKind) -> &Expect {
-        match (&self.expect, kind) {
-            (Some(e), _) => e,
-            (None, HostKind::Gateway) => self.expect_gateway.as_ref().unwrap(),
-            (None, HostKind::Envoy) => self.expect_envoy.as_ref().unwrap(),
-        }
-    }
-
-    /// What the table's rules ask of a row, or why it breaks them.
-    fn check(&self) -> Result<()> {
-        match (&self.expect, &self.differs, &self.expect_gateway, &self.expect_envoy) {
-            (Some(_), None, None, None) => {}
-            (None, Some(why), Some(g), Some(e)) => {
-                anyhow::ensure!(!why.trim().is_empty(), "an empty `differs`");
-                anyhow::ensure!(g != e, "`differs`, yet both hosts are expected to answer alike: write one `expect`");
-            }
-            _ => bail!("give `expect`, or `differs` with `expect_gateway` and `expect_envoy`"),
-        }
-        anyhow::ensure!(
-            self.send.method != "HEAD" || self.store.body.is_empty(),
-            "a HEAD's store answer has no body (the client reads none)"
-        );
-        Ok(())
-    }
-}
-
-/// `{c*N}` in `text` replaced by `c` N times.
-fn expand(text: &str) -> String {
-    let mut out = String::new();
-    let mut rest = text;
-    while let Some(start) = rest.find('{') {
-        out.push_str(&rest[..start]);
-        let tail = &rest[start..];
-        let repeat = tail.find('}').and_then(|end| {
-            let (c, n) = tail[1..end].split_once('*')?;
-            let mut chars = c.chars();
-            let (c, None) = (chars.next()?, chars.next()) else { return None };
-            Some((c.to_string().repeat(n.parse().ok()?), end + 1))
-        });
-        match repeat {
-            Some((text, used)) => {
-                out.push_str(&text);
-                rest = &tail[used..];
-            }
-            None => {
-                out.push('{');
-                rest = &tail[1..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
 // ---------------------------------------------------------------------------
 // The hosts
 // ---------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum HostKind {
-    Gateway,
-    Envoy,
-}
-
-impl HostKind {
-    fn name(self) -> &'static str {
-        match self {
-            HostKind::Gateway => "gateway",
-            HostKind::Envoy => "envoy",
-        }
-    }
-}
 
 enum Host {
     Gateway(Gateway),
@@ -490,6 +144,8 @@ impl Fenced {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 Host::Envoy(Envoy::start(1, &args)?)
             }
+            // tests/pwhost runs the table through the filter on a portable host.
+            HostKind::Portable => bail!("no real portable host here: tests/pwhost runs the filter as one"),
         };
         Ok(Fenced { host, store })
     }
@@ -570,125 +226,24 @@ fn check_row(fenced: &Fenced, row: &Row, expect: &Expect) -> Vec<String> {
     let reply = fenced.send(&send.method, &path, &headers, body.as_bytes());
     let seen = fenced.store.take();
     let after = fenced.counters();
-
-    let mut wrong = Vec::new();
     let reply = match reply {
         Ok(reply) => reply,
         Err(e) => return vec![format!("no answer: {e:#}")],
     };
-    if reply.status != expect.status {
-        wrong.push(format!("status: expected {}, got {}", expect.status, reply.status));
-    }
-    for (name, value) in &expect.headers {
-        if reply.header(name) != Some(value) {
-            wrong.push(format!("header {name}: expected {value:?}, got {:?}", reply.header(name)));
-        }
-    }
-    for name in &expect.present {
-        if reply.header(name).is_none() {
-            wrong.push(format!("header {name}: expected present, got none"));
-        }
-    }
-    for name in &expect.absent {
-        if let Some(v) = reply.header(name) {
-            wrong.push(format!("header {name}: expected none, got {v:?}"));
-        }
-    }
-    wrong.extend(check_body(&expect.body, &reply.text()));
-    wrong.extend(check_forwarded(&expect.forwarded, &send.method, &path, body.as_bytes(), &seen));
-    match (before, after) {
-        (Ok(before), Ok(after)) => {
-            let classes =
-                CLASSES.map(|c| (c.name(), after.0[&c].saturating_sub(before.0[&c]), expect.counts == Some(c)));
-            let events = EVENTS.map(|e| (e.name(), after.1[&e].saturating_sub(before.1[&e]), expect.event == Some(e)));
-            for (name, moved, expected) in classes.into_iter().chain(events) {
-                if moved != u64::from(expected) {
-                    wrong.push(format!("counter {name}: expected +{}, got +{moved}", u64::from(expected)));
-                }
-            }
-        }
-        (Err(e), _) | (_, Err(e)) => wrong.push(format!("counters: {e:#}")),
-    }
-    if !wrong.is_empty() {
-        let headers: Vec<String> = reply.headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        wrong.push(format!("the answer was {} [{}] {:?}", reply.status, headers.join("; "), clip(&reply.text())));
-    }
-    wrong
-}
-
-fn check_body(check: &BodyCheck, text: &str) -> Vec<String> {
-    let mut wrong = Vec::new();
-    if let Some(want) = &check.equals {
-        if text != want {
-            wrong.push(format!("body: expected {want:?}, got {:?}", clip(text)));
-        }
-    }
-    if let Some(want) = &check.contains {
-        if !text.contains(want.as_str()) {
-            wrong.push(format!("body: expected it to contain {want:?}, got {:?}", clip(text)));
-        }
-    }
-    if let Some(want) = &check.starts_with {
-        if !text.starts_with(want.as_str()) {
-            wrong.push(format!("body: expected it to start with {want:?}, got {:?}", clip(text)));
-        }
-    }
-    if check.one_line && (text.trim_end().lines().count() != 1 || text.trim().is_empty()) {
-        wrong.push(format!("body: expected one line, got {:?}", clip(text)));
-    }
-    if let Some(code) = &check.s3_code {
-        let whole = text.starts_with("<?xml") && text.contains("<Error>") && text.trim_end().ends_with("</Error>");
-        if !whole || !text.contains(&format!("<Code>{code}</Code>")) || !text.contains("<Message>") {
-            wrong.push(format!("body: expected S3's error document with <Code>{code}</Code>, got {:?}", clip(text)));
-        }
-    }
-    wrong
-}
-
-fn check_forwarded(expect: &Forwarded, method: &str, path: &str, body: &[u8], seen: &[Recorded]) -> Vec<String> {
-    let summary = || seen.iter().map(describe).collect::<Vec<_>>().join(" | ");
-    let want = match expect {
-        Forwarded::Nothing(_) if seen.is_empty() => return Vec::new(),
-        Forwarded::Nothing(_) => return vec![format!("store: expected nothing, got {}", summary())],
-        Forwarded::Request(want) => want,
+    let (before, after) = match (before, after) {
+        (Ok(before), Ok(after)) => (before, after),
+        (Err(e), _) | (_, Err(e)) => return vec![format!("counters: {e:#}")],
     };
-    let [got] = seen else {
-        return vec![format!("store: expected one request, got {}: {}", seen.len(), summary())];
+    let text = reply.text();
+    let outcome = Outcome {
+        status: reply.status,
+        headers: reply.headers,
+        body: text,
+        seen,
+        classes: CLASSES.iter().map(|c| (*c, after.0[c].saturating_sub(before.0[c]))).collect(),
+        events: EVENTS.iter().map(|e| (*e, after.1[e].saturating_sub(before.1[e]))).collect(),
     };
-    let mut wrong = Vec::new();
-    let path = want.path.as_deref().unwrap_or(path);
-    if (got.method.as_str(), got.path.as_str()) != (method, path) {
-        wrong.push(format!("store: expected {method} {path}, got {} {}", got.method, got.path));
-    }
-    if got.body != body {
-        wrong.push(format!("store: expected the body sent, got {:?}", clip(&String::from_utf8_lossy(&got.body))));
-    }
-    for (name, value) in &want.headers {
-        if got.values(name) != [value.as_str()] {
-            wrong.push(format!("store: header {name}: expected {value:?} alone, got {:?}", got.values(name)));
-        }
-    }
-    for name in &want.absent {
-        if !got.values(name).is_empty() {
-            wrong.push(format!("store: header {name}: expected none, got {:?}", got.values(name)));
-        }
-    }
-    if !wrong.is_empty() {
-        wrong.push(format!("the store saw {}", summary()));
-    }
-    wrong
-}
-
-fn describe(r: &Recorded) -> String {
-    let headers: Vec<String> = r.headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-    format!("{} {} [{}] {:?}", r.method, clip(&r.path), headers.join("; "), clip(&String::from_utf8_lossy(&r.body)))
-}
-
-fn clip(text: &str) -> String {
-    match text.char_indices().nth(300) {
-        Some((i, _)) => format!("{}...", &text[..i]),
-        None => text.to_owned(),
-    }
+    check(row, expect, &outcome)
 }
 
 /// Run every story on `kind`'s hosts, one per configuration, and return the failures.

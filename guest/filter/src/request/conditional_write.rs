@@ -237,7 +237,9 @@ impl Request {
         if self.read_of.is_none() && self.cond.is_none() {
             return None;
         }
-        let via_upstream = self.get_property(vec!["response", "code_details"]).as_deref() == Some(b"via_upstream");
+        // The store's answer, as the host can tell (without `response.code_details`, by
+        // its status: a 5xx, 408 or 499 is taken as given up, which keeps a write lent).
+        let via_upstream = self.answered_by_store();
         let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
         let status = std::str::from_utf8(&status).ok().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
         let etag = self.get_http_response_header_bytes("etag");

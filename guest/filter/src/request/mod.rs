@@ -497,7 +497,7 @@ impl Request {
     /// Whether the response whose headers arrive now is the store's (`origin`). On
     /// Envoy its `response.code_details` says; a portable host is not asked for a
     /// property it may not have, and is judged by the status.
-    fn answered_by_store(&self) -> bool {
+    pub(super) fn answered_by_store(&self) -> bool {
         let details = match self.filter.config.host {
             Host::Envoy => hostcalls::get_property(vec!["response", "code_details"]).ok().flatten(),
             Host::Portable => None,

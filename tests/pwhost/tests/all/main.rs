@@ -4,6 +4,7 @@
 
 mod common;
 mod etcd_json;
+mod http_contract;
 pub mod modes;
 mod strict;
 mod tokens_contract;
