@@ -65,12 +65,14 @@ impl EtcdConnection {
     }
 
     /// The endpoint with a scheme: `HOST:PORT` becomes http://, or https:// when a CA
-    /// is given; an explicit scheme is kept (and checked by the library).
+    /// is given; an explicit scheme is kept (and checked by the library). A cluster's
+    /// members, comma-separated, each get theirs: the client fails over among them.
     pub fn endpoint(&self, address: &str) -> String {
-        match (address.contains("://"), self.etcd_cacert.is_some()) {
+        let member = |address: &str| match (address.contains("://"), self.etcd_cacert.is_some()) {
             (true, _) => address.to_owned(),
             (false, true) => format!("https://{address}"),
             (false, false) => format!("http://{address}"),
-        }
+        };
+        address.split(',').map(|m| member(m.trim())).collect::<Vec<_>>().join(",")
     }
 }

@@ -44,8 +44,9 @@ pub const LOST: u8 = 75;
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("service").required(true).args(["etcd", "zookeeper", "redis"])))]
 pub struct Args {
-    /// Lock in etcd, through its v3 gRPC API (the client port).
-    #[arg(long, value_name = "HOST:PORT")]
+    /// Lock in etcd, through its v3 gRPC API (the client port; for a cluster, every
+    /// member's, separated by commas, tried in turn).
+    #[arg(long, value_name = "HOST:PORT[,HOST:PORT...]")]
     etcd: Option<String>,
     /// Lock in ZooKeeper (an ephemeral sequential znode, the standard lock recipe).
     #[arg(long, value_name = "HOST:PORT")]

@@ -19,8 +19,9 @@ pub struct Args {
     /// The mark store file.
     #[arg(long, default_value = DEFAULT_STORE)]
     pub store: PathBuf,
-    /// Read the marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`).
-    #[arg(long, conflicts_with = "store")]
+    /// Read the marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`; for a cluster,
+    /// every member's, separated by commas, tried in turn).
+    #[arg(long, conflicts_with = "store", value_name = "HOST:PORT[,HOST:PORT...]")]
     pub etcd: Option<String>,
     /// The etcd key prefix for marks.
     #[arg(long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX, requires = "etcd")]

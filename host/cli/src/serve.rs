@@ -62,8 +62,9 @@ pub struct Args {
     #[arg(env = "FENCEKEEPER_STORE", help_heading = "Marks", long, value_name = "PATH", conflicts_with = "etcd")]
     store: Option<PathBuf>,
     /// Keep marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`), shared by every gateway and
-    /// Envoy that uses the same etcd and prefix.
-    #[arg(env = "FENCEKEEPER_ETCD", help_heading = "Marks", long)]
+    /// Envoy that uses the same etcd and prefix. For a cluster, every member's, separated by commas: the
+    /// gateway talks to one and fails over to the next when it stops answering.
+    #[arg(env = "FENCEKEEPER_ETCD", help_heading = "Marks", long, value_name = "HOST:PORT[,HOST:PORT...]")]
     etcd: Option<String>,
     /// The etcd key prefix for marks.
     #[arg(env = "FENCEKEEPER_ETCD_PREFIX", help_heading = "Marks", long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]

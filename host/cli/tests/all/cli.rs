@@ -494,8 +494,8 @@ fn a_bad_argument_is_one_line_and_exit_2() {
     for (args, says) in [
         (&["sevre"][..], "a similar subcommand exists: 'serve'"),
         (&["serve", "--upstream", "http://a:1", "--mode", "fast"], "[possible values: correctness, efficiency]"),
-        // A list of etcd members, which these commands' client does not take: said so.
-        (&["marks", "--etcd", "127.0.0.1:1,127.0.0.1:2"], "one member's address here, not a list"),
+        // A cluster's members, none of them up: each named with why, on one line.
+        (&["marks", "--etcd", "127.0.0.1:1,127.0.0.1:2"], "no member answered (127.0.0.1:1: cannot connect"),
     ] {
         let out = Command::new(BIN).args(args).current_dir(s.dir.path()).output().expect("run fencekeeper");
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -13,10 +13,19 @@
 //! host on a runtime of its own awaits (the gateway's admits), and that a synchronous
 //! caller blocks its thread on ([`Channel::block_on`]) until the answer or the
 //! timeout. The connection is opened on first use, and again after a call on it
-//! failed or timed out. A refusal (a gRPC status) keeps it.
+//! failed or timed out. A refusal (a gRPC status) keeps it, but for UNAVAILABLE (a
+//! member without a leader, or going down).
+//!
+//! Given several members of a cluster, the channel talks to one at a time and fails
+//! over: a member that refuses the connection is passed over at once, within the same
+//! call (nothing was sent to it); after a call that failed, timed out or found the
+//! member unavailable, the next call opens a connection to the next member. A call
+//! already sent is never sent again to another member: whether it was applied is not
+//! known, and the caller decides (the mark store answers it undecided).
 
 use bytes::{Buf, Bytes};
 use fencekeeper_etcd_wire::grpc::{self, Status};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -46,10 +55,11 @@ pub(super) struct Channel {
 pub(super) type Failure = String;
 
 impl Channel {
-    /// A channel to `target` whose calls each take at most `timeout`, its connection
-    /// driven by `runtime` (a runtime of its own when `None`).
+    /// A channel to `targets` (the members of one cluster, tried in turn) whose calls
+    /// each take at most `timeout`, its connection driven by `runtime` (a runtime of
+    /// its own when `None`).
     pub(super) fn new(
-        target: Target,
+        targets: Vec<Target>,
         timeout: Duration,
         runtime: Option<tokio::runtime::Handle>,
     ) -> Result<Channel, Failure> {
@@ -67,7 +77,16 @@ impl Channel {
                 (Some(own), handle)
             }
         };
-        let shared = Arc::new(Shared { target: Arc::new(target), runtime: handle, sender: Default::default() });
+        if targets.is_empty() {
+            return Err("no etcd member to connect to".to_owned());
+        }
+        let shared = Arc::new(Shared {
+            targets: targets.into_iter().map(Arc::new).collect(),
+            current: AtomicUsize::new(0),
+            runtime: handle,
+            sender: Default::default(),
+            connect_timeout: timeout,
+        });
         Ok(Channel { runtime: own, shared, timeout })
     }
 
@@ -114,13 +133,22 @@ impl Drop for Channel {
     }
 }
 
-/// What the calls in flight share: the target and the open connection.
+/// What the calls in flight share: the members and the open connection.
 struct Shared {
-    target: Arc<Target>,
+    targets: Vec<Arc<Target>>,
+    /// The member the next connection goes to first (an index into `targets`).
+    current: AtomicUsize,
     /// The channel's runtime, where the connection is opened and driven.
     runtime: tokio::runtime::Handle,
-    sender: tokio::sync::Mutex<Option<h2::client::SendRequest<Bytes>>>,
+    /// The open connection, and the member it goes to.
+    sender: tokio::sync::Mutex<Option<(h2::client::SendRequest<Bytes>, usize)>>,
+    /// The longest one member's connection may take to open, with several members: a
+    /// frozen one must not take a call's whole budget.
+    connect_timeout: Duration,
 }
+
+/// gRPC's UNAVAILABLE: etcd's for a member without a leader or shutting down.
+const UNAVAILABLE: u32 = 14;
 
 impl Shared {
     /// One call, within `timeout` (the connection's opening included).
@@ -131,15 +159,21 @@ impl Shared {
         message: Bytes,
         token: Option<&str>,
     ) -> Result<Result<Vec<u8>, Status>, Failure> {
-        let call = async { send(self.ready().await?, &self.target, path, message, token).await };
+        let call = async {
+            let (sender, member) = self.ready().await?;
+            send(sender, &self.targets[member], path, message, token).await
+        };
         let answer = tokio::time::timeout(timeout, call)
             .await
             .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())));
-        if answer.is_err() {
-            // The connection may be what failed or hangs: the next call opens a new one.
-            // (When another call holds the lock it is opening one already.)
+        if matches!(&answer, Err(_) | Ok(Err(Status { code: UNAVAILABLE, .. }))) {
+            // The connection, or its member, may be what failed or hangs: the next call
+            // opens a new one, to the next member. (When another call holds the lock it
+            // is opening one already.)
             if let Ok(mut held) = self.sender.try_lock() {
-                *held = None;
+                if let Some((_, member)) = held.take() {
+                    self.current.store((member + 1) % self.targets.len(), Relaxed);
+                }
             }
         }
         answer
@@ -148,21 +182,45 @@ impl Shared {
     /// A sender ready for a new stream: the open connection's or, when that one has
     /// closed meanwhile (etcd restarted, a proxy dropped it), a new connection's.
     /// Nothing was sent on the closed one, so opening another is safe for any call.
-    async fn ready(&self) -> Result<h2::client::SendRequest<Bytes>, Failure> {
+    /// With several members, each is tried in turn from the current one, until one
+    /// accepts.
+    async fn ready(&self) -> Result<(h2::client::SendRequest<Bytes>, usize), Failure> {
         let mut held = self.sender.lock().await;
-        if let Some(sender) = held.clone() {
+        if let Some((sender, member)) = held.clone() {
             match sender.ready().await {
-                Ok(ready) => return Ok(ready),
-                Err(_) => *held = None,
+                Ok(ready) => return Ok((ready, member)),
+                Err(_) => {
+                    *held = None;
+                    self.current.store((member + 1) % self.targets.len(), Relaxed);
+                }
             }
         }
-        // Opened on the channel's runtime, so that the connection is driven there
-        // whichever runtime the call came from (and outlives it).
-        let target = self.target.clone();
-        let opened = self.runtime.spawn(async move { connect(&target).await });
-        let sender = opened.await.map_err(|e| format!("opening the connection failed: {e}"))??;
-        *held = Some(sender.clone());
-        sender.ready().await.map_err(h2_error)
+        let n = self.targets.len();
+        let first = self.current.load(Relaxed) % n;
+        let mut failures = Vec::new();
+        for member in (first..n).chain(0..first) {
+            // Opened on the channel's runtime, so that the connection is driven there
+            // whichever runtime the call came from (and outlives it).
+            let target = self.targets[member].clone();
+            let opened = self.runtime.spawn(async move { connect(&target).await });
+            let opened = if n > 1 {
+                tokio::time::timeout(self.connect_timeout / 2, opened)
+                    .await
+                    .unwrap_or_else(|_| Ok(Err("no connection within half the call's timeout".to_owned())))
+            } else {
+                opened.await
+            };
+            match opened.map_err(|e| format!("opening the connection failed: {e}")).and_then(|o| o) {
+                Ok(sender) => {
+                    self.current.store(member, Relaxed);
+                    *held = Some((sender.clone(), member));
+                    return sender.ready().await.map(|ready| (ready, member)).map_err(h2_error);
+                }
+                Err(e) if n > 1 => failures.push(format!("{}: {e}", self.targets[member].authority)),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(format!("no member answered ({})", failures.join("; ")))
     }
 }
 

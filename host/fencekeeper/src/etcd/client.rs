@@ -50,6 +50,33 @@ pub struct EtcdTls {
     pub key: Option<PathBuf>,
 }
 
+/// One member's address as the channel dials it: `http://HOST:PORT`, or
+/// `https://HOST:PORT` with [`EtcdOptions::tls`].
+fn target(endpoint: &str, options: &EtcdOptions) -> Result<Target, EtcdError> {
+    let bad = |why: &str| EtcdError::Settings(format!("etcd endpoint {endpoint:?}: {why}"));
+    let (scheme, authority) = endpoint.split_once("://").unwrap_or(("", ""));
+    let (host, port) = authority.rsplit_once(':').unwrap_or(("", ""));
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let mut target = Target { authority: authority.to_owned(), tls: None };
+    match (scheme, &options.tls) {
+        _ if host.is_empty() || authority.contains('/') || port.parse::<u16>().is_err() => {
+            return Err(bad("must look like http://HOST:PORT or https://HOST:PORT"))
+        }
+        ("http", None) => {}
+        ("http", Some(_)) => {
+            return Err(bad("TLS files are given but the endpoint is http://; write https:// (never plaintext)"))
+        }
+        ("https", Some(tls)) => {
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|e| bad(&format!("{host:?} is not a name TLS can check: {e}")))?;
+            target.tls = Some((rustls_config(tls)?, name));
+        }
+        ("https", None) => return Err(bad("https:// needs the CA of etcd's certificate (--etcd-cacert)")),
+        _ => return Err(bad("must look like http://HOST:PORT or https://HOST:PORT")),
+    }
+    Ok(target)
+}
+
 /// An etcd user.
 #[derive(Clone)]
 pub struct EtcdAuth {
@@ -78,39 +105,19 @@ pub struct EtcdClient {
 
 impl EtcdClient {
     /// A client for `endpoint` (`http://HOST:PORT`, or `https://HOST:PORT` with
-    /// [`EtcdOptions::tls`]). Nothing is sent yet.
+    /// [`EtcdOptions::tls`]), or for the members of one cluster, comma-separated
+    /// (`http://10.0.0.1:2379,http://10.0.0.2:2379`): it talks to one at a time and
+    /// fails over to the next. Nothing is sent yet.
     pub fn new(endpoint: &str, options: &EtcdOptions) -> Result<EtcdClient, EtcdError> {
-        let endpoint = endpoint.trim_end_matches('/').to_owned();
+        let endpoint = endpoint.trim().trim_end_matches('/').to_owned();
+        let targets = endpoint
+            .split(',')
+            .map(|member| target(member.trim().trim_end_matches('/'), options))
+            .collect::<Result<Vec<Target>, EtcdError>>()?;
         let bad = |why: &str| EtcdError::Settings(format!("etcd endpoint {endpoint:?}: {why}"));
-        let (scheme, authority) = endpoint.split_once("://").unwrap_or(("", ""));
-        let (host, port) = authority.rsplit_once(':').unwrap_or(("", ""));
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let mut target = Target { authority: authority.to_owned(), tls: None };
-        match (scheme, &options.tls) {
-            _ if endpoint.contains(',') => {
-                return Err(bad(
-                    "one member's address here, not a list (this client talks to one member; give the one nearest \
-                     this host, or a load balancer in front of the cluster)",
-                ))
-            }
-            _ if host.is_empty() || authority.contains('/') || port.parse::<u16>().is_err() => {
-                return Err(bad("must look like http://HOST:PORT or https://HOST:PORT"))
-            }
-            ("http", None) => {}
-            ("http", Some(_)) => {
-                return Err(bad("TLS files are given but the endpoint is http://; write https:// (never plaintext)"))
-            }
-            ("https", Some(tls)) => {
-                let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                    .map_err(|e| bad(&format!("{host:?} is not a name TLS can check: {e}")))?;
-                target.tls = Some((rustls_config(tls)?, name));
-            }
-            ("https", None) => return Err(bad("https:// needs the CA of etcd's certificate (--etcd-cacert)")),
-            _ => return Err(bad("must look like http://HOST:PORT or https://HOST:PORT")),
-        }
         Ok(EtcdClient {
             endpoint: endpoint.clone(),
-            channel: Channel::new(target, options.timeout, options.runtime.clone()).map_err(|e| bad(&e))?,
+            channel: Channel::new(targets, options.timeout, options.runtime.clone()).map_err(|e| bad(&e))?,
             auth: options.auth.clone(),
             token: RwLock::new(None),
             revision: AtomicU64::new(0),

@@ -37,8 +37,15 @@ fn left_out(config: &Config) -> Option<&'static str> {
 /// what the proxy forwarded).
 #[derive(Default)]
 struct Store {
-    answer: Option<(u16, Vec<(String, String)>, Vec<u8>, u64)>,
+    answer: Option<Scripted>,
     seen: Vec<Recorded>,
+}
+
+/// The store's answer to the row now running.
+struct Scripted {
+    status: u16,
+    headers: Vec<(String, String)>,
+    delay_ms: u64,
 }
 
 type Shared = Rc<RefCell<Store>>;
@@ -138,11 +145,11 @@ fn start(profile: Profile, config: &Value, store: &Shared) -> Proxy {
                 call.body.clone(),
             ));
             return match &store.answer {
-                Some((status, headers, _, delay)) if *delay < u64::from(call.timeout_ms) => {
-                    let mut answer = CallAnswer::new(*status, Vec::new());
+                Some(a) if a.delay_ms < u64::from(call.timeout_ms) => {
+                    let mut answer = CallAnswer::new(a.status, Vec::new());
                     answer
                         .headers
-                        .extend(headers.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone().into_bytes())));
+                        .extend(a.headers.iter().map(|(n, v)| (n.to_ascii_lowercase(), v.clone().into_bytes())));
                     answer
                 }
                 _ => CallAnswer::failed(),
@@ -181,8 +188,8 @@ fn run_row(proxy: &mut Proxy, store: &Shared, row: &Row, expect: &Expect, timeou
     };
     let body = if send.method == "HEAD" { Vec::new() } else { row.store.body.clone().into_bytes() };
     let headers: Vec<(String, String)> = row.store.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    *store.borrow_mut() =
-        Store { answer: Some((row.store.status, headers.clone(), body.clone(), row.store.delay_ms)), seen: Vec::new() };
+    let scripted = Scripted { status: row.store.status, headers: headers.clone(), delay_ms: row.store.delay_ms };
+    *store.borrow_mut() = Store { answer: Some(scripted), seen: Vec::new() };
     let before = counters(proxy);
     let id = proxy.send(0, request);
     let mut waited = 0;
