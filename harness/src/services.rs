@@ -482,6 +482,15 @@ impl NginxDav {
 
     /// [`NginxDav::start`] in `dir`.
     pub fn start_in(dir: WorkDir) -> Result<NginxDav> {
+        Self::start_serving(dir, None)
+    }
+
+    /// [`NginxDav::start`] serving TLS only, with this certificate and key (PEM).
+    pub fn start_tls(cert: &Path, key: &Path) -> Result<NginxDav> {
+        Self::start_serving(WorkDir::temporary()?, Some((cert, key)))
+    }
+
+    fn start_serving(dir: WorkDir, tls: Option<(&Path, &Path)>) -> Result<NginxDav> {
         let root = dir.path().join("data");
         let prefix = dir.path().join("nginx");
         std::fs::create_dir_all(&root)?;
@@ -497,9 +506,17 @@ impl NginxDav {
                  http {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                    fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
                    client_max_body_size 64m;\n\
-                   server {{\n    listen {addr};\n    root {root};\n    dav_methods PUT DELETE MKCOL COPY MOVE;\n\
+                   server {{\n    listen {addr}{ssl};\n    root {root};\n    dav_methods PUT DELETE MKCOL COPY MOVE;\n\
                      create_full_put_path on;\n    dav_access user:rw group:rw all:r;\n    autoindex on;\n  }}\n}}\n",
-                root = root.display()
+                root = root.display(),
+                ssl = match tls {
+                    Some((cert, key)) => format!(
+                        " ssl;\n    ssl_certificate {};\n    ssl_certificate_key {}",
+                        cert.display(),
+                        key.display()
+                    ),
+                    None => String::new(),
+                },
             ),
         )?;
         let mut cmd = Command::new(nginx_binary());

@@ -269,7 +269,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 .map_err(|e| anyhow!("--upstream {:?} is not HOST:PORT: {e}", args.front.upstream))?;
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let probed = runtime
-                .block_on(fencekeeper_gateway::conditional::probe(&upstream, path))
+                .block_on(fencekeeper_gateway::conditional::probe(&upstream, None, path))
                 .map_err(|e| anyhow!("--conditional-writes: {e}"))?;
             args.conditional_deletes = probed.deletes;
         }

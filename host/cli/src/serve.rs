@@ -18,7 +18,7 @@ use fencekeeper_gateway::conditional;
 use fencekeeper_gateway::config::{self, Config, ResourceFrom};
 use fencekeeper_gateway::registry::deferred::Deferred;
 use fencekeeper_gateway::registry::Registry;
-use fencekeeper_gateway::{Listeners, Server};
+use fencekeeper_gateway::{tls, Listeners, Server};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -237,6 +237,18 @@ pub struct Args {
     /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
     #[arg(env = "FENCEKEEPER_UPSTREAM_HTTP2", help_heading = "Requests", long)]
     upstream_http2: bool,
+    /// Serve clients over TLS with this certificate chain (PEM, the gateway's own
+    /// first; with --tls-key). The files are read again when they change: a renewed
+    /// certificate is served to new connections without a restart.
+    #[arg(env = "FENCEKEEPER_TLS_CERT", help_heading = "TLS", long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(env = "FENCEKEEPER_TLS_KEY", help_heading = "TLS", long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// The CA of an https:// upstream's certificate (PEM): the only root trusted, and
+    /// the upstream's host name checked against its certificate.
+    #[arg(env = "FENCEKEEPER_UPSTREAM_CACERT", help_heading = "TLS", long, value_name = "PEM")]
+    upstream_cacert: Option<PathBuf>,
     /// A validator guest component to use instead of the bundled one.
     #[arg(env = "FENCEKEEPER_GUEST", help_heading = "Decisions", long)]
     guest: Option<PathBuf>,
@@ -297,7 +309,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 path.starts_with('/'),
                 "--precondition-probe {path:?}: give a path starting with /, or off"
             );
-            let probed = runtime.block_on(conditional::probe(&config.upstream, path)).map_err(anyhow::Error::msg)?;
+            let probed = runtime
+                .block_on(conditional::probe(&config.upstream, config.upstream_tls.clone(), path))
+                .map_err(anyhow::Error::msg)?;
             config.conditional_deletes = probed.deletes;
             Some(chains)
         }
@@ -339,6 +353,10 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     let mut c = Config::new(args.listen, config::upstream(&args.upstream)?);
     c.admin = Some(args.admin);
     c.upstream_http2 = args.upstream_http2;
+    c.tls = args.tls_cert.clone().zip(args.tls_key.clone()).map(|(cert, key)| tls::TlsFiles { cert, key });
+    c.upstream_tls =
+        args.upstream_cacert.as_deref().map(|ca| tls::client_config(ca, args.upstream_http2)).transpose()?;
+    c.check_tls()?;
     let mode = match args.mode {
         ModeArg::Correctness => Mode::Correctness,
         ModeArg::Efficiency => Mode::Efficiency,

@@ -59,14 +59,14 @@ pub fn methods(s: &str) -> Result<Vec<Method>, ConfigError> {
 }
 
 /// Parse the upstream address: `http://HOST:PORT` or `HOST:PORT` (as
-/// `fencekeeper envoy-config` takes it), no path, no TLS.
+/// `fencekeeper envoy-config` takes it), or `https://HOST:PORT` for a store that
+/// speaks TLS (its CA given apart: [`Config::upstream_tls`]); no path.
 pub fn upstream(url: &str) -> Result<Uri, ConfigError> {
     let bad = |why: &str| ConfigError::Upstream { url: url.to_owned(), why: why.to_owned() };
     let uri: Uri = with_scheme(url).parse().map_err(|e: hyper::http::uri::InvalidUri| bad(&e.to_string()))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some("https") => return Err(bad("TLS upstreams are not supported; put the gateway next to the store")),
-        _ => return Err(bad("the scheme must be http://")),
+        Some("http" | "https") => {}
+        _ => return Err(bad("the scheme must be http:// or https://")),
     }
     let authority = uri.authority().ok_or_else(|| bad("no host"))?;
     if authority.port_u16().is_none() {
@@ -98,6 +98,11 @@ pub struct Config {
     pub upstream: Uri,
     /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
     pub upstream_http2: bool,
+    /// TLS to an `https://` upstream: what checks its certificate. Required for one,
+    /// refused for an `http://` one ([`Config::check_tls`]).
+    pub upstream_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// TLS on the listener: its certificate and key.
+    pub tls: Option<crate::tls::TlsFiles>,
     /// Mode and strictness.
     pub policy: Policy,
     /// The request header carrying the fencing token.
@@ -160,6 +165,8 @@ impl Config {
             admin: None,
             upstream,
             upstream_http2: false,
+            upstream_tls: None,
+            tls: None,
             policy: Policy::default(),
             token_header: HeaderName::from_static(TOKEN_HEADER),
             resource: ResourceFrom::Path { strip_prefix: String::new() },
@@ -177,6 +184,20 @@ impl Config {
             audit: None,
             store: String::new(),
             conditional_deletes: true,
+        }
+    }
+
+    /// An `https://` upstream has its TLS, and an `http://` one has none.
+    pub fn check_tls(&self) -> Result<(), ConfigError> {
+        let bad = |why: &str| ConfigError::Upstream { url: self.upstream.to_string(), why: why.to_owned() };
+        match (self.upstream.scheme_str(), &self.upstream_tls) {
+            (Some("https"), None) => {
+                Err(bad("an https:// upstream needs the CA of its certificate (--upstream-cacert)"))
+            }
+            (Some("http"), Some(_)) => {
+                Err(bad("a CA is given for the upstream but its address is http://; write https:// (never plaintext)"))
+            }
+            _ => Ok(()),
         }
     }
 
@@ -243,13 +264,17 @@ mod tests {
     }
 
     #[test]
-    fn upstream_must_be_plain_http_with_a_port() {
+    fn upstream_must_be_http_or_https_with_a_port_and_https_needs_its_ca() {
         assert!(upstream("http://127.0.0.1:8080").is_ok());
         assert_eq!(upstream("127.0.0.1:8080").ok(), upstream("http://127.0.0.1:8080").ok());
-        for bad in ["https://a:1", "http://a", "http://a:1/x", "ftp://a:1"] {
+        for bad in ["http://a", "http://a:1/x", "ftp://a:1", "https://a"] {
             let e = upstream(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.starts_with("bad upstream URL"), "{bad}: {e}");
         }
+        let https = Config::new(([127, 0, 0, 1], 0).into(), upstream("https://a:1").unwrap());
+        let e = https.check_tls().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("--upstream-cacert"), "{e}");
+        assert!(Config::new(([127, 0, 0, 1], 0).into(), upstream("http://a:1").unwrap()).check_tls().is_ok());
     }
 
     #[test]

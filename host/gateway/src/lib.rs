@@ -19,6 +19,8 @@
 //! * [`metrics`]: the counters and the latency histogram, in Prometheus text.
 //! * [`server`]: listeners, connections, graceful shutdown.
 //! * [`uploads`]: S3 multipart uploads and the token each started with (protocol s3).
+//! * [`tls`]: TLS on the listener (its certificate reloaded when the files change)
+//!   and to an `https://` upstream.
 
 pub mod admin;
 pub mod conditional;
@@ -30,6 +32,7 @@ pub mod proxy;
 pub mod refusal;
 pub mod registry;
 pub mod server;
+pub mod tls;
 pub mod uploads;
 
 pub use config::{Config, ConfigError, ResourceFrom};

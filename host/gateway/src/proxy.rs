@@ -15,6 +15,7 @@ use crate::metrics::{Event, Metrics};
 use crate::ordered::{self, Ordered};
 use crate::refusal::{self, full, Failure, Form};
 use crate::registry::Registry;
+use crate::tls::Connector;
 use crate::uploads::Uploads;
 use crate::Body;
 use fencekeeper::audit::{self, AuditLog, Change, Entry};
@@ -35,7 +36,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderMap, HeaderValue, CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
 use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, Uri, Version};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -52,7 +53,7 @@ pub struct Proxy {
     guard: Arc<Guard>,
     gate: Arc<Gate>,
     metrics: Arc<Metrics>,
-    client: Client<HttpConnector, Body>,
+    client: Client<Connector, Body>,
     audit: Option<Arc<AuditLog>>,
     /// When this handler was made (the gateway's start, for the start grace).
     started: Instant,
@@ -73,8 +74,7 @@ impl Proxy {
         registry: Option<Arc<Registry>>,
         chains: Option<Arc<dyn ChainStore>>,
     ) -> Proxy {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
+        let connector = Connector::new(config.upstream_tls.clone());
         let client = Client::builder(TokioExecutor::new()).http2_only(config.upstream_http2).build(connector);
         let gate = Gate::new(config.gate, config.gate_timeout, config.apply_bound, registry, !config.blocking_admits);
         let started = Instant::now();

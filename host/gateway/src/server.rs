@@ -41,6 +41,12 @@ pub enum ServeError {
     /// The audit log cannot be opened.
     #[error("{0}")]
     Audit(std::io::Error),
+    /// The listener's certificate or key cannot be used.
+    #[error("the listener's TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
+    /// The configuration is inconsistent.
+    #[error("{0}")]
+    Config(#[from] crate::config::ConfigError),
 }
 
 /// A bound gateway, ready to [`Server::run`].
@@ -48,7 +54,13 @@ pub struct Server {
     proxy: Arc<Proxy>,
     listener: TcpListener,
     admin: Option<TcpListener>,
+    tls: Option<Arc<crate::tls::Listener>>,
 }
+
+/// How long a client may take over its TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the listener's certificate files are looked at for a change.
+const TLS_RELOAD_EVERY: Duration = Duration::from_secs(1);
 
 fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     let listener = TcpListener::bind(addr).map_err(|source| match source.kind() {
@@ -98,9 +110,12 @@ impl Server {
         registry: Option<Arc<Registry>>,
         chains: Option<Arc<dyn ChainStore>>,
     ) -> Result<Server, ServeError> {
+        config.check_tls()?;
+        let tls = config.tls.clone().map(crate::tls::Listener::load).transpose()?.map(Arc::new);
         let audit = config.audit.as_ref().map(AuditLog::open).transpose().map_err(ServeError::Audit)?;
         let Listeners { listener, admin } = listeners;
-        Ok(Server { proxy: Arc::new(Proxy::new(config, guard, audit, registry, chains)), listener, admin })
+        let proxy = Arc::new(Proxy::new(config, guard, audit, registry, chains));
+        Ok(Server { proxy, listener, admin, tls })
     }
 
     /// Where clients connect (with the real port when the configuration said 0).
@@ -130,6 +145,7 @@ impl Server {
         };
         let graceful = GracefulShutdown::new();
         let builder = auto::Builder::new(TokioExecutor::new());
+        let reload = self.tls.clone().map(|tls| tokio::spawn(reload_certificate(tls)));
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
@@ -146,8 +162,25 @@ impl Server {
                     let _ = stream.set_nodelay(true);
                     let proxy = self.proxy.clone();
                     let service = service_fn(move |request: Request<Incoming>| proxy.clone().handle(request, client));
-                    let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+                    let Some(tls) = &self.tls else {
+                        let connection = graceful.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
+                        tokio::spawn(async move {
+                            if let Err(e) = connection.await {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                            }
+                        });
+                        continue;
+                    };
+                    // The handshake runs in the connection's own task: a slow client
+                    // holds up nobody else.
+                    let (acceptor, builder, watcher) = (tls.acceptor(), builder.clone(), graceful.watcher());
                     tokio::spawn(async move {
+                        let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => return tracing::debug!(error = %e, %client, "TLS handshake failed"),
+                            Err(_) => return tracing::debug!(%client, "TLS handshake timed out"),
+                        };
+                        let connection = watcher.watch(builder.serve_connection(TokioIo::new(stream), service).into_owned());
                         if let Err(e) = connection.await {
                             tracing::debug!(error = %e, "connection ended with an error");
                         }
@@ -167,7 +200,25 @@ impl Server {
         if let Some(task) = admin_task {
             task.abort();
         }
+        if let Some(task) = reload {
+            task.abort();
+        }
         Ok(())
+    }
+}
+
+/// Look at the listener's certificate files every [`TLS_RELOAD_EVERY`]; load them
+/// again when they change (a renewal), new connections then get the new certificate.
+async fn reload_certificate(tls: Arc<crate::tls::Listener>) {
+    loop {
+        tokio::time::sleep(TLS_RELOAD_EVERY).await;
+        match tls.refresh() {
+            Ok(true) => tracing::info!("the listener's certificate changed: new connections get the new one"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "the listener's new certificate files are not usable; keeping the old")
+            }
+        }
     }
 }
 

@@ -32,6 +32,7 @@ mod e2e_gateway_provenance;
 mod e2e_gateway_stall;
 mod e2e_gateway_start_grace;
 mod e2e_gateway_store_damage;
+mod e2e_gateway_tls;
 mod e2e_provenance_etcd;
 mod e2e_provenance_zookeeper;
 mod e2e_retention;

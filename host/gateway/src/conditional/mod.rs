@@ -25,6 +25,7 @@
 //! waiting (docs/architecture.md, "Where the hosts still differ").
 
 use crate::refusal::{full, Answer, Failure, Form};
+use crate::tls::Connector;
 use crate::Body;
 use fencekeeper::chain::{self, ChainError, ChainStore, Change, Version};
 use fencekeeper_core::refusal::Action;
@@ -34,7 +35,7 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, ETAG, HOST};
 use hyper::http::request::Parts;
 use hyper::{Method, StatusCode, Uri};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use md5::{Digest, Md5};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -59,7 +60,7 @@ pub struct Conditional {
     wait: Duration,
     /// The gateway's client of the store and the store's address, to ask the store
     /// itself for a version the gateway does not know (a HEAD).
-    client: Client<HttpConnector, Body>,
+    client: Client<Connector, Body>,
     upstream: Uri,
     /// The store honours `If-Match` on DELETE (probed, or vouched for).
     deletes: bool,
@@ -103,7 +104,7 @@ impl Conditional {
     pub fn new(
         chains: Arc<dyn ChainStore>,
         wait: Duration,
-        client: Client<HttpConnector, Body>,
+        client: Client<Connector, Body>,
         upstream: Uri,
         deletes: bool,
         lend_for: Duration,
@@ -395,7 +396,7 @@ mod tests {
     use fencekeeper::chain::MemoryChains;
 
     fn conditional(deletes: bool) -> Conditional {
-        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+        let client = Client::builder(hyper_util::rt::TokioExecutor::new()).build(Connector::new(None));
         let upstream = Uri::from_static("http://127.0.0.1:9");
         let (chains, wait) = (Arc::new(MemoryChains::default()), Duration::from_secs(1));
         Conditional::new(chains, wait, client, upstream, deletes, Duration::from_secs(120))

@@ -1,11 +1,12 @@
 //! The start-up probe: does the store honour `If-Match` on PUT, and on DELETE?
 
 use crate::refusal::full;
+use crate::tls::Connector;
 use crate::Body;
 use fencekeeper::chain::Version;
 use hyper::header::{HeaderMap, ETAG, IF_MATCH, IF_NONE_MATCH};
 use hyper::{Method, StatusCode};
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::client::legacy::Client;
 use std::time::Duration;
 
 /// What the start-up probe found: conditional writes can be sent, and whether the
@@ -27,13 +28,21 @@ pub struct Probed {
 ///    be refused (412): a store that ignores `If-Match` on DELETE (MinIO does) deletes
 ///    it, and the gateway then refuses deletes (501) rather than send them
 ///    unconditionally; the probe object is deleted at the end.
-pub async fn probe(upstream: &hyper::Uri, path: &str) -> Result<Probed, String> {
-    let client: Client<HttpConnector, Body> = Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+///
+/// `tls` checks an `https://` upstream's certificate.
+pub async fn probe(
+    upstream: &hyper::Uri,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    path: &str,
+) -> Result<Probed, String> {
+    let client: Client<Connector, Body> =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build(Connector::new(tls));
+    let scheme = upstream.scheme_str().unwrap_or("http").to_owned();
     let authority = upstream.authority().map_or("", |a| a.as_str()).to_owned();
     let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let stale = format!("\"fencekeeper-probe-{nonce}\"");
     let send = |method: Method, header: Option<(hyper::header::HeaderName, String)>, body: &'static [u8]| {
-        let (client, target) = (client.clone(), format!("http://{authority}{path}"));
+        let (client, target) = (client.clone(), format!("{scheme}://{authority}{path}"));
         async move {
             let mut request = hyper::Request::builder().method(method.clone()).uri(&target);
             if let Some((name, value)) = header {
