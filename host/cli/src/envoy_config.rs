@@ -40,15 +40,51 @@ pub(crate) static EMBEDDED_FILTER: &[u8] = include_bytes!("../../../guest/artifa
 #[derive(clap::Args)]
 pub(crate) struct Front {
     /// The store to fence, HOST:PORT (an IP address or a DNS name); `http://HOST:PORT`
-    /// is taken as the same.
+    /// is taken as the same; `https://HOST:PORT` for a store that speaks TLS (with
+    /// --upstream-cacert).
     #[arg(help_heading = "Where it listens and what it fences", long, value_parser = parse_upstream)]
-    pub(crate) upstream: String,
+    pub(crate) upstream: Upstream,
+    /// The CA of an https:// upstream's certificate (PEM): the only root the proxy
+    /// trusts for it, and the upstream's host name checked against its certificate.
+    #[arg(help_heading = "Where it listens and what it fences", long, value_name = "PEM")]
+    pub(crate) upstream_cacert: Option<PathBuf>,
     /// The port the proxy listens on.
     #[arg(help_heading = "Where it listens and what it fences", long, default_value_t = 10000)]
     pub(crate) listen: u16,
     /// The address the proxy listens on.
     #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1")]
     pub(crate) listen_address: String,
+}
+
+/// The store a generated proxy fences: its `HOST:PORT`, and whether it speaks TLS.
+#[derive(Clone, Debug)]
+pub(crate) struct Upstream {
+    /// `HOST:PORT`.
+    pub(crate) address: String,
+    /// `https://` was written.
+    pub(crate) tls: bool,
+}
+
+impl std::fmt::Display for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}://{}", if self.tls { "https" } else { "http" }, self.address)
+    }
+}
+
+impl Front {
+    /// The upstream's CA, if it speaks TLS: required for https://, refused for http://.
+    pub(crate) fn upstream_ca(&self) -> Result<Option<PathBuf>> {
+        match (&self.upstream_cacert, self.upstream.tls) {
+            (Some(ca), true) => {
+                Ok(Some(ca.canonicalize().with_context(|| format!("--upstream-cacert: cannot read {}", ca.display()))?))
+            }
+            (None, true) => bail!("an https:// upstream needs the CA of its certificate (--upstream-cacert)"),
+            (Some(_), false) => {
+                bail!("--upstream-cacert is given but the upstream is http://; write https:// (never plaintext)")
+            }
+            (None, false) => Ok(None),
+        }
+    }
 }
 
 /// Which filter `.wasm` a generated configuration loads (`envoy-config`, `nginx-config`).
@@ -264,12 +300,16 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 path.starts_with('/'),
                 "--precondition-probe {path:?}: give a path starting with /, or off"
             );
-            let upstream: hyper::Uri = format!("http://{}/", args.front.upstream)
+            let upstream: hyper::Uri = format!("{}/", args.front.upstream)
                 .parse()
-                .map_err(|e| anyhow!("--upstream {:?} is not HOST:PORT: {e}", args.front.upstream))?;
+                .map_err(|e| anyhow!("--upstream {} is not HOST:PORT: {e}", args.front.upstream))?;
+            let tls = match args.front.upstream_ca()? {
+                Some(ca) => Some(fencekeeper_gateway::tls::client_config(&ca, false)?),
+                None => None,
+            };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             let probed = runtime
-                .block_on(fencekeeper_gateway::conditional::probe(&upstream, None, path))
+                .block_on(fencekeeper_gateway::conditional::probe(&upstream, tls, path))
                 .map_err(|e| anyhow!("--conditional-writes: {e}"))?;
             args.conditional_deletes = probed.deletes;
         }
@@ -512,16 +552,17 @@ impl Endpoint {
 }
 
 /// `--upstream`: HOST:PORT, or the same as an `http://` URL with no path (the
-/// gateway's `--upstream` form). Anything else is refused with what to write: a URL
-/// kept whole would become the cluster's host name, which never resolves.
-fn parse_upstream(text: &str) -> Result<String, String> {
-    let bare = match text.split_once("://") {
-        None => text,
-        Some(("http", rest)) => rest.strip_suffix('/').unwrap_or(rest),
+/// gateway's `--upstream` form), or an `https://` one. Anything else is refused with
+/// what to write: a URL kept whole would become the cluster's host name, which never
+/// resolves.
+fn parse_upstream(text: &str) -> Result<Upstream, String> {
+    let (bare, tls) = match text.split_once("://") {
+        None => (text, false),
+        Some(("http", rest)) => (rest.strip_suffix('/').unwrap_or(rest), false),
+        Some(("https", rest)) => (rest.strip_suffix('/').unwrap_or(rest), true),
         Some((scheme, _)) => {
             return Err(format!(
-                "{text:?}: the store is reached over plain HTTP here (a {scheme}:// upstream is not supported); \
-                 write HOST:PORT"
+                "{text:?}: a {scheme}:// upstream is not supported; write HOST:PORT or https://HOST:PORT"
             ))
         }
     };
@@ -529,7 +570,7 @@ fn parse_upstream(text: &str) -> Result<String, String> {
         return Err(format!("{text:?} has a path: write the store as HOST:PORT (the request's path is kept)"));
     }
     Endpoint::parse(bare).map_err(|e| format!("{e:#}"))?;
-    Ok(bare.to_owned())
+    Ok(Upstream { address: bare.to_owned(), tls })
 }
 
 /// `--etcd`: one member, or every member of an etcd cluster separated by commas.
@@ -608,17 +649,17 @@ enum Tls {
     Off,
 }
 
-/// TLS to etcd for the cluster just written: each member's certificate checked
-/// against `ca` and against the address Envoy dials (an IP or a DNS name in its
-/// subject alternative names: any member's will do, as the cluster's members share
-/// one check), and a client certificate when given. A file that does not exist is
-/// refused here, so a typo is not an Envoy that cannot start.
-fn etcd_tls(
+/// TLS for the cluster just written (etcd's, or the store's): each member's
+/// certificate checked against `ca` and against the address Envoy dials (an IP or a
+/// DNS name in its subject alternative names: any member's will do, as the cluster's
+/// members share one check), ALPN `alpn`, and a client certificate when given. A file
+/// that does not exist is refused here, so a typo is not an Envoy that cannot start.
+fn upstream_tls(
     out: &mut String,
     members: &[Endpoint],
     ca: &Path,
     client: Option<(&Path, &Path)>,
-    api: EtcdApi,
+    alpn: &str,
 ) -> Result<()> {
     let absolute = |p: &Path| -> Result<String> {
         let full = p.canonicalize().with_context(|| format!("cannot read {}", p.display()))?;
@@ -638,8 +679,6 @@ fn etcd_tls(
         }
     }
     writeln!(out, "        common_tls_context:")?;
-    // gRPC: etcd's TLS listener serves it on h2; the JSON API on HTTP/1.1.
-    let alpn = if api == EtcdApi::Grpc { "h2" } else { "http/1.1" };
     writeln!(out, "          alpn_protocols: [{alpn}]")?;
     if let Some((cert, key)) = client {
         writeln!(out, "          tls_certificates:")?;
@@ -719,7 +758,7 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     let max_body = args.conditional_writes.then_some(args.conditional_max_body);
     let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, max_body);
     let local_replies = local_reply::config(
-        &args.front.upstream,
+        &args.front.upstream.address,
         &envoy_duration(args.route_timeout),
         args.protocol.protocol(),
         max_body,
@@ -793,14 +832,22 @@ static_resources:
   clusters:
 "#
     )?;
-    cluster(&mut out, STORE_CLUSTER, &[Endpoint::parse(&args.front.upstream).context("--upstream")?], None)?;
+    let store = Endpoint::parse(&args.front.upstream.address).context("--upstream")?;
+    let store_ca = args.front.upstream_ca()?;
+    cluster(&mut out, STORE_CLUSTER, std::slice::from_ref(&store), None)?;
+    if let Some(ca) = &store_ca {
+        // The store over TLS: its certificate checked against its CA and its name.
+        upstream_tls(&mut out, std::slice::from_ref(&store), ca, None, "http/1.1")?;
+    }
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;
         let tls = if args.etcd_cacert.is_some() { Tls::On } else { Tls::Off };
         cluster(&mut out, DEFAULT_ETCD_CLUSTER, &members, Some((tls, args.etcd_api)))?;
         if let Some(ca) = &args.etcd_cacert {
             let client = args.etcd_cert.as_deref().zip(args.etcd_key.as_deref());
-            etcd_tls(&mut out, &members, ca, client, args.etcd_api)?;
+            // gRPC: etcd's TLS listener serves it on h2; the JSON API on HTTP/1.1.
+            let alpn = if args.etcd_api == EtcdApi::Grpc { "h2" } else { "http/1.1" };
+            upstream_tls(&mut out, &members, ca, client, alpn)?;
         }
     }
     Ok(out)

@@ -173,12 +173,12 @@ pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
         writeln!(out, "wasm = on")?;
         writeln!(out, "wasm_filters_path = {dir}")?;
         writeln!(out, "nginx_wasm_shm_kv_{SHM_NAMESPACE} = {}", args.shm_kv_size)?;
-        writeln!(out, "# The filter chain of the service or route in front of {}:", args.front.upstream)?;
+        writeln!(out, "# The filter chain of the service or route in front of {}:", args.front.upstream.address)?;
         writeln!(out, "# {chain}")?;
         return Ok(out);
     }
     let timeout = format!("{}ms", args.proxy_timeout.as_millis());
-    writeln!(out, "# nginx with ngx_wasm_module, fencing {}: docs/proxy-wasm-hosts.md", args.front.upstream)?;
+    writeln!(out, "# nginx with ngx_wasm_module, fencing {}: docs/proxy-wasm-hosts.md", args.front.upstream.address)?;
     writeln!(out, "events {{}}")?;
     writeln!(out)?;
     writeln!(out, "wasm {{")?;
@@ -195,7 +195,19 @@ pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
     writeln!(out, "        listen {}:{};", args.front.listen_address, args.front.listen)?;
     writeln!(out, "        location / {{")?;
     writeln!(out, "            proxy_wasm fencekeeper {};", nginx_quoted(&json))?;
-    writeln!(out, "            proxy_pass http://{};", args.front.upstream)?;
+    writeln!(out, "            proxy_pass {};", args.front.upstream)?;
+    if let Some(ca) = args.front.upstream_ca()? {
+        // The store over TLS: its certificate checked against its CA and its name.
+        let host = args.front.upstream.address.rsplit_once(':').map_or("", |(h, _)| h);
+        writeln!(out, "            proxy_ssl_verify on;")?;
+        writeln!(out, "            proxy_ssl_trusted_certificate {};", nginx_quoted(&ca.display().to_string()))?;
+        writeln!(out, "            proxy_ssl_server_name on;")?;
+        writeln!(
+            out,
+            "            proxy_ssl_name {};",
+            nginx_quoted(host.trim_start_matches('[').trim_end_matches(']'))
+        )?;
+    }
     writeln!(out, "            proxy_read_timeout {timeout};")?;
     writeln!(out, "            proxy_send_timeout {timeout};")?;
     writeln!(out, "        }}")?;

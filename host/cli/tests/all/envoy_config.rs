@@ -206,8 +206,11 @@ fn bad_upstream_is_refused_with_a_reason() {
     let out = generate(&["--upstream", "nohostport", "--filter", FILTER]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not HOST:PORT"));
-    for (url, says) in [("https://127.0.0.1:8443", "https:// upstream is not supported"), ("127.0.0.1:8080/b", "path")]
-    {
+    for (url, says) in [
+        ("https://127.0.0.1:8443", "needs the CA of its certificate (--upstream-cacert)"),
+        ("ftp://127.0.0.1:21", "ftp:// upstream is not supported"),
+        ("127.0.0.1:8080/b", "path"),
+    ] {
         let out = generate(&["--upstream", url, "--filter", FILTER]);
         assert_eq!(out.status.code(), Some(2), "{url}");
         assert!(String::from_utf8_lossy(&out.stderr).contains(says), "{url}: {}", String::from_utf8_lossy(&out.stderr));
@@ -222,4 +225,32 @@ fn an_http_url_upstream_is_taken_as_its_host_and_port() {
     assert!(url.status.success(), "{}", String::from_utf8_lossy(&url.stderr));
     assert_eq!(url.stdout, bare.stdout);
     assert!(!String::from_utf8_lossy(&url.stdout).contains("http://127.0.0.1"));
+}
+
+#[test]
+fn an_https_upstream_is_reached_over_tls_checked_against_its_ca_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("store-ca.pem");
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n").unwrap();
+    let ca = ca.canonicalize().unwrap();
+    let ca_arg = ca.to_str().unwrap();
+    let out = generate(&["--upstream", "https://127.0.0.1:8443", "--upstream-cacert", ca_arg, "--filter", FILTER]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    let clusters = &yaml[yaml.find("\n  clusters:").unwrap()..];
+    let store = &clusters[clusters.find("  - name: store").unwrap()..];
+    let store = &store[..store[1..].find("\n  - name:").map_or(store.len(), |i| i + 1)];
+    for line in [
+        "socket_address: { address: 127.0.0.1, port_value: 8443 }",
+        "UpstreamTlsContext",
+        "alpn_protocols: [http/1.1]",
+        &format!("trusted_ca: {{ filename: '{}' }}", ca.display()),
+        "- san_type: IP_ADDRESS",
+        "matcher: { exact: '127.0.0.1' }",
+    ] {
+        assert!(store.contains(line), "{line}:\n{store}");
+    }
+    // A CA for a plain upstream is refused: never plaintext where TLS was meant.
+    let plain = generate(&["--upstream", "127.0.0.1:8080", "--upstream-cacert", ca_arg, "--filter", FILTER]);
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("write https://"), "{plain:?}");
 }
