@@ -20,7 +20,7 @@ pub const DEFAULT_STORE: &str = ".fencekeeper/marks.redb";
 #[derive(clap::Args)]
 pub struct Args {
     /// The mark store file (created, with its directory, if missing).
-    #[arg(long, default_value = DEFAULT_STORE)]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     store: PathBuf,
     /// Refuse a token equal to the mark as a replay.
     #[arg(long)]

@@ -48,12 +48,41 @@ pub(crate) struct Front {
     /// trusts for it, and the upstream's host name checked against its certificate.
     #[arg(help_heading = "Where it listens and what it fences", long, value_name = "PEM")]
     pub(crate) upstream_cacert: Option<PathBuf>,
-    /// The port the proxy listens on.
-    #[arg(help_heading = "Where it listens and what it fences", long, default_value_t = 10000)]
-    pub(crate) listen: u16,
-    /// The address the proxy listens on.
-    #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1")]
-    pub(crate) listen_address: String,
+    /// Where clients connect: HOST:PORT (as `serve --listen`), or a port alone (on
+    /// --listen-address).
+    #[arg(help_heading = "Where it listens and what it fences", long, value_name = "ADDR", default_value = "127.0.0.1:10000", value_parser = parse_address)]
+    listen: Address,
+    /// The address of a --listen given as a port alone (the form before --listen took
+    /// HOST:PORT). Default: 127.0.0.1.
+    #[arg(help_heading = "Where it listens and what it fences", long, value_name = "HOST")]
+    listen_address: Option<String>,
+}
+
+/// A listening address: HOST:PORT, or a port alone (its host given apart).
+#[derive(Clone, Debug)]
+pub(crate) struct Address {
+    host: Option<String>,
+    port: u16,
+}
+
+/// `--listen` and `--admin`: HOST:PORT, or a port alone.
+fn parse_address(text: &str) -> Result<Address, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(Address { host: None, port });
+    }
+    let e = Endpoint::parse(text).map_err(|e| format!("{e:#}; write HOST:PORT, or a port"))?;
+    Ok(Address { host: Some(e.host), port: e.port })
+}
+
+impl Front {
+    /// The host and port the proxy listens on.
+    pub(crate) fn listening(&self) -> Result<(String, u16)> {
+        match (&self.listen.host, &self.listen_address) {
+            (Some(_), Some(_)) => bail!("--listen-address and a --listen with a host: give --listen HOST:PORT alone"),
+            (Some(host), None) | (None, Some(host)) => Ok((host.clone(), self.listen.port)),
+            (None, None) => Ok(("127.0.0.1".to_owned(), self.listen.port)),
+        }
+    }
 }
 
 /// The store a generated proxy fences: its `HOST:PORT`, and whether it speaks TLS.
@@ -125,9 +154,10 @@ docs/envoy.md has every setting and the plugin configuration it writes.")]
 pub struct Args {
     #[command(flatten)]
     front: Front,
-    /// The port of Envoy's admin interface (stats, /ready), on 127.0.0.1.
-    #[arg(help_heading = "Where it listens and what it fences", long, default_value_t = 9901)]
-    admin: u16,
+    /// Envoy's admin interface (stats, /ready): HOST:PORT (as `serve --admin`), or a
+    /// port alone (on 127.0.0.1).
+    #[arg(help_heading = "Where it listens and what it fences", long, value_name = "ADDR", default_value = "127.0.0.1:9901", value_parser = parse_address)]
+    admin: Address,
     #[command(flatten)]
     filter: FilterFile,
     /// etcd's client address, HOST:PORT (its v3 gRPC API holds the marks). For an
@@ -766,7 +796,8 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     let mut out = String::new();
     let filter = yaml_single_quoted(&filter.display().to_string());
     let config = yaml_single_quoted(&config);
-    let (listen, listen_address, admin) = (args.front.listen, &args.front.listen_address, args.admin);
+    let (listen_address, listen) = args.front.listening()?;
+    let (admin_address, admin) = (args.admin.host.clone().unwrap_or_else(|| "127.0.0.1".to_owned()), args.admin.port);
     // Only the variable's name: Envoy copies its value from its own environment into
     // the VM's, where the filter reads it; /config_dump shows the name alone.
     let environment = match &args.etcd_password_env {
@@ -784,7 +815,7 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
 # below the highest one seen for the same resource is refused with 409.
 admin:
   address:
-    socket_address: {{ address: 127.0.0.1, port_value: {admin} }}
+    socket_address: {{ address: {admin_address}, port_value: {admin} }}
 static_resources:
   listeners:
   - name: fencekeeper

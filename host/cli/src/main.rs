@@ -33,6 +33,8 @@ struct Cli {
     command: Command,
 }
 
+// One value per process, parsed once: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Decide on one write: admit or refuse a token for a resource, advancing its mark.

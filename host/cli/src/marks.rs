@@ -17,7 +17,7 @@ use std::time::Duration;
 #[derive(clap::Args)]
 pub struct Args {
     /// The mark store file.
-    #[arg(long, default_value = DEFAULT_STORE)]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_STORE)]
     pub store: PathBuf,
     /// Read the marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`; for a cluster,
     /// every member's, separated by commas, tried in turn).

@@ -192,7 +192,8 @@ pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
     writeln!(out)?;
     writeln!(out, "http {{")?;
     writeln!(out, "    server {{")?;
-    writeln!(out, "        listen {}:{};", args.front.listen_address, args.front.listen)?;
+    let (host, port) = args.front.listening()?;
+    writeln!(out, "        listen {host}:{port};")?;
     writeln!(out, "        location / {{")?;
     writeln!(out, "            proxy_wasm fencekeeper {};", nginx_quoted(&json))?;
     writeln!(out, "            proxy_pass {};", args.front.upstream)?;

@@ -115,14 +115,8 @@ pub struct Args {
     #[arg(env = "FENCEKEEPER_RESOURCE_HEADER", help_heading = "Requests", long)]
     resource_header: Option<String>,
     /// Cut this prefix from the (decoded) path to form the resource key.
-    #[arg(
-        env = "FENCEKEEPER_STRIP_PREFIX",
-        help_heading = "Requests",
-        long,
-        default_value = "",
-        conflicts_with = "resource_header"
-    )]
-    strip_prefix: String,
+    #[arg(env = "FENCEKEEPER_STRIP_PREFIX", help_heading = "Requests", long, conflicts_with = "resource_header")]
+    strip_prefix: Option<String>,
     /// Only paths (decoded) starting with this are fenced; others pass through.
     #[arg(env = "FENCEKEEPER_PATH_PREFIX", help_heading = "Requests", long, default_value = "/")]
     path_prefix: String,
@@ -139,7 +133,7 @@ pub struct Args {
     s3_domain: Option<String>,
     /// The methods that are fenced (comma-separated); others pass through.
     /// Default: every method but the protocol's reads (GET, HEAD, OPTIONS for http).
-    #[arg(env = "FENCEKEEPER_FENCED_METHODS", help_heading = "Requests", long)]
+    #[arg(env = "FENCEKEEPER_FENCED_METHODS", help_heading = "Requests", long, value_name = "METHOD[,METHOD...]")]
     fenced_methods: Option<String>,
     /// The largest request body, in bytes (k, m, g suffixes allowed); larger gets 413.
     #[arg(env = "FENCEKEEPER_MAX_BODY", help_heading = "Requests", long, default_value = "16m", value_parser = parse_size)]
@@ -250,7 +244,7 @@ pub struct Args {
     #[arg(env = "FENCEKEEPER_UPSTREAM_CACERT", help_heading = "TLS", long, value_name = "PEM")]
     upstream_cacert: Option<PathBuf>,
     /// A validator guest component to use instead of the bundled one.
-    #[arg(env = "FENCEKEEPER_GUEST", help_heading = "Decisions", long)]
+    #[arg(env = "FENCEKEEPER_GUEST", help_heading = "Decisions", long, value_name = "COMPONENT.wasm")]
     guest: Option<PathBuf>,
     /// Log lines as text or JSON (level from RUST_LOG, default info).
     #[arg(env = "FENCEKEEPER_LOG_FORMAT", help_heading = "Logs", long, value_enum, default_value_t = LogFormat::Text)]
@@ -369,7 +363,7 @@ fn configure(args: &Args) -> anyhow::Result<Config> {
     c.token_header = config::header_name(&args.token_header)?;
     c.resource = match &args.resource_header {
         Some(name) => ResourceFrom::Header(config::header_name(name)?.as_str().to_owned()),
-        None => ResourceFrom::Path { strip_prefix: args.strip_prefix.clone() },
+        None => ResourceFrom::Path { strip_prefix: args.strip_prefix.clone().unwrap_or_default() },
     };
     c.protocol = args.protocol.protocol();
     c.s3_domain = args.protocol.s3_domain(args.s3_domain.as_deref())?;

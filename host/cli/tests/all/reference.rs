@@ -119,3 +119,65 @@ fn every_flag_a_command_takes_is_documented_on_its_page() {
     }
     assert!(undocumented.is_empty(), "flags no page documents: {undocumented:?}");
 }
+
+/// Flags that share a name across commands but not their format or default, each for
+/// a reason. A new difference fails the test below; so does an entry here that no
+/// longer differs.
+const DIFFER: &[(&str, &str)] = &[
+    ("--listen", "the gateway listens on 127.0.0.1:8080 and a proxy on 127.0.0.1:10000, so both run on one host"),
+    ("--admin", "the gateway's admin is on 127.0.0.1:9090, Envoy's on 127.0.0.1:9901, Envoy's own convention"),
+    (
+        "--etcd",
+        "envoy-config keeps marks in etcd unless --no-etcd (127.0.0.1:2379 by default); the gateway, marks and \
+         lock use etcd only when given one; nginx-config names one member (ngx_wasm_module calls one address)",
+    ),
+    ("--provenance", "envoy-config checks weakly wherever it has etcd; the gateway's default is still off"),
+    ("--store", "serve's default is the same file, chosen after it looks for a file of the old default name"),
+];
+
+/// Every long flag of every command, with its value's name and its default, as the
+/// manual pages (made from the parser's own definitions) give them.
+fn flags() -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, (String, String)>> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fencekeeper(&["man", "--dir", &dir.path().display().to_string()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut flags: std::collections::BTreeMap<String, std::collections::BTreeMap<String, (String, String)>> =
+        Default::default();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(command) = name.strip_prefix("fencekeeper-").and_then(|n| n.strip_suffix(".1")) else { continue };
+        let page = std::fs::read_to_string(&path).unwrap().replace("\\-", "-");
+        let lines: Vec<&str> = page.lines().collect();
+        for pair in lines.windows(2).filter(|w| w[0] == ".TP") {
+            // `\fB--name\fR \fI<VALUE>\fR [default: D]`, after `-x, ` for a short one.
+            let line = pair[1];
+            let Some(at) = line.find("\\fB--") else { continue };
+            let rest = &line[at + 3..];
+            let flag = rest[..rest.find("\\fR").unwrap_or(rest.len())].to_owned();
+            let value = rest.split("\\fI<").nth(1).and_then(|v| v.split(">\\fR").next()).unwrap_or_default();
+            let default = rest.split("[default: ").nth(1).and_then(|d| d.split(']').next()).unwrap_or_default();
+            flags.entry(flag).or_default().insert(command.to_owned(), (value.to_owned(), default.to_owned()));
+        }
+    }
+    flags
+}
+
+#[test]
+fn a_flag_that_several_commands_take_has_one_format_and_one_default() {
+    let flags = flags();
+    assert!(flags["--upstream"].len() >= 3, "{:?}", flags["--upstream"]);
+    let mut differing = Vec::new();
+    for (flag, commands) in &flags {
+        let forms: std::collections::BTreeSet<_> = commands.values().collect();
+        if commands.len() > 1 && forms.len() > 1 {
+            differing.push(flag.as_str());
+            if !DIFFER.iter().any(|(f, _)| f == flag) {
+                panic!("{flag} differs between commands, with no reason given in DIFFER: {commands:?}");
+            }
+        }
+    }
+    for (flag, _) in DIFFER {
+        assert!(differing.contains(flag), "{flag} no longer differs: take it out of DIFFER");
+    }
+}
