@@ -60,6 +60,8 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null || missing+=(nginx-full)
 command -v wrk >/dev/null || missing+=(wrk)
+# systemd-analyze checks the shipped systemd unit (deploy/systemd).
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 [ -x /usr/sbin/apache2 ] && [ -e /usr/lib/apache2/modules/mod_dav_fs.so ] || missing+=(apache2)
 command -v rclone >/dev/null || missing+=(rclone)
 command -v curl >/dev/null || missing+=(curl)

@@ -28,11 +28,12 @@ pub fn filter_path() -> PathBuf {
 }
 
 /// Run `fencekeeper envoy-config` with `args` plus the listener, admin and filter
-/// flags (the filter under test unless `args` names one), and return the YAML.
+/// flags (the filter under test unless `args` names one, or a URL to fetch it from),
+/// and return the YAML.
 pub fn generate(listen: u16, admin: u16, args: &[&str]) -> Result<String> {
     let mut command = Command::new(crate::workspace_bin("fencekeeper")?);
     command.arg("envoy-config").args(["--listen", &listen.to_string(), "--admin", &admin.to_string()]);
-    if !args.contains(&"--filter") {
+    if !args.contains(&"--filter") && !args.contains(&"--filter-url") {
         command.arg("--filter").arg(filter_path());
     }
     let out = command.args(args).output()?;

@@ -160,6 +160,15 @@ pub struct Args {
     admin: Address,
     #[command(flatten)]
     filter: FilterFile,
+    /// Have Envoy fetch the filter from this URL (`http://HOST:PORT/PATH`) instead of
+    /// reading a file, and check it against --filter-sha256 before it loads it: one
+    /// artifact server for many Envoys. A filter that does not match is not loaded.
+    #[arg(help_heading = "The filter", long, value_name = "URL", conflicts_with_all = ["filter", "write_filter"])]
+    filter_url: Option<String>,
+    /// With --filter-url: the SHA-256 the fetched filter must have (64 hex digits).
+    /// Default: the filter built into this binary's (`fencekeeper --version`).
+    #[arg(help_heading = "The filter", long, value_name = "HEX", requires = "filter_url")]
+    filter_sha256: Option<String>,
     /// etcd's client address, HOST:PORT (its v3 gRPC API holds the marks). For an
     /// etcd cluster, every member's, separated by commas: Envoy health-checks them and
     /// sends the filter's calls to members that answer.
@@ -344,10 +353,52 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             args.conditional_deletes = probed.deletes;
         }
     }
-    let filter = args.filter.path()?;
+    let filter = if args.filter_url.is_some() { PathBuf::new() } else { args.filter.path()? };
     print!("{}", render(&args, &filter)?);
     Ok(ExitCode::SUCCESS)
 }
+
+/// Where Envoy gets the filter: `filter`, or with `--filter-url` that URL, checked
+/// against its SHA-256, through the cluster [`FILTER_SOURCE`] (returned, to write).
+fn filter_code(args: &Args, filter: &Path) -> Result<(String, Option<Endpoint>)> {
+    let Some(url) = &args.filter_url else {
+        let filter = yaml_single_quoted(&filter.display().to_string());
+        return Ok((format!("                    local:\n                      filename: {filter}\n"), None));
+    };
+    let rest = url.strip_prefix("http://").with_context(|| {
+        format!("--filter-url {url:?}: give an http://HOST:PORT/PATH URL (Envoy checks the filter's SHA-256, not TLS)")
+    })?;
+    let (authority, _) = rest.split_once('/').with_context(|| format!("--filter-url {url:?}: no path"))?;
+    let source = Endpoint::parse(authority).with_context(|| format!("--filter-url {url:?}"))?;
+    let sha256 = match &args.filter_sha256 {
+        Some(hex) => {
+            let hex = hex.to_ascii_lowercase();
+            anyhow::ensure!(
+                hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+                "--filter-sha256 {hex:?}: give the filter's SHA-256 as 64 hex digits (sha256sum prints it)"
+            );
+            hex
+        }
+        None => crate::version::sha256(EMBEDDED_FILTER),
+    };
+    let code = format!(
+        "                    remote:\n\
+         \x20                     http_uri:\n\
+         \x20                       uri: {uri}\n\
+         \x20                       cluster: {FILTER_SOURCE}\n\
+         \x20                       timeout: 10s\n\
+         \x20                     sha256: {sha256}\n\
+         \x20                     retry_policy:\n\
+         \x20                       num_retries: 5\n",
+        uri = yaml_single_quoted(url),
+        // Quoted: a hash of digits alone would be read as a number.
+        sha256 = yaml_single_quoted(&sha256),
+    );
+    Ok((code, Some(source)))
+}
+
+/// The cluster Envoy fetches a `--filter-url` filter through.
+const FILTER_SOURCE: &str = "filter_source";
 
 fn default_filter() -> Result<PathBuf> {
     let exe = std::env::current_exe().ok();
@@ -794,7 +845,7 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
         max_body,
     );
     let mut out = String::new();
-    let filter = yaml_single_quoted(&filter.display().to_string());
+    let (code, filter_source) = filter_code(args, filter)?;
     let config = yaml_single_quoted(&config);
     let (listen_address, listen) = args.front.listening()?;
     let (admin_address, admin) = (args.admin.host.clone().unwrap_or_else(|| "127.0.0.1".to_owned()), args.admin.port);
@@ -852,9 +903,7 @@ static_resources:
                   vm_id: fencekeeper
                   runtime: envoy.wasm.runtime.v8
                   code:
-                    local:
-                      filename: {filter}
-{environment}                configuration:
+{code}{environment}                configuration:
                   "@type": type.googleapis.com/google.protobuf.StringValue
                   value: {config}
           - name: envoy.filters.http.router
@@ -869,6 +918,9 @@ static_resources:
     if let Some(ca) = &store_ca {
         // The store over TLS: its certificate checked against its CA and its name.
         upstream_tls(&mut out, std::slice::from_ref(&store), ca, None, "http/1.1")?;
+    }
+    if let Some(source) = &filter_source {
+        cluster(&mut out, FILTER_SOURCE, std::slice::from_ref(source), None)?;
     }
     if !args.no_etcd {
         let members = etcd_members(&args.etcd)?;

@@ -5,9 +5,14 @@
 
 use sha2::{Digest, Sha256};
 
+/// The SHA-256 of `bytes`, in lower-case hex.
+pub fn sha256(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The long version text (`--version`).
 pub fn long() -> String {
-    let sha = |bytes: &[u8]| -> String { Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect() };
+    let sha = sha256;
     format!(
         "{}\ncommit {}\nfilter sha256:{} (fencekeeper_filter.wasm, {} bytes)\nvalidator sha256:{} \
          (fencekeeper_validator.wasm, {} bytes)",

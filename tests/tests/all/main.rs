@@ -19,6 +19,7 @@ mod e2e_envoy_conditional;
 mod e2e_envoy_config;
 mod e2e_envoy_gate;
 mod e2e_envoy_provenance;
+mod e2e_envoy_remote_filter;
 mod e2e_envoy_tls_store;
 mod e2e_etcd_failover;
 mod e2e_etcd_tls;

@@ -52,11 +52,10 @@ const NO_GRPC: &str = "the marks are in etcd, which the filter is told to reach 
                        \"portable\"): on it, leave etcd.api unset or \"json\" (docs/proxy-wasm-hosts.md)";
 
 /// Why a fenced write is refused where the shared gate is on and the host is portable.
-const NO_SHARED_GATE: &str =
-    "the ordering gate across instances (gate.shared, on by default with etcd) passes a write \
-                              from the worker's root, which then resumes it (proxy_set_effective_context), and this \
-                              proxy-wasm host does not (\"host\": \"portable\"): where every write to the store \
-                              passes through this one proxy, set \"gate\": {\"shared\": false} \
+const NO_SHARED_GATE: &str = "the ordering gate across instances (gate.shared, on by default with etcd) passes a \
+                              write from the worker's root, which then resumes it (proxy_set_effective_context), \
+                              and this proxy-wasm host does not (\"host\": \"portable\"): where every write to \
+                              the store passes through this one proxy, set \"gate\": {\"shared\": false} \
                               (docs/proxy-wasm-hosts.md)";
 
 /// How many etcd transactions one request may take before it is undecided.

@@ -7,6 +7,7 @@
 //! fencekeeper-cli --test all envoy_config::`.
 
 mod cli;
+mod deploy;
 mod envoy_config;
 mod lock;
 mod nginx_config;
