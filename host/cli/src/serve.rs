@@ -243,6 +243,11 @@ pub struct Args {
     /// the upstream's host name checked against its certificate.
     #[arg(env = "FENCEKEEPER_UPSTREAM_CACERT", help_heading = "TLS", long, value_name = "PEM")]
     upstream_cacert: Option<PathBuf>,
+    /// Check the configuration (flags, environment, TLS files, the validator) and
+    /// exit: 0 with a summary when the gateway would start, 2 with the reason when
+    /// not. Nothing is bound, opened or created.
+    #[arg(help_heading = "Logs", long)]
+    check: bool,
     /// A validator guest component to use instead of the bundled one.
     #[arg(env = "FENCEKEEPER_GUEST", help_heading = "Decisions", long, value_name = "COMPONENT.wasm")]
     guest: Option<PathBuf>,
@@ -267,9 +272,35 @@ enum LogFormat {
 }
 
 /// Run the subcommand.
+/// `--check`: what the gateway would start with, checked as far as it can be without
+/// binding, opening or creating anything: the configuration, the listener's TLS
+/// files and the validator.
+fn check(args: &Args, config: &Config) -> anyhow::Result<ExitCode> {
+    if let Some(files) = &config.tls {
+        tls::Listener::load(files.clone())?;
+    }
+    decider(args, config.policy)?;
+    let marks = match (&args.etcd, &args.store) {
+        (Some(etcd), _) => format!("in etcd at {etcd}"),
+        (None, Some(path)) => format!("in {}", path.display()),
+        (None, None) => format!("in {DEFAULT_STORE}"),
+    };
+    let tls = if config.tls.is_some() { " over TLS" } else { "" };
+    println!(
+        "fencekeeper serve: usable: clients on {}{tls}, the store at {}, marks {marks}, {} mode",
+        config.listen,
+        config.upstream,
+        format!("{:?}", config.policy.mode).to_lowercase()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     let mut config = configure(&args)?;
+    if args.check {
+        return check(&args, &config);
+    }
     // First: an address in use fails the start before a store or a journal is made.
     let listeners = Listeners::bind(&config)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

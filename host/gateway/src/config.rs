@@ -15,8 +15,8 @@ use std::time::Duration;
 /// A configuration value that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The upstream is not an `http://HOST:PORT` URL.
-    #[error("bad upstream URL {url:?}: {why}; expected http://HOST:PORT or HOST:PORT")]
+    /// The upstream is not an `http://HOST:PORT` (or `https://`) URL.
+    #[error("bad upstream URL {url:?}: {why}; expected HOST:PORT, http://HOST:PORT or https://HOST:PORT")]
     Upstream {
         /// What was given.
         url: String,
@@ -271,10 +271,12 @@ mod tests {
             let e = upstream(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.starts_with("bad upstream URL"), "{bad}: {e}");
         }
-        let https = Config::new(([127, 0, 0, 1], 0).into(), upstream("https://a:1").unwrap());
+        let https = Config::new(([127, 0, 0, 1], 0).into(), upstream("https://a:1").expect("an https upstream"));
         let e = https.check_tls().err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("--upstream-cacert"), "{e}");
-        assert!(Config::new(([127, 0, 0, 1], 0).into(), upstream("http://a:1").unwrap()).check_tls().is_ok());
+        assert!(Config::new(([127, 0, 0, 1], 0).into(), upstream("http://a:1").expect("an http upstream"))
+            .check_tls()
+            .is_ok());
     }
 
     #[test]

@@ -22,14 +22,14 @@ use tokio::net::TcpStream;
 /// Why TLS could not be set up: one line, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A file could not be read.
-    #[error("cannot read {path}: {source}")]
+    /// A file could not be read. (The reason is in the line, not a source: the log
+    /// of a reload prints the line alone.)
+    #[error("cannot read {path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// Why.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A file holds no PEM item of the kind needed.
     #[error("{path} holds no PEM {what}")]
@@ -59,7 +59,7 @@ pub struct TlsFiles {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::Io { path: path.to_owned(), source })
+    std::fs::read(path).map_err(|error| TlsError::Io { path: path.to_owned(), error })
 }
 
 fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

@@ -612,3 +612,28 @@ fn serve_takes_every_setting_from_the_environment_and_a_flag_wins_over_it() {
     let said = String::from_utf8_lossy(&bad.stderr);
     assert!(said.contains("invalid value 'fast' for '--mode"), "{said}");
 }
+
+/// `serve --check`: a dry run that says whether the gateway would start, and why not,
+/// without binding an address or creating a store.
+#[test]
+fn serve_check_says_whether_the_gateway_would_start_and_creates_nothing() {
+    let mut s = Session::new();
+    // The address is taken: --check does not bind it, so it passes.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let listen = taken.local_addr().expect("its address").to_string();
+    let ok = s.run(&["serve", "--check", "--upstream", "127.0.0.1:8000", "--listen", &listen]);
+    assert_eq!(ok.code, 0, "{}{}", ok.stdout, ok.stderr);
+    assert!(ok.stdout.starts_with("fencekeeper serve: usable: clients on 127.0.0.1:"), "{}", ok.stdout);
+    assert!(ok.stdout.contains("marks in .fencekeeper/marks.redb, correctness mode"), "{}", ok.stdout);
+    assert!(!s.path(".fencekeeper").exists(), "a store was created");
+    let missing = s.path("missing.pem").display().to_string();
+    for (args, says) in [
+        (vec!["--upstream", "https://127.0.0.1:8000"], "--upstream-cacert"),
+        (vec!["--upstream", "127.0.0.1:8000", "--tls-cert", &missing, "--tls-key", &missing], "missing.pem"),
+        (vec!["--upstream", "127.0.0.1:8000", "--guest", &missing], "missing.pem"),
+    ] {
+        let run = s.run(&[&["serve", "--check"][..], &args].concat());
+        assert_eq!(run.code, 2, "{args:?}: {}{}", run.stdout, run.stderr);
+        assert_one_line_error(&run, &[says]);
+    }
+}
