@@ -21,14 +21,8 @@ if [[ -z ${FENCEKEEPER_SKIP_BUILD:-} ]]; then
 fi
 fk=$PWD/target/release/fencekeeper
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# $work, pids and their cleanup on exit, and port(): the benchmark scripts' plumbing.
+. scripts/lib/scratch.sh
 # Waits for a condition (a port file written, a ready endpoint), never a fixed sleep.
 wait_for() {
   local what=$1; shift
@@ -36,14 +30,13 @@ wait_for() {
   echo "quickstart: $what did not come up" >&2
   exit 1
 }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 python3 scripts/lib/file_store.py "$work/store" "$work/store.port" &
 pids+=($!)
 wait_for "the store" test -s "$work/store.port"
 store=127.0.0.1:$(cat "$work/store.port")
-listen=127.0.0.1:$(free_port)
-admin=127.0.0.1:$(free_port)
+listen=127.0.0.1:$(port)
+admin=127.0.0.1:$(port)
 "$fk" serve --upstream "$store" --listen "$listen" --admin "$admin" --store "$work/marks.redb" 2>"$work/gateway.log" &
 pids+=($!)
 wait_for "the gateway (log: $work/gateway.log)" curl -fsS -o /dev/null "http://$admin/readyz"

@@ -392,6 +392,17 @@ impl HostKind {
     }
 }
 
+/// One failed row, as a runner reports it: the host, the story, the row, and each
+/// thing that differed on a line of its own.
+pub fn failure(host: &str, story: &Story, i: usize, row: &Row, wrong: &[String]) -> String {
+    let mut line = format!("{host}: story {:?} ({}) row {} {:?}:", story.story, story.config, i + 1, row.name);
+    for w in wrong {
+        line.push_str("\n    ");
+        line.push_str(w);
+    }
+    line
+}
+
 /// What a host did with a row's request: its answer, what the store saw, and how
 /// much each counter moved.
 pub struct Outcome {

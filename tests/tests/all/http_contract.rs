@@ -22,13 +22,12 @@ use fencekeeper::conformance::{Kind, Vector, Vectors};
 use fencekeeper_harness::envoy::{exchange, Envoy, Reply};
 use fencekeeper_harness::gateway::Gateway;
 use fencekeeper_harness::http_table::{
-    check, clip, expand, table, Class, Config, Event, Expect, HostKind, Marks, Mode, Outcome, Protocol, Row, Table,
-    CLASSES, EVENTS,
+    check, clip, expand, failure, table, Class, Config, Event, Expect, HostKind, Marks, Mode, Outcome, Protocol, Row,
+    Table, CLASSES, EVENTS,
 };
 use fencekeeper_harness::recorder::{Answer, Recorded, Recorder};
 use fencekeeper_harness::services::{free_port, http, Etcd};
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -262,18 +261,7 @@ fn run_table(table: &Table, kind: HostKind) -> Vec<String> {
         for (i, row) in story.rows.iter().enumerate() {
             let wrong = check_row(fenced, row, row.expected(kind));
             if !wrong.is_empty() {
-                let mut line = format!(
-                    "{}: story {:?} ({}) row {} {:?}:",
-                    kind.name(),
-                    story.story,
-                    story.config,
-                    i + 1,
-                    row.name
-                );
-                for w in wrong {
-                    let _ = write!(line, "\n    {w}");
-                }
-                failures.push(line);
+                failures.push(failure(kind.name(), story, i, row, &wrong));
                 failed.insert(story.config.as_str());
             }
         }

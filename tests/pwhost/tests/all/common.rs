@@ -20,6 +20,15 @@ pub fn start(profile: Profile, config: &serde_json::Value, workers: usize) -> Pr
     }
 }
 
+/// Send `request` to `worker`; the store answers 201 if it gets it. The answer.
+pub fn write(proxy: &mut Proxy, worker: usize, request: fencekeeper_pwhost::Request) -> Answer {
+    let id = proxy.send(worker, request);
+    if proxy.state(id) == State::AtUpstream {
+        proxy.respond(id, 201);
+    }
+    answer(proxy, id)
+}
+
 /// The answer request `id` got (it must have one).
 pub fn answer(proxy: &mut Proxy, id: StreamId) -> Answer {
     match proxy.state(id) {

@@ -2,9 +2,9 @@
 //! on a portable host): the filter's HTTP calls go to the etcd the test starts, as
 //! ngx_wasm_module's `proxy_http_call` would send them to `host:port`.
 
-use crate::common::{answer, filter};
+use crate::common::{answer, filter, write};
 use fencekeeper_harness::services::{self, Etcd};
-use fencekeeper_pwhost::{CallAnswer, Callout, Profile, Proxy, Request, State};
+use fencekeeper_pwhost::{CallAnswer, Callout, Profile, Proxy, Request};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -51,15 +51,6 @@ fn portable(etcd: &Etcd) -> Value {
         "etcd": {"cluster": etcd.client.to_string()},
         "gate": {"shared": false},
     })
-}
-
-/// Send a write; the store answers 201 if it gets it.
-fn write(proxy: &mut Proxy, worker: usize, request: Request) -> fencekeeper_pwhost::Answer {
-    let id = proxy.send(worker, request);
-    if proxy.state(id) == State::AtUpstream {
-        proxy.respond(id, 201);
-    }
-    answer(proxy, id)
 }
 
 #[test]

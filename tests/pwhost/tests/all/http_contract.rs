@@ -15,7 +15,7 @@
 
 use crate::common::filter;
 use fencekeeper_harness::http_table::{
-    check_parts, expand, table, Config, Expect, HostKind, Marks, Mode, Outcome, Protocol, Row, CLASSES, EVENTS,
+    check_parts, expand, failure, table, Config, Expect, HostKind, Marks, Mode, Outcome, Protocol, Row, CLASSES, EVENTS,
 };
 use fencekeeper_harness::recorder::Recorded;
 use fencekeeper_harness::services::{self, Etcd};
@@ -23,7 +23,6 @@ use fencekeeper_pwhost::{CallAnswer, Callout, Profile, Proxy, Request, State};
 use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::rc::Rc;
 
@@ -258,18 +257,7 @@ fn run_table(profile: &Profile, etcd: &Etcd) -> (Vec<String>, usize) {
             let kind = if profile.name == "strict" { HostKind::Portable } else { HostKind::Envoy };
             let wrong = run_row(proxy, store, row, row.expected(kind), timeout);
             if !wrong.is_empty() {
-                let mut line = format!(
-                    "{}: story {:?} ({}) row {} {:?}:",
-                    profile.name,
-                    story.story,
-                    story.config,
-                    i + 1,
-                    row.name
-                );
-                for w in wrong {
-                    let _ = write!(line, "\n    {w}");
-                }
-                failures.push(line);
+                failures.push(failure(profile.name, story, i, row, &wrong));
             }
         }
     }

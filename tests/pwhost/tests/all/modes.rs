@@ -1,7 +1,7 @@
 //! Efficiency mode (marks in shared data, no etcd) under both profiles: the filter
 //! configured for Envoy under `envoy`, and with `"host": "portable"` under both.
 
-use crate::common::{answer, start};
+use crate::common::{answer, start, write};
 use fencekeeper_pwhost::{Profile, Proxy, Request, State};
 use serde_json::json;
 
@@ -21,15 +21,6 @@ fn every_host() -> Vec<(Profile, serde_json::Value)> {
         (Profile::envoy(), efficiency(Some("portable"))),
         (Profile::strict(), efficiency(Some("portable"))),
     ]
-}
-
-/// Send `request` to `worker`; the store answers 201 if it gets it. The answer.
-fn write(proxy: &mut Proxy, worker: usize, request: Request) -> fencekeeper_pwhost::Answer {
-    let id = proxy.send(worker, request);
-    if proxy.state(id) == State::AtUpstream {
-        proxy.respond(id, 201);
-    }
-    answer(proxy, id)
 }
 
 #[test]
