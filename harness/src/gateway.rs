@@ -45,7 +45,8 @@ impl Gateway {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
-        if !extra.contains(&"--etcd") {
+        // Marks in etcd, or where a settings file says.
+        if !extra.contains(&"--etcd") && !extra.contains(&"--config") {
             args.extend(["--store".to_owned(), store.display().to_string()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));

@@ -255,23 +255,24 @@ pub struct Args {
     #[arg(help_heading = "Requests", long)]
     strip_prefix: Option<String>,
     /// How long Envoy waits for the store's answer to a request (the routes'
-    /// `timeout`; ms, s or m).
-    #[arg(help_heading = "Requests", long, default_value = "60s", value_parser = crate::serve::parse_duration)]
-    route_timeout: Duration,
+    /// `timeout`; ms, s or m), as `serve --request-timeout`. Formerly --route-timeout
+    /// (still accepted), whose default was 60s.
+    #[arg(help_heading = "Requests", long, alias = "route-timeout", default_value = "30s", value_parser = crate::serve::parse_duration)]
+    request_timeout: Duration,
     /// How long the store may still apply a write after Envoy gave up on it (the route
     /// timed out, the store reset the stream, the client went away, a worker died):
     /// the write keeps holding its resource at the ordering gate that long. The one
     /// timing assumption of the gate: keep the store's own request timeout below it
     /// (docs/operations.md). With --conditional-writes, a write given up on stays lent
-    /// on its version chain for --route-timeout plus this, then ends by itself.
+    /// on its version chain for --request-timeout plus this, then ends by itself.
     /// Default: 60s, the same as the gateway's.
     #[arg(help_heading = "The ordering gate", long, value_parser = crate::serve::parse_duration)]
     store_apply_bound: Option<Duration>,
     /// The longest an admitted write is held back for lower-token writes that the
     /// store may still apply (then 503 with Retry-After). Default: 5s, the same as
-    /// the gateway's --gate-timeout.
-    #[arg(help_heading = "The ordering gate", long, value_parser = crate::serve::parse_duration)]
-    gate_budget: Option<Duration>,
+    /// the gateway's. Formerly --gate-budget (still accepted).
+    #[arg(help_heading = "The ordering gate", long, alias = "gate-budget", value_parser = crate::serve::parse_duration)]
+    gate_timeout: Option<Duration>,
     /// For this long after Envoy starts, refuse fenced writes (503 with Retry-After):
     /// writes a previous Envoy had in flight when it died (SIGKILL, a crash) may still
     /// be applied by the store, and the ordering gate died with it. Set it to the
@@ -356,6 +357,14 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let filter = if args.filter_url.is_some() { PathBuf::new() } else { args.filter.path()? };
     print!("{}", render(&args, &filter)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// For `fencekeeper check`: whether this configuration can be written, without
+/// probing the store or writing the filter.
+pub fn verify(args: &Args) -> Result<String> {
+    render(args, Path::new("fencekeeper_filter.wasm"))?;
+    let (host, port) = args.front.listening()?;
+    Ok(format!("usable: Envoy on {host}:{port} in front of {}", args.front.upstream))
 }
 
 /// Where Envoy gets the filter: `filter`, or with `--filter-url` that URL, checked
@@ -562,11 +571,11 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         let (ms, d) = (|d: Duration| d.as_millis() as u64, GateConfig::default());
         Switch::On(GateSettings {
             apply_bound_ms: Some(args.store_apply_bound.map_or(d.apply_bound_ms, ms)),
-            budget_ms: Some(args.gate_budget.map_or(d.budget_ms, ms)),
+            budget_ms: Some(args.gate_timeout.map_or(d.budget_ms, ms)),
             // A worker's lease outlives each flight by the route timeout (Envoy gives
             // up by then) plus the bound.
             shared: Some(shared),
-            flight_ms: shared.then_some(args.route_timeout.as_millis() as u64),
+            flight_ms: shared.then_some(args.request_timeout.as_millis() as u64),
             ..GateSettings::default()
         })
     };
@@ -598,7 +607,7 @@ fn plugin_config(args: &Args, fenced: Option<&[String]>) -> Settings {
         conditional_store_cluster: args.conditional_writes.then(|| STORE_CLUSTER.to_owned()),
         conditional_lend_ms: args.conditional_writes.then(|| {
             let bound = args.store_apply_bound.map_or(GateConfig::default().apply_bound_ms, |b| b.as_millis() as u64);
-            args.route_timeout.as_millis() as u64 + bound
+            args.request_timeout.as_millis() as u64 + bound
         }),
         test_fault_header: args.test_fault_header.clone(),
         ..Settings::default()
@@ -824,11 +833,11 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
     Config::from_settings(settings.clone()).map_err(|e| anyhow!("the filter would refuse this configuration: {e}"))?;
     // Keys sorted (serde_json's map), so the output is stable.
     let config = serde_json::to_value(&settings)?.to_string();
-    if args.gate_budget.is_some_and(|b| b.is_zero()) {
-        bail!("--gate-budget must be above 0 (it is how long a write may wait at the ordering gate)");
+    if args.gate_timeout.is_some_and(|b| b.is_zero()) {
+        bail!("--gate-timeout must be above 0 (it is how long a write may wait at the ordering gate)");
     }
-    if args.route_timeout.is_zero() {
-        bail!("--route-timeout must be above 0: Envoy must give up on a store that does not answer");
+    if args.request_timeout.is_zero() {
+        bail!("--request-timeout must be above 0: Envoy must give up on a store that does not answer");
     }
     if args.conditional_writes && args.mode != "correctness" {
         bail!("--conditional-writes needs --mode correctness: a write that cannot be lent must be refused");
@@ -837,10 +846,10 @@ pub fn render(args: &Args, filter: &Path) -> Result<String> {
         bail!("--conditional-max-body must be above 0");
     }
     let max_body = args.conditional_writes.then_some(args.conditional_max_body);
-    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.route_timeout, max_body);
+    let routes = routes(args.protocol.protocol(), fenced.as_deref(), args.request_timeout, max_body);
     let local_replies = local_reply::config(
         &args.front.upstream.address,
-        &envoy_duration(args.route_timeout),
+        &envoy_duration(args.request_timeout),
         args.protocol.protocol(),
         max_body,
     );

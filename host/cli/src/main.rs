@@ -6,8 +6,10 @@
 //! One module per subcommand.
 
 mod admit;
+mod check;
 mod compaction;
 mod completions;
+mod config_file;
 mod conformance;
 mod envoy_config;
 mod etcd_connection;
@@ -51,6 +53,8 @@ enum Command {
     Serve(Box<serve::Args>),
     /// Hold a lock in etcd, ZooKeeper or Redis while a command runs, and give it the lock's fencing token.
     Lock(lock::Args),
+    /// Check a configuration file for serve, envoy-config and nginx-config, naming the key of each error.
+    Check(check::Args),
     /// Print tab completions for bash, zsh, fish, elvish or PowerShell.
     Completions(completions::Args),
     /// Print the manual page, or write one per command into a directory.
@@ -60,15 +64,35 @@ enum Command {
 /// `-V`: the release and the commit; `--version` adds the bundled guests' hashes.
 const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("FENCEKEEPER_COMMIT"), ")");
 
+/// The command's definition: the derived one, with `--config` and the
+/// `FENCEKEEPER_*` variables of the configurable commands.
+fn definition() -> clap::Command {
+    config_file::with_environment(config_file::with_config_flag(Cli::command()))
+}
+
 fn main() -> ExitCode {
-    let mut command = Cli::command();
+    let mut command = definition();
     if std::env::args_os().any(|a| a == "--version") {
         // Hashing the bundled guests costs a few milliseconds: only when asked.
         command = command.long_version(version::long());
     }
-    let cli = match command.try_get_matches().and_then(|m| Cli::from_arg_matches(&m)) {
+    // A configuration file's settings join the command line as flags (config_file.rs).
+    let (args, from_file) = match config_file::File::merge(&command, std::env::args_os().collect()) {
+        Ok(merged) => merged,
+        Err(e) => {
+            eprintln!("fencekeeper: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = match command.try_get_matches_from(args).and_then(|m| Cli::from_arg_matches(&m)) {
         Ok(cli) => cli,
-        Err(e) => return usage_error(&e),
+        Err(e) => {
+            let explain = |line: &str| match &from_file {
+                Some(applied) => applied.explain(line),
+                None => line.to_owned(),
+            };
+            return usage_error(&e, explain);
+        }
     };
     let result = match cli.command {
         Command::Admit(a) => admit::run(a),
@@ -78,8 +102,9 @@ fn main() -> ExitCode {
         Command::NginxConfig(a) => nginx_config::run(a),
         Command::Serve(a) => serve::run(*a),
         Command::Lock(a) => lock::run(a),
-        Command::Completions(a) => completions::run(a, Cli::command()),
-        Command::Man(a) => man::run(a, Cli::command()),
+        Command::Check(a) => check::run(a, config_file::with_config_flag(Cli::command())),
+        Command::Completions(a) => completions::run(a, definition()),
+        Command::Man(a) => man::run(a, definition()),
     };
     match result {
         Ok(code) => code,
@@ -92,7 +117,8 @@ fn main() -> ExitCode {
 
 /// A bad command line: one `fencekeeper:` line and exit 2, like every other error
 /// (clap's multi-line usage text is for `--help`). Help and version print as usual.
-fn usage_error(e: &clap::Error) -> ExitCode {
+/// `explain` adds where a flag came from (a configuration file's key).
+fn usage_error(e: &clap::Error, explain: impl Fn(&str) -> String) -> ExitCode {
     if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
         let _ = e.print();
         return ExitCode::SUCCESS;
@@ -119,6 +145,6 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             line = format!("{line}; {extra}");
         }
     }
-    eprintln!("fencekeeper: {line}; see fencekeeper --help");
+    eprintln!("fencekeeper: {}; see fencekeeper --help", explain(&line));
     ExitCode::from(2)
 }

@@ -61,9 +61,10 @@ pub struct Args {
     #[arg(long)]
     strip_prefix: Option<String>,
     /// How long nginx waits on the store (proxy_read_timeout, proxy_send_timeout;
-    /// ms, s or m). Keep it at or below the store apply bound.
-    #[arg(long, default_value = "60s", value_parser = crate::serve::parse_duration)]
-    proxy_timeout: Duration,
+    /// ms, s or m), as `serve --request-timeout`. Keep it at or below the store apply
+    /// bound. Formerly --proxy-timeout (still accepted), whose default was 60s.
+    #[arg(long, alias = "proxy-timeout", default_value = "30s", value_parser = crate::serve::parse_duration)]
+    request_timeout: Duration,
     /// How long the store may still apply a write nginx gave up on: it holds its
     /// resource that long. Default: 60s.
     #[arg(long, value_parser = crate::serve::parse_duration)]
@@ -84,6 +85,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let filter = args.filter.path()?;
     print!("{}", render(&args, &filter)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// For `fencekeeper check`: whether this configuration can be written, without
+/// writing the filter.
+pub fn verify(args: &Args) -> Result<String> {
+    render(args, std::path::Path::new("fencekeeper_filter.wasm"))?;
+    let (host, port) = args.front.listening()?;
+    Ok(format!("usable: nginx on {host}:{port} in front of {}", args.front.upstream))
 }
 
 /// The filter's configuration on a portable host, in the type the filter parses.
@@ -177,7 +186,7 @@ pub fn render(args: &Args, filter: &std::path::Path) -> Result<String> {
         writeln!(out, "# {chain}")?;
         return Ok(out);
     }
-    let timeout = format!("{}ms", args.proxy_timeout.as_millis());
+    let timeout = format!("{}ms", args.request_timeout.as_millis());
     writeln!(out, "# nginx with ngx_wasm_module, fencing {}: docs/proxy-wasm-hosts.md", args.front.upstream.address)?;
     writeln!(out, "events {{}}")?;
     writeln!(out)?;

@@ -39,59 +39,43 @@ use std::time::Duration;
 docs/gateway.md has every setting; docs/operations.md how to run it.")]
 pub struct Args {
     /// The store to fence, `http://HOST:PORT` or `HOST:PORT`.
-    #[arg(env = "FENCEKEEPER_UPSTREAM", help_heading = "Where it listens and what it fences", long)]
+    #[arg(help_heading = "Where it listens and what it fences", long)]
     upstream: String,
     /// Where clients connect.
-    #[arg(
-        env = "FENCEKEEPER_LISTEN",
-        help_heading = "Where it listens and what it fences",
-        long,
-        default_value = "127.0.0.1:8080"
-    )]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// The admin listener: /metrics, /fencekeeper/marks/<resource>, /healthz.
-    #[arg(
-        env = "FENCEKEEPER_ADMIN",
-        help_heading = "Where it listens and what it fences",
-        long,
-        default_value = "127.0.0.1:9090"
-    )]
+    #[arg(help_heading = "Where it listens and what it fences", long, default_value = "127.0.0.1:9090")]
     admin: SocketAddr,
     /// The durable embedded mark store (a file; created if missing). Default:
     /// .fencekeeper/marks.redb, where `admit` and `marks` look too.
-    #[arg(env = "FENCEKEEPER_STORE", help_heading = "Marks", long, value_name = "PATH", conflicts_with = "etcd")]
+    #[arg(help_heading = "Marks", long, value_name = "PATH", conflicts_with = "etcd")]
     store: Option<PathBuf>,
     /// Keep marks in etcd instead (`http://HOST:PORT` or `HOST:PORT`), shared by every gateway and
     /// Envoy that uses the same etcd and prefix. For a cluster, every member's, separated by commas: the
     /// gateway talks to one and fails over to the next when it stops answering.
-    #[arg(env = "FENCEKEEPER_ETCD", help_heading = "Marks", long, value_name = "HOST:PORT[,HOST:PORT...]")]
+    #[arg(help_heading = "Marks", long, value_name = "HOST:PORT[,HOST:PORT...]")]
     etcd: Option<String>,
     /// The etcd key prefix for marks.
-    #[arg(env = "FENCEKEEPER_ETCD_PREFIX", help_heading = "Marks", long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
+    #[arg(help_heading = "Marks", long, default_value = fencekeeper::store::ETCD_DEFAULT_PREFIX)]
     etcd_prefix: String,
     /// Before a token advances a mark, check that the lock service issued it: off; weak
     /// (not above etcd's revision); strong (the current holder's, of the lock
     /// LOCK_PREFIX + resource). A token that fails is refused 403. Needs --etcd or
     /// --lock-etcd, or --lock-zookeeper (strong only).
-    #[arg(env = "FENCEKEEPER_PROVENANCE", help_heading = "Provenance: tokens the lock service issued", long, value_enum, default_value_t = ProvenanceArg::Off)]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_enum, default_value_t = ProvenanceArg::Off)]
     provenance: ProvenanceArg,
     /// With --provenance strong: a resource's lock is this prefix + the resource (the
     /// etcd lock's name, or the ZooKeeper lock node's path).
-    #[arg(env = "FENCEKEEPER_LOCK_PREFIX", help_heading = "Provenance: tokens the lock service issued", long)]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long)]
     lock_prefix: Option<String>,
     /// The etcd whose locks issue the tokens, for --provenance (default: --etcd).
-    #[arg(
-        env = "FENCEKEEPER_LOCK_ETCD",
-        help_heading = "Provenance: tokens the lock service issued",
-        long,
-        value_name = "HOST:PORT"
-    )]
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_name = "HOST:PORT")]
     lock_etcd: Option<String>,
     /// The ZooKeeper whose locks issue the tokens (czxids, epoch.counter), for
     /// --provenance strong: the token must be the czxid of the node holding the lock
     /// LOCK_PREFIX + resource (the recipe of `fencekeeper lock --zookeeper` and kazoo).
     #[arg(
-        env = "FENCEKEEPER_LOCK_ZOOKEEPER",
         help_heading = "Provenance: tokens the lock service issued",
         long,
         value_name = "HOST:PORT",
@@ -99,51 +83,51 @@ pub struct Args {
     )]
     lock_zookeeper: Option<String>,
     /// Append every mark the gateway raises to this file, one JSON line each.
-    #[arg(env = "FENCEKEEPER_AUDIT", help_heading = "Decisions", long, value_name = "PATH")]
+    #[arg(help_heading = "Decisions", long, value_name = "PATH")]
     audit: Option<PathBuf>,
     /// correctness: refuse what cannot be decided (fail closed); efficiency: let it pass, counted.
-    #[arg(env = "FENCEKEEPER_MODE", help_heading = "Decisions", long, value_enum, default_value_t = ModeArg::Correctness)]
+    #[arg(help_heading = "Decisions", long, value_enum, default_value_t = ModeArg::Correctness)]
     mode: ModeArg,
     /// Refuse a token equal to the mark (each token writes once).
-    #[arg(env = "FENCEKEEPER_STRICT", help_heading = "Decisions", long)]
+    #[arg(help_heading = "Decisions", long)]
     strict: bool,
     /// The request header carrying the fencing token. With --protocol s3 the
     /// token may come as object metadata too: x-amz-meta- + this name.
-    #[arg(env = "FENCEKEEPER_TOKEN_HEADER", help_heading = "Requests", long, default_value = fencekeeper_core::http::TOKEN_HEADER)]
+    #[arg(help_heading = "Requests", long, default_value = fencekeeper_core::http::TOKEN_HEADER)]
     token_header: String,
     /// Take the resource key from this request header instead of the path.
-    #[arg(env = "FENCEKEEPER_RESOURCE_HEADER", help_heading = "Requests", long)]
+    #[arg(help_heading = "Requests", long)]
     resource_header: Option<String>,
     /// Cut this prefix from the (decoded) path to form the resource key.
-    #[arg(env = "FENCEKEEPER_STRIP_PREFIX", help_heading = "Requests", long, conflicts_with = "resource_header")]
+    #[arg(help_heading = "Requests", long, conflicts_with = "resource_header")]
     strip_prefix: Option<String>,
     /// Only paths (decoded) starting with this are fenced; others pass through.
-    #[arg(env = "FENCEKEEPER_PATH_PREFIX", help_heading = "Requests", long, default_value = "/")]
+    #[arg(help_heading = "Requests", long, default_value = "/")]
     path_prefix: String,
     /// The store's protocol: which methods read (and pass unfenced) and which
     /// resources a write names. webdav cannot take keys from --resource-header.
-    #[arg(env = "FENCEKEEPER_PROTOCOL", help_heading = "Requests", long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
+    #[arg(help_heading = "Requests", long, value_enum, default_value_t = ProtocolArg::Http, conflicts_with = "resource_header")]
     protocol: ProtocolArg,
     /// With --protocol s3: the store's S3 domain. A request to BUCKET.DOMAIN names
     /// its bucket in the host name (virtual-hosted-style) and is fenced as
     /// /BUCKET/KEY, like the same write path-style; one to DOMAIN or to an IP address
     /// is path-style. Without it, a Host that is a domain name is refused (400): the
     /// bucket could not be told.
-    #[arg(env = "FENCEKEEPER_S3_DOMAIN", help_heading = "Requests", long, value_name = "DOMAIN")]
+    #[arg(help_heading = "Requests", long, value_name = "DOMAIN")]
     s3_domain: Option<String>,
     /// The methods that are fenced (comma-separated); others pass through.
     /// Default: every method but the protocol's reads (GET, HEAD, OPTIONS for http).
-    #[arg(env = "FENCEKEEPER_FENCED_METHODS", help_heading = "Requests", long, value_name = "METHOD[,METHOD...]")]
+    #[arg(help_heading = "Requests", long, value_name = "METHOD[,METHOD...]")]
     fenced_methods: Option<String>,
     /// The largest request body, in bytes (k, m, g suffixes allowed); larger gets 413.
-    #[arg(env = "FENCEKEEPER_MAX_BODY", help_heading = "Requests", long, default_value = "16m", value_parser = parse_size)]
+    #[arg(help_heading = "Requests", long, default_value = "16m", value_parser = parse_size)]
     max_body: usize,
     /// The longest a request may take to arrive, and the upstream to answer (ms, s, m).
-    #[arg(env = "FENCEKEEPER_REQUEST_TIMEOUT", help_heading = "Requests", long, default_value = "30s", value_parser = parse_duration)]
+    #[arg(help_heading = "Requests", long, default_value = "30s", value_parser = parse_duration)]
     request_timeout: Duration,
     /// The longest an admitted write waits for lower-token writes in flight (then 503
-    /// with Retry-After). Default: 5s, the same as Envoy's --gate-budget.
-    #[arg(env = "FENCEKEEPER_GATE_TIMEOUT", help_heading = "The ordering gate", long, value_parser = parse_duration)]
+    /// with Retry-After). Default: 5s, the same as envoy-config's.
+    #[arg(help_heading = "The ordering gate", long, value_parser = parse_duration)]
     gate_timeout: Option<Duration>,
     /// How long the store may still apply a write after the gateway gave up on it (the
     /// upstream timed out, reset or failed once it was sent): the write keeps holding its
@@ -152,42 +136,36 @@ pub struct Args {
     /// below it (docs/operations.md). With --conditional-writes, a write given up on
     /// stays lent on its version chain for --request-timeout plus this, then ends by
     /// itself. Default: 60s, the same as Envoy's.
-    #[arg(env = "FENCEKEEPER_STORE_APPLY_BOUND", help_heading = "The ordering gate", long, value_parser = parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, value_parser = parse_duration)]
     store_apply_bound: Option<Duration>,
     /// For this long after start, refuse fenced writes (503 with Retry-After): writes
     /// a previous run of the gateway had in flight when it died (SIGKILL, a crash) may
     /// still be applied by the store, and the ordering gate no longer knows them. Set
     /// it to the store's own request timeout. 0: off.
-    #[arg(env = "FENCEKEEPER_START_GRACE", help_heading = "The ordering gate", long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(help_heading = "The ordering gate", long, default_value = "0s", value_parser = parse_duration)]
     start_grace: Duration,
     /// Order writes across every gateway and Envoy that writes the same store through
     /// the same etcd (needs --etcd): each admitted write is registered in flight in
     /// etcd, under a lease of this gateway's, and waits while another instance has a
     /// lower-token write on the resource that the store may still apply. The default
     /// whenever the marks are in etcd; the flag says so explicitly.
-    #[arg(env = "FENCEKEEPER_SHARED_GATE", help_heading = "The ordering gate", long, requires = "etcd", conflicts_with_all = ["no_gate", "local_gate"])]
+    #[arg(help_heading = "The ordering gate", long, requires = "etcd", conflicts_with_all = ["no_gate", "local_gate"])]
     shared_gate: bool,
     /// UNSAFE with more than one instance: with --etcd, order only this gateway's own
     /// writes (no registry in etcd; faster). Two instances that share marks but not
     /// the gate let a slow lower-token write land after a higher one: use it only when
     /// every resource is written through this gateway alone.
-    #[arg(
-        env = "FENCEKEEPER_LOCAL_GATE",
-        help_heading = "The ordering gate",
-        long,
-        requires = "etcd",
-        conflicts_with = "no_gate"
-    )]
+    #[arg(help_heading = "The ordering gate", long, requires = "etcd", conflicts_with = "no_gate")]
     local_gate: bool,
     /// Run every admit on a blocking thread, and the etcd store's connection on a
     /// thread of its own, as the gateway did before it awaited etcd on the request's
     /// own task (with --etcd, and provenance off or on etcd, it does). The same decisions: for
     /// comparisons (BENCHMARKS.md), or a fallback.
-    #[arg(env = "FENCEKEEPER_BLOCKING_ADMITS", help_heading = "The ordering gate", long)]
+    #[arg(help_heading = "The ordering gate", long)]
     blocking_admits: bool,
     /// UNSAFE: turn the in-flight ordering gate off. A slow lower-token write can then
     /// land after a higher one. For measurements and demonstrations only.
-    #[arg(env = "FENCEKEEPER_NO_GATE", help_heading = "The ordering gate", long)]
+    #[arg(help_heading = "The ordering gate", long)]
     no_gate: bool,
     /// Send every admitted write with a precondition on the store's version of the
     /// object (If-Match on the ETag the store gave the last write, If-None-Match: *
@@ -198,7 +176,6 @@ pub struct Args {
     /// Versions are per object, so the resource key is the path (not
     /// --resource-header).
     #[arg(
-        env = "FENCEKEEPER_CONDITIONAL_WRITES",
         help_heading = "Conditional writes",
         long,
         requires = "precondition_probe",
@@ -210,38 +187,32 @@ pub struct Args {
     /// 404) and one that does not applies; the gateway starts only after a refusal.
     /// `off`: skip it, vouching for the store (one that wants credentials the gateway
     /// does not have, such as S3 with SigV4).
-    #[arg(
-        env = "FENCEKEEPER_PRECONDITION_PROBE",
-        help_heading = "Conditional writes",
-        long,
-        value_name = "PATH|off",
-        requires = "conditional_writes"
-    )]
+    #[arg(help_heading = "Conditional writes", long, value_name = "PATH|off", requires = "conditional_writes")]
     precondition_probe: Option<String>,
     /// Retention: every --compact-every, forget the marks of resources whose mark has
     /// not risen for this long (`30d`, `12h`), under a floor at or above each (as
     /// `fencekeeper marks --compact`, which a running gateway's file store cannot take).
     /// Only for tokens ordered across resources (etcd revisions, ZooKeeper zxids);
     /// longer than any lock is held with one token. Logged, and audited with --audit.
-    #[arg(env = "FENCEKEEPER_COMPACT_IDLE_FOR", help_heading = "Retention", long, value_name = "T", value_parser = parse_duration)]
+    #[arg(help_heading = "Retention", long, value_name = "T", value_parser = parse_duration)]
     compact_idle_for: Option<Duration>,
     /// How often the gateway compacts, with --compact-idle-for.
-    #[arg(env = "FENCEKEEPER_COMPACT_EVERY", help_heading = "Retention", long, value_name = "P", default_value = "1h", value_parser = parse_duration, requires = "compact_idle_for")]
+    #[arg(help_heading = "Retention", long, value_name = "P", default_value = "1h", value_parser = parse_duration, requires = "compact_idle_for")]
     compact_every: Duration,
     /// Speak HTTP/2 (prior knowledge) to the upstream, for gRPC stores.
-    #[arg(env = "FENCEKEEPER_UPSTREAM_HTTP2", help_heading = "Requests", long)]
+    #[arg(help_heading = "Requests", long)]
     upstream_http2: bool,
     /// Serve clients over TLS with this certificate chain (PEM, the gateway's own
     /// first; with --tls-key). The files are read again when they change: a renewed
     /// certificate is served to new connections without a restart.
-    #[arg(env = "FENCEKEEPER_TLS_CERT", help_heading = "TLS", long, value_name = "PEM", requires = "tls_key")]
+    #[arg(help_heading = "TLS", long, value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(env = "FENCEKEEPER_TLS_KEY", help_heading = "TLS", long, value_name = "PEM", requires = "tls_cert")]
+    #[arg(help_heading = "TLS", long, value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// The CA of an https:// upstream's certificate (PEM): the only root trusted, and
     /// the upstream's host name checked against its certificate.
-    #[arg(env = "FENCEKEEPER_UPSTREAM_CACERT", help_heading = "TLS", long, value_name = "PEM")]
+    #[arg(help_heading = "TLS", long, value_name = "PEM")]
     upstream_cacert: Option<PathBuf>,
     /// Check the configuration (flags, environment, TLS files, the validator) and
     /// exit: 0 with a summary when the gateway would start, 2 with the reason when
@@ -249,10 +220,10 @@ pub struct Args {
     #[arg(help_heading = "Logs", long)]
     check: bool,
     /// A validator guest component to use instead of the bundled one.
-    #[arg(env = "FENCEKEEPER_GUEST", help_heading = "Decisions", long, value_name = "COMPONENT.wasm")]
+    #[arg(help_heading = "Decisions", long, value_name = "COMPONENT.wasm")]
     guest: Option<PathBuf>,
     /// Log lines as text or JSON (level from RUST_LOG, default info).
-    #[arg(env = "FENCEKEEPER_LOG_FORMAT", help_heading = "Logs", long, value_enum, default_value_t = LogFormat::Text)]
+    #[arg(help_heading = "Logs", long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// TLS and user for etcd (the marks' and, unless it has its own, the locks').
     #[command(flatten)]
@@ -271,11 +242,11 @@ enum LogFormat {
     Json,
 }
 
-/// Run the subcommand.
 /// `--check`: what the gateway would start with, checked as far as it can be without
 /// binding, opening or creating anything: the configuration, the listener's TLS
-/// files and the validator.
-fn check(args: &Args, config: &Config) -> anyhow::Result<ExitCode> {
+/// files and the validator. The summary, or why it would not start.
+pub fn verify(args: &Args) -> anyhow::Result<String> {
+    let config = configure(args)?;
     if let Some(files) = &config.tls {
         tls::Listener::load(files.clone())?;
     }
@@ -286,21 +257,22 @@ fn check(args: &Args, config: &Config) -> anyhow::Result<ExitCode> {
         (None, None) => format!("in {DEFAULT_STORE}"),
     };
     let tls = if config.tls.is_some() { " over TLS" } else { "" };
-    println!(
-        "fencekeeper serve: usable: clients on {}{tls}, the store at {}, marks {marks}, {} mode",
+    Ok(format!(
+        "usable: clients on {}{tls}, the store at {}, marks {marks}, {} mode",
         config.listen,
         config.upstream,
         format!("{:?}", config.policy.mode).to_lowercase()
-    );
-    Ok(ExitCode::SUCCESS)
+    ))
 }
 
+/// Run the subcommand.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
-    let mut config = configure(&args)?;
     if args.check {
-        return check(&args, &config);
+        println!("fencekeeper serve: {}", verify(&args)?);
+        return Ok(ExitCode::SUCCESS);
     }
+    let mut config = configure(&args)?;
     // First: an address in use fails the start before a store or a journal is made.
     let listeners = Listeners::bind(&config)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -83,9 +83,9 @@ fn old_put_held(envoy: &Envoy, moto: &Moto, held: &Held) -> JoinHandle<BotoRun> 
 fn slow_write_story(conditional: bool) -> (String, Vec<u8>, String) {
     let (moto, relay, etcd) = store();
     let more = if conditional {
-        vec!["--route-timeout", "1s"]
+        vec!["--request-timeout", "1s"]
     } else {
-        vec!["--route-timeout", "1s", "--store-apply-bound", "0s"]
+        vec!["--request-timeout", "1s", "--store-apply-bound", "0s"]
     };
     let envoy = envoy(relay.addr, &etcd, conditional, &more);
     assert!(put(&envoy, &moto, "32", FIRST).ok, "{}", envoy.log());
@@ -186,7 +186,7 @@ fn two_envoys_without_a_shared_gate_or_conditional_writes_land_the_late_write_la
 #[test]
 fn through_envoy_a_write_that_would_bring_back_a_late_writes_version_is_refused_for_its_term() {
     let (moto, relay, etcd) = store();
-    let envoy = envoy(relay.addr, &etcd, true, &["--route-timeout", "1s", "--store-apply-bound", "1s"]);
+    let envoy = envoy(relay.addr, &etcd, true, &["--request-timeout", "1s", "--store-apply-bound", "1s"]);
     assert!(put(&envoy, &moto, "32", FIRST).ok);
     let held = hold_old(&relay);
     assert_eq!(old_put_held(&envoy, &moto, &held).join().unwrap().status, Some(504));
@@ -208,7 +208,7 @@ fn through_envoy_a_write_that_would_bring_back_a_late_writes_version_is_refused_
 #[test]
 fn through_envoy_more_writes_given_up_on_than_the_bound_end_by_themselves() {
     let (moto, relay, etcd) = store();
-    let envoy = envoy(relay.addr, &etcd, true, &["--route-timeout", "300ms", "--store-apply-bound", "700ms"]);
+    let envoy = envoy(relay.addr, &etcd, true, &["--request-timeout", "300ms", "--store-apply-bound", "700ms"]);
     given_up_writes_end_by_themselves(&relay, &moto, |token, body| put(&envoy, &moto, token, body), || envoy.log());
 }
 
@@ -323,7 +323,7 @@ fn past_the_bound_of_writes_given_up_on_envoy_refuses_the_resource_503_as_the_ga
     let upstream = RecordingUpstream::start().unwrap();
     let etcd = Etcd::start().unwrap();
     let (up, client) = (upstream.addr.to_string(), etcd.client.to_string());
-    let args = ["--upstream", &up, "--etcd", &client, "--provenance", "off", "--route-timeout", "200ms"];
+    let args = ["--upstream", &up, "--etcd", &client, "--provenance", "off", "--request-timeout", "200ms"];
     let envoy =
         Envoy::start(2, &[&args[..], &["--conditional-writes", "--precondition-probe", "off"]].concat()).unwrap();
     let put = |token: &str, body: &[u8]| {

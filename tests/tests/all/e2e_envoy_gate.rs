@@ -107,7 +107,7 @@ fn a_held_write_overtaken_by_a_higher_token_is_refused_as_stale() {
 
 #[test]
 fn a_write_held_past_the_budget_gets_503_with_retry_after_and_never_lands() {
-    let (upstream, _etcd, envoy) = setup(&["--gate-budget", "300ms"]);
+    let (upstream, _etcd, envoy) = setup(&["--gate-timeout", "300ms"]);
     upstream.hold("33");
     let a = put_in_background(&envoy, "33");
     upstream.wait_held("33").unwrap();
@@ -186,14 +186,14 @@ fn a_write_past_the_route_timeout_holds_its_resource_for_the_store_apply_bound()
         assert_eq!(a.status, 504, "{}", a.text());
         upstream.wait_held("33").unwrap();
     };
-    let (order, b) = given_up_then_34(&["--route-timeout", "300ms", "--store-apply-bound", "3s"], timed_out);
+    let (order, b) = given_up_then_34(&["--request-timeout", "300ms", "--store-apply-bound", "3s"], timed_out);
     assert!(stored(&b), "{} {}", b.status, b.text());
     assert_eq!(order, ["33", "34"]);
 }
 
 #[test]
 fn a_write_held_by_a_given_up_one_past_the_budget_is_told_when_to_retry() {
-    let (upstream, _etcd, envoy) = setup(&["--store-apply-bound", "20s", "--gate-budget", "200ms"]);
+    let (upstream, _etcd, envoy) = setup(&["--store-apply-bound", "20s", "--gate-timeout", "200ms"]);
     // The shared gate's first lease comes on the worker's first ticks: a write before
     // it waits for it, within the 200 ms budget, which a loaded machine can exceed.
     store_once_writes_pass(&envoy, "/warm-up");

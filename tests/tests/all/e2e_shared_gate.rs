@@ -288,8 +288,8 @@ fn two_envoys_with_the_local_gate_land_the_lower_write_last() {
 #[test]
 fn an_envoy_killed_with_a_write_in_flight_holds_the_resource_through_its_lease() {
     let (upstream, etcd) = (RecordingUpstream::start().unwrap(), Etcd::start().unwrap());
-    let mut e1 = envoy(&upstream, &etcd, &["--shared-gate", "--route-timeout", "1s", "--store-apply-bound", "2s"]);
-    let e2 = envoy(&upstream, &etcd, &["--shared-gate", "--gate-budget", "20s"]);
+    let mut e1 = envoy(&upstream, &etcd, &["--shared-gate", "--request-timeout", "1s", "--store-apply-bound", "2s"]);
+    let e2 = envoy(&upstream, &etcd, &["--shared-gate", "--gate-timeout", "20s"]);
     upstream.hold("33");
     let a = held_at_the_store(&upstream, &e1, "33");
     e1.kill();

@@ -112,7 +112,7 @@ fn envoy_args(config: &Config, etcd_addr: &str, upstream: &str) -> Result<Vec<St
         (None, _) => {}
     }
     if let Some(t) = &config.upstream_timeout {
-        a.extend(["--route-timeout".into(), t.clone()]);
+        a.extend(["--request-timeout".into(), t.clone()]);
     }
     if let Some(t) = &config.start_grace {
         a.extend(["--start-grace".into(), t.clone()]);

@@ -254,7 +254,7 @@ impl System {
                     &filter,
                     "--test-fault-header",
                     crate::client::FILTER_FAULT_HEADER,
-                    "--route-timeout",
+                    "--request-timeout",
                     &timeout,
                 ];
                 // Conditional writes replace the ordering gate (and its bound).

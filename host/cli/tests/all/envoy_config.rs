@@ -187,7 +187,7 @@ fn envoy_s_own_answers_take_the_client_s_form_and_leave_the_filter_s_alone() {
     }
     assert!(s3.contains("content_type: \"application/xml\""), "{s3}");
     assert!(s3.contains("response.code_details == 'request_payload_too_large'"), "{s3}");
-    let plain = yaml(&["--route-timeout", "3s"]);
+    let plain = yaml(&["--request-timeout", "3s"]);
     assert!(plain.contains("did not answer within 3s"), "{plain}");
     assert!(!plain.contains("<Code>") && !plain.contains("request_payload_too_large"), "{plain}");
     for status in ["502", "504"] {

@@ -97,6 +97,7 @@ fn every_flag_a_command_takes_is_documented_on_its_page() {
         ("lock", "cli.md"),
         ("completions", "cli.md"),
         ("man", "cli.md"),
+        ("check", "cli.md"),
         ("serve", "gateway.md"),
         ("envoy-config", "envoy.md"),
         ("nginx-config", "proxy-wasm-hosts.md"),
@@ -106,7 +107,7 @@ fn every_flag_a_command_takes_is_documented_on_its_page() {
         let help = text(&fencekeeper(&[command, "--help"]).stdout);
         let page_text = std::fs::read_to_string(docs.join(page)).unwrap();
         // The flags as clap renders them: an option line starts with `-x, --name` or `--name`.
-        for line in help.lines().map(str::trim_start).filter(|l| l.starts_with('-')) {
+        for line in option_lines(&help) {
             let Some(flag) = line.split([' ', ',', '=']).find(|w| w.starts_with("--")) else { continue };
             let documented = page_text.match_indices(flag).any(|(at, _)| {
                 let next = page_text[at + flag.len()..].chars().next();
@@ -118,6 +119,12 @@ fn every_flag_a_command_takes_is_documented_on_its_page() {
         }
     }
     assert!(undocumented.is_empty(), "flags no page documents: {undocumented:?}");
+}
+
+/// The lines of clap's help that name an option (`  -x, --name` or `      --name`),
+/// trimmed: not a description's line that starts with a dash (indented further).
+fn option_lines(help: &str) -> impl Iterator<Item = &str> {
+    help.lines().filter(|l| l.len() - l.trim_start().len() < 8).map(str::trim_start).filter(|l| l.starts_with('-'))
 }
 
 /// Flags that share a name across commands but not their format or default, each for
@@ -180,4 +187,37 @@ fn a_flag_that_several_commands_take_has_one_format_and_one_default() {
     for (flag, _) in DIFFER {
         assert!(differing.contains(flag), "{flag} no longer differs: take it out of DIFFER");
     }
+}
+
+/// The settings of `serve`, `envoy-config` and `nginx-config` as their help lists
+/// them (what a settings file can hold), against docs/configuration.md's table: every
+/// key in it once, with the commands that take it.
+#[test]
+fn the_configuration_page_lists_every_setting_with_the_commands_that_take_it() {
+    let commands = ["serve", "envoy-config", "nginx-config"];
+    let mut settings: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for command in commands {
+        let help = text(&fencekeeper(&[command, "--help"]).stdout);
+        for line in option_lines(&help).filter(|l| l.starts_with("--")) {
+            let flag = line.split([' ', ',', '=']).next().unwrap_or_default().trim_start_matches('-');
+            if ["help", "config", "check"].contains(&flag) {
+                continue;
+            }
+            // (An example's line may name a flag again.)
+            let takes = settings.entry(flag.to_owned()).or_default();
+            if !takes.contains(&command) {
+                takes.push(command);
+            }
+        }
+    }
+    let page =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md")).unwrap();
+    let mut listed: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for row in page.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let key = cells[1].trim_matches('`').to_owned();
+        let takes = commands.iter().zip(&cells[2..5]).filter(|(_, c)| **c == "yes").map(|(c, _)| *c).collect();
+        assert!(listed.insert(key.clone(), takes).is_none(), "{key} listed twice");
+    }
+    assert_eq!(listed, settings, "docs/configuration.md's table against the commands' help");
 }
