@@ -48,7 +48,7 @@ install -m 755 "$fk" "$stage/$cli/bin/fencekeeper"
 for shell in bash zsh fish; do
   "$stage/$cli/bin/fencekeeper" completions "$shell" >"$stage/$cli/share/completions/fencekeeper.$shell"
 done
-cp -r deploy/systemd deploy/prometheus deploy/grafana "$stage/$cli/deploy/"
+cp -r deploy/systemd deploy/prometheus deploy/grafana deploy/fencekeeper.toml "$stage/$cli/deploy/"
 cp -r README.md CHANGELOG.md docs "$stage/$cli/"
 
 mkdir -p "$stage/$lib/lib" "$stage/$lib/include"

@@ -138,6 +138,8 @@ if "$released/bin/fencekeeper" admit --store "$dist/marks.redb" orders/2026-11.c
     exit 1
 fi
 test -s "$released/share/man/man1/fencekeeper-serve.1" && test -s "$released/deploy/systemd/fencekeeper-gateway.service"
+# The shipped settings file, checked by the shipped command outside the checkout.
+(cd "$dist" && "$released/bin/fencekeeper" check "$released/deploy/fencekeeper.toml") | tee -a "$log"
 library=$(echo "$dist"/libfencekeeper_capi-*-linux)
 cc -o "$dist/release_check" scripts/lib/release_check.c -I "$library/include" -L "$library/lib" -lfencekeeper_capi \
     -Wl,-rpath,"$library/lib"

@@ -1,5 +1,6 @@
 //! What ships for deployment outside a checkout, checked as an operator's tools check
-//! it: the systemd unit of the gateway (`deploy/systemd`), with `systemd-analyze`.
+//! it: the systemd unit of the gateway (`deploy/systemd`), with `systemd-analyze`; the
+//! example settings file (`deploy/fencekeeper.toml`), with `fencekeeper check`.
 
 // A test states its expectations by panicking.
 #![allow(clippy::panic, clippy::unwrap_used)]
@@ -42,4 +43,15 @@ fn the_gateways_systemd_unit_verifies_and_exposes_little() {
         .unwrap_or_else(|| panic!("no exposure level: {report}"));
     // systemd rates 0 (nothing exposed) to 10; below 2 is "OK".
     assert!(level < 2.0, "exposure {level}:\n{report}");
+}
+
+#[test]
+fn the_shipped_settings_file_is_usable_by_every_command_that_reads_one() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/fencekeeper.toml");
+    let out = Command::new(BIN).arg("check").arg(&file).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    for command in ["serve", "envoy-config", "nginx-config"] {
+        assert!(said.contains(&format!("{command}: usable: ")), "{said}");
+    }
 }
