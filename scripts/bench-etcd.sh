@@ -39,14 +39,14 @@ start_services etcd
 etcd=${FK_ETCD#http://}
 gw=$(port); admin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$gw" --admin "127.0.0.1:$admin" \
-    --etcd "$etcd" --local-gate >"$work/gateway.log" 2>&1 & pids+=($!)
+    --etcd "$etcd" --provenance off --local-gate >"$work/gateway.log" 2>&1 & pids+=($!)
 gwpid=$!
 sg=$(port); sgadmin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$sg" --admin "127.0.0.1:$sgadmin" \
-    --etcd "$etcd" --shared-gate >"$work/shared-gate.log" 2>&1 & pids+=($!)
+    --etcd "$etcd" --provenance off --shared-gate >"$work/shared-gate.log" 2>&1 & pids+=($!)
 hop=$(port); hopadmin=$(port)
 "$fk" serve --upstream "127.0.0.1:$up" --listen "127.0.0.1:$hop" --admin "127.0.0.1:$hopadmin" \
-    --etcd "$etcd" --local-gate --fenced-methods POST >"$work/hop.log" 2>&1 & pids+=($!)
+    --etcd "$etcd" --provenance off --local-gate --fenced-methods POST >"$work/hop.log" 2>&1 & pids+=($!)
 etcdpid=$(pgrep -f -- "--listen-client-urls=http://$etcd( |$)")
 # CPU a process has used, in clock ticks (user + system).
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

@@ -62,9 +62,10 @@ pub struct Args {
     /// Before a token advances a mark, check that the lock service issued it: off; weak
     /// (not above etcd's revision); strong (the current holder's, of the lock
     /// LOCK_PREFIX + resource). A token that fails is refused 403. Needs --etcd or
-    /// --lock-etcd, or --lock-zookeeper (strong only).
-    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_enum, default_value_t = ProvenanceArg::Off)]
-    provenance: ProvenanceArg,
+    /// --lock-etcd, or --lock-zookeeper (strong only). Default: weak with --etcd (as
+    /// envoy-config's), off without; off for tokens that are not this etcd's revisions.
+    #[arg(help_heading = "Provenance: tokens the lock service issued", long, value_enum)]
+    provenance: Option<ProvenanceArg>,
     /// With --provenance strong: a resource's lock is this prefix + the resource (the
     /// etcd lock's name, or the ZooKeeper lock node's path).
     #[arg(help_heading = "Provenance: tokens the lock service issued", long)]
@@ -435,6 +436,17 @@ fn both<S: MarkStore + ChainStore + Retention + Send + Sync + 'static>(store: S)
     (store.clone(), store.clone(), store)
 }
 
+/// The provenance check asked for, else the default: weak where the marks are in etcd
+/// (whose revisions the tokens then are, as with Envoy), off elsewhere. With
+/// --lock-zookeeper there is no default: it takes the strong check, named.
+fn provenance(args: &Args) -> ProvenanceArg {
+    args.provenance.unwrap_or(if args.etcd.is_some() && args.lock_zookeeper.is_none() {
+        ProvenanceArg::Weak
+    } else {
+        ProvenanceArg::Off
+    })
+}
+
 /// The mark store, and the provenance check: on ZooKeeper with --lock-zookeeper; else
 /// on the store's own etcd when the locks live there (one connection, and the
 /// revisions the store sees spare the weak check its round trip), else on --lock-etcd.
@@ -442,8 +454,9 @@ fn both<S: MarkStore + ChainStore + Retention + Send + Sync + 'static>(store: S)
 /// awaits its admits).
 fn open_store(args: &Args, runtime: Option<tokio::runtime::Handle>) -> anyhow::Result<Opened> {
     let timeout = Duration::from_secs(2);
+    let provenance = provenance(args);
     if let Some(address) = &args.lock_zookeeper {
-        let lock_prefix = zookeeper_lock_prefix(args.provenance, args.lock_prefix.as_deref())?;
+        let lock_prefix = zookeeper_lock_prefix(provenance, args.lock_prefix.as_deref())?;
         let (store, chains, retained) = match &args.etcd {
             Some(url) => both(etcd_store(args, url, timeout, runtime.clone())?),
             None => both(file_store(args)?),
@@ -451,14 +464,14 @@ fn open_store(args: &Args, runtime: Option<tokio::runtime::Handle>) -> anyhow::R
         let provenance = ZooKeeperProvenance::connect(address, lock_prefix, timeout)?;
         return Ok((store, chains, retained, Some(Arc::new(provenance))));
     }
-    let check = etcd_check(args.provenance, args.lock_prefix.as_deref())?;
+    let check = etcd_check(provenance, args.lock_prefix.as_deref())?;
     anyhow::ensure!(check.is_some() || args.lock_etcd.is_none(), "--lock-etcd goes with --provenance weak or strong");
     let separate = |check| -> anyhow::Result<Option<Arc<dyn Provenance>>> {
         let Some(url) = &args.lock_etcd else {
-            let zookeeper = if args.provenance == ProvenanceArg::Strong { " (or --lock-zookeeper)" } else { "" };
+            let zookeeper = if provenance == ProvenanceArg::Strong { " (or --lock-zookeeper)" } else { "" };
             anyhow::bail!(
                 "--provenance {} needs the etcd that issues the tokens: --etcd or --lock-etcd{zookeeper}",
-                args.provenance.name()
+                provenance.name()
             );
         };
         let options = EtcdOptions { timeout, ..args.etcd_connection.options()? };

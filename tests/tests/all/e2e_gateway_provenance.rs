@@ -151,3 +151,22 @@ fn provenance_without_an_etcd_to_ask_is_a_one_line_start_up_error() {
         assert!(last.starts_with("fencekeeper: ") && last.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+/// Safe by default: a gateway with its marks in etcd and no `--provenance` checks
+/// weakly, as Envoy does: a lock holder's token (an etcd revision) advances, a forged
+/// one above etcd's revision is refused 403 and the mark stays; `--provenance off`
+/// takes the check away, as the help says.
+#[test]
+fn with_marks_in_etcd_the_gateway_checks_provenance_weakly_by_default() {
+    let (etcd, upstream) = (Etcd::start().unwrap(), RecordingUpstream::start().unwrap());
+    let gateway = Gateway::start_with_default_provenance(&upstream.url(), &["--etcd", &etcd.url()]).unwrap();
+    assert!(gateway.log().contains("provenance=etcd ") && gateway.log().contains(" weak"), "{}", gateway.log());
+    let holder = EtcdctlLock::take(&etcd.url(), "orders").unwrap();
+    assert_eq!(gateway.put("/orders.csv", Some(&holder.token), b"from the holder").unwrap().status, 201);
+    let forged = gateway.put("/orders.csv", Some(MAX), b"forged").unwrap();
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    assert_eq!(gateway.mark("/orders.csv").unwrap().as_deref(), Some(holder.token.as_str()), "the mark stayed");
+    let open = Gateway::start_with_default_provenance(&upstream.url(), &["--etcd", &etcd.url(), "--provenance", "off"])
+        .unwrap();
+    assert_eq!(open.put("/other.csv", Some(MAX), b"unchecked").unwrap().status, 201, "off: not checked");
+}

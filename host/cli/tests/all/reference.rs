@@ -138,7 +138,6 @@ const DIFFER: &[(&str, &str)] = &[
         "envoy-config keeps marks in etcd unless --no-etcd (127.0.0.1:2379 by default); the gateway, marks and \
          lock use etcd only when given one; nginx-config names one member (ngx_wasm_module calls one address)",
     ),
-    ("--provenance", "envoy-config checks weakly wherever it has etcd; the gateway's default is still off"),
     ("--store", "serve's default is the same file, chosen after it looks for a file of the old default name"),
 ];
 
