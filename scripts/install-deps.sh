@@ -76,6 +76,9 @@ ls /usr/lib/llvm-*/lib/libclang.so >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v clang >/dev/null || missing+=(clang)
 # promtool checks and unit-tests the shipped alert rules (deploy/prometheus).
 command -v promtool >/dev/null || missing+=(prometheus)
+# The filter's OCI image is pushed to a local registry and pulled back (test.sh).
+command -v skopeo >/dev/null || missing+=(skopeo)
+command -v docker-registry >/dev/null || missing+=(docker-registry)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null
@@ -89,6 +92,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     # Debian starts Prometheus on port 9090: the tests use only its promtool.
     if [[ " ${missing[*]} " == *" prometheus "* ]]; then
         $SUDO service prometheus stop >/dev/null 2>&1 || true
+    fi
+    # Debian starts a registry on port 5000: the test runs its own.
+    if [[ " ${missing[*]} " == *" docker-registry "* ]]; then
+        $SUDO service docker-registry stop >/dev/null 2>&1 || true
     fi
     # The system's ZooKeeper is a JVM the tests never use: stop the one this installed.
     if [[ " ${missing[*]} " == *" zookeeperd "* ]]; then

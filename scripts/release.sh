@@ -7,6 +7,10 @@
 #       Grafana dashboard, README, CHANGELOG
 #   libfencekeeper_capi-VERSION-ARCH-linux.tar.gz the C library (lib/*.so, lib/*.a)
 #       and its header (include/fencekeeper_capi.h)
+#   fencekeeper-filter-VERSION-oci.tar           the filter as an OCI image (an image
+#       layout in a tar, tagged VERSION) for Istio's WasmPlugin: `skopeo copy
+#       oci-archive:FILE:VERSION docker://REGISTRY/fencekeeper-filter:VERSION`;
+#       fencekeeper-filter-VERSION-oci.digest names its manifest, for pinning
 #   SHA256SUMS                                   `sha256sum -c SHA256SUMS` checks them
 #
 # The binaries are `cargo build --release` of the locked workspace. scripts/test.sh
@@ -62,5 +66,7 @@ for name in "$cli" "$lib"; do
   tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$when" -C "$stage" -cf - "$name" |
     gzip -n >"$out/$name.tar.gz"
 done
-(cd "$out" && sha256sum "$cli.tar.gz" "$lib.tar.gz" >SHA256SUMS)
-echo "release: wrote $out/$cli.tar.gz, $out/$lib.tar.gz and $out/SHA256SUMS" >&2
+image=fencekeeper-filter-$version-oci
+python3 scripts/lib/oci_image.py guest/artifacts/fencekeeper_filter.wasm "$version" "$out/$image.tar" >"$out/$image.digest"
+(cd "$out" && sha256sum "$cli.tar.gz" "$lib.tar.gz" "$image.tar" >SHA256SUMS)
+echo "release: wrote $out/$cli.tar.gz, $out/$lib.tar.gz, $out/$image.tar and $out/SHA256SUMS" >&2

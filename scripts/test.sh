@@ -140,6 +140,8 @@ fi
 test -s "$released/share/man/man1/fencekeeper-serve.1" && test -s "$released/deploy/systemd/fencekeeper-gateway.service"
 # The shipped settings file, checked by the shipped command outside the checkout.
 (cd "$dist" && "$released/bin/fencekeeper" check "$released/deploy/fencekeeper.toml") | tee -a "$log"
+# The filter's OCI image through a real registry, as Istio pulls it.
+scripts/lib/registry_check.sh "$dist" "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" | tee -a "$log"
 library=$(echo "$dist"/libfencekeeper_capi-*-linux)
 cc -o "$dist/release_check" scripts/lib/release_check.c -I "$library/include" -L "$library/lib" -lfencekeeper_capi \
     -Wl,-rpath,"$library/lib"
