@@ -11,6 +11,8 @@
 #       layout in a tar, tagged VERSION) for Istio's WasmPlugin: `skopeo copy
 #       oci-archive:FILE:VERSION docker://REGISTRY/fencekeeper-filter:VERSION`;
 #       fencekeeper-filter-VERSION-oci.digest names its manifest, for pinning
+#   fencekeeper-VERSION-py3-none-linux_ARCH.whl  the Python package with the C library
+#       in it: `pip install FILE` and `import fencekeeper`, nothing else needed
 #   SHA256SUMS                                   `sha256sum -c SHA256SUMS` checks them
 #
 # The binaries are `cargo build --release` of the locked workspace. scripts/test.sh
@@ -68,5 +70,6 @@ for name in "$cli" "$lib"; do
 done
 image=fencekeeper-filter-$version-oci
 python3 scripts/lib/oci_image.py guest/artifacts/fencekeeper_filter.wasm "$version" "$out/$image.tar" >"$out/$image.digest"
-(cd "$out" && sha256sum "$cli.tar.gz" "$lib.tar.gz" "$image.tar" >SHA256SUMS)
-echo "release: wrote $out/$cli.tar.gz, $out/$lib.tar.gz, $out/$image.tar and $out/SHA256SUMS" >&2
+wheel=$(basename "$(python3 scripts/lib/python_wheel.py host/capi/python/fencekeeper "$so" "$version" "$out")")
+(cd "$out" && sha256sum "$cli.tar.gz" "$lib.tar.gz" "$image.tar" "$wheel" >SHA256SUMS)
+echo "release: wrote $out/$cli.tar.gz, $out/$lib.tar.gz, $out/$image.tar, $out/$wheel and $out/SHA256SUMS" >&2

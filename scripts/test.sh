@@ -140,6 +140,22 @@ fi
 test -s "$released/share/man/man1/fencekeeper-serve.1" && test -s "$released/deploy/systemd/fencekeeper-gateway.service"
 # The shipped settings file, checked by the shipped command outside the checkout.
 (cd "$dist" && "$released/bin/fencekeeper" check "$released/deploy/fencekeeper.toml") | tee -a "$log"
+# The Python wheel in a fresh venv outside the checkout, with no hint of where the
+# library is: it must use the one it carries.
+python3 -m venv "$dist/venv"
+"$dist/venv/bin/pip" install -q --no-index "$dist"/fencekeeper-*.whl
+(cd "$dist" && env -u FENCEKEEPER_CAPI_LIB "$dist/venv/bin/python" - "$dist/venv" <<'PY'
+import sys
+import fencekeeper
+library = fencekeeper._library_path()
+assert library.startswith(sys.argv[1]), f"loaded {library}, not the wheel's"
+guard = fencekeeper.Guard(store=fencekeeper.FileStore("wheel-marks.redb"))
+assert guard.admit("orders/2026-11.csv", "34").admitted
+stale = guard.admit("orders/2026-11.csv", "33")
+assert not stale.admitted and stale.mark == "34", stale
+print(f"wheel: admitted 34, refused 33 with the library it carries ({library})")
+PY
+) | tee -a "$log"
 # The filter's OCI image through a real registry, as Istio pulls it.
 scripts/lib/registry_check.sh "$dist" "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" | tee -a "$log"
 library=$(echo "$dist"/libfencekeeper_capi-*-linux)

@@ -10,8 +10,9 @@ converts values and turns the C statuses into exceptions.
     if not outcome.admitted:
         print(outcome.reason)
 
-The library is found through FENCEKEEPER_CAPI_LIB (a path to the .so), else in the
-checkout's target/release. A Guard may be used from several threads at once.
+The library is found through FENCEKEEPER_CAPI_LIB (a path to the .so), else beside
+this file (lib/, where the release's wheel puts it), else in the checkout's
+target/release. A Guard may be used from several threads at once.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def _library_path() -> str:
     explicit = os.environ.get("FENCEKEEPER_CAPI_LIB")
     if explicit:
         return explicit
+    bundled = Path(__file__).resolve().parent / "lib" / "libfencekeeper_capi.so"
+    if bundled.is_file():
+        return str(bundled)
     checkout = Path(__file__).resolve().parents[4]
     return str(checkout / "target" / "release" / "libfencekeeper_capi.so")
 
