@@ -5,8 +5,9 @@
 #       filter and the validator built in), its manual pages and shell completions
 #       (made by the binary itself), the systemd unit, the Prometheus rules and the
 #       Grafana dashboard, README, CHANGELOG
-#   libfencekeeper_capi-VERSION-ARCH-linux.tar.gz the C library (lib/*.so, lib/*.a)
-#       and its header (include/fencekeeper_capi.h)
+#   libfencekeeper_capi-VERSION-ARCH-linux.tar.gz the C library (lib/*.so, lib/*.a),
+#       its header (include/fencekeeper_capi.h) and the Go module over it (go/, which
+#       links ../lib: `go mod edit -replace fencekeeper=DIR/go`)
 #   fencekeeper-filter-VERSION-oci.tar           the filter as an OCI image (an image
 #       layout in a tar, tagged VERSION) for Istio's WasmPlugin: `skopeo copy
 #       oci-archive:FILE:VERSION docker://REGISTRY/fencekeeper-filter:VERSION`;
@@ -60,6 +61,8 @@ cp -r README.md CHANGELOG.md docs "$stage/$cli/"
 mkdir -p "$stage/$lib/lib" "$stage/$lib/include"
 install -m 644 "$so" "$a" "$stage/$lib/lib/"
 install -m 644 host/capi/include/fencekeeper_capi.h "$stage/$lib/include/"
+mkdir -p "$stage/$lib/go"
+install -m 644 host/capi/go/go.mod host/capi/go/fencekeeper.go host/capi/go/table.c "$stage/$lib/go/"
 
 mkdir -p "$out"
 # Reproducible archives: fixed owner, order and times (the commit's).

@@ -140,6 +140,42 @@ fi
 test -s "$released/share/man/man1/fencekeeper-serve.1" && test -s "$released/deploy/systemd/fencekeeper-gateway.service"
 # The shipped settings file, checked by the shipped command outside the checkout.
 (cd "$dist" && "$released/bin/fencekeeper" check "$released/deploy/fencekeeper.toml") | tee -a "$log"
+# The Go module from the library's tarball, used by a module of its own outside the
+# checkout (no network: the module is replaced by the tarball's directory).
+mkdir -p "$dist/goapp"
+cat >"$dist/goapp/main.go" <<'GO'
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"fencekeeper"
+)
+
+func main() {
+	guard, err := fencekeeper.Open(fencekeeper.Options{StorePath: "go-marks.redb"})
+	if err != nil {
+		panic(err)
+	}
+	token := func(t string) *string { return &t }
+	first, err := guard.Admit("orders/2026-11.csv", token("34"))
+	if err != nil || !first.Admitted {
+		panic(fmt.Sprint("34 not admitted: ", first, err))
+	}
+	stale, err := guard.Admit("orders/2026-11.csv", token("33"))
+	if err != nil || stale.Admitted {
+		fmt.Fprintln(os.Stderr, "33 admitted after 34:", stale, err)
+		os.Exit(1)
+	}
+	fmt.Println("go module: admitted 34, refused 33:", stale.Reason)
+}
+GO
+golib=$(echo "$dist"/libfencekeeper_capi-*-linux)
+(cd "$dist/goapp" && go mod init example.com/goapp >/dev/null 2>&1 &&
+    go mod edit -require fencekeeper@v0.0.0 -replace "fencekeeper=$golib/go" &&
+    GOFLAGS=-mod=mod GOPROXY=off go build -o goapp . &&
+    ldd goapp | grep -q "$golib/go/../lib/libfencekeeper_capi.so" && ./goapp) | tee -a "$log"
 # The Python wheel in a fresh venv outside the checkout, with no hint of where the
 # library is: it must use the one it carries.
 python3 -m venv "$dist/venv"

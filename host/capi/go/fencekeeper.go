@@ -4,17 +4,20 @@
 // are the library's.
 //
 //	guard, err := fencekeeper.Open(fencekeeper.Options{StorePath: "marks.redb"})
-//	outcome, err := guard.Admit("orders/2026-11.csv", "34")
+//	token := "34"
+//	outcome, err := guard.Admit("orders/2026-11.csv", &token)
 //	if !outcome.Admitted { log.Print(outcome.Reason) }
 //
-// It links against the checkout's target/release/libfencekeeper_capi.so
-// (cargo build --release -p fencekeeper-capi). A Guard may be used from many
-// goroutines at once.
+// It links against libfencekeeper_capi.so in ../lib, where the release's C library
+// tarball has it beside this module (libfencekeeper_capi-VERSION-ARCH-linux/go), else
+// in the checkout's target/release (cargo build --release -p fencekeeper-capi); the
+// header is ../include in both. A Guard may be used from many goroutines at once.
 package fencekeeper
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../include
-#cgo LDFLAGS: -L${SRCDIR}/../../../target/release -lfencekeeper_capi -Wl,-rpath,${SRCDIR}/../../../target/release
+#cgo LDFLAGS: -L${SRCDIR}/../lib -L${SRCDIR}/../../../target/release -lfencekeeper_capi
+#cgo LDFLAGS: -Wl,-rpath,${SRCDIR}/../lib -Wl,-rpath,${SRCDIR}/../../../target/release
 #include <stdlib.h>
 #include "fencekeeper_capi.h"
 
