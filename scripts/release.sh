@@ -14,6 +14,8 @@
 #       fencekeeper-filter-VERSION-oci.digest names its manifest, for pinning
 #   fencekeeper-VERSION-py3-none-linux_ARCH.whl  the Python package with the C library
 #       in it: `pip install FILE` and `import fencekeeper`, nothing else needed
+#   fencekeeper-component-VERSION.tgz            the validator for Node (`npm install
+#       FILE`; jco's bindings of the committed component and the host's checks)
 #   SHA256SUMS                                   `sha256sum -c SHA256SUMS` checks them
 #
 # The binaries are `cargo build --release` of the locked workspace. scripts/test.sh
@@ -74,5 +76,10 @@ done
 image=fencekeeper-filter-$version-oci
 python3 scripts/lib/oci_image.py guest/artifacts/fencekeeper_filter.wasm "$version" "$out/$image.tar" >"$out/$image.digest"
 wheel=$(basename "$(python3 scripts/lib/python_wheel.py host/capi/python/fencekeeper "$so" "$version" "$out")")
-(cd "$out" && sha256sum "$cli.tar.gz" "$lib.tar.gz" "$image.tar" "$wheel" >SHA256SUMS)
-echo "release: wrote $out/$cli.tar.gz, $out/$lib.tar.gz, $out/$image.tar, $out/$wheel and $out/SHA256SUMS" >&2
+# jco (pinned by the lockfile; fetched once by npm ci) transpiles the committed
+# validator; npm pack packs what npm would publish.
+npm=fencekeeper-component-$version.tgz
+(cd host/runtimes/node && { [[ -d node_modules ]] || npm ci --no-audit --no-fund --silent; } &&
+  npm run transpile --silent && npm pack --silent --pack-destination "$out" >/dev/null)
+(cd "$out" && sha256sum "$cli.tar.gz" "$lib.tar.gz" "$image.tar" "$wheel" "$npm" >SHA256SUMS)
+echo "release: wrote $out/$cli.tar.gz, $out/$lib.tar.gz, $out/$image.tar, $out/$wheel, $out/$npm and $out/SHA256SUMS" >&2

@@ -192,6 +192,22 @@ assert not stale.admitted and stale.mark == "34", stale
 print(f"wheel: admitted 34, refused 33 with the library it carries ({library})")
 PY
 ) | tee -a "$log"
+# The npm package installed into an empty directory (offline: it depends on nothing)
+# and run: the committed validator, through the package's own entry point.
+mkdir -p "$dist/nodeapp"
+(cd "$dist/nodeapp" && npm install --offline --no-audit --no-fund --silent "$dist"/fencekeeper-component-*.tgz &&
+    node --input-type=module -e "
+import { validator, admit, canonical } from 'fencekeeper-component';
+const utf8 = (s) => new TextEncoder().encode(s);
+const guest = await validator();
+const admitted = admit(guest, false, utf8('orders/2026-11.csv'), utf8('34'), canonical('33'));
+const stale = admit(guest, false, utf8('orders/2026-11.csv'), utf8('33'), canonical('34'));
+if (admitted.kind !== 'admit' || !admitted.advanced || stale.kind !== 'stale') {
+  console.error('the npm package decided', admitted, stale);
+  process.exit(1);
+}
+console.log('npm package: admitted 34 over 33, refused 33 under 34');
+") | tee -a "$log"
 # The filter's OCI image through a real registry, as Istio pulls it.
 scripts/lib/registry_check.sh "$dist" "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" | tee -a "$log"
 library=$(echo "$dist"/libfencekeeper_capi-*-linux)
