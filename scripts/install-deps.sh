@@ -79,6 +79,9 @@ command -v promtool >/dev/null || missing+=(prometheus)
 # The filter's OCI image is pushed to a local registry and pulled back (test.sh).
 command -v skopeo >/dev/null || missing+=(skopeo)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
+# The gateway's container image is built and run with podman, on runc (test.sh).
+command -v podman >/dev/null || missing+=(podman)
+command -v runc >/dev/null || missing+=(runc)
 if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]} from Debian"
     $SUDO apt-get update -q >/dev/null

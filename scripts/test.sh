@@ -210,6 +210,9 @@ console.log('npm package: admitted 34 over 33, refused 33 under 34');
 ") | tee -a "$log"
 # The filter's OCI image through a real registry, as Istio pulls it.
 scripts/lib/registry_check.sh "$dist" "$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" | tee -a "$log"
+# The gateway's container image under podman: a stale write refused, the mark kept
+# across containers on one volume.
+scripts/lib/image_check.sh | tee -a "$log"
 library=$(echo "$dist"/libfencekeeper_capi-*-linux)
 cc -o "$dist/release_check" scripts/lib/release_check.c -I "$library/include" -L "$library/lib" -lfencekeeper_capi \
     -Wl,-rpath,"$library/lib"
