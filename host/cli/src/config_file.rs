@@ -34,7 +34,7 @@ const MAX_BYTES: u64 = 1 << 20;
 const NOT_SETTINGS: [&str; 3] = ["help", "config", "check"];
 
 /// The variable a flag can also come from: `--gate-timeout` from `FENCEKEEPER_GATE_TIMEOUT`.
-pub fn env_name(long: &str) -> String {
+fn env_name(long: &str) -> String {
     format!("FENCEKEEPER_{}", long.to_ascii_uppercase().replace('-', "_"))
 }
 
@@ -82,7 +82,7 @@ fn is_setting(arg: &Arg) -> bool {
 /// One setting the file gives a command, as the flag it becomes.
 pub struct Setting {
     /// The key as written (`gate-timeout`, or `serve.gate-timeout` in a table).
-    pub key: String,
+    key: String,
     id: clap::Id,
     long: String,
     /// The flag and its value (none for a switch set to false).
@@ -117,7 +117,10 @@ impl File {
         anyhow::ensure!(size <= MAX_BYTES, "{shown}: {size} bytes; a configuration file is at most {MAX_BYTES}");
         let text = std::fs::read_to_string(path).with_context(|| format!("{shown}: cannot read it as UTF-8 text"))?;
         let table = text.parse::<toml::Table>().map_err(|e| {
-            let line = e.span().map_or(0, |s| text[..s.start.min(text.len())].lines().count().max(1));
+            // Lines before the error's first byte, counted in bytes (no char boundary needed).
+            let line = e
+                .span()
+                .map_or(0, |s| text.as_bytes()[..s.start.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1);
             anyhow!("{shown}:{line}: {} (not valid TOML)", e.message().trim_end())
         })?;
         Ok(File { path: path.to_owned(), table })
