@@ -127,6 +127,7 @@ fn a_file_that_is_not_a_settings_file_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         ("syntax.toml", b"upstream = \"127.0.0.1:8000\"\nx = [\n".to_vec(), "syntax.toml:2: "),
+        ("accents.toml", "upstream = \"caf\u{e9}.internal:80\"\n\u{e9} = [\n".as_bytes().to_vec(), "accents.toml:2: "),
         ("latin1.toml", b"upstream = \"caf\xe9\"\n".to_vec(), "cannot read it as UTF-8 text"),
         ("big.toml", vec![b'#'; (1 << 20) + 1], "a configuration file is at most 1048576"),
         ("table.toml", b"serve = 1\n".to_vec(), "`serve` must be a table of serve's own settings"),
