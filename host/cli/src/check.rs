@@ -37,15 +37,18 @@ pub fn run(args: Args, cli: Command) -> anyhow::Result<ExitCode> {
         Some((_, names)) => names.push(name),
         None => errors.push((error, vec![name])),
     };
+    let mut usable = String::new();
     for name in COMMANDS {
         match file.settings(&cli, name) {
             Ok(settings) => match verdict(&cli, &file, &settings, name) {
-                Ok(line) => println!("{shown}: {name}: {line}"),
+                Ok(line) => usable.push_str(&format!("{shown}: {name}: {line}\n")),
                 Err(e) => found(e, name),
             },
             Err(errors) => errors.into_iter().for_each(|e| found(e, name)),
         }
     }
+    // (A reader that goes away, `| head`, ends the output, not the command.)
+    crate::man::print(usable.as_bytes())?;
     for (e, names) in &errors {
         // A key in a command's table names its command already.
         let own_table = names.len() == 1 && e.starts_with(&format!("`{}.", names[0]));

@@ -259,10 +259,11 @@ pub fn verify(args: &Args) -> anyhow::Result<String> {
     };
     let tls = if config.tls.is_some() { " over TLS" } else { "" };
     Ok(format!(
-        "usable: clients on {}{tls}, the store at {}, marks {marks}, {} mode",
+        "usable: clients on {}{tls}, the store at {}, marks {marks}, {} mode, provenance {}",
         config.listen,
         config.upstream,
-        format!("{:?}", config.policy.mode).to_lowercase()
+        format!("{:?}", config.policy.mode).to_lowercase(),
+        provenance(args).name()
     ))
 }
 

@@ -75,6 +75,7 @@ fn check_accepts_a_file_for_every_command_and_says_what_each_would_run() {
     assert_eq!(out.status.code(), Some(0), "{said}{}", text(&out.stderr));
     assert!(said.contains("serve: usable: clients on 127.0.0.1:8088"), "{said}");
     assert!(said.contains("marks in etcd at 127.0.0.1:2379,127.0.0.1:22379"), "{said}");
+    assert!(said.contains("correctness mode, provenance weak"), "weak with etcd by default: {said}");
     assert!(said.contains("envoy-config: usable: Envoy on 127.0.0.1:10000"), "{said}");
     assert!(said.contains("nginx-config: usable: nginx on 127.0.0.1:10000"), "{said}");
     // The environment is not the file's: it changes nothing in the verdict.
