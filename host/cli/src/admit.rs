@@ -143,9 +143,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             http_status: decision.class().http_status(),
             reason,
         };
-        println!("{}", serde_json::to_string(&answer)?);
+        out!("{}", serde_json::to_string(&answer)?);
     } else {
-        println!("{reason}");
+        out!("{reason}");
     }
     Ok(if decision.admitted() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

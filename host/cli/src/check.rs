@@ -48,7 +48,7 @@ pub fn run(args: Args, cli: Command) -> anyhow::Result<ExitCode> {
         }
     }
     // (A reader that goes away, `| head`, ends the output, not the command.)
-    crate::man::print(usable.as_bytes())?;
+    crate::output::text(usable.as_bytes())?;
     for (e, names) in &errors {
         // A key in a command's table names its command already.
         let own_table = names.len() == 1 && e.starts_with(&format!("`{}.", names[0]));

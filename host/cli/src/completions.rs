@@ -24,5 +24,6 @@ pub struct Args {
 pub fn run(args: Args, mut command: clap::Command) -> anyhow::Result<ExitCode> {
     let mut script = Vec::new();
     clap_complete::generate(args.shell, &mut command, "fencekeeper", &mut script);
-    crate::man::print(&script)
+    crate::output::text(&script)?;
+    Ok(ExitCode::SUCCESS)
 }

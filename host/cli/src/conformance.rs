@@ -36,8 +36,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let validator = load_validator(Some(&args.guest), Policy::default(), Conformance::Skip)?;
     let info =
         validator.describe().map_err(|e| anyhow::anyhow!("guest {}: describe failed: {e}", args.guest.display()))?;
-    println!("guest: {} {}", info.name, info.version);
+    out!("guest: {} {}", info.name, info.version);
     let report = conformance::run(&vectors, |policy| load_validator(Some(&args.guest), policy, Conformance::Skip));
-    print!("{report}");
+    crate::output::text(report.to_string().as_bytes())?;
     Ok(if report.failed() == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -355,7 +355,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         }
     }
     let filter = if args.filter_url.is_some() { PathBuf::new() } else { args.filter.path()? };
-    print!("{}", render(&args, &filter)?);
+    crate::output::text(render(&args, &filter)?.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -5,6 +5,14 @@
 //!
 //! One module per subcommand.
 
+/// `println!` for a command's answers, through [`output::line`]: a reader that goes
+/// away ends the output, not the command.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::line(format_args!($($arg)*))
+    };
+}
+
 mod admit;
 mod check;
 mod compaction;
@@ -17,6 +25,7 @@ mod lock;
 mod man;
 mod marks;
 mod nginx_config;
+mod output;
 mod protocol;
 mod provenance;
 mod repair;

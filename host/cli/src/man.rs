@@ -3,7 +3,6 @@
 //! command (`fencekeeper-serve.1`, ...) written into a directory.
 
 use anyhow::Context;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,19 +22,10 @@ pub fn run(args: Args, command: clap::Command) -> anyhow::Result<ExitCode> {
     let Some(dir) = args.dir else {
         let mut page = Vec::new();
         clap_mangen::Man::new(command).render(&mut page).context("rendering the manual page")?;
-        return print(&page);
+        crate::output::text(&page)?;
+        return Ok(ExitCode::SUCCESS);
     };
     anyhow::ensure!(dir.is_dir(), "--dir {}: not a directory", dir.display());
     clap_mangen::generate_to(command, &dir).with_context(|| format!("writing the pages into {}", dir.display()))?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Write `text` to standard output. A reader that stops early (`| head`) is no
-/// error: the text was for it.
-pub fn print(text: &[u8]) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing to standard output"),
-        _ => Ok(ExitCode::SUCCESS),
-    }
 }

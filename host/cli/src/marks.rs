@@ -201,15 +201,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let found = mark.is_some();
             let entry = Entry { resource, mark: mark.map(|m| m.to_string()) };
             if args.json {
-                println!("{}", serde_json::to_string(&entry)?);
+                out!("{}", serde_json::to_string(&entry)?);
             } else {
                 match (&entry.mark, store.floor()?) {
-                    (Some(m), _) => println!("{m}"),
-                    (None, Some(floor)) => println!(
+                    (Some(m), _) => out!("{m}"),
+                    (None, Some(floor)) => out!(
                         "no mark for {:?}: it is held to the retention floor {floor} (tokens below it are refused)",
                         entry.resource
                     ),
-                    (None, None) => println!("no mark for {:?}", entry.resource),
+                    (None, None) => out!("no mark for {:?}", entry.resource),
                 }
             }
             Ok(if found { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -218,7 +218,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let all: Vec<Entry> =
                 store.list()?.into_iter().map(|(resource, m)| Entry { resource, mark: Some(m.to_string()) }).collect();
             if args.json {
-                println!("{}", serde_json::to_string(&all)?);
+                out!("{}", serde_json::to_string(&all)?);
             } else {
                 print_table(all.iter().map(|e| (e.resource.as_str(), e.mark.as_deref().unwrap_or("-"))));
             }
@@ -245,11 +245,11 @@ fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode>
             .map(|l| serde_json::json!({"token": l.token.to_string(), "on": l.on.to_string(), "until_ms": l.until}))
             .collect();
         let out = serde_json::json!({"resource": resource, "version": current, "highest": highest, "lent": lends});
-        println!("{out}");
+        out!("{out}");
     } else {
-        println!("version {current}");
-        println!("highest {}", highest.as_deref().unwrap_or("-"));
-        println!("lent    {}", chain.lends.len());
+        out!("version {current}");
+        out!("highest {}", highest.as_deref().unwrap_or("-"));
+        out!("lent    {}", chain.lends.len());
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         for lend in &chain.lends {
             // How long until the lend ends by itself (a term), or that it never does.
@@ -260,7 +260,7 @@ fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode>
                 },
                 None => "ends only by --release-lends".to_owned(),
             };
-            println!("  token {} on {} ({ends})", lend.token, lend.on);
+            out!("  token {} on {} ({ends})", lend.token, lend.on);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -269,8 +269,8 @@ fn chain(args: &Args, resource: &str, release: bool) -> anyhow::Result<ExitCode>
 /// A table of (resource, mark) rows under a header.
 pub fn print_table<'a>(rows: impl Iterator<Item = (&'a str, &'a str)> + Clone) {
     let width = rows.clone().map(|(r, _)| r.chars().count()).chain(["RESOURCE".len()]).max().unwrap_or(0);
-    println!("{:<width$}  MARK", "RESOURCE");
+    out!("{:<width$}  MARK", "RESOURCE");
     for (resource, mark) in rows {
-        println!("{resource:<width$}  {mark}");
+        out!("{resource:<width$}  {mark}");
     }
 }

@@ -83,7 +83,7 @@ pub struct Args {
 /// Run the subcommand.
 pub fn run(args: Args) -> Result<ExitCode> {
     let filter = args.filter.path()?;
-    print!("{}", render(&args, &filter)?);
+    crate::output::text(render(&args, &filter)?.as_bytes())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -39,14 +39,14 @@ pub fn verify(args: &Args) -> anyhow::Result<ExitCode> {
         .collect();
     let damaged = checked.iter().filter(|c| c.damaged.is_some()).count();
     if args.json {
-        println!("{}", serde_json::to_string(&checked)?);
+        out!("{}", serde_json::to_string(&checked)?);
     } else {
         for c in &checked {
             if let Some(why) = &c.damaged {
-                println!("damaged {:?}: {why}", c.resource);
+                out!("damaged {:?}: {why}", c.resource);
             }
         }
-        println!("{} records checked in {}, {damaged} damaged", checked.len(), args.describe());
+        out!("{} records checked in {}, {damaged} damaged", checked.len(), args.describe());
     }
     Ok(if damaged == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
 }
@@ -67,12 +67,12 @@ pub fn raise(args: &Args, raise: &[String]) -> anyhow::Result<ExitCode> {
                 Previous::Damaged(_) => format!("its damaged record still shows {floor}"),
                 _ => format!("its mark is {floor}"),
             };
-            println!("not raised: {to} is not above the mark of {resource:?} ({seen})");
+            out!("not raised: {to} is not above the mark of {resource:?} ({seen})");
             return Ok(ExitCode::from(1));
         }
     };
     let change = Changed { reason: Change::Raise, resource, previous, new: Some(to), token: Some(token) };
-    println!("{}", change.summary(None));
+    out!("{}", change.summary(None));
     change.record(args, audit.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
@@ -94,7 +94,7 @@ pub fn force(args: &Args, resource: &str, token: Option<&str>) -> anyhow::Result
     let previous = store.force(resource, to.as_ref())?;
     let reason = if to.is_some() { Change::Set } else { Change::Clear };
     let change = Changed { reason, resource, previous, new: to, token };
-    println!("{}", change.summary(None));
+    out!("{}", change.summary(None));
     change.record(args, audit.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
@@ -124,9 +124,9 @@ pub fn compact(args: &Args, idle_for: Duration) -> anyhow::Result<ExitCode> {
             "other_arity": compaction.other_arity,
             "not_yet": compaction.not_yet,
         });
-        println!("{out}");
+        out!("{out}");
     } else {
-        println!("{summary}");
+        out!("{summary}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -207,12 +207,12 @@ pub fn upgrade(args: &Args) -> anyhow::Result<ExitCode> {
         None => match FileStore::upgrade(&args.store)? {
             Upgrade::Upgraded(marks) => marks,
             Upgrade::Current => {
-                println!("{} already holds checked records; nothing to upgrade", args.describe());
+                out!("{} already holds checked records; nothing to upgrade", args.describe());
                 return Ok(ExitCode::SUCCESS);
             }
         },
     };
-    println!("upgraded {} marks in {} to checked records:", marks.len(), args.describe());
+    out!("upgraded {} marks in {} to checked records:", marks.len(), args.describe());
     let rows: Vec<(String, String)> = marks.into_iter().map(|(r, m)| (r, m.to_string())).collect();
     print_table(rows.iter().map(|(r, m)| (r.as_str(), m.as_str())));
     Ok(ExitCode::SUCCESS)

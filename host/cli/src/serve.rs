@@ -271,7 +271,7 @@ pub fn verify(args: &Args) -> anyhow::Result<String> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
     if args.check {
-        println!("fencekeeper serve: {}", verify(&args)?);
+        out!("fencekeeper serve: {}", verify(&args)?);
         return Ok(ExitCode::SUCCESS);
     }
     let mut config = configure(&args)?;

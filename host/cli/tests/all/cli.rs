@@ -637,3 +637,28 @@ fn serve_check_says_whether_the_gateway_would_start_and_creates_nothing() {
         assert_one_line_error(&run, &[says]);
     }
 }
+
+/// A reader that has gone away (`fencekeeper admit ... | head -0`): no panic, and the
+/// exit code still says what was decided.
+#[test]
+fn a_closed_standard_output_changes_no_exit_code() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = |args: &[&str]| {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = Command::new(BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        out.status.code()
+    };
+    assert_eq!(run(&["admit", "/r", "34"]), Some(0), "admitted");
+    assert_eq!(run(&["admit", "/r", "33"]), Some(1), "refused, unread");
+    assert_eq!(run(&["marks"]), Some(0));
+    assert_eq!(run(&["envoy-config", "--upstream", "127.0.0.1:8000", "--filter", "/f.wasm"]), Some(0));
+}
