@@ -8,7 +8,8 @@
 #   scripts/lib/image_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-work=$(mktemp -d)
+# $work, pids (stopped on exit), port().
+source scripts/lib/scratch.sh
 cat >"$work/containers.conf" <<'CONF'
 [containers]
 default_ulimits = []
@@ -17,28 +18,21 @@ cgroup_manager = "cgroupfs"
 CONF
 export CONTAINERS_CONF=$work/containers.conf
 export PODMAN="podman --root $work/storage --runroot $work/run --storage-driver vfs --runtime runc"
-store_pid=
-cleanup() {
-  $PODMAN rm -f -t 0 gateway >/dev/null 2>&1 || true
-  $PODMAN volume rm -f marks >/dev/null 2>&1 || true
-  [[ -n $store_pid ]] && kill "$store_pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# The container and its volume go before the scratch directory that holds podman's storage.
+trap '$PODMAN rm -f -t 0 gateway >/dev/null 2>&1 || true; $PODMAN volume rm -f marks >/dev/null 2>&1 || true; cleanup' EXIT
 
 image=$(scripts/build-image.sh --no-build fencekeeper-gateway:check)
 user=$($PODMAN image inspect --format '{{.Config.User}}' "$image")
 [[ $user == 65532:65532 ]] || { echo "the image runs as '$user', not its own user" >&2; exit 1; }
 
 python3 scripts/lib/file_store.py "$work/store" "$work/store.port" &
-store_pid=$!
+pids+=($!)
 for _ in $(seq 100); do [[ -s $work/store.port ]] && break; sleep 0.05; done
 store=127.0.0.1:$(cat "$work/store.port")
 $PODMAN volume create marks >/dev/null
 
 gateway() { # start a container on the volume and wait until it answers /healthz
-  listen=$(free_port) admin=$(free_port)
+  listen=$(port) admin=$(port)
   $PODMAN run -d --name gateway --network host -v marks:/var/lib/fencekeeper \
     -e FENCEKEEPER_UPSTREAM="$store" -e FENCEKEEPER_LISTEN="127.0.0.1:$listen" \
     -e FENCEKEEPER_ADMIN="127.0.0.1:$admin" "$image" >/dev/null

@@ -8,8 +8,9 @@
 set -euo pipefail
 dist=$1 version=$2
 image=fencekeeper-filter-$version-oci
-work=$(mktemp -d)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# $work, pids (stopped on exit), port().
+source "$(dirname "$0")/scratch.sh"
+port=$(port)
 cat >"$work/registry.yml" <<CONF
 version: 0.1
 log:
@@ -22,7 +23,7 @@ http:
 CONF
 docker-registry serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 registry=$!
-trap 'kill $registry 2>/dev/null; wait $registry 2>/dev/null || true; rm -rf "$work"' EXIT
+pids+=($registry)
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$port/v2/" >/dev/null && break
   kill -0 $registry 2>/dev/null || { cat "$work/registry.log" >&2; exit 1; }

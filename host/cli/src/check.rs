@@ -47,7 +47,6 @@ pub fn run(args: Args, cli: Command) -> anyhow::Result<ExitCode> {
             Err(errors) => errors.into_iter().for_each(|e| found(e, name)),
         }
     }
-    // (A reader that goes away, `| head`, ends the output, not the command.)
     crate::output::text(usable.as_bytes())?;
     for (e, names) in &errors {
         // A key in a command's table names its command already.
