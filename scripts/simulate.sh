@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The deterministic simulator (tests/sim/README.md): lock holders, fence instances and
 # a slow store on a virtual clock, one thread, every draw from one seed, judged by the
-# torture checker's rules.
+# torture checker's rules. Bugs, put in on purpose to show the checker finds them:
+# skip-gate, admit-stale, equal-passes, lend-unchecked, release-given-up (the last two
+# with --conditional).
 #
-#   scripts/simulate.sh [--seed N] [--requests N | --seconds S] [--shared-gate]
-#                       [--own-marks] [--bug skip-gate|admit-stale]
+#   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
+#                       [--shared-gate | --conditional] [--own-marks] [--bug NAME]
 #
 # Without --seed, a seed is drawn from /dev/urandom and printed. Without --requests or
 # --seconds, 100,000 requests. Prints the seed, the requests simulated, the violations
@@ -20,8 +22,8 @@ while (($#)); do
     case "$1" in
         --seed) seed="$2"; shift 2 ;;
         --requests | --seconds | --bug) args+=("$1" "$2"); shift 2 ;;
-        --shared-gate | --own-marks) args+=("$1"); shift ;;
-        -h | --help) sed -n '2,13p' "$0"; exit 0 ;;
+        --shared-gate | --own-marks | --conditional) args+=("$1"); shift ;;
+        -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "simulate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -24,6 +24,14 @@ pub struct Config {
     /// The instances share one registry of flights (the shared gate), else each gate
     /// sees only its own writes.
     pub shared_gate: bool,
+    /// Every write goes with a precondition, lent on its resource's version chain,
+    /// to a store that honours it (the gateway's `--conditional-writes`), instead of
+    /// through the ordering gate.
+    pub conditional: bool,
+    /// The nemesis may make the store apply writes later than the store apply bound
+    /// (the timing assumption broken; such landings are counted apart). Off: those
+    /// faults are the store slow within the bound instead.
+    pub past_bound_faults: bool,
     /// The instances' timing.
     pub settings: Settings,
     /// A holder's lease: a pause longer than this loses the lock.
@@ -56,6 +64,8 @@ impl Config {
             holders_per_resource: 3,
             shared_marks: true,
             shared_gate: false,
+            conditional: false,
+            past_bound_faults: true,
             settings: Settings {
                 upstream_timeout: 200 * MS,
                 gate_budget: 500 * MS,
@@ -72,5 +82,14 @@ impl Config {
             focus: Vec::new(),
             focus_until: 0,
         }
+    }
+
+    /// The defaults with conditional writes: no start grace (the chain and the store's
+    /// preconditions alone keep the order after a crash, as in the conditional
+    /// torture run).
+    pub fn conditional(seed: u64, requests: u64) -> Config {
+        let mut config = Config { conditional: true, ..Config::new(seed, requests) };
+        config.settings.start_grace = 0;
+        config
     }
 }

@@ -12,6 +12,7 @@
 
 use crate::queue::{Nanos, MS};
 use fencekeeper::{Guard, MemoryStore, Token};
+use fencekeeper_chain::{Change, Done};
 use fencekeeper_engine::flights::{Entered, Flights, Next, Table};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -28,6 +29,9 @@ pub struct Request {
     pub resource: usize,
     /// The token it carries.
     pub token: u64,
+    /// Which of a few bodies it writes (conditional runs: the same bytes make the
+    /// same version, as MD5 ETags do).
+    pub content: u8,
 }
 
 /// What the instance answered a client.
@@ -57,6 +61,26 @@ pub enum Out {
         id: u64,
         /// The admitted token (`fencing-admitted-token`).
         token: u64,
+        /// The precondition header it carries (conditional writes), name and value.
+        precondition: Option<(&'static str, String)>,
+    },
+    /// Make `change` to `resource`'s version chain in the chain store (as one etcd
+    /// Txn), then call [`Fence::chain_done`] for write `id` with what it came to.
+    Chain {
+        /// The write.
+        id: u64,
+        /// The resource.
+        resource: usize,
+        /// The change.
+        change: Change,
+    },
+    /// Ask the store for `resource`'s version (a `HEAD`), then call
+    /// [`Fence::head_answered`] for write `id`.
+    Head {
+        /// The write.
+        id: u64,
+        /// The resource.
+        resource: usize,
     },
     /// Call [`Fence::timer`] with `tag` at `at`.
     Timer {
@@ -77,8 +101,14 @@ pub enum Out {
 pub trait Fence {
     /// A client's write arrives.
     fn request(&mut self, now: Nanos, req: Request, out: &mut Vec<Out>);
-    /// The store answered write `id` (which this instance forwarded).
-    fn store_answered(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>);
+    /// The store answered write `id` (which this instance forwarded) with `status`
+    /// and `etag`.
+    fn store_answered(&mut self, now: Nanos, id: u64, status: u16, etag: Option<&str>, out: &mut Vec<Out>);
+    /// The chain store made write `id`'s change ([`Out::Chain`]) and it came to
+    /// `done`; `None`: its answer was lost (the change may have been made).
+    fn chain_done(&mut self, _now: Nanos, _id: u64, _done: Option<Done>, _out: &mut Vec<Out>) {}
+    /// The store answered write `id`'s `HEAD` ([`Out::Head`]).
+    fn head_answered(&mut self, _now: Nanos, _id: u64, _status: u16, _etag: Option<&str>, _out: &mut Vec<Out>) {}
     /// A timer this instance asked for fired.
     fn timer(&mut self, now: Nanos, tag: u64, out: &mut Vec<Out>);
     /// Another instance changed a flight on `resource` in a shared registry.
@@ -115,6 +145,34 @@ pub enum Bug {
     /// guard's refusal is ignored and the gate is not told the mark (told it, the
     /// gate alone would refuse the write as stale).
     AdmitStale,
+    /// The gate lets a write whose token equals the highest admitted on its resource
+    /// go at once, past lower-token writes the store may still apply (as if "the
+    /// holder's own token already passed" were enough).
+    EqualPasses,
+    /// Conditional writes: the chain lends a write without checking it against the
+    /// writes still lent (the chain store applies the lend with them out of sight), so
+    /// a body that brings back a version a given-up write is conditioned on goes
+    /// (A-B-A).
+    LendUnchecked,
+    /// Conditional writes: a write given up on is settled as not applied at once,
+    /// instead of staying lent until the store answers or its term is over.
+    ReleaseGivenUp,
+}
+
+impl Bug {
+    /// Every bug's name, as `--bug` takes it.
+    pub const NAMES: &'static str = "skip-gate, admit-stale, equal-passes, lend-unchecked, release-given-up";
+
+    /// Its name, as `--bug` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Bug::SkipGate => "skip-gate",
+            Bug::AdmitStale => "admit-stale",
+            Bug::EqualPasses => "equal-passes",
+            Bug::LendUnchecked => "lend-unchecked",
+            Bug::ReleaseGivenUp => "release-given-up",
+        }
+    }
 }
 
 impl std::str::FromStr for Bug {
@@ -123,7 +181,10 @@ impl std::str::FromStr for Bug {
         match s {
             "skip-gate" => Ok(Bug::SkipGate),
             "admit-stale" => Ok(Bug::AdmitStale),
-            _ => Err(format!("unknown bug {s:?} (skip-gate, admit-stale)")),
+            "equal-passes" => Ok(Bug::EqualPasses),
+            "lend-unchecked" => Ok(Bug::LendUnchecked),
+            "release-given-up" => Ok(Bug::ReleaseGivenUp),
+            _ => Err(format!("unknown bug {s:?} ({})", Bug::NAMES)),
         }
     }
 }
@@ -239,7 +300,7 @@ impl GuardFence {
     fn forward(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>) {
         let Some(p) = self.pending.get_mut(&id) else { return };
         p.state = State::Sent;
-        out.push(Out::Forward { id, token: p.token });
+        out.push(Out::Forward { id, token: p.token, precondition: None });
         out.push(Out::Timer { at: now + self.settings.upstream_timeout, tag: Timer::Upstream(id).tag() });
     }
 
@@ -296,12 +357,12 @@ fn flights(me: usize, settings: &Settings) -> Flights {
     Flights::new(me as u64, ms(settings.gate_budget), ms(settings.apply_bound))
 }
 
-fn tok(t: u64) -> Token {
+pub(crate) fn tok(t: u64) -> Token {
     // One component is always a valid arity.
     Token::from_parts(&[t]).unwrap_or_else(|_| unreachable!())
 }
 
-fn first(t: &Token) -> u64 {
+pub(crate) fn first(t: &Token) -> u64 {
     t.parts().first().copied().unwrap_or(0)
 }
 
@@ -327,10 +388,11 @@ impl Fence for GuardFence {
             return;
         }
         self.pending.insert(req.id, Pending { resource: req.resource, token: req.token, state: State::Held });
-        if self.bug == Some(Bug::SkipGate) {
+        let token = tok(req.token);
+        let equal = || self.table.borrow().entry(&name).and_then(|e| e.highest) == Some(token);
+        if self.bug == Some(Bug::SkipGate) || (self.bug == Some(Bug::EqualPasses) && equal()) {
             return self.forward(now, req.id, out);
         }
-        let token = tok(req.token);
         let mut entered = Entered::Held;
         self.step(now, out, |flights, table, ms, next| {
             flights.arrive(table, &name);
@@ -343,7 +405,7 @@ impl Fence for GuardFence {
         }
     }
 
-    fn store_answered(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>) {
+    fn store_answered(&mut self, now: Nanos, id: u64, _status: u16, _etag: Option<&str>, out: &mut Vec<Out>) {
         // A write given up on is no longer pending: its flight holds until its deadline.
         if !self.pending.get(&id).is_some_and(|p| p.state == State::Sent) {
             return;

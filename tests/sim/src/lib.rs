@@ -7,10 +7,13 @@
 //! * [`trace`]: a line per event and the trace's digest (FNV-1a 64);
 //! * [`fence`]: a fence instance behind the [`fence::Fence`] trait: today the
 //!   library's admit logic and the ordering gate's rule ([`fence::GuardFence`]);
+//! * [`conditional`]: an instance with conditional writes: the library's admit and
+//!   the engine's conditional-write machine ([`conditional::ConditionalFence`]);
 //! * [`world`]: the lock service, the holders, the store, the faults, and the history
 //!   the shared checker (`fencekeeper-check`, the torture run's rules) judges;
 //! * [`config`]: a run's shape and timing.
 
+pub mod conditional;
 pub mod config;
 pub mod fence;
 pub mod queue;

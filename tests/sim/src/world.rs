@@ -17,12 +17,14 @@
 //!   with its start grace (its memory lost, the marks kept). After each heals, a fresh
 //!   holder probes each target it disturbed, as the torture run's nemesis does.
 
+use crate::conditional::ConditionalFence;
 use crate::config::Config;
-use crate::fence::{registry, Answer, Fence, GuardFence, Out, Request};
+use crate::fence::{registry, Answer, Bug, Fence, GuardFence, Out, Request};
 use crate::queue::{Nanos, Queue, MS};
 use crate::rng::Rng;
 use crate::trace::Trace;
 use fencekeeper::Validator;
+use fencekeeper_chain::{Chain, Change, Done};
 use fencekeeper_check::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
 use fencekeeper_check::Input;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -61,8 +63,18 @@ enum Ev {
     Receive(u64, u64, usize, u64),
     /// The store applies it (id, token, instance, incarnation, received at).
     Apply(u64, u64, usize, u64, Nanos),
-    /// The store's answer reaches the instance (id, instance, incarnation).
-    StoreAnswer(u64, usize, u64),
+    /// The store's answer reaches the instance (id, instance, incarnation, status,
+    /// ETag).
+    StoreAnswer(u64, usize, u64, u16, Option<String>),
+    /// The chain store makes write id's change (instance, incarnation, id, resource,
+    /// change), as etcd commits a Txn: whether or not its sender is still there.
+    ChainApply(usize, u64, u64, usize, Change),
+    /// What the change came to reaches the instance (`None`: the answer was lost).
+    ChainReply(usize, u64, u64, Option<Done>),
+    /// The store answers write id's `HEAD` (instance, incarnation, id, resource).
+    Head(usize, u64, u64, usize),
+    /// The `HEAD`'s answer reaches the instance (status, ETag).
+    HeadReply(usize, u64, u64, u16, Option<String>),
     /// An instance's timer (instance, incarnation, tag).
     Timer(usize, u64, u64),
     /// Another instance changed a shared flight: tell this one (instance,
@@ -107,6 +119,8 @@ struct Sent {
     instance: usize,
     open: bool,
     probe: Option<usize>,
+    /// Which body it writes (conditional runs).
+    content: u8,
 }
 
 /// The counts of one run, and the checker's report on it.
@@ -209,6 +223,14 @@ struct World {
     slow: u32,
     past_bound: u32,
     pauses: (u64, u64),
+    /// Conditional runs: the chain store's chains (one shared, as in etcd, or one per
+    /// instance), the store's version of each resource (`None`: absent), the
+    /// precondition each forwarded write carries, and the chain store's faults.
+    chains: Vec<BTreeMap<usize, Chain>>,
+    versions: Vec<Option<String>>,
+    preconditions: BTreeMap<u64, (&'static str, String)>,
+    stalled: u32,
+    losing: u32,
 }
 
 /// The resources and their groups.
@@ -275,14 +297,19 @@ impl World {
                 let guard =
                     if cfg.shared_marks { shared_store.clone() } else { GuardFence::memory_guard(validator.clone()) };
                 let gate = if cfg.shared_gate { shared_registry.clone() } else { registry() };
-                let fence = GuardFence::new(i, guard, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug);
-                Instance { fence: Box::new(fence), up: true, incarnation: 0, open: BTreeSet::new() }
+                let fence: Box<dyn Fence> = if cfg.conditional {
+                    Box::new(ConditionalFence::new(guard, names.clone(), cfg.settings, cfg.bug))
+                } else {
+                    Box::new(GuardFence::new(i, guard, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug))
+                };
+                Instance { fence, up: true, incarnation: 0, open: BTreeSet::new() }
             })
             .collect();
         let holders = (0..holders_end)
             .flat_map(|r| (0..cfg.holders_per_resource).map(move |_| r))
             .map(|resource| Holder { resource, token: 0, writes_left: 0, late_left: 0, lost: false })
             .collect();
+        let (cfg_shared, names_len) = (cfg.shared_marks, names.len());
         World {
             rng: Rng::new(cfg.seed),
             trace: Trace::new(focus(&cfg.focus, &names), cfg.focus_until),
@@ -307,6 +334,11 @@ impl World {
             slow: 0,
             past_bound: 0,
             pauses: (0, 0),
+            chains: (0..if cfg_shared { 1 } else { n }).map(|_| BTreeMap::new()).collect(),
+            versions: vec![None; names_len],
+            preconditions: BTreeMap::new(),
+            stalled: 0,
+            losing: 0,
         }
     }
 
@@ -341,6 +373,14 @@ impl World {
             c.pause_per_million,
             c.bug
         ));
+        if self.cfg.conditional {
+            // A line of its own, so that the other runs' traces stay as they were.
+            self.trace
+                .line(format_args!("conditional-writes lend-term {}", c.settings.upstream_timeout + s.apply_bound));
+        }
+        if !self.cfg.past_bound_faults {
+            self.trace.line(format_args!("no-past-bound-faults"));
+        }
         for h in 0..self.holders.len() {
             let d = self.rng.between(0, 20 * MS);
             self.q.after(d, Ev::Acquire(h));
@@ -397,6 +437,13 @@ impl World {
                 self.q.after(took, Ev::Apply(id, token, inst, inc, now));
             }
             Ev::Apply(id, token, inst, inc, received) => {
+                let (status, etag) = self.store_check(id);
+                if status != 200 {
+                    self.trace.line(format_args!("{now} refuse w{id} t{token} {status}"));
+                    let d = self.hop();
+                    self.q.after(d, Ev::StoreAnswer(id, inst, inc, status, etag));
+                    return;
+                }
                 let w = &self.writes[id as usize];
                 self.landed.push(Landed {
                     seq: self.landed.len() as u64 + 1,
@@ -409,12 +456,34 @@ impl World {
                 });
                 self.trace.line(format_args!("{now} apply w{id} t{token} {}", w.resource));
                 let d = self.hop();
-                self.q.after(d, Ev::StoreAnswer(id, inst, inc));
+                self.q.after(d, Ev::StoreAnswer(id, inst, inc, status, etag));
             }
-            Ev::StoreAnswer(id, inst, inc) => {
+            Ev::StoreAnswer(id, inst, inc, status, etag) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.store_answered(now, id, &mut out);
+                    self.instances[inst].fence.store_answered(now, id, status, etag.as_deref(), &mut out);
+                    self.outs(now, inst, out);
+                }
+            }
+            Ev::ChainApply(inst, inc, id, r, change) => self.chain_apply(now, inst, inc, id, r, change),
+            Ev::ChainReply(inst, inc, id, done) => {
+                if self.live(inst, inc) {
+                    let mut out = Vec::new();
+                    self.instances[inst].fence.chain_done(now, id, done, &mut out);
+                    self.outs(now, inst, out);
+                }
+            }
+            Ev::Head(inst, inc, id, r) => {
+                let etag = self.versions[r].clone();
+                let status = if etag.is_some() { 200 } else { 404 };
+                self.trace.line(format_args!("{now} head w{id} r{r} {status} {etag:?}"));
+                let d = self.hop();
+                self.q.after(d, Ev::HeadReply(inst, inc, id, status, etag));
+            }
+            Ev::HeadReply(inst, inc, id, status, etag) => {
+                if self.live(inst, inc) {
+                    let mut out = Vec::new();
+                    self.instances[inst].fence.head_answered(now, id, status, etag.as_deref(), &mut out);
                     self.outs(now, inst, out);
                 }
             }
@@ -436,6 +505,8 @@ impl World {
             Ev::Heal(f) => {
                 match self.faults[f].kind.as_str() {
                     "store-slow" => self.slow -= 1,
+                    "etcd-stall" => self.stalled -= 1,
+                    "etcd-lost-replies" => self.losing -= 1,
                     _ => self.past_bound -= 1,
                 }
                 self.healed(now, f);
@@ -449,6 +520,55 @@ impl World {
                 self.healed(now, f);
             }
             Ev::Probe(f, inst) => self.probe(now, f, inst),
+        }
+    }
+
+    /// Whether the store applies write `id` now, and its answer (status, ETag): every
+    /// write, unless the run is conditional, where the store honours preconditions as
+    /// S3 does (checked when it applies the write, after any delay) and refuses a
+    /// write without one (428), so a fence that forgot one shows as failed writes.
+    fn store_check(&mut self, id: u64) -> (u16, Option<String>) {
+        if !self.cfg.conditional {
+            return (200, None);
+        }
+        let sent = &self.sent[id as usize];
+        let current = &self.versions[sent.resource];
+        let holds = match self.preconditions.remove(&id) {
+            None => return (428, None),
+            Some(("if-none-match", _)) => current.is_none(),
+            Some((_, tag)) => current.as_deref() == Some(tag.as_str()),
+        };
+        if !holds {
+            return (412, None);
+        }
+        let etag = crate::conditional::etag_of(sent.content);
+        self.versions[sent.resource] = Some(etag.clone());
+        (200, Some(etag))
+    }
+
+    /// The chain store makes a change, as etcd commits a Txn: atomically, whether its
+    /// sender is still up or not; the answer goes back after a hop, unless a fault
+    /// loses it (the sender then learns nothing after its call's timeout).
+    fn chain_apply(&mut self, now: Nanos, inst: usize, inc: u64, id: u64, r: usize, change: Change) {
+        let store = if self.cfg.shared_marks { 0 } else { inst };
+        // `Chain::new`, not the default: a resource never written is known absent
+        // (the default chain knows no version).
+        #[allow(clippy::unwrap_or_default)]
+        let chain = self.chains[store].entry(r).or_insert_with(Chain::new);
+        let unchecked = self.cfg.bug == Some(Bug::LendUnchecked) && matches!(change, Change::Lend { .. });
+        let lent = if unchecked { std::mem::take(&mut chain.lends) } else { Vec::new() };
+        let done = change.apply(chain);
+        if unchecked {
+            let new = std::mem::replace(&mut chain.lends, lent);
+            chain.lends.extend(new);
+        }
+        let lost = self.losing > 0 && self.rng.chance(500_000);
+        self.trace.line(format_args!("{now} chain w{id} r{r} {change:?} {done:?} lost {lost}"));
+        if lost {
+            self.q.after(100 * MS, Ev::ChainReply(inst, inc, id, None));
+        } else {
+            let d = self.hop();
+            self.q.after(d, Ev::ChainReply(inst, inc, id, Some(done)));
         }
     }
 
@@ -566,7 +686,8 @@ impl World {
             body: String::new(),
             fault: fault.map(|f| self.faults[f].n),
         });
-        self.sent.push(Sent { holder, resource: r, instance: inst, open: true, probe: fault });
+        let content = if self.cfg.conditional { self.rng.index(3) as u8 } else { 0 };
+        self.sent.push(Sent { holder, resource: r, instance: inst, open: true, probe: fault, content });
         self.trace.line(format_args!("{now} send w{id} r{r} t{token} {} {kind:?}", target(inst)));
         let d = self.hop();
         self.q.after(d, Ev::Arrive(id));
@@ -582,9 +703,10 @@ impl World {
         }
         let r = self.sent[id as usize].resource;
         let token = self.writes[id as usize].token.as_deref().and_then(|t| t.parse().ok()).unwrap_or(0);
+        let content = self.sent[id as usize].content;
         self.instances[inst].open.insert(id);
         let mut out = Vec::new();
-        self.instances[inst].fence.request(now, Request { id, resource: r, token }, &mut out);
+        self.instances[inst].fence.request(now, Request { id, resource: r, token, content }, &mut out);
         self.outs(now, inst, out);
     }
 
@@ -603,10 +725,23 @@ impl World {
                     let d = self.hop();
                     self.q.after(d, Ev::Reply(id, Reply::Http(answer)));
                 }
-                Out::Forward { id, token } => {
+                Out::Forward { id, token, precondition } => {
                     self.trace.line(format_args!("{now} {} forwards w{id} t{token}", target(inst)));
+                    if let Some(p) = precondition {
+                        self.preconditions.insert(id, p);
+                    }
                     let d = self.hop();
                     self.q.after(d, Ev::Receive(id, token, inst, inc));
+                }
+                Out::Chain { id, resource, change } => {
+                    // A stalled chain store takes its time to commit.
+                    let stall = if self.stalled > 0 { self.rng.between(50 * MS, 400 * MS) } else { 0 };
+                    let d = self.hop() + stall;
+                    self.q.after(d, Ev::ChainApply(inst, inc, id, resource, change));
+                }
+                Out::Head { id, resource } => {
+                    let d = self.hop();
+                    self.q.after(d, Ev::Head(inst, inc, id, resource));
                 }
                 Out::Timer { at, tag } => self.q.at(at, Ev::Timer(inst, inc, tag)),
                 Out::Changed { resource } => {
@@ -666,7 +801,8 @@ impl World {
         // Writes given up on hold their resources until the apply bound after the
         // upstream timeout: the gate's refusals meanwhile are the fault's doing.
         let lingers = (s.upstream_timeout + s.apply_bound) / MS + 2;
-        let pick = self.rng.between(0, 9);
+        // Conditional runs add the chain store's faults; other runs draw as before.
+        let pick = self.rng.between(0, if self.cfg.conditional { 13 } else { 9 });
         let (kind, targets, lingers_ms, detail) = if pick < 4 {
             let inst = self.rng.index(self.instances.len());
             let down = self.rng.between(50 * MS, 1_000 * MS);
@@ -690,22 +826,38 @@ impl World {
             }
             self.q.after(down, Ev::Restart(inst, self.faults.len()));
             // With a shared gate its flights hold the others' writes; the restarted
-            // instance refuses during its grace.
-            let targets = if self.cfg.shared_gate { all } else { vec![target(inst)] };
+            // instance refuses during its grace. With conditional writes on shared
+            // chains, the lends of its writes in flight stay until their term, and
+            // what the store did with them is news to the others: a 412, a version
+            // the chain must ask for, a body that would repeat a lent version.
+            let shared = self.cfg.shared_gate || (self.cfg.conditional && self.cfg.shared_marks);
+            let targets = if shared { all } else { vec![target(inst)] };
             let lingers = lingers.max(s.start_grace / MS + 2);
             ("instance-crash", targets, lingers, format!("{} down for {} ms", target(inst), down / MS))
-        } else if pick < 8 {
+        } else if pick < 8 || (pick < 10 && !self.cfg.past_bound_faults) {
             self.slow += 1;
             let span = self.rng.between(100 * MS, 1_000 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
             ("store-slow", all, lingers, format!("for {} ms", span / MS))
-        } else {
+        } else if pick < 10 {
             self.past_bound += 1;
             let span = self.rng.between(100 * MS, 500 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
             // Its writes take up to twice the bound: so long they may hold the gate.
             let lingers = lingers + s.apply_bound / MS;
             ("store-past-bound", all, lingers, format!("for {} ms", span / MS))
+        } else if pick < 12 {
+            self.stalled += 1;
+            let span = self.rng.between(100 * MS, 1_000 * MS);
+            self.q.after(span, Ev::Heal(self.faults.len()));
+            // A write whose lend waited may be given up on: its lend holds to its term.
+            ("etcd-stall", all, lingers + 400, format!("for {} ms", span / MS))
+        } else {
+            self.losing += 1;
+            let span = self.rng.between(100 * MS, 1_000 * MS);
+            self.q.after(span, Ev::Heal(self.faults.len()));
+            // A change made whose answer was lost leaves a lend until its term.
+            ("etcd-lost-replies", all, lingers, format!("for {} ms", span / MS))
         };
         self.trace.line(format_args!("{now} fault {n} {kind} {targets:?} {detail}"));
         self.faults.push(Fault {
@@ -770,7 +922,7 @@ impl World {
             liveness_bound_ms: self.cfg.liveness_bound / MS,
             start_grace_ms: s.start_grace / MS,
             apply_bound_ms: s.apply_bound / MS,
-            conditional: false,
+            conditional: self.cfg.conditional,
             start: 0,
             end,
         };
