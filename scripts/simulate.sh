@@ -7,12 +7,16 @@
 #
 #   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
 #                       [--shared-gate | --conditional] [--own-marks] [--bug NAME]
+#                       [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]
 #
 # Without --seed, a seed is drawn from /dev/urandom and printed. Without --requests or
 # --seconds, 100,000 requests. Prints the seed, the requests simulated, the violations
-# and the trace's digest; the same seed and request count give the same digest. Exit
-# 0: no violation; 1: a violation (the findings, the first one's trace lines and the
-# command that replays the run are printed); 2: bad arguments or a failed build.
+# and the trace's digest; the same seed and request count give the same digest. On a
+# violation, the run is shrunk (fewer requests, faults and pauses, the same rule
+# broken; --no-shrink skips it) and the findings, the shrunk run's first finding's
+# trace lines and the commands that replay the run and the shrunk run are printed;
+# --skip-faults and --skip-pauses are how the shrunk replay drops faults and pauses.
+# Exit 0: no violation; 1: a violation; 2: bad arguments or a failed build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,9 +25,9 @@ seed=""
 while (($#)); do
     case "$1" in
         --seed) seed="$2"; shift 2 ;;
-        --requests | --seconds | --bug) args+=("$1" "$2"); shift 2 ;;
-        --shared-gate | --own-marks | --conditional) args+=("$1"); shift ;;
-        -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+        --requests | --seconds | --bug | --skip-faults | --skip-pauses) args+=("$1" "$2"); shift 2 ;;
+        --shared-gate | --own-marks | --conditional | --no-shrink) args+=("$1"); shift ;;
+        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "simulate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -35,6 +39,6 @@ cargo build -q --release --locked -p fencekeeper-sim || exit 2
 status=0
 target/release/fencekeeper-sim --seed "$seed" "${args[@]}" || status=$?
 if ((status == 1)); then
-    echo "simulate.sh: violation with seed $seed; replay with the command on the 'replay:' line above" >&2
+    echo "simulate.sh: violation with seed $seed; replay with the command on the 'replay:' or 'replay shrunk:' line above" >&2
 fi
 exit "$status"

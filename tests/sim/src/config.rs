@@ -4,6 +4,7 @@
 
 use crate::fence::{Bug, Settings};
 use crate::queue::{Nanos, MS};
+use std::collections::BTreeSet;
 
 /// One run's configuration.
 #[derive(Clone, Debug)]
@@ -51,6 +52,11 @@ pub struct Config {
     pub focus: Vec<String>,
     /// Trace lines are kept for [`Config::focus`] up to this instant (ns).
     pub focus_until: Nanos,
+    /// Faults not injected, by number (`fault N` in the trace, 1-based): set by the
+    /// shrinker to find the faults a failure does not need.
+    pub skip_faults: BTreeSet<u64>,
+    /// Holder pauses not taken, by ordinal in the run (1-based), as for faults.
+    pub skip_pauses: BTreeSet<u64>,
 }
 
 impl Config {
@@ -81,6 +87,8 @@ impl Config {
             bug: None,
             focus: Vec::new(),
             focus_until: 0,
+            skip_faults: BTreeSet::new(),
+            skip_pauses: BTreeSet::new(),
         }
     }
 

@@ -11,13 +11,15 @@
 //!   the engine's conditional-write machine ([`conditional::ConditionalFence`]);
 //! * [`world`]: the lock service, the holders, the store, the faults, and the history
 //!   the shared checker (`fencekeeper-check`, the torture run's rules) judges;
-//! * [`config`]: a run's shape and timing.
+//! * [`config`]: a run's shape and timing, and the faults and pauses it skips;
+//! * [`shrink`]: a failing run cut down to a smaller config that still fails.
 
 pub mod conditional;
 pub mod config;
 pub mod fence;
 pub mod queue;
 pub mod rng;
+pub mod shrink;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::panic)]
 mod tests;

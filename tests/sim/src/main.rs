@@ -1,17 +1,24 @@
 //! `fencekeeper-sim`: one simulated run (`scripts/simulate.sh` calls it).
 //!
 //! ```text
-//! fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] [--own-marks] [--bug NAME]
+//! fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] [--own-marks]
+//!                 [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]
 //! ```
 //!
 //! Prints the seed, the requests simulated, the violations and the trace's digest;
-//! on a violation, the findings, the first one's trace lines (from a replay) and the
-//! command that replays the run, and exits 1. `--seconds` stops sending after that
-//! much wall-clock time; the replay command then names the request count it reached.
+//! on a violation, the findings, then the run shrunk (fewer requests, faults and
+//! pauses, the same rule broken) and its first finding's trace lines (from a replay),
+//! and the commands that replay the run and the shrunk run, and exits 1. `--seconds`
+//! stops sending after that much wall-clock time; the replay command then names the
+//! request count it reached. `--skip-faults` and `--skip-pauses` mask faults and
+//! pauses by number, as the shrunk replay command does; `--no-shrink` prints the
+//! run's own trace lines instead.
 
 use fencekeeper_sim::fence::Bug;
 use fencekeeper_sim::queue::MS;
-use fencekeeper_sim::{run, Config};
+use fencekeeper_sim::shrink::{self, Budget, Shrunk};
+use fencekeeper_sim::{run, Config, Outcome};
+use std::collections::BTreeSet;
 use std::io::Read;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -24,6 +31,18 @@ struct Args {
     own_marks: bool,
     conditional: bool,
     bug: Option<Bug>,
+    skip_faults: BTreeSet<u64>,
+    skip_pauses: BTreeSet<u64>,
+    no_shrink: bool,
+}
+
+const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] \
+                     [--own-marks] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
+                     admit-stale, equal-passes, lend-unchecked, release-given-up";
+
+/// Comma-separated numbers (`1,4,7`).
+fn numbers(v: &str, name: &str) -> Result<BTreeSet<u64>, String> {
+    v.split(',').filter(|n| !n.is_empty()).map(|n| n.parse::<u64>().map_err(|e| format!("{name} {n:?}: {e}"))).collect()
 }
 
 fn parse() -> Result<Args, String> {
@@ -35,6 +54,9 @@ fn parse() -> Result<Args, String> {
         own_marks: false,
         conditional: false,
         bug: None,
+        skip_faults: BTreeSet::new(),
+        skip_pauses: BTreeSet::new(),
+        no_shrink: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -48,13 +70,10 @@ fn parse() -> Result<Args, String> {
             "--own-marks" => args.own_marks = true,
             "--conditional" => args.conditional = true,
             "--bug" => args.bug = Some(value("--bug")?.parse()?),
-            "-h" | "--help" => {
-                return Err(format!(
-                    "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] \
-                     [--own-marks] [--bug NAME]; bugs: {}",
-                    Bug::NAMES
-                ))
-            }
+            "--skip-faults" => args.skip_faults = numbers(&value("--skip-faults")?, "--skip-faults")?,
+            "--skip-pauses" => args.skip_pauses = numbers(&value("--skip-pauses")?, "--skip-pauses")?,
+            "--no-shrink" => args.no_shrink = true,
+            "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -101,6 +120,8 @@ fn main() -> ExitCode {
     config.shared_gate = args.shared_gate;
     config.shared_marks = !args.own_marks;
     config.bug = args.bug;
+    config.skip_faults = args.skip_faults.clone();
+    config.skip_pauses = args.skip_pauses.clone();
     println!("seed: {seed}");
     let (wall, cpu) = (Instant::now(), cpu_seconds());
     let deadline = args.seconds.map(|s| wall + Duration::from_secs(s));
@@ -160,38 +181,98 @@ fn main() -> ExitCode {
     for f in r.violations.iter().take(10) {
         println!("  rule {}: {}", f.rule, f.message);
     }
-    // The run replays exactly: run it again keeping the trace lines of the first
-    // finding's writes and resource.
-    if let Some(first) = r.violations.first() {
-        config.requests = outcome.requests;
-        config.focus = first.ids.iter().cloned().chain(first.resource.clone()).collect();
-        config.focus_until = first.at;
-        match run(&config, None) {
-            Ok(again) if again.digest == outcome.digest => {
-                println!("the first finding's writes and resource in the trace, up to where it shows (replayed):");
-                for line in &again.focused {
-                    println!("  {line}");
-                }
-            }
-            Ok(again) => {
-                println!("the replay's digest is {}, not {}: the run did not replay", again.digest, outcome.digest)
-            }
-            Err(e) => println!("the replay failed: {e}"),
-        }
+    // The run replays exactly, and so does a smaller config that still fails: print
+    // the trace lines of the shrunk run's first finding, or of this run's.
+    config.requests = outcome.requests;
+    let shrunk = if args.no_shrink { None } else { shrink_and_print(&config, &outcome) };
+    if shrunk.is_none() {
+        print_focused(&config, &outcome);
     }
-    let mut replay = format!("scripts/simulate.sh --seed {seed} --requests {}", outcome.requests);
-    if args.shared_gate {
+    println!("replay: {}", replay_command(&config));
+    if let Some(s) = shrunk {
+        println!("replay shrunk: {}", replay_command(&s.config));
+    }
+    ExitCode::FAILURE
+}
+
+/// Shrink the failing run and print what came of it: its sizes before and after,
+/// its first finding of the rule and that finding's trace lines. `None` when the
+/// shrink could not run.
+fn shrink_and_print(config: &Config, outcome: &Outcome) -> Option<Shrunk> {
+    let s = match shrink::shrink(config, outcome, Budget::default()) {
+        Ok(s) => s?,
+        Err(e) => {
+            println!("the shrink failed: {e}");
+            return None;
+        }
+    };
+    let (b, a) = (s.before, s.after);
+    println!(
+        "shrunk: requests {} -> {}, faults {} -> {}, pauses {} -> {} ({} runs, {:.1} s{})",
+        b.requests,
+        a.requests,
+        b.faults,
+        a.faults,
+        b.pauses,
+        a.pauses,
+        s.runs,
+        s.took.as_secs_f64(),
+        if s.exhausted { "; the budget ran out" } else { "" }
+    );
+    println!("shrunk digest: {} ({} trace lines)", s.digest, s.outcome.lines);
+    if let Some(f) = s.outcome.report.violations.iter().find(|f| f.rule == s.rule) {
+        println!("  rule {}: {}", f.rule, f.message);
+    }
+    if s.outcome.digest == s.digest {
+        println!("the shrunk run's first finding's writes and resource in the trace, up to where it shows (replayed):");
+        for line in &s.outcome.focused {
+            println!("  {line}");
+        }
+    } else {
+        println!("the replay's digest is {}, not {}: the shrunk run did not replay", s.outcome.digest, s.digest);
+    }
+    Some(s)
+}
+
+/// Replay the run keeping the trace lines of its first finding's writes and
+/// resource, and print them.
+fn print_focused(config: &Config, outcome: &Outcome) {
+    let Some(rule) = outcome.report.violations.first().map(|f| f.rule) else { return };
+    match shrink::focused(config, outcome, rule) {
+        Ok(again) if again.digest == outcome.digest => {
+            println!("the first finding's writes and resource in the trace, up to where it shows (replayed):");
+            for line in &again.focused {
+                println!("  {line}");
+            }
+        }
+        Ok(again) => {
+            println!("the replay's digest is {}, not {}: the run did not replay", again.digest, outcome.digest)
+        }
+        Err(e) => println!("the replay failed: {e}"),
+    }
+}
+
+/// The command that replays `config`'s run.
+fn replay_command(config: &Config) -> String {
+    let mut replay = format!("scripts/simulate.sh --seed {} --requests {}", config.seed, config.requests);
+    if config.shared_gate {
         replay += " --shared-gate";
     }
-    if args.own_marks {
+    if !config.shared_marks {
         replay += " --own-marks";
     }
-    if args.conditional {
+    if config.conditional {
         replay += " --conditional";
     }
-    if let Some(bug) = args.bug {
+    if let Some(bug) = config.bug {
         replay += &format!(" --bug {}", bug.name());
     }
-    println!("replay: {replay}");
-    ExitCode::FAILURE
+    let list = |set: &BTreeSet<u64>| set.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    if !config.skip_faults.is_empty() {
+        replay += &format!(" --skip-faults {}", list(&config.skip_faults));
+    }
+    if !config.skip_pauses.is_empty() {
+        replay += &format!(" --skip-pauses {}", list(&config.skip_pauses));
+    }
+    replay
 }

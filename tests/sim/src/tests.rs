@@ -1,9 +1,12 @@
 //! The simulator's promises: a seed replays byte for byte, seeds differ, clean runs
-//! pass the shared rules, and bugs put into the fence are found.
+//! pass the shared rules, bugs put into the fence are found, and a failing run
+//! shrinks to a smaller one that fails the same way and replays as exactly.
 
 use crate::fence::Bug;
+use crate::shrink::{shrink, Budget, Shrunk};
 use crate::{run, Config, Outcome};
 use std::cell::Cell;
+use std::time::Duration;
 
 fn sim(config: &Config) -> Outcome {
     run(config, None).unwrap()
@@ -143,5 +146,66 @@ fn conditional_writes_released_when_given_up_are_caught() {
     for seed in 1..=3 {
         let o = sim(&Config { bug: Some(Bug::ReleaseGivenUp), ..Config::conditional(seed, 60_000) });
         assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: release-given-up not found");
+    }
+}
+
+/// Shrink a failing run of `config` within a budget of runs only: a time limit would
+/// make the result depend on the machine's speed.
+fn shrunk(config: &Config) -> (Outcome, Shrunk) {
+    let o = sim(config);
+    assert!(o.violations() > 0, "seed {}: no violation to shrink", config.seed);
+    let budget = Budget { runs: 300, time: Duration::from_secs(3_600) };
+    let s = shrink(config, &o, budget).unwrap().unwrap();
+    (o, s)
+}
+
+#[test]
+fn masks_skip_faults_and_pauses_and_name_the_run() {
+    let plain = sim(&Config::new(7, 20_000));
+    assert!(plain.fault_numbers.len() >= 2 && plain.pause_ordinals.len() >= 2);
+    let (fault, pause) = (plain.fault_numbers[0], plain.pause_ordinals[0].0);
+    let mut config = Config::new(7, 20_000);
+    config.skip_faults.insert(fault);
+    config.skip_pauses.insert(pause);
+    let masked = sim(&config);
+    assert!(!masked.fault_numbers.contains(&fault) && !masked.pause_ordinals.iter().any(|p| p.0 == pause));
+    assert_ne!(masked.digest, plain.digest);
+    assert_eq!(masked.digest, sim(&config).digest);
+    // A mask past the run's end changes only the first line: still another digest.
+    let beyond = Config { skip_faults: [plain.slots.0 + 1].into(), ..Config::new(7, 20_000) };
+    let beyond = sim(&beyond);
+    assert_ne!(beyond.digest, plain.digest);
+    assert_eq!((beyond.lines, beyond.landed), (plain.lines, plain.landed));
+}
+
+#[test]
+fn a_failing_run_shrinks_to_fewer_requests_and_fails_the_same_way() {
+    let config = Config { bug: Some(Bug::SkipGate), ..Config::new(1, 20_000) };
+    let (o, s) = shrunk(&config);
+    let rule = o.report.violations[0].rule;
+    assert_eq!(s.rule, rule);
+    assert!(s.after.requests < s.before.requests, "{:?} -> {:?}", s.before, s.after);
+    assert!(s.after.faults <= s.before.faults && s.after.pauses <= s.before.pauses);
+    assert!(s.outcome.report.violations.iter().any(|f| f.rule == rule));
+    // The focused replay was the shrunk run, and the shrunk config replays twice.
+    assert_eq!(s.outcome.digest, s.digest);
+    let (a, b) = (sim(&s.config), sim(&s.config));
+    assert_eq!((&a.digest, &b.digest), (&s.digest, &s.digest));
+    assert_ne!(s.digest, o.digest);
+    assert!(!s.outcome.focused.is_empty());
+}
+
+#[test]
+fn a_stale_forward_shrinks_to_a_short_focused_trace() {
+    for seed in 1..=3 {
+        let config = Config { bug: Some(Bug::AdmitStale), ..Config::new(seed, 10_000) };
+        let (o, s) = shrunk(&config);
+        // The stale write comes within the first second: no fault is needed for it.
+        assert!(s.after.requests < 1_000 && s.after.faults == 0, "seed {seed}: {:?}", s.after);
+        assert!(s.after.pauses < o.pause_ordinals.len());
+        let lines = &s.outcome.focused;
+        assert!(!lines.is_empty() && lines.len() <= 60, "seed {seed}: {} lines", lines.len());
+        assert!(lines.iter().any(|l| l.ends_with(" Late")), "seed {seed}: no late write:\n{}", lines.join("\n"));
+        assert!(s.outcome.lines < o.lines / 5, "seed {seed}: {} of {} lines", s.outcome.lines, o.lines);
     }
 }

@@ -137,6 +137,12 @@ pub struct Outcome {
     pub faults: BTreeMap<String, u64>,
     /// Holders paused before a write, and those paused past their lease.
     pub pauses: (u64, u64),
+    /// The numbers of the faults injected (those skipped are not among them).
+    pub fault_numbers: Vec<u64>,
+    /// The ordinals of the pauses taken, each with whether it outlasted the lease.
+    pub pause_ordinals: Vec<(u64, bool)>,
+    /// Faults and pauses drawn, skipped ones included: masks above these did nothing.
+    pub slots: (u64, u64),
     /// Virtual time the run took, in ns.
     pub virtual_time: Nanos,
     /// Trace lines.
@@ -231,6 +237,11 @@ struct World {
     preconditions: BTreeMap<u64, (&'static str, String)>,
     stalled: u32,
     losing: u32,
+    /// Faults drawn and pauses drawn so far, skipped ones included: the numbers
+    /// [`Config::skip_faults`] and [`Config::skip_pauses`] name.
+    fault_slots: u64,
+    pause_slots: u64,
+    pause_ordinals: Vec<(u64, bool)>,
 }
 
 /// The resources and their groups.
@@ -257,6 +268,20 @@ impl Shape {
 fn focus(words: &[String], names: &[String]) -> Vec<String> {
     let mut out = words.to_vec();
     out.extend(names.iter().enumerate().filter(|(_, n)| words.contains(n)).map(|(r, _)| format!("r{r}")));
+    out
+}
+
+/// The masks for the config line: nothing when there are none, so that a run
+/// without them has the trace it always had.
+fn masks(c: &Config) -> String {
+    let list = |set: &BTreeSet<u64>| set.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let mut out = String::new();
+    if !c.skip_faults.is_empty() {
+        out += &format!(" skip-faults {}", list(&c.skip_faults));
+    }
+    if !c.skip_pauses.is_empty() {
+        out += &format!(" skip-pauses {}", list(&c.skip_pauses));
+    }
     out
 }
 
@@ -339,6 +364,9 @@ impl World {
             preconditions: BTreeMap::new(),
             stalled: 0,
             losing: 0,
+            fault_slots: 0,
+            pause_slots: 0,
+            pause_ordinals: Vec::new(),
         }
     }
 
@@ -355,7 +383,7 @@ impl World {
         self.trace.line(format_args!(
             "seed {} instances {} resources {} holders {} shared-marks {} shared-gate {} upstream-timeout {} \
              gate-budget {} apply-bound {} start-grace {} lease {} client-budget {} liveness-bound {} fault-gap {} \
-             pauses-per-million {} bug {:?}",
+             pauses-per-million {} bug {:?}{}",
             c.seed,
             c.instances,
             c.resources_per_group,
@@ -371,7 +399,8 @@ impl World {
             c.liveness_bound,
             c.fault_gap,
             c.pause_per_million,
-            c.bug
+            c.bug,
+            masks(c)
         ));
         if self.cfg.conditional {
             // A line of its own, so that the other runs' traces stay as they were.
@@ -625,16 +654,24 @@ impl World {
             return;
         }
         if holder.late_left == 0 && self.rng.chance(self.cfg.pause_per_million) {
-            let lease = self.cfg.lease;
-            let d = self.rng.between(lease / 2, 4 * lease);
-            self.pauses.0 += 1;
-            if d > lease {
-                self.pauses.1 += 1;
-                self.q.after(lease, Ev::Expire(r, token));
+            self.pause_slots += 1;
+            let ordinal = self.pause_slots;
+            if self.cfg.skip_pauses.contains(&ordinal) {
+                // Masked by the shrinker: the holder writes on as if not paused.
+                self.trace.line(format_args!("{now} skip pause {ordinal} h{h}"));
+            } else {
+                let lease = self.cfg.lease;
+                let d = self.rng.between(lease / 2, 4 * lease);
+                self.pauses.0 += 1;
+                if d > lease {
+                    self.pauses.1 += 1;
+                    self.q.after(lease, Ev::Expire(r, token));
+                }
+                self.pause_ordinals.push((ordinal, d > lease));
+                self.trace.line(format_args!("{now} pause h{h} for {d}"));
+                self.q.after(d, Ev::Wake(h));
+                return;
             }
-            self.trace.line(format_args!("{now} pause h{h} for {d}"));
-            self.q.after(d, Ev::Wake(h));
-            return;
         }
         let kind = if holder.late_left > 0 {
             self.holders[h].late_left -= 1;
@@ -795,7 +832,15 @@ impl World {
         if self.stopped {
             return;
         }
-        let n = self.faults.len() as u64 + 1;
+        self.fault_slots += 1;
+        let n = self.fault_slots;
+        if self.cfg.skip_faults.contains(&n) {
+            // Masked by the shrinker: the nemesis goes on as if it had healed at once.
+            self.trace.line(format_args!("{now} skip fault {n}"));
+            let gap = self.fault_gap();
+            self.q.after(self.cfg.liveness_bound + gap, Ev::Fault);
+            return;
+        }
         let all: Vec<String> = (0..self.instances.len()).map(target).collect();
         let s = self.cfg.settings;
         // Writes given up on hold their resources until the apply bound after the
@@ -926,6 +971,7 @@ impl World {
             start: 0,
             end,
         };
+        let fault_numbers = self.faults.iter().map(|f| f.n).collect();
         let mut faults = BTreeMap::new();
         for f in &self.faults {
             *faults.entry(f.kind.clone()).or_default() += 1;
@@ -950,6 +996,9 @@ impl World {
             landed: input.landed.len() as u64,
             faults,
             pauses: self.pauses,
+            fault_numbers,
+            pause_ordinals: std::mem::take(&mut self.pause_ordinals),
+            slots: (self.fault_slots, self.pause_slots),
             virtual_time: end,
             lines,
             digest,
