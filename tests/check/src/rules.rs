@@ -19,7 +19,8 @@
 //!    get exactly their refusal; answers only a fault explains (undecided, no answer,
 //!    store failures) come only while a fault disturbing that target is active; a
 //!    conditional write's version conflict also when another client's write on its
-//!    resource was in flight meanwhile (a paused holder writing on beside its successor).
+//!    resource was in flight meanwhile (a paused holder writing on beside its successor),
+//!    or when the last write the store applied on its resource was applied late.
 
 use crate::record::{Kind, Write};
 use crate::{classify, Class, Input};
@@ -444,6 +445,7 @@ fn marks_kept(input: &Input, classes: &[Class], report: &mut Report) {
 }
 
 fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut Report) {
+    let landings = landings(input, classes);
     for (i, w) in input.writes.iter().enumerate() {
         let c = classes[i];
         let expected = match w.kind {
@@ -470,6 +472,10 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
         // went first") is the answer to two writers at once: a paused holder writing on
         // while its successor writes explains it as well as a fault does.
         let explained = explained || (c == Class::Conflict && overlapped(input, w));
+        // Or by a write the store applied late, past its fault's window, when it was the
+        // last the store applied on the resource: the version it made is one the
+        // fence never saw, and the next write there meets it, however much later.
+        let explained = explained || (c == Class::Conflict && after_late_landing(&landings, w));
         if !explained {
             let why = if c == Class::Other {
                 "an answer outside the contract".to_owned()
@@ -495,6 +501,29 @@ fn accounting(input: &Input, classes: &[Class], windows: &[Window], report: &mut
             });
         }
     }
+}
+
+/// Per resource, each write the store applied, in the order it applied them: when, and
+/// whether late (its client was not told it was stored, or was told before it was).
+fn landings<'a>(input: &'a Input, classes: &[Class]) -> HashMap<&'a str, Vec<(u64, bool)>> {
+    let by_id: HashMap<&str, usize> = input.writes.iter().enumerate().map(|(i, w)| (w.id.as_str(), i)).collect();
+    let mut out: HashMap<&str, Vec<(u64, bool)>> = HashMap::new();
+    for l in &input.landed {
+        let late = by_id.get(l.id.as_str()).is_none_or(|&i| classes[i] != Class::Stored || input.writes[i].end < l.at);
+        out.entry(l.resource.as_str()).or_default().push((l.at, late));
+    }
+    for list in out.values_mut() {
+        list.sort_by_key(|&(at, _)| at);
+    }
+    out
+}
+
+/// The last write the store applied on `w`'s resource before `w` was answered was a
+/// late one ([`landings`]).
+fn after_late_landing(landings: &HashMap<&str, Vec<(u64, bool)>>, w: &Write) -> bool {
+    let Some(list) = landings.get(w.resource.as_str()) else { return false };
+    let before = list.partition_point(|&(at, _)| at <= w.end);
+    before > 0 && list[before - 1].1
 }
 
 /// Another client's write on `w`'s resource was in flight while `w` was.

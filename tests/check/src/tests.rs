@@ -377,3 +377,38 @@ fn a_version_conflict_needs_a_fault_or_another_writer_in_flight_on_its_resource(
     input.writes.push(late);
     assert_eq!(rules(&check(&input)), Vec::<u8>::new());
 }
+
+/// A conditional write refused for its version (412) outside every fault window and
+/// with no other writer in flight is explained by a write the store applied late,
+/// when that was the last the store applied on the resource: the fence never saw the
+/// version it made (simulator seed 9219095423011918456: a write of a store-past-bound
+/// fault applied at the window's end, the holder's next write 0.1 s after it).
+#[test]
+fn a_version_conflict_after_a_late_landing_on_its_resource_is_explained() {
+    let mut input = clean();
+    input.info.conditional = true;
+    let e = "/t/envoy/0";
+    // Given up on at 60 ms (504), applied by the store at 95 ms.
+    let mut late = write("g1", e, "envoy1", 40, 55, 504);
+    late.end = 60 * MS;
+    let mut applied = landed(5, &late);
+    (applied.received, applied.at) = (56 * MS, 95 * MS);
+    let mut conflict = write("n1", e, "envoy1", 40, 100, 409);
+    conflict.body = "cannot write \"/t/envoy/0\": the store refused the write's precondition (412)".into();
+    input.writes.push(conflict);
+    assert_eq!(rules(&check(&input)), vec![5], "no late landing: unexplained");
+    input.writes.push(late.clone());
+    input.landed.push(applied.clone());
+    // The conflict is explained now; the 504 is not (no fault window covers it here).
+    let ids = |input: &Input| check(input).violations.iter().flat_map(|v| v.ids.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&input), ["g1"]);
+    // A write stored in time after the late one (the fence saw its version) takes the
+    // explanation away.
+    let mut after = write("d2", e, "envoy1", 40, 96, 201);
+    after.end = 98 * MS;
+    let mut stored = landed(6, &after);
+    stored.at = 97 * MS;
+    input.writes.push(after);
+    input.landed.push(stored);
+    assert_eq!(ids(&input), ["n1", "g1"]);
+}
