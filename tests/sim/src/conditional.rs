@@ -12,15 +12,15 @@
 //! keeps it, so that the store's late answer settles its lend; a crash loses every
 //! machine, and the lends they left end at their term.
 
-use crate::fence::{first, tok, Answer, Bug, Fence, Out, Request, Settings};
+use crate::etcd::{Admits, Answer as EtcdAnswer};
+use crate::fence::{etcd_calls, first, tok, Answer, Bug, Fence, Out, Request, Settings};
 use crate::queue::{Nanos, MS};
-use fencekeeper::Guard;
+use fencekeeper::Decision;
 use fencekeeper_chain::{content_version, Change, Done, Version};
 use fencekeeper_engine::answer::Form;
 use fencekeeper_engine::conditional::{Body, Command, Delivery, Refused, Write};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use std::sync::Arc;
 
 /// The version a write of `content` makes: the same bytes, the same ETag (a quoted
 /// hex digest, as S3's MD5 ETags), so a body written again brings a version back.
@@ -53,7 +53,9 @@ struct Pending {
 
 /// The library's admit and the engine's conditional-write machine, as one instance.
 pub struct ConditionalFence {
-    guard: Arc<Guard>,
+    admits: Admits,
+    /// Writes being admitted.
+    admitting: BTreeMap<u64, Request>,
     names: Rc<[String]>,
     settings: Settings,
     bug: Option<Bug>,
@@ -62,9 +64,32 @@ pub struct ConditionalFence {
 }
 
 impl ConditionalFence {
-    /// An instance admitting through `guard`, over the resources named in `names`.
-    pub fn new(guard: Arc<Guard>, names: Rc<[String]>, settings: Settings, bug: Option<Bug>) -> ConditionalFence {
-        ConditionalFence { guard, names, settings, bug, grace_until: 0, writes: BTreeMap::new() }
+    /// An instance admitting through `admits`, over the resources named in `names`.
+    pub fn new(admits: Admits, names: Rc<[String]>, settings: Settings, bug: Option<Bug>) -> ConditionalFence {
+        let admitting = BTreeMap::new();
+        ConditionalFence { admits, admitting, names, settings, bug, grace_until: 0, writes: BTreeMap::new() }
+    }
+
+    /// Write `id`'s admit decided: refuse it, or start its conditional course.
+    fn decided(&mut self, now: Nanos, id: u64, decision: Decision, out: &mut Vec<Out>) {
+        let Some(req) = self.admitting.remove(&id) else { return };
+        let name = self.names[req.resource].clone();
+        if !decision.admitted() {
+            let (status, highest) = match decision.class() {
+                fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
+                _ => (503, None),
+            };
+            let reason = decision.reason(&name);
+            let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
+            out.push(Out::Answer { id, answer: Answer { status, highest, body } });
+            return;
+        }
+        let mut write = Write::new(&name, tok(req.token), false, Form::Text, Some(self.lifetime_ms()), true);
+        let command = write.start(Body::Whole(version_of(req.content)), now / MS);
+        let (resource, token) = (req.resource, req.token);
+        let pending = Pending { resource, token, write, sent: false, given_up: false, stored: None, lend: None };
+        self.writes.insert(id, pending);
+        self.carry(now, id, command, out);
     }
 
     /// How long after it is lent a write given up on stays lent: the upstream
@@ -134,30 +159,22 @@ impl Fence for ConditionalFence {
             out.push(Out::Answer { id: req.id, answer: Answer { status: 503, highest: None, body } });
             return;
         }
-        let decision = self.guard.admit(&name, Some(&req.token.to_string()));
-        if !decision.admitted() {
-            let (status, highest) = match decision.class() {
-                fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
-                _ => (503, None),
-            };
-            let reason = decision.reason(&name);
-            let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
-            out.push(Out::Answer { id: req.id, answer: Answer { status, highest, body } });
-            return;
+        self.admitting.insert(req.id, req);
+        let mut calls = Vec::new();
+        let decision = self.admits.start(req.id, &name, req.token, &mut calls);
+        etcd_calls(calls, out);
+        if let Some(decision) = decision {
+            self.decided(now, req.id, decision, out);
         }
-        let mut write = Write::new(&name, tok(req.token), false, Form::Text, Some(self.lifetime_ms()), true);
-        let command = write.start(Body::Whole(version_of(req.content)), now / MS);
-        let pending = Pending {
-            resource: req.resource,
-            token: req.token,
-            write,
-            sent: false,
-            given_up: false,
-            stored: None,
-            lend: None,
-        };
-        self.writes.insert(req.id, pending);
-        self.carry(now, req.id, command, out);
+    }
+
+    fn etcd_answered(&mut self, now: Nanos, call: u64, answer: Result<EtcdAnswer, String>, out: &mut Vec<Out>) {
+        let mut calls = Vec::new();
+        let decided = self.admits.answered(call, answer, &mut calls);
+        etcd_calls(calls, out);
+        if let Some((id, decision)) = decided {
+            self.decided(now, id, decision, out);
+        }
     }
 
     fn store_answered(&mut self, now: Nanos, id: u64, status: u16, etag: Option<&str>, out: &mut Vec<Out>) {
@@ -211,6 +228,8 @@ impl Fence for ConditionalFence {
 
     fn crash(&mut self, _now: Nanos) {
         self.writes.clear();
+        self.admitting.clear();
+        self.admits.crash();
     }
 
     fn restart(&mut self, now: Nanos) {
@@ -218,6 +237,6 @@ impl Fence for ConditionalFence {
     }
 
     fn mark(&self, resource: usize) -> Option<u64> {
-        self.guard.mark(&self.names[resource]).ok().flatten().map(|t| first(&t))
+        self.admits.guard().mark(&self.names[resource]).ok().flatten().map(|t| first(&t))
     }
 }

@@ -22,6 +22,10 @@ pub struct Config {
     pub holders_per_resource: usize,
     /// Every instance's marks in one store (as etcd shares them), else each its own.
     pub shared_marks: bool,
+    /// Shared marks are in a simulated etcd: each admit's calls take network hops, are
+    /// made one at a time, and may stall or lose their answers (faults). Off: one
+    /// memory store that answers at once.
+    pub etcd_marks: bool,
     /// The instances share one registry of flights (the shared gate), else each gate
     /// sees only its own writes.
     pub shared_gate: bool,
@@ -69,6 +73,7 @@ impl Config {
             resources_per_group: 4,
             holders_per_resource: 3,
             shared_marks: true,
+            etcd_marks: true,
             shared_gate: false,
             conditional: false,
             past_bound_faults: true,

@@ -10,8 +10,9 @@
 //! store apply bound and a start grace. Several instances share one flight table for
 //! the shared gate; a crash abandons an instance's flights there, as a lease would.
 
+use crate::etcd::{Admits, Answer as EtcdAnswer, Call};
 use crate::queue::{Nanos, MS};
-use fencekeeper::{Guard, MemoryStore, Token};
+use fencekeeper::{Decision, Guard, MemoryStore, Token};
 use fencekeeper_chain::{Change, Done};
 use fencekeeper_engine::flights::{Entered, Flights, Next, Table};
 use std::cell::RefCell;
@@ -74,6 +75,14 @@ pub enum Out {
         /// The change.
         change: Change,
     },
+    /// Send etcd call `call` (a mark store call of an admit), then call
+    /// [`Fence::etcd_answered`] with its answer.
+    Etcd {
+        /// The call's number at this instance.
+        call: u64,
+        /// The call.
+        op: Call,
+    },
     /// Ask the store for `resource`'s version (a `HEAD`), then call
     /// [`Fence::head_answered`] for write `id`.
     Head {
@@ -107,6 +116,8 @@ pub trait Fence {
     /// The chain store made write `id`'s change ([`Out::Chain`]) and it came to
     /// `done`; `None`: its answer was lost (the change may have been made).
     fn chain_done(&mut self, _now: Nanos, _id: u64, _done: Option<Done>, _out: &mut Vec<Out>) {}
+    /// Etcd answered call `call` ([`Out::Etcd`]); `Err`: the answer was lost.
+    fn etcd_answered(&mut self, now: Nanos, call: u64, answer: Result<EtcdAnswer, String>, out: &mut Vec<Out>);
     /// The store answered write `id`'s `HEAD` ([`Out::Head`]).
     fn head_answered(&mut self, _now: Nanos, _id: u64, _status: u16, _etag: Option<&str>, _out: &mut Vec<Out>) {}
     /// A timer this instance asked for fired.
@@ -157,11 +168,15 @@ pub enum Bug {
     /// Conditional writes: a write given up on is settled as not applied at once,
     /// instead of staying lent until the store answers or its term is over.
     ReleaseGivenUp,
+    /// Etcd makes a compare-and-swap whose mark moved meanwhile (a lost race written
+    /// anyway), which may lower the mark.
+    CasLowers,
 }
 
 impl Bug {
     /// Every bug's name, as `--bug` takes it.
-    pub const NAMES: &'static str = "skip-gate, admit-stale, equal-passes, lend-unchecked, release-given-up";
+    pub const NAMES: &'static str =
+        "skip-gate, admit-stale, equal-passes, cas-lowers, lend-unchecked, release-given-up";
 
     /// Its name, as `--bug` takes it.
     pub fn name(self) -> &'static str {
@@ -171,6 +186,7 @@ impl Bug {
             Bug::EqualPasses => "equal-passes",
             Bug::LendUnchecked => "lend-unchecked",
             Bug::ReleaseGivenUp => "release-given-up",
+            Bug::CasLowers => "cas-lowers",
         }
     }
 }
@@ -184,6 +200,7 @@ impl std::str::FromStr for Bug {
             "equal-passes" => Ok(Bug::EqualPasses),
             "lend-unchecked" => Ok(Bug::LendUnchecked),
             "release-given-up" => Ok(Bug::ReleaseGivenUp),
+            "cas-lowers" => Ok(Bug::CasLowers),
             _ => Err(format!("unknown bug {s:?} ({})", Bug::NAMES)),
         }
     }
@@ -235,10 +252,17 @@ impl Timer {
     }
 }
 
+/// Hand an admit's etcd calls to the world.
+pub(crate) fn etcd_calls(calls: Vec<(u64, Call)>, out: &mut Vec<Out>) {
+    out.extend(calls.into_iter().map(|(call, op)| Out::Etcd { call, op }));
+}
+
 /// The library's admit logic and the engine's ordering gate, as one instance.
 pub struct GuardFence {
     me: usize,
-    guard: Arc<Guard>,
+    admits: Admits,
+    /// Writes being admitted (they arrived at the gate, unless the gate is skipped).
+    admitting: BTreeMap<u64, Request>,
     names: Rc<[String]>,
     index: HashMap<String, usize>,
     table: Registry,
@@ -258,7 +282,7 @@ impl GuardFence {
     /// when `shared_gate`), over the resources named in `names`.
     pub fn new(
         me: usize,
-        guard: Arc<Guard>,
+        admits: Admits,
         names: Rc<[String]>,
         table: Registry,
         shared_gate: bool,
@@ -268,7 +292,8 @@ impl GuardFence {
         let index = names.iter().enumerate().map(|(i, n)| (n.clone(), i)).collect();
         GuardFence {
             me,
-            guard,
+            admits,
+            admitting: BTreeMap::new(),
             names,
             index,
             table,
@@ -318,7 +343,7 @@ impl GuardFence {
                     // token while this write waited.
                     let mark = match self.bug {
                         Some(Bug::AdmitStale) => None,
-                        _ => self.guard.mark(&self.names[p.resource]).ok().flatten().map(|m| first(&m)),
+                        _ => self.admits.guard().mark(&self.names[p.resource]).ok().flatten().map(|m| first(&m)),
                     };
                     match mark.filter(|m| *m > p.token) {
                         Some(higher) => {
@@ -366,6 +391,48 @@ pub(crate) fn first(t: &Token) -> u64 {
     t.parts().first().copied().unwrap_or(0)
 }
 
+impl GuardFence {
+    /// Write `id`'s admit decided: refuse it, or take it to the gate.
+    fn decided(&mut self, now: Nanos, id: u64, decision: Decision, out: &mut Vec<Out>) {
+        let Some(req) = self.admitting.remove(&id) else { return };
+        let name = self.names[req.resource].clone();
+        let gated = self.bug != Some(Bug::SkipGate);
+        let admitted = decision.admitted() || self.bug == Some(Bug::AdmitStale);
+        if !admitted {
+            if gated {
+                self.step(now, out, |flights, table, ms, _| flights.leave(table, ms, &name));
+            }
+            let (status, highest) = match decision.class() {
+                fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
+                _ => (503, None),
+            };
+            let reason = decision.reason(&name);
+            let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
+            out.push(Out::Answer { id, answer: Answer { status, highest, body } });
+            return;
+        }
+        self.pending.insert(id, Pending { resource: req.resource, token: req.token, state: State::Held });
+        let token = tok(req.token);
+        if !gated {
+            return self.forward(now, id, out);
+        }
+        let equal = self.table.borrow().entry(&name).and_then(|e| e.highest) == Some(token);
+        if self.bug == Some(Bug::EqualPasses) && equal {
+            self.step(now, out, |flights, table, ms, _| flights.leave(table, ms, &name));
+            return self.forward(now, id, out);
+        }
+        let mut entered = Entered::Held;
+        self.step(now, out, |flights, table, ms, next| {
+            entered = flights.enter(table, ms, id, &name, token, next);
+        });
+        match entered {
+            Entered::Go => self.forward(now, id, out),
+            Entered::Stale(higher) => self.stale(id, first(&higher), out),
+            Entered::Held => {}
+        }
+    }
+}
+
 impl Fence for GuardFence {
     fn request(&mut self, now: Nanos, req: Request, out: &mut Vec<Out>) {
         let name = self.names[req.resource].clone();
@@ -374,34 +441,26 @@ impl Fence for GuardFence {
             out.push(Out::Answer { id: req.id, answer: Answer { status: 503, highest: None, body } });
             return;
         }
-        let text = req.token.to_string();
-        let decision = self.guard.admit(&name, Some(&text));
-        let admitted = decision.admitted() || self.bug == Some(Bug::AdmitStale);
-        if !admitted {
-            let (status, highest) = match decision.class() {
-                fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
-                _ => (503, None),
-            };
-            let reason = decision.reason(&name);
-            let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
-            out.push(Out::Answer { id: req.id, answer: Answer { status, highest, body } });
-            return;
+        // At the gate from its arrival, as the gateway's: a higher write admitted
+        // meanwhile is kept in the table until this one is decided.
+        if self.bug != Some(Bug::SkipGate) {
+            self.step(now, out, |flights, table, _, _| flights.arrive(table, &name));
         }
-        self.pending.insert(req.id, Pending { resource: req.resource, token: req.token, state: State::Held });
-        let token = tok(req.token);
-        let equal = || self.table.borrow().entry(&name).and_then(|e| e.highest) == Some(token);
-        if self.bug == Some(Bug::SkipGate) || (self.bug == Some(Bug::EqualPasses) && equal()) {
-            return self.forward(now, req.id, out);
+        self.admitting.insert(req.id, req);
+        let mut calls = Vec::new();
+        let decision = self.admits.start(req.id, &name, req.token, &mut calls);
+        etcd_calls(calls, out);
+        if let Some(decision) = decision {
+            self.decided(now, req.id, decision, out);
         }
-        let mut entered = Entered::Held;
-        self.step(now, out, |flights, table, ms, next| {
-            flights.arrive(table, &name);
-            entered = flights.enter(table, ms, req.id, &name, token, next);
-        });
-        match entered {
-            Entered::Go => self.forward(now, req.id, out),
-            Entered::Stale(higher) => self.stale(req.id, first(&higher), out),
-            Entered::Held => {}
+    }
+
+    fn etcd_answered(&mut self, now: Nanos, call: u64, answer: Result<EtcdAnswer, String>, out: &mut Vec<Out>) {
+        let mut calls = Vec::new();
+        let decided = self.admits.answered(call, answer, &mut calls);
+        etcd_calls(calls, out);
+        if let Some((id, decision)) = decided {
+            self.decided(now, id, decision, out);
         }
     }
 
@@ -440,6 +499,15 @@ impl Fence for GuardFence {
     fn crash(&mut self, now: Nanos) {
         self.pending.clear();
         self.wakes.clear();
+        self.admits.crash();
+        // Its writes being admitted leave the gate's table (a shared one outlives it).
+        let admitting = std::mem::take(&mut self.admitting);
+        if self.bug != Some(Bug::SkipGate) {
+            let mut table = self.table.borrow_mut();
+            for req in admitting.values() {
+                self.flights.leave(&mut table, now / MS, &self.names[req.resource]);
+            }
+        }
         let flights = std::mem::replace(&mut self.flights, flights(self.me, &self.settings));
         let mut table = self.table.borrow_mut();
         if self.shared_gate {
@@ -458,6 +526,6 @@ impl Fence for GuardFence {
     }
 
     fn mark(&self, resource: usize) -> Option<u64> {
-        self.guard.mark(&self.names[resource]).ok().flatten().map(|t| first(&t))
+        self.admits.guard().mark(&self.names[resource]).ok().flatten().map(|t| first(&t))
     }
 }

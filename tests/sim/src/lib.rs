@@ -9,6 +9,7 @@
 //!   library's admit logic and the ordering gate's rule ([`fence::GuardFence`]);
 //! * [`conditional`]: an instance with conditional writes: the library's admit and
 //!   the engine's conditional-write machine ([`conditional::ConditionalFence`]);
+//! * [`etcd`]: marks in a simulated etcd, the library's async admit polled by hand;
 //! * [`world`]: the lock service, the holders, the store, the faults, and the history
 //!   the shared checker (`fencekeeper-check`, the torture run's rules) judges;
 //! * [`config`]: a run's shape and timing, and the faults and pauses it skips;
@@ -16,6 +17,7 @@
 
 pub mod conditional;
 pub mod config;
+pub mod etcd;
 pub mod fence;
 pub mod queue;
 pub mod rng;

@@ -19,10 +19,12 @@
 
 use crate::conditional::ConditionalFence;
 use crate::config::Config;
+use crate::etcd::{Admits, Answer as EtcdAnswer, Call, Client, SharedServer};
 use crate::fence::{registry, Answer, Bug, Fence, GuardFence, Out, Request};
 use crate::queue::{Nanos, Queue, MS};
 use crate::rng::Rng;
 use crate::trace::Trace;
+use fencekeeper::Guard;
 use fencekeeper::Validator;
 use fencekeeper_chain::{Chain, Change, Done};
 use fencekeeper_check::record::{Fault, Group, Kind, Landed, RunInfo, Snapshot, Write};
@@ -71,6 +73,11 @@ enum Ev {
     ChainApply(usize, u64, u64, usize, Change),
     /// What the change came to reaches the instance (`None`: the answer was lost).
     ChainReply(usize, u64, u64, Option<Done>),
+    /// Etcd makes an admit's call (instance, incarnation, call number, call), whether
+    /// or not its sender is still up.
+    EtcdApply(usize, u64, u64, Call),
+    /// Its answer reaches the instance (`Err`: lost).
+    EtcdReply(usize, u64, u64, Result<EtcdAnswer, String>),
     /// The store answers write id's `HEAD` (instance, incarnation, id, resource).
     Head(usize, u64, u64, usize),
     /// The `HEAD`'s answer reaches the instance (status, ETag).
@@ -237,6 +244,8 @@ struct World {
     preconditions: BTreeMap<u64, (&'static str, String)>,
     stalled: u32,
     losing: u32,
+    /// The marks in etcd (shared marks with `etcd_marks`).
+    server: SharedServer,
     /// Faults drawn and pauses drawn so far, skipped ones included: the numbers
     /// [`Config::skip_faults`] and [`Config::skip_pauses`] name.
     fault_slots: u64,
@@ -317,15 +326,25 @@ impl World {
         let names: Rc<[String]> = names.into();
         let shared_store = GuardFence::memory_guard(validator.clone());
         let shared_registry = registry();
+        let server = SharedServer::default();
         let instances = (0..n)
             .map(|i| {
-                let guard =
-                    if cfg.shared_marks { shared_store.clone() } else { GuardFence::memory_guard(validator.clone()) };
+                // Shared marks are in etcd, each instance its own client; or in one
+                // memory store that answers at once (`etcd_marks` off); own marks are
+                // each instance's memory store (as a file store is).
+                let admits = if cfg.shared_marks && cfg.etcd_marks {
+                    let client = Arc::new(Client::new(server.clone()));
+                    Admits::new(Arc::new(Guard::new(validator.clone(), client.clone())), Some(client))
+                } else if cfg.shared_marks {
+                    Admits::new(shared_store.clone(), None)
+                } else {
+                    Admits::new(GuardFence::memory_guard(validator.clone()), None)
+                };
                 let gate = if cfg.shared_gate { shared_registry.clone() } else { registry() };
                 let fence: Box<dyn Fence> = if cfg.conditional {
-                    Box::new(ConditionalFence::new(guard, names.clone(), cfg.settings, cfg.bug))
+                    Box::new(ConditionalFence::new(admits, names.clone(), cfg.settings, cfg.bug))
                 } else {
-                    Box::new(GuardFence::new(i, guard, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug))
+                    Box::new(GuardFence::new(i, admits, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug))
                 };
                 Instance { fence, up: true, incarnation: 0, open: BTreeSet::new() }
             })
@@ -364,6 +383,7 @@ impl World {
             preconditions: BTreeMap::new(),
             stalled: 0,
             losing: 0,
+            server,
             fault_slots: 0,
             pause_slots: 0,
             pause_ordinals: Vec::new(),
@@ -406,6 +426,9 @@ impl World {
             // A line of its own, so that the other runs' traces stay as they were.
             self.trace
                 .line(format_args!("conditional-writes lend-term {}", c.settings.upstream_timeout + s.apply_bound));
+        }
+        if self.cfg.shared_marks && !self.cfg.etcd_marks {
+            self.trace.line(format_args!("marks-in-memory"));
         }
         if !self.cfg.past_bound_faults {
             self.trace.line(format_args!("no-past-bound-faults"));
@@ -495,6 +518,14 @@ impl World {
                 }
             }
             Ev::ChainApply(inst, inc, id, r, change) => self.chain_apply(now, inst, inc, id, r, change),
+            Ev::EtcdApply(inst, inc, call, op) => self.etcd_apply(now, inst, inc, call, op),
+            Ev::EtcdReply(inst, inc, call, answer) => {
+                if self.live(inst, inc) {
+                    let mut out = Vec::new();
+                    self.instances[inst].fence.etcd_answered(now, call, answer, &mut out);
+                    self.outs(now, inst, out);
+                }
+            }
             Ev::ChainReply(inst, inc, id, done) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
@@ -598,6 +629,23 @@ impl World {
         } else {
             let d = self.hop();
             self.q.after(d, Ev::ChainReply(inst, inc, id, Some(done)));
+        }
+    }
+
+    /// Etcd makes an admit's call, linearizably, as its Txn: the answer goes back after
+    /// a hop, unless a fault loses it (the sender's call fails after 100 ms, the
+    /// change made or not).
+    fn etcd_apply(&mut self, now: Nanos, inst: usize, inc: u64, call: u64, op: Call) {
+        let lose_compare = self.cfg.bug == Some(Bug::CasLowers);
+        let answer = self.server.lock().unwrap_or_else(|p| p.into_inner()).apply(&op, lose_compare);
+        let lost = self.losing > 0 && self.rng.chance(500_000);
+        self.trace.line(format_args!("{now} etcd {} c{call} {op:?} {answer:?} lost {lost}", target(inst)));
+        if lost {
+            let why = "etcd's answer did not come within the call's timeout".to_owned();
+            self.q.after(100 * MS, Ev::EtcdReply(inst, inc, call, Err(why)));
+        } else {
+            let d = self.hop();
+            self.q.after(d, Ev::EtcdReply(inst, inc, call, Ok(answer)));
         }
     }
 
@@ -776,6 +824,11 @@ impl World {
                     let d = self.hop() + stall;
                     self.q.after(d, Ev::ChainApply(inst, inc, id, resource, change));
                 }
+                Out::Etcd { call, op } => {
+                    let stall = if self.stalled > 0 { self.rng.between(50 * MS, 400 * MS) } else { 0 };
+                    let d = self.hop() + stall;
+                    self.q.after(d, Ev::EtcdApply(inst, inc, call, op));
+                }
                 Out::Head { id, resource } => {
                     let d = self.hop();
                     self.q.after(d, Ev::Head(inst, inc, id, resource));
@@ -847,7 +900,8 @@ impl World {
         // upstream timeout: the gate's refusals meanwhile are the fault's doing.
         let lingers = (s.upstream_timeout + s.apply_bound) / MS + 2;
         // Conditional runs add the chain store's faults; other runs draw as before.
-        let pick = self.rng.between(0, if self.cfg.conditional { 13 } else { 9 });
+        let etcd = self.cfg.conditional || (self.cfg.shared_marks && self.cfg.etcd_marks);
+        let pick = self.rng.between(0, if etcd { 13 } else { 9 });
         let (kind, targets, lingers_ms, detail) = if pick < 4 {
             let inst = self.rng.index(self.instances.len());
             let down = self.rng.between(50 * MS, 1_000 * MS);
