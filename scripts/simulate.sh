@@ -2,8 +2,8 @@
 # The deterministic simulator (tests/sim/README.md): lock holders, fence instances and
 # a slow store on a virtual clock, one thread, every draw from one seed, judged by the
 # torture checker's rules. Bugs, put in on purpose to show the checker finds them:
-# skip-gate, admit-stale, equal-passes, cas-lowers, lend-unchecked, release-given-up
-# (the last two with --conditional).
+# skip-gate, admit-stale, equal-passes, cas-lowers, and with --conditional
+# lend-unchecked, lend-stale, release-given-up.
 #
 #   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
 #                       [--shared-gate | --conditional] [--own-marks] [--bug NAME]

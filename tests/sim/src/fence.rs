@@ -168,6 +168,10 @@ pub enum Bug {
     /// Conditional writes: a write given up on is settled as not applied at once,
     /// instead of staying lent until the store answers or its term is over.
     ReleaseGivenUp,
+    /// Conditional writes: the chain lends a write without checking its token against
+    /// the highest it lent (a write admitted, then overtaken by a higher token's lend
+    /// before its own lend is made, goes on the version the higher one made).
+    LendStale,
     /// Etcd makes a compare-and-swap whose mark moved meanwhile (a lost race written
     /// anyway), which may lower the mark.
     CasLowers,
@@ -176,7 +180,7 @@ pub enum Bug {
 impl Bug {
     /// Every bug's name, as `--bug` takes it.
     pub const NAMES: &'static str =
-        "skip-gate, admit-stale, equal-passes, cas-lowers, lend-unchecked, release-given-up";
+        "skip-gate, admit-stale, equal-passes, cas-lowers, lend-unchecked, lend-stale, release-given-up";
 
     /// Its name, as `--bug` takes it.
     pub fn name(self) -> &'static str {
@@ -187,6 +191,7 @@ impl Bug {
             Bug::LendUnchecked => "lend-unchecked",
             Bug::ReleaseGivenUp => "release-given-up",
             Bug::CasLowers => "cas-lowers",
+            Bug::LendStale => "lend-stale",
         }
     }
 }
@@ -201,6 +206,7 @@ impl std::str::FromStr for Bug {
             "lend-unchecked" => Ok(Bug::LendUnchecked),
             "release-given-up" => Ok(Bug::ReleaseGivenUp),
             "cas-lowers" => Ok(Bug::CasLowers),
+            "lend-stale" => Ok(Bug::LendStale),
             _ => Err(format!("unknown bug {s:?} ({})", Bug::NAMES)),
         }
     }

@@ -38,7 +38,7 @@ struct Args {
 
 const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] \
                      [--own-marks] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
-                     admit-stale, equal-passes, cas-lowers, lend-unchecked, release-given-up";
+                     admit-stale, equal-passes, cas-lowers, lend-unchecked, lend-stale, release-given-up";
 
 /// Comma-separated numbers (`1,4,7`).
 fn numbers(v: &str, name: &str) -> Result<BTreeSet<u64>, String> {

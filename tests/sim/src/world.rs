@@ -617,7 +617,12 @@ impl World {
         let chain = self.chains[store].entry(r).or_insert_with(Chain::new);
         let unchecked = self.cfg.bug == Some(Bug::LendUnchecked) && matches!(change, Change::Lend { .. });
         let lent = if unchecked { std::mem::take(&mut chain.lends) } else { Vec::new() };
+        let unranked = self.cfg.bug == Some(Bug::LendStale) && matches!(change, Change::Lend { .. });
+        let highest = if unranked { chain.highest.take() } else { None };
         let done = change.apply(chain);
+        if let Some(h) = highest.filter(|h| chain.highest.is_none_or(|now| now < *h)) {
+            chain.highest = Some(h);
+        }
         if unchecked {
             let new = std::mem::replace(&mut chain.lends, lent);
             chain.lends.extend(new);
