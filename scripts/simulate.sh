@@ -6,7 +6,7 @@
 # lend-unchecked, lend-stale, release-given-up.
 #
 #   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
-#                       [--shared-gate | --conditional] [--own-marks] [--bug NAME]
+#                       [--shared-gate | --conditional] [--own-marks] [--clock-skew MS] [--bug NAME]
 #                       [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]
 #
 # Without --seed, a seed is drawn from /dev/urandom and printed. Without --requests or
@@ -25,7 +25,7 @@ seed=""
 while (($#)); do
     case "$1" in
         --seed) seed="$2"; shift 2 ;;
-        --requests | --seconds | --bug | --skip-faults | --skip-pauses) args+=("$1" "$2"); shift 2 ;;
+        --requests | --seconds | --bug | --skip-faults | --skip-pauses | --clock-skew) args+=("$1" "$2"); shift 2 ;;
         --shared-gate | --own-marks | --conditional | --no-shrink) args+=("$1"); shift ;;
         -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "simulate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;

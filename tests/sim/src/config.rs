@@ -37,6 +37,10 @@ pub struct Config {
     /// (the timing assumption broken; such landings are counted apart). Off: those
     /// faults are the store slow within the bound instead.
     pub past_bound_faults: bool,
+    /// Each instance's clock is off the world's by a fixed offset drawn within this
+    /// much either way (ns; 0: one clock). The gate's deadlines and the lends' terms
+    /// are on the clock of the instance that set them, read by others on theirs.
+    pub clock_skew: Nanos,
     /// The instances' timing.
     pub settings: Settings,
     /// A holder's lease: a pause longer than this loses the lock.
@@ -77,6 +81,7 @@ impl Config {
             shared_gate: false,
             conditional: false,
             past_bound_faults: true,
+            clock_skew: 0,
             settings: Settings {
                 upstream_timeout: 200 * MS,
                 gate_budget: 500 * MS,

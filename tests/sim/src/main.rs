@@ -30,6 +30,7 @@ struct Args {
     shared_gate: bool,
     own_marks: bool,
     conditional: bool,
+    clock_skew_ms: u64,
     bug: Option<Bug>,
     skip_faults: BTreeSet<u64>,
     skip_pauses: BTreeSet<u64>,
@@ -37,7 +38,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] \
-                     [--own-marks] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
+                     [--own-marks] [--clock-skew MS] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
                      admit-stale, equal-passes, cas-lowers, lend-unchecked, lend-stale, release-given-up";
 
 /// Comma-separated numbers (`1,4,7`).
@@ -53,6 +54,7 @@ fn parse() -> Result<Args, String> {
         shared_gate: false,
         own_marks: false,
         conditional: false,
+        clock_skew_ms: 0,
         bug: None,
         skip_faults: BTreeSet::new(),
         skip_pauses: BTreeSet::new(),
@@ -69,6 +71,7 @@ fn parse() -> Result<Args, String> {
             "--shared-gate" => args.shared_gate = true,
             "--own-marks" => args.own_marks = true,
             "--conditional" => args.conditional = true,
+            "--clock-skew" => args.clock_skew_ms = number(value("--clock-skew")?, "--clock-skew")?,
             "--bug" => args.bug = Some(value("--bug")?.parse()?),
             "--skip-faults" => args.skip_faults = numbers(&value("--skip-faults")?, "--skip-faults")?,
             "--skip-pauses" => args.skip_pauses = numbers(&value("--skip-pauses")?, "--skip-pauses")?,
@@ -79,6 +82,14 @@ fn parse() -> Result<Args, String> {
     }
     if args.shared_gate && args.conditional {
         return Err("give --shared-gate or --conditional, not both: conditional writes need no ordering gate".into());
+    }
+    if args.shared_gate && args.clock_skew_ms > 0 {
+        return Err(
+            "--clock-skew with --shared-gate would test the simulator's model, not the hosts: its shared table \
+                    compares a given-up flight's deadline on another instance's clock, where the hosts' registry holds \
+                    a flight until its owner deletes its key (on the owner's clock) or etcd ends its lease"
+                .into(),
+        );
     }
     if args.requests.is_some() && args.seconds.is_some() {
         return Err("give --requests or --seconds, not both".into());
@@ -120,6 +131,7 @@ fn main() -> ExitCode {
     config.shared_gate = args.shared_gate;
     config.shared_marks = !args.own_marks;
     config.bug = args.bug;
+    config.clock_skew = args.clock_skew_ms * MS;
     config.skip_faults = args.skip_faults.clone();
     config.skip_pauses = args.skip_pauses.clone();
     println!("seed: {seed}");
@@ -263,6 +275,9 @@ fn replay_command(config: &Config) -> String {
     }
     if config.conditional {
         replay += " --conditional";
+    }
+    if config.clock_skew > 0 {
+        replay += &format!(" --clock-skew {}", config.clock_skew / MS);
     }
     if let Some(bug) = config.bug {
         replay += &format!(" --bug {}", bug.name());

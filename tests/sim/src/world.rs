@@ -246,6 +246,8 @@ struct World {
     losing: u32,
     /// The marks in etcd (shared marks with `etcd_marks`).
     server: SharedServer,
+    /// Each instance's clock offset from the world's (ns).
+    offsets: Vec<i64>,
     /// Faults drawn and pauses drawn so far, skipped ones included: the numbers
     /// [`Config::skip_faults`] and [`Config::skip_pauses`] name.
     fault_slots: u64,
@@ -313,8 +315,10 @@ impl World {
         }
         if cfg.shared_marks && n > 1 {
             // Through several gates that do not see each other's writes, the order is
-            // not claimed; with the shared gate it is.
-            shape.add("spread".into(), (0..n).map(target).collect(), cfg.shared_gate, cfg.resources_per_group);
+            // not claimed; with the shared gate it is, and with conditional writes on
+            // chains every instance shares.
+            let claimed = cfg.shared_gate || cfg.conditional;
+            shape.add("spread".into(), (0..n).map(target).collect(), claimed, cfg.resources_per_group);
         }
         let holders_end = shape.names.len();
         let mut probe_resource = Vec::new();
@@ -384,6 +388,7 @@ impl World {
             stalled: 0,
             losing: 0,
             server,
+            offsets: vec![0; n],
             fault_slots: 0,
             pause_slots: 0,
             pause_ordinals: Vec::new(),
@@ -426,6 +431,14 @@ impl World {
             // A line of its own, so that the other runs' traces stay as they were.
             self.trace
                 .line(format_args!("conditional-writes lend-term {}", c.settings.upstream_timeout + s.apply_bound));
+        }
+        if self.cfg.clock_skew > 0 {
+            // Each instance's clock is off the world's by up to the skew, either way.
+            let skew = self.cfg.clock_skew;
+            for i in 0..self.offsets.len() {
+                self.offsets[i] = self.rng.between(0, 2 * skew) as i64 - skew as i64;
+            }
+            self.trace.line(format_args!("clock-offsets {:?}", self.offsets));
         }
         if self.cfg.shared_marks && !self.cfg.etcd_marks {
             self.trace.line(format_args!("marks-in-memory"));
@@ -513,7 +526,8 @@ impl World {
             Ev::StoreAnswer(id, inst, inc, status, etag) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.store_answered(now, id, status, etag.as_deref(), &mut out);
+                    let local = self.local(inst, now);
+                    self.instances[inst].fence.store_answered(local, id, status, etag.as_deref(), &mut out);
                     self.outs(now, inst, out);
                 }
             }
@@ -522,14 +536,16 @@ impl World {
             Ev::EtcdReply(inst, inc, call, answer) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.etcd_answered(now, call, answer, &mut out);
+                    let local = self.local(inst, now);
+                    self.instances[inst].fence.etcd_answered(local, call, answer, &mut out);
                     self.outs(now, inst, out);
                 }
             }
             Ev::ChainReply(inst, inc, id, done) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.chain_done(now, id, done, &mut out);
+                    let local = self.local(inst, now);
+                    self.instances[inst].fence.chain_done(local, id, done, &mut out);
                     self.outs(now, inst, out);
                 }
             }
@@ -543,21 +559,24 @@ impl World {
             Ev::HeadReply(inst, inc, id, status, etag) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.head_answered(now, id, status, etag.as_deref(), &mut out);
+                    let local = self.local(inst, now);
+                    self.instances[inst].fence.head_answered(local, id, status, etag.as_deref(), &mut out);
                     self.outs(now, inst, out);
                 }
             }
             Ev::Timer(inst, inc, tag) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.timer(now, tag, &mut out);
+                    let local = self.local(inst, now);
+                    self.instances[inst].fence.timer(local, tag, &mut out);
                     self.outs(now, inst, out);
                 }
             }
             Ev::Notify(inst, inc, r) => {
                 if self.live(inst, inc) {
                     let mut out = Vec::new();
-                    self.instances[inst].fence.wake(now, r, &mut out);
+                    let local = self.local(inst, now);
+                    self.instances[inst].fence.wake(local, r, &mut out);
                     self.outs(now, inst, out);
                 }
             }
@@ -573,7 +592,8 @@ impl World {
             }
             Ev::Restart(inst, f) => {
                 self.instances[inst].up = true;
-                self.instances[inst].fence.restart(now);
+                let local = self.local(inst, now);
+                self.instances[inst].fence.restart(local);
                 self.trace.line(format_args!("{now} restart {}", target(inst)));
                 let source = if self.cfg.shared_marks { "etcd".to_owned() } else { target(inst) };
                 self.snapshot(now, Some(self.faults[f].n), source, inst);
@@ -652,6 +672,12 @@ impl World {
             let d = self.hop();
             self.q.after(d, Ev::EtcdReply(inst, inc, call, Ok(answer)));
         }
+    }
+
+    /// What instance `inst`'s clock reads at `now`: the instances' clocks are skewed
+    /// from the world's by a fixed offset each ([`Config::clock_skew`]).
+    fn local(&self, inst: usize, now: Nanos) -> Nanos {
+        now.saturating_add_signed(self.offsets[inst])
     }
 
     fn live(&self, inst: usize, inc: u64) -> bool {
@@ -796,7 +822,8 @@ impl World {
         let content = self.sent[id as usize].content;
         self.instances[inst].open.insert(id);
         let mut out = Vec::new();
-        self.instances[inst].fence.request(now, Request { id, resource: r, token, content }, &mut out);
+        let local = self.local(inst, now);
+        self.instances[inst].fence.request(local, Request { id, resource: r, token, content }, &mut out);
         self.outs(now, inst, out);
     }
 
@@ -838,7 +865,11 @@ impl World {
                     let d = self.hop();
                     self.q.after(d, Ev::Head(inst, inc, id, resource));
                 }
-                Out::Timer { at, tag } => self.q.at(at, Ev::Timer(inst, inc, tag)),
+                // Asked for on the instance's clock: due when that clock reads `at`.
+                Out::Timer { at, tag } => {
+                    let due = at.saturating_add_signed(-self.offsets[inst]).max(now);
+                    self.q.at(due, Ev::Timer(inst, inc, tag));
+                }
                 Out::Changed { resource } => {
                     for other in (0..self.instances.len()).filter(|&o| o != inst) {
                         let inc = self.instances[other].incarnation;
@@ -914,7 +945,9 @@ impl World {
             i.up = false;
             i.incarnation += 1;
             let open: Vec<u64> = std::mem::take(&mut i.open).into_iter().collect();
-            i.fence.crash(now);
+            let local = now.saturating_add_signed(self.offsets[inst]);
+            let i = &mut self.instances[inst];
+            i.fence.crash(local);
             for id in open {
                 let d = self.hop();
                 self.q.after(d, Ev::Reply(id, Reply::Reset));
@@ -963,6 +996,9 @@ impl World {
             // A change made whose answer was lost leaves a lend until its term.
             ("etcd-lost-replies", all, lingers, format!("for {} ms", span / MS))
         };
+        // Deadlines and terms are on the clock of the instance that set them: read on
+        // another's, they last up to twice the skew longer.
+        let lingers_ms = lingers_ms + 2 * self.cfg.clock_skew / MS;
         self.trace.line(format_args!("{now} fault {n} {kind} {targets:?} {detail}"));
         self.faults.push(Fault {
             n,
