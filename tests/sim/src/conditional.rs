@@ -13,7 +13,7 @@
 //! machine, and the lends they left end at their term.
 
 use crate::etcd::{Admits, Answer as EtcdAnswer};
-use crate::fence::{etcd_calls, first, tok, Answer, Bug, Fence, Out, Request, Settings};
+use crate::fence::{in_grace, refusal, tok, Answer, Bug, Fence, Out, Request, Settings};
 use crate::queue::{Nanos, MS};
 use fencekeeper::Decision;
 use fencekeeper_chain::{content_version, Change, Done, Version};
@@ -54,8 +54,6 @@ struct Pending {
 /// The library's admit and the engine's conditional-write machine, as one instance.
 pub struct ConditionalFence {
     admits: Admits,
-    /// Writes being admitted.
-    admitting: BTreeMap<u64, Request>,
     names: Rc<[String]>,
     settings: Settings,
     bug: Option<Bug>,
@@ -66,22 +64,15 @@ pub struct ConditionalFence {
 impl ConditionalFence {
     /// An instance admitting through `admits`, over the resources named in `names`.
     pub fn new(admits: Admits, names: Rc<[String]>, settings: Settings, bug: Option<Bug>) -> ConditionalFence {
-        let admitting = BTreeMap::new();
-        ConditionalFence { admits, admitting, names, settings, bug, grace_until: 0, writes: BTreeMap::new() }
+        ConditionalFence { admits, names, settings, bug, grace_until: 0, writes: BTreeMap::new() }
     }
 
-    /// Write `id`'s admit decided: refuse it, or start its conditional course.
-    fn decided(&mut self, now: Nanos, id: u64, decision: Decision, out: &mut Vec<Out>) {
-        let Some(req) = self.admitting.remove(&id) else { return };
+    /// Write `req`'s admit decided: refuse it, or start its conditional course.
+    fn decided(&mut self, now: Nanos, req: Request, decision: Decision, out: &mut Vec<Out>) {
+        let id = req.id;
         let name = self.names[req.resource].clone();
         if !decision.admitted() {
-            let (status, highest) = match decision.class() {
-                fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
-                _ => (503, None),
-            };
-            let reason = decision.reason(&name);
-            let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
-            out.push(Out::Answer { id, answer: Answer { status, highest, body } });
+            out.push(Out::Answer { id, answer: refusal(&decision, &name) });
             return;
         }
         let mut write = Write::new(&name, tok(req.token), false, Form::Text, Some(self.lifetime_ms()), true);
@@ -155,25 +146,16 @@ impl Fence for ConditionalFence {
     fn request(&mut self, now: Nanos, req: Request, out: &mut Vec<Out>) {
         let name = self.names[req.resource].clone();
         if now < self.grace_until {
-            let body = format!("cannot decide on {name:?}: the instance started less than its start grace ago");
-            out.push(Out::Answer { id: req.id, answer: Answer { status: 503, highest: None, body } });
-            return;
+            return out.push(Out::Answer { id: req.id, answer: in_grace(&name) });
         }
-        self.admitting.insert(req.id, req);
-        let mut calls = Vec::new();
-        let decision = self.admits.start(req.id, &name, req.token, &mut calls);
-        etcd_calls(calls, out);
-        if let Some(decision) = decision {
-            self.decided(now, req.id, decision, out);
+        if let Some((req, decision)) = self.admits.start(req, &name, out) {
+            self.decided(now, req, decision, out);
         }
     }
 
     fn etcd_answered(&mut self, now: Nanos, call: u64, answer: Result<EtcdAnswer, String>, out: &mut Vec<Out>) {
-        let mut calls = Vec::new();
-        let decided = self.admits.answered(call, answer, &mut calls);
-        etcd_calls(calls, out);
-        if let Some((id, decision)) = decided {
-            self.decided(now, id, decision, out);
+        if let Some((req, decision)) = self.admits.answered(call, answer, out) {
+            self.decided(now, req, decision, out);
         }
     }
 
@@ -228,7 +210,6 @@ impl Fence for ConditionalFence {
 
     fn crash(&mut self, _now: Nanos) {
         self.writes.clear();
-        self.admitting.clear();
         self.admits.crash();
     }
 
@@ -237,6 +218,6 @@ impl Fence for ConditionalFence {
     }
 
     fn mark(&self, resource: usize) -> Option<u64> {
-        self.admits.guard().mark(&self.names[resource]).ok().flatten().map(|t| first(&t))
+        self.admits.mark(&self.names[resource])
     }
 }

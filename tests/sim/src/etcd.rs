@@ -11,6 +11,7 @@
 //! are handed to the world ([`Admits`]). Nothing about the loop (reads, swaps, lost
 //! races, confirms, provenance off) is the simulator's own.
 
+use crate::fence::{Out, Request};
 use fencekeeper::store::{AwaitableMarks, Pending, Read};
 use fencekeeper::{Decision, Guard, MarkStore, StoreError, Swap, Token};
 use std::collections::BTreeMap;
@@ -224,7 +225,7 @@ type Admitting = Pin<Box<dyn Future<Output = Decision>>>;
 pub struct Admits {
     guard: Arc<Guard>,
     client: Option<Arc<Client>>,
-    admitting: BTreeMap<u64, Admitting>,
+    admitting: BTreeMap<u64, (Request, Admitting)>,
     waiting: BTreeMap<u64, u64>,
 }
 
@@ -235,58 +236,57 @@ impl Admits {
         Admits { guard, client, admitting: BTreeMap::new(), waiting: BTreeMap::new() }
     }
 
-    /// The guard.
-    pub fn guard(&self) -> &Guard {
-        &self.guard
+    /// The resource's mark, read at once (the check after a wait, the marks read back
+    /// after a fault); `None` when it has none or cannot be read.
+    pub fn mark(&self, resource: &str) -> Option<u64> {
+        self.guard.mark(resource).ok().flatten().map(|t| crate::fence::first(&t))
     }
 
-    /// Admit write `id` on `resource` with `token`: its decision now, or `None` with
-    /// the etcd calls it makes put in `calls`.
-    pub fn start(&mut self, id: u64, resource: &str, token: u64, calls: &mut Vec<(u64, Call)>) -> Option<Decision> {
+    /// Admit `req`, a write of `resource`: its decision now, or `None` with the etcd
+    /// calls it makes put in `out` ([`Out::Etcd`]).
+    pub fn start(&mut self, req: Request, resource: &str, out: &mut Vec<Out>) -> Option<(Request, Decision)> {
+        let token = req.token.to_string();
         if self.client.is_none() {
-            return Some(self.guard.admit(resource, Some(&token.to_string())));
+            return Some((req, self.guard.admit(resource, Some(&token))));
         }
         let (guard, resource) = (self.guard.clone(), resource.to_owned());
-        let future: Admitting = Box::pin(async move { guard.admit_async(&resource, Some(&token.to_string())).await });
-        self.admitting.insert(id, future);
-        self.poll(id, calls)
+        let future: Admitting = Box::pin(async move { guard.admit_async(&resource, Some(&token)).await });
+        self.admitting.insert(req.id, (req, future));
+        self.poll(req.id, out)
     }
 
     /// Call `call` was answered (`Err`: its answer was lost): the write waiting on
-    /// it, and its decision if it has one now.
+    /// it and its decision, if it has one now; the calls it makes next in `out`.
     pub fn answered(
         &mut self,
         call: u64,
         answer: Result<Answer, String>,
-        calls: &mut Vec<(u64, Call)>,
-    ) -> Option<(u64, Decision)> {
+        out: &mut Vec<Out>,
+    ) -> Option<(Request, Decision)> {
         let client = self.client.clone()?;
         let id = self.waiting.remove(&call)?;
         client.answered(call, answer);
-        self.poll(id, calls).map(|d| (id, d))
+        self.poll(id, out)
     }
 
-    fn poll(&mut self, id: u64, calls: &mut Vec<(u64, Call)>) -> Option<Decision> {
-        let future = self.admitting.get_mut(&id)?;
+    fn poll(&mut self, id: u64, out: &mut Vec<Out>) -> Option<(Request, Decision)> {
+        let (_, future) = self.admitting.get_mut(&id)?;
         let polled = future.as_mut().poll(&mut Context::from_waker(Waker::noop()));
         let made = self.client.as_ref().map(|c| c.take_calls()).unwrap_or_default();
-        for (call, _) in &made {
-            self.waiting.insert(*call, id);
+        for (call, op) in made {
+            self.waiting.insert(call, id);
+            out.push(Out::Etcd { call, op });
         }
-        calls.extend(made);
         match polled {
-            Poll::Ready(decision) => {
-                self.admitting.remove(&id);
-                Some(decision)
-            }
+            Poll::Ready(decision) => self.admitting.remove(&id).map(|(req, _)| (req, decision)),
             Poll::Pending => None,
         }
     }
 
     /// The instance died: its admits in progress are gone (their calls may still be
-    /// made by etcd).
-    pub fn crash(&mut self) {
-        self.admitting.clear();
+    /// made by etcd). Returns the writes they were for.
+    pub fn crash(&mut self) -> Vec<Request> {
         self.waiting.clear();
+        std::mem::take(&mut self.admitting).into_values().map(|(req, _)| req).collect()
     }
 }

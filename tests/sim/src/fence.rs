@@ -258,17 +258,30 @@ impl Timer {
     }
 }
 
-/// Hand an admit's etcd calls to the world.
-pub(crate) fn etcd_calls(calls: Vec<(u64, Call)>, out: &mut Vec<Out>) {
-    out.extend(calls.into_iter().map(|(call, op)| Out::Etcd { call, op }));
+/// The answer to an admit that refused a write on `name`: 409 with the mark for a
+/// stale token, else 503, with the guard's reason, as the gateway answers them.
+pub(crate) fn refusal(decision: &Decision, name: &str) -> Answer {
+    let (status, highest) = match decision.class() {
+        fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
+        _ => (503, None),
+    };
+    let reason = decision.reason(name);
+    let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
+    Answer { status, highest, body }
+}
+
+/// The answer to a write that arrives at an instance in its start grace.
+pub(crate) fn in_grace(name: &str) -> Answer {
+    let body = format!("cannot decide on {name:?}: the instance started less than its start grace ago");
+    Answer { status: 503, highest: None, body }
 }
 
 /// The library's admit logic and the engine's ordering gate, as one instance.
 pub struct GuardFence {
     me: usize,
+    /// Its admits, the writes being admitted among them (they arrived at the gate,
+    /// unless the gate is skipped).
     admits: Admits,
-    /// Writes being admitted (they arrived at the gate, unless the gate is skipped).
-    admitting: BTreeMap<u64, Request>,
     names: Rc<[String]>,
     index: HashMap<String, usize>,
     table: Registry,
@@ -299,7 +312,6 @@ impl GuardFence {
         GuardFence {
             me,
             admits,
-            admitting: BTreeMap::new(),
             names,
             index,
             table,
@@ -349,7 +361,7 @@ impl GuardFence {
                     // token while this write waited.
                     let mark = match self.bug {
                         Some(Bug::AdmitStale) => None,
-                        _ => self.admits.guard().mark(&self.names[p.resource]).ok().flatten().map(|m| first(&m)),
+                        _ => self.admits.mark(&self.names[p.resource]),
                     };
                     match mark.filter(|m| *m > p.token) {
                         Some(higher) => {
@@ -398,9 +410,9 @@ pub(crate) fn first(t: &Token) -> u64 {
 }
 
 impl GuardFence {
-    /// Write `id`'s admit decided: refuse it, or take it to the gate.
-    fn decided(&mut self, now: Nanos, id: u64, decision: Decision, out: &mut Vec<Out>) {
-        let Some(req) = self.admitting.remove(&id) else { return };
+    /// Write `req`'s admit decided: refuse it, or take it to the gate.
+    fn decided(&mut self, now: Nanos, req: Request, decision: Decision, out: &mut Vec<Out>) {
+        let id = req.id;
         let name = self.names[req.resource].clone();
         let gated = self.bug != Some(Bug::SkipGate);
         let admitted = decision.admitted() || self.bug == Some(Bug::AdmitStale);
@@ -408,13 +420,7 @@ impl GuardFence {
             if gated {
                 self.step(now, out, |flights, table, ms, _| flights.leave(table, ms, &name));
             }
-            let (status, highest) = match decision.class() {
-                fencekeeper::Class::Stale => (409, decision.action.token.as_ref().map(first)),
-                _ => (503, None),
-            };
-            let reason = decision.reason(&name);
-            let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
-            out.push(Out::Answer { id, answer: Answer { status, highest, body } });
+            out.push(Out::Answer { id, answer: refusal(&decision, &name) });
             return;
         }
         self.pending.insert(id, Pending { resource: req.resource, token: req.token, state: State::Held });
@@ -443,30 +449,21 @@ impl Fence for GuardFence {
     fn request(&mut self, now: Nanos, req: Request, out: &mut Vec<Out>) {
         let name = self.names[req.resource].clone();
         if now < self.grace_until {
-            let body = format!("cannot decide on {name:?}: the instance started less than its start grace ago");
-            out.push(Out::Answer { id: req.id, answer: Answer { status: 503, highest: None, body } });
-            return;
+            return out.push(Out::Answer { id: req.id, answer: in_grace(&name) });
         }
         // At the gate from its arrival, as the gateway's: a higher write admitted
         // meanwhile is kept in the table until this one is decided.
         if self.bug != Some(Bug::SkipGate) {
             self.step(now, out, |flights, table, _, _| flights.arrive(table, &name));
         }
-        self.admitting.insert(req.id, req);
-        let mut calls = Vec::new();
-        let decision = self.admits.start(req.id, &name, req.token, &mut calls);
-        etcd_calls(calls, out);
-        if let Some(decision) = decision {
-            self.decided(now, req.id, decision, out);
+        if let Some((req, decision)) = self.admits.start(req, &name, out) {
+            self.decided(now, req, decision, out);
         }
     }
 
     fn etcd_answered(&mut self, now: Nanos, call: u64, answer: Result<EtcdAnswer, String>, out: &mut Vec<Out>) {
-        let mut calls = Vec::new();
-        let decided = self.admits.answered(call, answer, &mut calls);
-        etcd_calls(calls, out);
-        if let Some((id, decision)) = decided {
-            self.decided(now, id, decision, out);
+        if let Some((req, decision)) = self.admits.answered(call, answer, out) {
+            self.decided(now, req, decision, out);
         }
     }
 
@@ -505,12 +502,11 @@ impl Fence for GuardFence {
     fn crash(&mut self, now: Nanos) {
         self.pending.clear();
         self.wakes.clear();
-        self.admits.crash();
         // Its writes being admitted leave the gate's table (a shared one outlives it).
-        let admitting = std::mem::take(&mut self.admitting);
+        let admitting = self.admits.crash();
         if self.bug != Some(Bug::SkipGate) {
             let mut table = self.table.borrow_mut();
-            for req in admitting.values() {
+            for req in &admitting {
                 self.flights.leave(&mut table, now / MS, &self.names[req.resource]);
             }
         }
@@ -532,6 +528,6 @@ impl Fence for GuardFence {
     }
 
     fn mark(&self, resource: usize) -> Option<u64> {
-        self.admits.guard().mark(&self.names[resource]).ok().flatten().map(|t| first(&t))
+        self.admits.mark(&self.names[resource])
     }
 }
