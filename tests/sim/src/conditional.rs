@@ -13,7 +13,7 @@
 //! machine, and the lends they left end at their term.
 
 use crate::etcd::{Admits, Answer as EtcdAnswer};
-use crate::fence::{in_grace, refusal, tok, Answer, Bug, Fence, Out, Request, Settings};
+use crate::fence::{admitted_header, in_grace, refusal, tok, Answer, Bug, Fence, Out, Request, Settings};
 use crate::queue::{Nanos, MS};
 use fencekeeper::Decision;
 use fencekeeper_chain::{content_version, Change, Done, Version};
@@ -39,7 +39,8 @@ pub fn etag_of(content: u8) -> String {
 /// One conditional write in the instance.
 struct Pending {
     resource: usize,
-    token: u64,
+    /// Its `fencing-admitted-token` (`fence::admitted_header`).
+    header: u64,
     write: Write,
     /// Forwarded to the store.
     sent: bool,
@@ -77,8 +78,8 @@ impl ConditionalFence {
         }
         let mut write = Write::new(&name, tok(req.token), false, Form::Text, Some(self.lifetime_ms()), true);
         let command = write.start(Body::Whole(version_of(req.content)), now / MS);
-        let (resource, token) = (req.resource, req.token);
-        let pending = Pending { resource, token, write, sent: false, given_up: false, stored: None, lend: None };
+        let (resource, header) = (req.resource, admitted_header(&decision, &req, self.bug));
+        let pending = Pending { resource, header, write, sent: false, given_up: false, stored: None, lend: None };
         self.writes.insert(id, pending);
         self.carry(now, id, command, out);
     }
@@ -108,7 +109,7 @@ impl ConditionalFence {
             Command::AskStore => out.push(Out::Head { id, resource: p.resource }),
             Command::Send(name, value) => {
                 p.sent = true;
-                out.push(Out::Forward { id, token: p.token, precondition: Some((name, value)) });
+                out.push(Out::Forward { id, token: p.header, precondition: Some((name, value)) });
                 out.push(Out::Timer { at: now + self.settings.upstream_timeout, tag: id });
             }
             // A whole body is lent before it is sent: nothing is held.

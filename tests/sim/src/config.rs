@@ -41,6 +41,13 @@ pub struct Config {
     /// much either way (ns; 0: one clock). The gate's deadlines and the lends' terms
     /// are on the clock of the instance that set them, read by others on theirs.
     pub clock_skew: Nanos,
+    /// One write in two hundred carries a `fencing-admitted-token` of its client's
+    /// own, which the fence must not pass to the store.
+    pub forged_headers: bool,
+    /// Only these kinds of fault (`instance-crash`, `store-slow`, `store-past-bound`,
+    /// `etcd-stall`, `etcd-lost-replies`), as the torture run's `--faults`; `None`:
+    /// every kind the run's shape has.
+    pub fault_kinds: Option<Vec<&'static str>>,
     /// The instances' timing.
     pub settings: Settings,
     /// A holder's lease: a pause longer than this loses the lock.
@@ -82,6 +89,8 @@ impl Config {
             conditional: false,
             past_bound_faults: true,
             clock_skew: 0,
+            forged_headers: true,
+            fault_kinds: None,
             settings: Settings {
                 upstream_timeout: 200 * MS,
                 gate_budget: 500 * MS,

@@ -15,6 +15,7 @@ use crate::queue::{Nanos, MS};
 use fencekeeper::{Decision, Guard, MemoryStore, Token};
 use fencekeeper_chain::{Change, Done};
 use fencekeeper_engine::flights::{Entered, Flights, Next, Table};
+use fencekeeper_engine::forward;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
@@ -33,6 +34,9 @@ pub struct Request {
     /// Which of a few bodies it writes (conditional runs: the same bytes make the
     /// same version, as MD5 ETags do).
     pub content: u8,
+    /// A `fencing-admitted-token` the client sent itself (a lie: only the fence may
+    /// tell the store what it admitted).
+    pub forged: Option<u64>,
 }
 
 /// What the instance answered a client.
@@ -56,11 +60,12 @@ pub enum Out {
         /// The answer.
         answer: Answer,
     },
-    /// Send write `id` to the store, admitted with `token`.
+    /// Send write `id` to the store.
     Forward {
         /// The write.
         id: u64,
-        /// The admitted token (`fencing-admitted-token`).
+        /// Its `fencing-admitted-token` header, what the store takes for the token
+        /// admitted (0: none).
         token: u64,
         /// The precondition header it carries (conditional writes), name and value.
         precondition: Option<(&'static str, String)>,
@@ -172,6 +177,9 @@ pub enum Bug {
     /// the highest it lent (a write admitted, then overtaken by a higher token's lend
     /// before its own lend is made, goes on the version the higher one made).
     LendStale,
+    /// The host sets `fencing-admitted-token` only when the client sent none, so a
+    /// client's own value reaches the store.
+    HeaderKept,
     /// Etcd makes a compare-and-swap whose mark moved meanwhile (a lost race written
     /// anyway), which may lower the mark.
     CasLowers,
@@ -180,7 +188,7 @@ pub enum Bug {
 impl Bug {
     /// Every bug's name, as `--bug` takes it.
     pub const NAMES: &'static str =
-        "skip-gate, admit-stale, equal-passes, cas-lowers, lend-unchecked, lend-stale, release-given-up";
+        "skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lend-unchecked, lend-stale, release-given-up";
 
     /// Its name, as `--bug` takes it.
     pub fn name(self) -> &'static str {
@@ -191,6 +199,7 @@ impl Bug {
             Bug::LendUnchecked => "lend-unchecked",
             Bug::ReleaseGivenUp => "release-given-up",
             Bug::CasLowers => "cas-lowers",
+            Bug::HeaderKept => "header-kept",
             Bug::LendStale => "lend-stale",
         }
     }
@@ -206,6 +215,7 @@ impl std::str::FromStr for Bug {
             "lend-unchecked" => Ok(Bug::LendUnchecked),
             "release-given-up" => Ok(Bug::ReleaseGivenUp),
             "cas-lowers" => Ok(Bug::CasLowers),
+            "header-kept" => Ok(Bug::HeaderKept),
             "lend-stale" => Ok(Bug::LendStale),
             _ => Err(format!("unknown bug {s:?} ({})", Bug::NAMES)),
         }
@@ -233,6 +243,8 @@ enum State {
 struct Pending {
     resource: usize,
     token: u64,
+    /// Its `fencing-admitted-token` ([`admitted_header`]).
+    header: u64,
     state: State,
 }
 
@@ -268,6 +280,21 @@ pub(crate) fn refusal(decision: &Decision, name: &str) -> Answer {
     let reason = decision.reason(name);
     let body = if status == 503 { format!("cannot decide: {reason}") } else { reason };
     Answer { status, highest, body }
+}
+
+/// The `fencing-admitted-token` a write `req` forwarded after `decision` carries to
+/// the store (0: none), as the hosts set it: the client's own value removed (it is
+/// one of the engine's `forward::NEVER_FROM_CLIENTS`), then the admitted token set
+/// (`forward::admitted`).
+pub(crate) fn admitted_header(decision: &Decision, req: &Request, bug: Option<Bug>) -> u64 {
+    let admitted = forward::admitted(&decision.action).map(|t| first(&t));
+    let header = match bug {
+        Some(Bug::HeaderKept) => req.forged.or(admitted),
+        // A host that skipped the admit forwards the token it was presented.
+        Some(Bug::AdmitStale) => admitted.or(Some(req.token)),
+        _ => admitted,
+    };
+    header.unwrap_or(0)
 }
 
 /// The answer to a write that arrives at an instance in its start grace.
@@ -343,7 +370,7 @@ impl GuardFence {
     fn forward(&mut self, now: Nanos, id: u64, out: &mut Vec<Out>) {
         let Some(p) = self.pending.get_mut(&id) else { return };
         p.state = State::Sent;
-        out.push(Out::Forward { id, token: p.token, precondition: None });
+        out.push(Out::Forward { id, token: p.header, precondition: None });
         out.push(Out::Timer { at: now + self.settings.upstream_timeout, tag: Timer::Upstream(id).tag() });
     }
 
@@ -423,7 +450,8 @@ impl GuardFence {
             out.push(Out::Answer { id, answer: refusal(&decision, &name) });
             return;
         }
-        self.pending.insert(id, Pending { resource: req.resource, token: req.token, state: State::Held });
+        let header = admitted_header(&decision, &req, self.bug);
+        self.pending.insert(id, Pending { resource: req.resource, token: req.token, header, state: State::Held });
         let token = tok(req.token);
         if !gated {
             return self.forward(now, id, out);

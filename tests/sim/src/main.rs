@@ -31,6 +31,7 @@ struct Args {
     own_marks: bool,
     conditional: bool,
     clock_skew_ms: u64,
+    faults: Option<Vec<&'static str>>,
     bug: Option<Bug>,
     skip_faults: BTreeSet<u64>,
     skip_pauses: BTreeSet<u64>,
@@ -38,8 +39,25 @@ struct Args {
 }
 
 const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] \
-                     [--own-marks] [--clock-skew MS] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
-                     admit-stale, equal-passes, cas-lowers, lend-unchecked, lend-stale, release-given-up";
+                     [--own-marks] [--clock-skew MS] [--faults K1,K2] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
+                     admit-stale, equal-passes, header-kept, cas-lowers, lend-unchecked, lend-stale, release-given-up";
+
+/// The kinds of fault the nemesis may draw.
+const FAULT_KINDS: [&str; 5] = ["instance-crash", "store-slow", "store-past-bound", "etcd-stall", "etcd-lost-replies"];
+
+/// Comma-separated fault kinds (`store-slow,etcd-stall`).
+fn kinds(v: &str) -> Result<Vec<&'static str>, String> {
+    v.split(',')
+        .filter(|k| !k.is_empty())
+        .map(|k| {
+            FAULT_KINDS
+                .iter()
+                .find(|f| **f == k)
+                .copied()
+                .ok_or_else(|| format!("--faults: no fault {k:?} ({})", FAULT_KINDS.join(", ")))
+        })
+        .collect()
+}
 
 /// Comma-separated numbers (`1,4,7`).
 fn numbers(v: &str, name: &str) -> Result<BTreeSet<u64>, String> {
@@ -55,6 +73,7 @@ fn parse() -> Result<Args, String> {
         own_marks: false,
         conditional: false,
         clock_skew_ms: 0,
+        faults: None,
         bug: None,
         skip_faults: BTreeSet::new(),
         skip_pauses: BTreeSet::new(),
@@ -71,6 +90,7 @@ fn parse() -> Result<Args, String> {
             "--shared-gate" => args.shared_gate = true,
             "--own-marks" => args.own_marks = true,
             "--conditional" => args.conditional = true,
+            "--faults" => args.faults = Some(kinds(&value("--faults")?)?),
             "--clock-skew" => args.clock_skew_ms = number(value("--clock-skew")?, "--clock-skew")?,
             "--bug" => args.bug = Some(value("--bug")?.parse()?),
             "--skip-faults" => args.skip_faults = numbers(&value("--skip-faults")?, "--skip-faults")?,
@@ -132,6 +152,7 @@ fn main() -> ExitCode {
     config.shared_marks = !args.own_marks;
     config.bug = args.bug;
     config.clock_skew = args.clock_skew_ms * MS;
+    config.fault_kinds = args.faults.clone();
     config.skip_faults = args.skip_faults.clone();
     config.skip_pauses = args.skip_pauses.clone();
     println!("seed: {seed}");
@@ -275,6 +296,9 @@ fn replay_command(config: &Config) -> String {
     }
     if config.conditional {
         replay += " --conditional";
+    }
+    if let Some(kinds) = &config.fault_kinds {
+        replay += &format!(" --faults {}", kinds.join(","));
     }
     if config.clock_skew > 0 {
         replay += &format!(" --clock-skew {}", config.clock_skew / MS);

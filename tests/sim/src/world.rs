@@ -128,6 +128,8 @@ struct Sent {
     probe: Option<usize>,
     /// Which body it writes (conditional runs).
     content: u8,
+    /// A `fencing-admitted-token` its client sent itself.
+    forged: Option<u64>,
 }
 
 /// The counts of one run, and the checker's report on it.
@@ -446,6 +448,9 @@ impl World {
         if !self.cfg.past_bound_faults {
             self.trace.line(format_args!("no-past-bound-faults"));
         }
+        if let Some(kinds) = &self.cfg.fault_kinds {
+            self.trace.line(format_args!("fault-kinds {kinds:?}"));
+        }
         for h in 0..self.holders.len() {
             let d = self.rng.between(0, 20 * MS);
             self.q.after(d, Ev::Acquire(h));
@@ -515,7 +520,8 @@ impl World {
                     at: now,
                     received,
                     resource: w.resource.clone(),
-                    token: token.to_string(),
+                    // What the store takes for the admitted token: the header it got.
+                    token: if token == 0 { String::new() } else { token.to_string() },
                     target: target(inst),
                     id: w.id.clone(),
                 });
@@ -803,8 +809,11 @@ impl World {
             fault: fault.map(|f| self.faults[f].n),
         });
         let content = if self.cfg.conditional { self.rng.index(3) as u8 } else { 0 };
-        self.sent.push(Sent { holder, resource: r, instance: inst, open: true, probe: fault, content });
-        self.trace.line(format_args!("{now} send w{id} r{r} t{token} {} {kind:?}", target(inst)));
+        // One write in two hundred carries a header its client may not send.
+        let forged = (self.cfg.forged_headers && self.rng.chance(5_000)).then_some(token + 1_000);
+        self.sent.push(Sent { holder, resource: r, instance: inst, open: true, probe: fault, content, forged });
+        let lie = forged.map_or(String::new(), |f| format!(" forged t{f}"));
+        self.trace.line(format_args!("{now} send w{id} r{r} t{token} {} {kind:?}{lie}", target(inst)));
         let d = self.hop();
         self.q.after(d, Ev::Arrive(id));
         self.q.after(self.cfg.client_budget, Ev::ClientTimeout(id));
@@ -819,11 +828,11 @@ impl World {
         }
         let r = self.sent[id as usize].resource;
         let token = self.writes[id as usize].token.as_deref().and_then(|t| t.parse().ok()).unwrap_or(0);
-        let content = self.sent[id as usize].content;
+        let (content, forged) = (self.sent[id as usize].content, self.sent[id as usize].forged);
         self.instances[inst].open.insert(id);
         let mut out = Vec::new();
         let local = self.local(inst, now);
-        self.instances[inst].fence.request(local, Request { id, resource: r, token, content }, &mut out);
+        self.instances[inst].fence.request(local, Request { id, resource: r, token, content, forged }, &mut out);
         self.outs(now, inst, out);
     }
 
@@ -935,10 +944,22 @@ impl World {
         // Writes given up on hold their resources until the apply bound after the
         // upstream timeout: the gate's refusals meanwhile are the fault's doing.
         let lingers = (s.upstream_timeout + s.apply_bound) / MS + 2;
-        // Conditional runs add the chain store's faults; other runs draw as before.
+        // Etcd's faults only where marks or chains are in etcd.
         let etcd = self.cfg.conditional || (self.cfg.shared_marks && self.cfg.etcd_marks);
         let pick = self.rng.between(0, if etcd { 13 } else { 9 });
-        let (kind, targets, lingers_ms, detail) = if pick < 4 {
+        let mut kind = match pick {
+            0..=3 => "instance-crash",
+            4..=7 => "store-slow",
+            8 | 9 if self.cfg.past_bound_faults => "store-past-bound",
+            8 | 9 => "store-slow",
+            10 | 11 => "etcd-stall",
+            _ => "etcd-lost-replies",
+        };
+        // Only the kinds asked for: the draw picks among them.
+        if let Some(kinds) = self.cfg.fault_kinds.as_ref().filter(|k| !k.is_empty() && !k.contains(&kind)) {
+            kind = kinds[pick as usize % kinds.len()];
+        }
+        let (kind, targets, lingers_ms, detail) = if kind == "instance-crash" {
             let inst = self.rng.index(self.instances.len());
             let down = self.rng.between(50 * MS, 1_000 * MS);
             let i = &mut self.instances[inst];
@@ -971,19 +992,19 @@ impl World {
             let targets = if shared { all } else { vec![target(inst)] };
             let lingers = lingers.max(s.start_grace / MS + 2);
             ("instance-crash", targets, lingers, format!("{} down for {} ms", target(inst), down / MS))
-        } else if pick < 8 || (pick < 10 && !self.cfg.past_bound_faults) {
+        } else if kind == "store-slow" {
             self.slow += 1;
             let span = self.rng.between(100 * MS, 1_000 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
             ("store-slow", all, lingers, format!("for {} ms", span / MS))
-        } else if pick < 10 {
+        } else if kind == "store-past-bound" {
             self.past_bound += 1;
             let span = self.rng.between(100 * MS, 500 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
             // Its writes take up to twice the bound: so long they may hold the gate.
             let lingers = lingers + s.apply_bound / MS;
             ("store-past-bound", all, lingers, format!("for {} ms", span / MS))
-        } else if pick < 12 {
+        } else if kind == "etcd-stall" {
             self.stalled += 1;
             let span = self.rng.between(100 * MS, 1_000 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
