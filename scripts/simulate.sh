@@ -29,7 +29,7 @@ while (($#)); do
     case "$1" in
         --seed) seed="$2"; shift 2 ;;
         --requests | --seconds | --bug | --skip-faults | --skip-pauses | --clock-skew | --faults) args+=("$1" "$2"); shift 2 ;;
-        --shared-gate | --own-marks | --conditional | --no-shrink) args+=("$1"); shift ;;
+        --shared-gate | --own-marks | --conditional | --filter | --no-shrink) args+=("$1"); shift ;;
         -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
         *) echo "simulate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

@@ -557,6 +557,11 @@ impl Proxy {
         self.settle();
     }
 
+    /// The clock, in milliseconds since the proxy started.
+    pub fn now_ms(&self) -> u64 {
+        self.world.borrow().now_ms
+    }
+
     /// Move the clock by `ms`, firing every root's tick as it comes due.
     pub fn advance(&mut self, ms: u64) {
         let until = self.world.borrow().now_ms + ms;

@@ -48,6 +48,9 @@ pub struct Config {
     /// `etcd-stall`, `etcd-lost-replies`), as the torture run's `--faults`; `None`:
     /// every kind the run's shape has.
     pub fault_kinds: Option<Vec<&'static str>>,
+    /// Each instance is the Envoy filter's `.wasm` in the in-process proxy-wasm host,
+    /// its marks its own shared data (with `shared_marks` off).
+    pub filter: bool,
     /// The instances' timing.
     pub settings: Settings,
     /// A holder's lease: a pause longer than this loses the lock.
@@ -91,6 +94,7 @@ impl Config {
             clock_skew: 0,
             forged_headers: true,
             fault_kinds: None,
+            filter: false,
             settings: Settings {
                 upstream_timeout: 200 * MS,
                 gate_budget: 500 * MS,
@@ -109,6 +113,13 @@ impl Config {
             skip_faults: BTreeSet::new(),
             skip_pauses: BTreeSet::new(),
         }
+    }
+
+    /// The defaults with the Envoy filter as every instance: each Envoy's marks are its
+    /// own shared data, which die with it, so no instance crashes are drawn.
+    pub fn filter(seed: u64, requests: u64) -> Config {
+        let faults = vec!["store-slow", "store-past-bound"];
+        Config { filter: true, shared_marks: false, fault_kinds: Some(faults), ..Config::new(seed, requests) }
     }
 
     /// The defaults with conditional writes: no start grace (the chain and the store's

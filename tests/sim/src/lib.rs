@@ -10,6 +10,8 @@
 //! * [`conditional`]: an instance with conditional writes: the library's admit and
 //!   the engine's conditional-write machine ([`conditional::ConditionalFence`]);
 //! * [`etcd`]: marks in a simulated etcd, the library's async admit polled by hand;
+//! * [`filter`]: an instance that is the Envoy filter's `.wasm` in the in-process
+//!   proxy-wasm host;
 //! * [`world`]: the lock service, the holders, the store, the faults, and the history
 //!   the shared checker (`fencekeeper-check`, the torture run's rules) judges;
 //! * [`config`]: a run's shape and timing, and the faults and pauses it skips;
@@ -19,6 +21,7 @@ pub mod conditional;
 pub mod config;
 pub mod etcd;
 pub mod fence;
+pub mod filter;
 pub mod queue;
 pub mod rng;
 pub mod shrink;

@@ -30,6 +30,7 @@ struct Args {
     shared_gate: bool,
     own_marks: bool,
     conditional: bool,
+    filter: bool,
     clock_skew_ms: u64,
     faults: Option<Vec<&'static str>>,
     bug: Option<Bug>,
@@ -38,7 +39,7 @@ struct Args {
     no_shrink: bool,
 }
 
-const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] \
+const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional | --filter] \
                      [--own-marks] [--clock-skew MS] [--faults K1,K2] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
                      admit-stale, equal-passes, header-kept, cas-lowers, lend-unchecked, lend-stale, release-given-up";
 
@@ -72,6 +73,7 @@ fn parse() -> Result<Args, String> {
         shared_gate: false,
         own_marks: false,
         conditional: false,
+        filter: false,
         clock_skew_ms: 0,
         faults: None,
         bug: None,
@@ -90,6 +92,7 @@ fn parse() -> Result<Args, String> {
             "--shared-gate" => args.shared_gate = true,
             "--own-marks" => args.own_marks = true,
             "--conditional" => args.conditional = true,
+            "--filter" => args.filter = true,
             "--faults" => args.faults = Some(kinds(&value("--faults")?)?),
             "--clock-skew" => args.clock_skew_ms = number(value("--clock-skew")?, "--clock-skew")?,
             "--bug" => args.bug = Some(value("--bug")?.parse()?),
@@ -102,6 +105,11 @@ fn parse() -> Result<Args, String> {
     }
     if args.shared_gate && args.conditional {
         return Err("give --shared-gate or --conditional, not both: conditional writes need no ordering gate".into());
+    }
+    if args.filter && (args.shared_gate || args.conditional) {
+        return Err("--filter runs Envoy's filter with its marks in its own shared data: not with --shared-gate or \
+                    --conditional"
+            .into());
     }
     if args.shared_gate && args.clock_skew_ms > 0 {
         return Err(
@@ -147,12 +155,20 @@ fn main() -> ExitCode {
     };
     let seed = args.seed.unwrap_or_else(random_seed);
     let requests = args.requests.unwrap_or(if args.seconds.is_some() { u64::MAX } else { 100_000 });
-    let mut config = if args.conditional { Config::conditional(seed, requests) } else { Config::new(seed, requests) };
+    let mut config = if args.conditional {
+        Config::conditional(seed, requests)
+    } else if args.filter {
+        Config::filter(seed, requests)
+    } else {
+        Config::new(seed, requests)
+    };
     config.shared_gate = args.shared_gate;
-    config.shared_marks = !args.own_marks;
+    config.shared_marks = !args.own_marks && !args.filter;
     config.bug = args.bug;
     config.clock_skew = args.clock_skew_ms * MS;
-    config.fault_kinds = args.faults.clone();
+    if args.faults.is_some() {
+        config.fault_kinds = args.faults.clone();
+    }
     config.skip_faults = args.skip_faults.clone();
     config.skip_pauses = args.skip_pauses.clone();
     println!("seed: {seed}");
@@ -291,11 +307,14 @@ fn replay_command(config: &Config) -> String {
     if config.shared_gate {
         replay += " --shared-gate";
     }
-    if !config.shared_marks {
+    if !config.shared_marks && !config.filter {
         replay += " --own-marks";
     }
     if config.conditional {
         replay += " --conditional";
+    }
+    if config.filter {
+        replay += " --filter";
     }
     if let Some(kinds) = &config.fault_kinds {
         replay += &format!(" --faults {}", kinds.join(","));

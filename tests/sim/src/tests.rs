@@ -301,3 +301,21 @@ fn a_fence_that_passes_a_clients_own_admitted_token_header_is_caught() {
         );
     }
 }
+
+#[test]
+fn the_envoy_filters_own_binary_breaks_no_rule_and_without_its_gate_is_caught() {
+    // Each instance is the committed filter .wasm in the in-process proxy-wasm host:
+    // its own admit, its own gate over shared data, clients' forged headers stripped.
+    for seed in 1..=2 {
+        let o = sim(&Config::filter(seed, 10_000));
+        assert_eq!(o.violations(), 0, "{}", findings(&o));
+        for class in ["stored", "stale", "upstream-failed"] {
+            assert!(o.report.classes.get(class).copied().unwrap_or(0) > 0, "no {class}: {:?}", o.report.classes);
+        }
+    }
+    // The same binary configured with its gate off ("gate": null, documented unsafe).
+    for seed in 1..=3 {
+        let o = sim(&Config { bug: Some(Bug::SkipGate), ..Config::filter(seed, 20_000) });
+        assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: the gate's absence not found");
+    }
+}

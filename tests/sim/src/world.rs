@@ -21,6 +21,7 @@ use crate::conditional::ConditionalFence;
 use crate::config::Config;
 use crate::etcd::{Admits, Answer as EtcdAnswer, Call, Client, SharedServer};
 use crate::fence::{registry, Answer, Bug, Fence, GuardFence, Out, Request};
+use crate::filter::FilterFence;
 use crate::queue::{Nanos, Queue, MS};
 use crate::rng::Rng;
 use crate::trace::Trace;
@@ -178,12 +179,15 @@ impl Outcome {
 pub enum SimError {
     /// The bundled validator did not load.
     Validator(String),
+    /// The Envoy filter's `.wasm` did not load or start.
+    Filter(String),
 }
 
 impl std::fmt::Display for SimError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SimError::Validator(e) => write!(f, "the bundled validator did not load: {e}"),
+            SimError::Filter(e) => f.write_str(e),
         }
     }
 }
@@ -204,7 +208,7 @@ fn validator() -> Result<Arc<Validator>, SimError> {
 /// number sent so far, so that `(seed, requests)` replays it.
 pub fn run(config: &Config, stop: Option<&dyn Fn() -> bool>) -> Result<Outcome, SimError> {
     let validator = validator()?;
-    let mut world = World::new(config.clone(), validator);
+    let mut world = World::new(config.clone(), validator)?;
     world.start();
     while let Some(ev) = world.q.take() {
         world.handle(ev, stop);
@@ -309,7 +313,7 @@ fn instance_of(target: &str) -> usize {
 }
 
 impl World {
-    fn new(cfg: Config, validator: Arc<Validator>) -> World {
+    fn new(cfg: Config, validator: Arc<Validator>) -> Result<World, SimError> {
         let n = cfg.instances.max(1);
         let mut shape = Shape::default();
         for i in 0..n {
@@ -347,20 +351,23 @@ impl World {
                     Admits::new(GuardFence::memory_guard(validator.clone()), None)
                 };
                 let gate = if cfg.shared_gate { shared_registry.clone() } else { registry() };
-                let fence: Box<dyn Fence> = if cfg.conditional {
+                let fence: Box<dyn Fence> = if cfg.filter {
+                    let fence = FilterFence::new(names.clone(), cfg.settings, cfg.bug).map_err(SimError::Filter)?;
+                    Box::new(fence)
+                } else if cfg.conditional {
                     Box::new(ConditionalFence::new(admits, names.clone(), cfg.settings, cfg.bug))
                 } else {
                     Box::new(GuardFence::new(i, admits, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug))
                 };
-                Instance { fence, up: true, incarnation: 0, open: BTreeSet::new() }
+                Ok(Instance { fence, up: true, incarnation: 0, open: BTreeSet::new() })
             })
-            .collect();
+            .collect::<Result<_, SimError>>()?;
         let holders = (0..holders_end)
             .flat_map(|r| (0..cfg.holders_per_resource).map(move |_| r))
             .map(|resource| Holder { resource, token: 0, writes_left: 0, late_left: 0, lost: false })
             .collect();
         let (cfg_shared, names_len) = (cfg.shared_marks, names.len());
-        World {
+        Ok(World {
             rng: Rng::new(cfg.seed),
             trace: Trace::new(focus(&cfg.focus, &names), cfg.focus_until),
             locks: (0..names.len()).map(|_| Lock::default()).collect(),
@@ -394,7 +401,7 @@ impl World {
             fault_slots: 0,
             pause_slots: 0,
             pause_ordinals: Vec::new(),
-        }
+        })
     }
 
     /// A network hop: 50 to 500 µs.
@@ -447,6 +454,9 @@ impl World {
         }
         if !self.cfg.past_bound_faults {
             self.trace.line(format_args!("no-past-bound-faults"));
+        }
+        if self.cfg.filter {
+            self.trace.line(format_args!("envoy-filter"));
         }
         if let Some(kinds) = &self.cfg.fault_kinds {
             self.trace.line(format_args!("fault-kinds {kinds:?}"));
@@ -1058,6 +1068,11 @@ impl World {
     }
 
     fn snapshot(&mut self, now: Nanos, after_fault: Option<u64>, source: String, inst: usize) {
+        // The filter's marks are in its shared data, which the simulator does not
+        // decode: no read-back, and the third rule is not judged.
+        if self.cfg.filter {
+            return;
+        }
         let fence = &self.instances[inst].fence;
         let marks: BTreeMap<String, String> =
             (0..self.names.len()).filter_map(|r| Some((self.names[r].clone(), fence.mark(r)?.to_string()))).collect();
