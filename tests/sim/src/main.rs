@@ -14,6 +14,15 @@
 //! pauses by number, as the shrunk replay command does; `--no-shrink` prints the
 //! run's own trace lines instead.
 
+/// A line on standard output. A reader that went away (`| head`) ends the output, not
+/// the run: the line is dropped, and the exit code still says what the run found.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 use fencekeeper_sim::fence::Bug;
 use fencekeeper_sim::queue::MS;
 use fencekeeper_sim::shrink::{self, Budget, Shrunk};
@@ -171,7 +180,7 @@ fn main() -> ExitCode {
     }
     config.skip_faults = args.skip_faults.clone();
     config.skip_pauses = args.skip_pauses.clone();
-    println!("seed: {seed}");
+    out!("seed: {seed}");
     let (wall, cpu) = (Instant::now(), cpu_seconds());
     let deadline = args.seconds.map(|s| wall + Duration::from_secs(s));
     let stop = move || deadline.is_some_and(|d| Instant::now() >= d);
@@ -185,17 +194,17 @@ fn main() -> ExitCode {
     let elapsed = wall.elapsed().as_secs_f64();
     let cpu = cpu.zip(cpu_seconds()).map(|(a, b)| b - a);
     let r = &outcome.report;
-    println!("requests: {} (and {} probes)", outcome.requests, outcome.probes);
-    println!("virtual time: {:.1} s", outcome.virtual_time as f64 / (1000.0 * MS as f64));
-    println!("store applied: {}", outcome.landed);
-    println!("answers: {}", r.classes.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", "));
-    println!(
+    out!("requests: {} (and {} probes)", outcome.requests, outcome.probes);
+    out!("virtual time: {:.1} s", outcome.virtual_time as f64 / (1000.0 * MS as f64));
+    out!("store applied: {}", outcome.landed);
+    out!("answers: {}", r.classes.iter().map(|(c, n)| format!("{c} {n}")).collect::<Vec<_>>().join(", "));
+    out!(
         "faults: {}; holders paused {} (past their lease {})",
         outcome.faults.iter().map(|(k, n)| format!("{k} {n}")).collect::<Vec<_>>().join(", "),
         outcome.pauses.0,
         outcome.pauses.1
     );
-    println!(
+    out!(
         "counted apart: bound exceeded {}, window hits {}, crash hits {}",
         r.bound_exceeded.len(),
         r.window_hits.len(),
@@ -205,7 +214,7 @@ fn main() -> ExitCode {
     // a reader sees which (with conditional writes: a version that came back after a
     // given-up write's lend ended, docs/architecture.md).
     for f in r.bound_exceeded.iter().take(3) {
-        println!("  bound exceeded: {}", f.message);
+        out!("  bound exceeded: {}", f.message);
     }
     let rate = |secs: f64| {
         if secs > 0.0 {
@@ -215,20 +224,20 @@ fn main() -> ExitCode {
         }
     };
     match cpu {
-        Some(c) => println!(
+        Some(c) => out!(
             "took: {elapsed:.1} s, {c:.1} s CPU ({} requests per CPU-second; the checker {:.1} s of it)",
             rate(c),
             outcome.checked_in.as_secs_f64()
         ),
-        None => println!("took: {elapsed:.1} s ({} requests per second)", rate(elapsed)),
+        None => out!("took: {elapsed:.1} s ({} requests per second)", rate(elapsed)),
     }
-    println!("violations: {}", outcome.violations());
-    println!("digest: {} ({} trace lines)", outcome.digest, outcome.lines);
+    out!("violations: {}", outcome.violations());
+    out!("digest: {} ({} trace lines)", outcome.digest, outcome.lines);
     if outcome.violations() == 0 {
         return ExitCode::SUCCESS;
     }
     for f in r.violations.iter().take(10) {
-        println!("  rule {}: {}", f.rule, f.message);
+        out!("  rule {}: {}", f.rule, f.message);
     }
     // The run replays exactly, and so does a smaller config that still fails: print
     // the trace lines of the shrunk run's first finding, or of this run's.
@@ -237,9 +246,9 @@ fn main() -> ExitCode {
     if shrunk.is_none() {
         print_focused(&config, &outcome);
     }
-    println!("replay: {}", replay_command(&config));
+    out!("replay: {}", replay_command(&config));
     if let Some(s) = shrunk {
-        println!("replay shrunk: {}", replay_command(&s.config));
+        out!("replay shrunk: {}", replay_command(&s.config));
     }
     ExitCode::FAILURE
 }
@@ -251,12 +260,12 @@ fn shrink_and_print(config: &Config, outcome: &Outcome) -> Option<Shrunk> {
     let s = match shrink::shrink(config, outcome, Budget::default()) {
         Ok(s) => s?,
         Err(e) => {
-            println!("the shrink failed: {e}");
+            out!("the shrink failed: {e}");
             return None;
         }
     };
     let (b, a) = (s.before, s.after);
-    println!(
+    out!(
         "shrunk: requests {} -> {}, faults {} -> {}, pauses {} -> {} ({} runs, {:.1} s{})",
         b.requests,
         a.requests,
@@ -268,17 +277,17 @@ fn shrink_and_print(config: &Config, outcome: &Outcome) -> Option<Shrunk> {
         s.took.as_secs_f64(),
         if s.exhausted { "; the budget ran out" } else { "" }
     );
-    println!("shrunk digest: {} ({} trace lines)", s.digest, s.outcome.lines);
+    out!("shrunk digest: {} ({} trace lines)", s.digest, s.outcome.lines);
     if let Some(f) = s.outcome.report.violations.iter().find(|f| f.rule == s.rule) {
-        println!("  rule {}: {}", f.rule, f.message);
+        out!("  rule {}: {}", f.rule, f.message);
     }
     if s.outcome.digest == s.digest {
-        println!("the shrunk run's first finding's writes and resource in the trace, up to where it shows (replayed):");
+        out!("the shrunk run's first finding's writes and resource in the trace, up to where it shows (replayed):");
         for line in &s.outcome.focused {
-            println!("  {line}");
+            out!("  {line}");
         }
     } else {
-        println!("the replay's digest is {}, not {}: the shrunk run did not replay", s.outcome.digest, s.digest);
+        out!("the replay's digest is {}, not {}: the shrunk run did not replay", s.outcome.digest, s.digest);
     }
     Some(s)
 }
@@ -289,15 +298,15 @@ fn print_focused(config: &Config, outcome: &Outcome) {
     let Some(rule) = outcome.report.violations.first().map(|f| f.rule) else { return };
     match shrink::focused(config, outcome, rule) {
         Ok(again) if again.digest == outcome.digest => {
-            println!("the first finding's writes and resource in the trace, up to where it shows (replayed):");
+            out!("the first finding's writes and resource in the trace, up to where it shows (replayed):");
             for line in &again.focused {
-                println!("  {line}");
+                out!("  {line}");
             }
         }
         Ok(again) => {
-            println!("the replay's digest is {}, not {}: the run did not replay", again.digest, outcome.digest)
+            out!("the replay's digest is {}, not {}: the run did not replay", again.digest, outcome.digest)
         }
-        Err(e) => println!("the replay failed: {e}"),
+        Err(e) => out!("the replay failed: {e}"),
     }
 }
 
