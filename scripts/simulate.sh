@@ -2,13 +2,14 @@
 # The deterministic simulator (tests/sim/README.md): lock holders, fence instances and
 # a slow store on a virtual clock, one thread, every draw from one seed, judged by the
 # torture checker's rules. Bugs, put in on purpose to show the checker finds them:
-# skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, and with
-# --conditional lend-unchecked, lend-stale, release-given-up. --faults draws only
-# those kinds: instance-crash, store-slow, store-past-bound, etcd-stall,
-# etcd-lost-replies.
+# skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lost-marks (with
+# --file-marks), and with --conditional lend-unchecked, lend-stale, release-given-up.
+# --faults draws only those kinds: instance-crash, store-slow, store-past-bound,
+# etcd-stall, etcd-lost-replies. --filter: the instances are the Envoy filter's .wasm.
 #
 #   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
-#                       [--shared-gate | --conditional] [--own-marks] [--clock-skew MS]
+#                       [--shared-gate | --conditional | --filter]
+#                       [--own-marks | --file-marks] [--clock-skew MS]
 #                       [--faults K1,K2] [--bug NAME]
 #                       [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]
 #
@@ -29,8 +30,8 @@ while (($#)); do
     case "$1" in
         --seed) seed="$2"; shift 2 ;;
         --requests | --seconds | --bug | --skip-faults | --skip-pauses | --clock-skew | --faults) args+=("$1" "$2"); shift 2 ;;
-        --shared-gate | --own-marks | --conditional | --filter | --no-shrink) args+=("$1"); shift ;;
-        -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+        --shared-gate | --own-marks | --file-marks | --conditional | --filter | --no-shrink) args+=("$1"); shift ;;
+        -h | --help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "simulate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -215,6 +215,7 @@ impl Fence for ConditionalFence {
     }
 
     fn restart(&mut self, now: Nanos) {
+        self.admits.restart();
         self.grace_until = now + self.settings.start_grace;
     }
 

@@ -51,6 +51,10 @@ pub struct Config {
     /// Each instance is the Envoy filter's `.wasm` in the in-process proxy-wasm host,
     /// its marks its own shared data (with `shared_marks` off).
     pub filter: bool,
+    /// With `shared_marks` off, each instance's marks are in the library's file store
+    /// (a file in a directory of the run's own, removed after it), opened again when
+    /// the instance restarts; else in a memory store kept across its crashes.
+    pub file_marks: bool,
     /// The instances' timing.
     pub settings: Settings,
     /// A holder's lease: a pause longer than this loses the lock.
@@ -95,6 +99,7 @@ impl Config {
             forged_headers: true,
             fault_kinds: None,
             filter: false,
+            file_marks: false,
             settings: Settings {
                 upstream_timeout: 200 * MS,
                 gate_budget: 500 * MS,

@@ -11,11 +11,12 @@
 //! are handed to the world ([`Admits`]). Nothing about the loop (reads, swaps, lost
 //! races, confirms, provenance off) is the simulator's own.
 
-use crate::fence::{Out, Request};
+use crate::fence::{Bug, Out, Request};
 use fencekeeper::store::{AwaitableMarks, Pending, Read};
-use fencekeeper::{Decision, Guard, MarkStore, StoreError, Swap, Token};
+use fencekeeper::{Decision, FileStore, Guard, MarkStore, StoreError, Swap, Token, Validator};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -217,6 +218,26 @@ impl MarkStore for Client {
     }
 }
 
+/// A guard with the bundled validator over the library's file store at `path`.
+fn file_guard(validator: &Arc<Validator>, path: &Path) -> Result<Arc<Guard>, String> {
+    let store = FileStore::open(path).map_err(|e| format!("the file store {} did not open: {e}", path.display()))?;
+    Ok(Arc::new(Guard::new(validator.clone(), Arc::new(store))))
+}
+
+/// A file store that did not open again after a crash: every call fails with why, so
+/// every admit is undecided (503) and the run shows it.
+struct Unopened(String);
+
+impl MarkStore for Unopened {
+    fn get(&self, _: &str) -> Result<Option<Token>, StoreError> {
+        Err(StoreError::Unavailable(self.0.clone()))
+    }
+
+    fn compare_and_swap(&self, _: &str, _: Option<&Token>, _: &Token) -> Result<Swap, StoreError> {
+        Err(StoreError::Unavailable(self.0.clone()))
+    }
+}
+
 /// An admit in progress.
 type Admitting = Pin<Box<dyn Future<Output = Decision>>>;
 
@@ -227,13 +248,41 @@ pub struct Admits {
     client: Option<Arc<Client>>,
     admitting: BTreeMap<u64, (Request, Admitting)>,
     waiting: BTreeMap<u64, u64>,
+    /// Marks in the library's file store: its file, opened again after a crash.
+    file: Option<(PathBuf, Arc<Validator>)>,
+    /// A bug: the file is gone when the instance starts again (a store kept on a
+    /// disk that did not survive the restart).
+    lose_file: bool,
 }
 
 impl Admits {
     /// Admits through `guard`, whose store is `client` when marks are in etcd (else
     /// each admit is made at once).
     pub fn new(guard: Arc<Guard>, client: Option<Arc<Client>>) -> Admits {
-        Admits { guard, client, admitting: BTreeMap::new(), waiting: BTreeMap::new() }
+        let (admitting, waiting) = (BTreeMap::new(), BTreeMap::new());
+        Admits { guard, client, admitting, waiting, file: None, lose_file: false }
+    }
+
+    /// Admits over the library's file store at `path` (created when missing), as the
+    /// gateway's `--store`; with `bug` [`Bug::LostMarks`], the file is gone at each
+    /// restart.
+    pub fn file(validator: Arc<Validator>, path: PathBuf, bug: Option<Bug>) -> Result<Admits, String> {
+        let guard = file_guard(&validator, &path)?;
+        let lose_file = bug == Some(Bug::LostMarks);
+        Ok(Admits { file: Some((path, validator)), lose_file, ..Admits::new(guard, None) })
+    }
+
+    /// The instance starts again after a crash: a file store is opened again from its
+    /// file (what a new process finds there), after the old one is closed.
+    pub fn restart(&mut self) {
+        let Some((path, validator)) = &self.file else { return };
+        // The old store closes first: one process holds the file at a time.
+        self.guard = Arc::new(Guard::new(validator.clone(), Arc::new(Unopened(String::new()))));
+        if self.lose_file {
+            let _ = std::fs::remove_file(path);
+        }
+        self.guard = file_guard(validator, path)
+            .unwrap_or_else(|why| Arc::new(Guard::new(validator.clone(), Arc::new(Unopened(why)))));
     }
 
     /// The resource's mark, read at once (the check after a wait, the marks read back

@@ -180,6 +180,9 @@ pub enum Bug {
     /// The host sets `fencing-admitted-token` only when the client sent none, so a
     /// client's own value reaches the store.
     HeaderKept,
+    /// With file stores: the file is gone when an instance starts again (kept on a
+    /// disk that did not survive the restart), so its marks start empty.
+    LostMarks,
     /// Etcd makes a compare-and-swap whose mark moved meanwhile (a lost race written
     /// anyway), which may lower the mark.
     CasLowers,
@@ -188,7 +191,7 @@ pub enum Bug {
 impl Bug {
     /// Every bug's name, as `--bug` takes it.
     pub const NAMES: &'static str =
-        "skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lend-unchecked, lend-stale, release-given-up";
+        "skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lost-marks, lend-unchecked, lend-stale, release-given-up";
 
     /// Its name, as `--bug` takes it.
     pub fn name(self) -> &'static str {
@@ -200,6 +203,7 @@ impl Bug {
             Bug::ReleaseGivenUp => "release-given-up",
             Bug::CasLowers => "cas-lowers",
             Bug::HeaderKept => "header-kept",
+            Bug::LostMarks => "lost-marks",
             Bug::LendStale => "lend-stale",
         }
     }
@@ -216,6 +220,7 @@ impl std::str::FromStr for Bug {
             "release-given-up" => Ok(Bug::ReleaseGivenUp),
             "cas-lowers" => Ok(Bug::CasLowers),
             "header-kept" => Ok(Bug::HeaderKept),
+            "lost-marks" => Ok(Bug::LostMarks),
             "lend-stale" => Ok(Bug::LendStale),
             _ => Err(format!("unknown bug {s:?} ({})", Bug::NAMES)),
         }
@@ -552,6 +557,7 @@ impl Fence for GuardFence {
     }
 
     fn restart(&mut self, now: Nanos) {
+        self.admits.restart();
         self.grace_until = now + self.settings.start_grace;
     }
 

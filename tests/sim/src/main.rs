@@ -40,6 +40,7 @@ struct Args {
     own_marks: bool,
     conditional: bool,
     filter: bool,
+    file_marks: bool,
     clock_skew_ms: u64,
     faults: Option<Vec<&'static str>>,
     bug: Option<Bug>,
@@ -49,8 +50,8 @@ struct Args {
 }
 
 const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional | --filter] \
-                     [--own-marks] [--clock-skew MS] [--faults K1,K2] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
-                     admit-stale, equal-passes, header-kept, cas-lowers, lend-unchecked, lend-stale, release-given-up";
+                     [--own-marks | --file-marks] [--clock-skew MS] [--faults K1,K2] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
+                     admit-stale, equal-passes, header-kept, cas-lowers, lost-marks, lend-unchecked, lend-stale, release-given-up";
 
 /// The kinds of fault the nemesis may draw.
 const FAULT_KINDS: [&str; 5] = ["instance-crash", "store-slow", "store-past-bound", "etcd-stall", "etcd-lost-replies"];
@@ -83,6 +84,7 @@ fn parse() -> Result<Args, String> {
         own_marks: false,
         conditional: false,
         filter: false,
+        file_marks: false,
         clock_skew_ms: 0,
         faults: None,
         bug: None,
@@ -102,6 +104,7 @@ fn parse() -> Result<Args, String> {
             "--own-marks" => args.own_marks = true,
             "--conditional" => args.conditional = true,
             "--filter" => args.filter = true,
+            "--file-marks" => args.file_marks = true,
             "--faults" => args.faults = Some(kinds(&value("--faults")?)?),
             "--clock-skew" => args.clock_skew_ms = number(value("--clock-skew")?, "--clock-skew")?,
             "--bug" => args.bug = Some(value("--bug")?.parse()?),
@@ -114,6 +117,9 @@ fn parse() -> Result<Args, String> {
     }
     if args.shared_gate && args.conditional {
         return Err("give --shared-gate or --conditional, not both: conditional writes need no ordering gate".into());
+    }
+    if args.file_marks && (args.filter || args.shared_gate) {
+        return Err("--file-marks gives each instance its own file store: not with --filter or --shared-gate".into());
     }
     if args.filter && (args.shared_gate || args.conditional) {
         return Err("--filter runs Envoy's filter with its marks in its own shared data: not with --shared-gate or \
@@ -172,7 +178,8 @@ fn main() -> ExitCode {
         Config::new(seed, requests)
     };
     config.shared_gate = args.shared_gate;
-    config.shared_marks = !args.own_marks && !args.filter;
+    config.shared_marks = !args.own_marks && !args.filter && !args.file_marks;
+    config.file_marks = args.file_marks;
     config.bug = args.bug;
     config.clock_skew = args.clock_skew_ms * MS;
     if args.faults.is_some() {
@@ -316,7 +323,9 @@ fn replay_command(config: &Config) -> String {
     if config.shared_gate {
         replay += " --shared-gate";
     }
-    if !config.shared_marks && !config.filter {
+    if config.file_marks {
+        replay += " --file-marks";
+    } else if !config.shared_marks && !config.filter {
         replay += " --own-marks";
     }
     if config.conditional {

@@ -319,3 +319,20 @@ fn the_envoy_filters_own_binary_breaks_no_rule_and_without_its_gate_is_caught() 
         assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: the gate's absence not found");
     }
 }
+
+#[test]
+fn marks_in_the_librarys_file_store_survive_every_restart_and_a_lost_file_is_caught() {
+    // Each instance's marks in a file store of its own, closed at a crash and opened
+    // again from the file at the restart: the marks read back then are judged (rule 3).
+    for seed in 1..=3 {
+        let o = sim(&only(
+            &["instance-crash", "store-slow"],
+            Config { file_marks: true, shared_marks: false, ..Config::new(seed, 20_000) },
+        ));
+        assert_eq!(o.violations(), 0, "{}", findings(&o));
+        assert!(o.faults.get("instance-crash").copied().unwrap_or(0) > 0, "{:?}", o.faults);
+    }
+    let lost = Config { file_marks: true, shared_marks: false, bug: Some(Bug::LostMarks), ..Config::new(1, 20_000) };
+    let o = sim(&only(&["instance-crash"], lost));
+    assert!(o.report.violations.iter().any(|f| f.rule == 3), "lost-marks not found");
+}

@@ -181,13 +181,15 @@ pub enum SimError {
     Validator(String),
     /// The Envoy filter's `.wasm` did not load or start.
     Filter(String),
+    /// A file store's directory could not be made, or a store did not open.
+    Store(String),
 }
 
 impl std::fmt::Display for SimError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SimError::Validator(e) => write!(f, "the bundled validator did not load: {e}"),
-            SimError::Filter(e) => f.write_str(e),
+            SimError::Filter(e) | SimError::Store(e) => f.write_str(e),
         }
     }
 }
@@ -252,6 +254,8 @@ struct World {
     losing: u32,
     /// The marks in etcd (shared marks with `etcd_marks`).
     server: SharedServer,
+    /// The directory of the instances' file stores (`file_marks`), removed at the end.
+    _files: Files,
     /// Each instance's clock offset from the world's (ns).
     offsets: Vec<i64>,
     /// Faults drawn and pauses drawn so far, skipped ones included: the numbers
@@ -259,6 +263,31 @@ struct World {
     fault_slots: u64,
     pause_slots: u64,
     pause_ordinals: Vec<(u64, bool)>,
+}
+
+/// The directory the instances' file stores are in, for one run: made empty, and
+/// removed when the run ends. Its path is in no trace line.
+struct Files {
+    path: std::path::PathBuf,
+}
+
+impl Files {
+    fn new(cfg: &Config) -> Result<Files, String> {
+        static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("fencekeeper-sim-{}-{run}", std::process::id()));
+        if cfg.file_marks {
+            let _ = std::fs::remove_dir_all(&path);
+            std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok(Files { path })
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }
 
 /// The resources and their groups.
@@ -337,6 +366,7 @@ impl World {
         let shared_store = GuardFence::memory_guard(validator.clone());
         let shared_registry = registry();
         let server = SharedServer::default();
+        let files = Files::new(&cfg).map_err(SimError::Store)?;
         let instances = (0..n)
             .map(|i| {
                 // Shared marks are in etcd, each instance its own client; or in one
@@ -347,6 +377,9 @@ impl World {
                     Admits::new(Arc::new(Guard::new(validator.clone(), client.clone())), Some(client))
                 } else if cfg.shared_marks {
                     Admits::new(shared_store.clone(), None)
+                } else if cfg.file_marks {
+                    Admits::file(validator.clone(), files.path.join(format!("{}.redb", target(i))), cfg.bug)
+                        .map_err(SimError::Store)?
                 } else {
                     Admits::new(GuardFence::memory_guard(validator.clone()), None)
                 };
@@ -397,6 +430,7 @@ impl World {
             stalled: 0,
             losing: 0,
             server,
+            _files: files,
             offsets: vec![0; n],
             fault_slots: 0,
             pause_slots: 0,
@@ -457,6 +491,9 @@ impl World {
         }
         if self.cfg.filter {
             self.trace.line(format_args!("envoy-filter"));
+        }
+        if self.cfg.file_marks && !self.cfg.shared_marks {
+            self.trace.line(format_args!("file-marks"));
         }
         if let Some(kinds) = &self.cfg.fault_kinds {
             self.trace.line(format_args!("fault-kinds {kinds:?}"));
