@@ -12,7 +12,8 @@
 //! keeps it, so that the store's late answer settles its lend; a crash loses every
 //! machine, and the lends they left end at their term.
 
-use crate::etcd::{Admits, Answer as EtcdAnswer};
+use crate::admits::Admits;
+use crate::etcd::Answer as EtcdAnswer;
 use crate::fence::{admitted_header, in_grace, refusal, tok, Answer, Bug, Fence, Out, Request, Settings};
 use crate::queue::{Nanos, MS};
 use fencekeeper::Decision;

@@ -10,7 +10,8 @@
 //! store apply bound and a start grace. Several instances share one flight table for
 //! the shared gate; a crash abandons an instance's flights there, as a lease would.
 
-use crate::etcd::{Admits, Answer as EtcdAnswer, Call};
+use crate::admits::Admits;
+use crate::etcd::{Answer as EtcdAnswer, Call};
 use crate::queue::{Nanos, MS};
 use fencekeeper::{Decision, Guard, MemoryStore, Token};
 use fencekeeper_chain::{Change, Done};

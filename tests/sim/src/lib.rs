@@ -9,7 +9,9 @@
 //!   library's admit logic and the ordering gate's rule ([`fence::GuardFence`]);
 //! * [`conditional`]: an instance with conditional writes: the library's admit and
 //!   the engine's conditional-write machine ([`conditional::ConditionalFence`]);
-//! * [`etcd`]: marks in a simulated etcd, the library's async admit polled by hand;
+//! * [`etcd`]: marks in a simulated etcd;
+//! * [`admits`]: an instance's admits, the library's async admit polled by hand over
+//!   the simulated etcd, or its blocking admit over a memory or file store;
 //! * [`filter`]: an instance that is the Envoy filter's `.wasm` in the in-process
 //!   proxy-wasm host;
 //! * [`world`]: the lock service, the holders, the store, the faults, and the history
@@ -17,6 +19,7 @@
 //! * [`config`]: a run's shape and timing, and the faults and pauses it skips;
 //! * [`shrink`]: a failing run cut down to a smaller config that still fails.
 
+pub mod admits;
 pub mod conditional;
 pub mod config;
 pub mod etcd;

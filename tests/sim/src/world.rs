@@ -17,9 +17,10 @@
 //!   with its start grace (its memory lost, the marks kept). After each heals, a fresh
 //!   holder probes each target it disturbed, as the torture run's nemesis does.
 
+use crate::admits::Admits;
 use crate::conditional::ConditionalFence;
 use crate::config::Config;
-use crate::etcd::{Admits, Answer as EtcdAnswer, Call, Client, SharedServer};
+use crate::etcd::{Answer as EtcdAnswer, Call, Client, SharedServer};
 use crate::fence::{registry, Answer, Bug, Fence, GuardFence, Out, Request};
 use crate::filter::FilterFence;
 use crate::queue::{Nanos, Queue, MS};
