@@ -578,30 +578,17 @@ impl World {
                 self.q.after(d, Ev::StoreAnswer(id, inst, inc, status, etag));
             }
             Ev::StoreAnswer(id, inst, inc, status, etag) => {
-                if self.live(inst, inc) {
-                    let mut out = Vec::new();
-                    let local = self.local(inst, now);
-                    self.instances[inst].fence.store_answered(local, id, status, etag.as_deref(), &mut out);
-                    self.outs(now, inst, out);
-                }
+                self.deliver(now, inst, inc, |fence, local, out| {
+                    fence.store_answered(local, id, status, etag.as_deref(), out)
+                });
             }
             Ev::ChainApply(inst, inc, id, r, change) => self.chain_apply(now, inst, inc, id, r, change),
             Ev::EtcdApply(inst, inc, call, op) => self.etcd_apply(now, inst, inc, call, op),
             Ev::EtcdReply(inst, inc, call, answer) => {
-                if self.live(inst, inc) {
-                    let mut out = Vec::new();
-                    let local = self.local(inst, now);
-                    self.instances[inst].fence.etcd_answered(local, call, answer, &mut out);
-                    self.outs(now, inst, out);
-                }
+                self.deliver(now, inst, inc, |fence, local, out| fence.etcd_answered(local, call, answer, out));
             }
             Ev::ChainReply(inst, inc, id, done) => {
-                if self.live(inst, inc) {
-                    let mut out = Vec::new();
-                    let local = self.local(inst, now);
-                    self.instances[inst].fence.chain_done(local, id, done, &mut out);
-                    self.outs(now, inst, out);
-                }
+                self.deliver(now, inst, inc, |fence, local, out| fence.chain_done(local, id, done, out));
             }
             Ev::Head(inst, inc, id, r) => {
                 let etag = self.versions[r].clone();
@@ -611,28 +598,15 @@ impl World {
                 self.q.after(d, Ev::HeadReply(inst, inc, id, status, etag));
             }
             Ev::HeadReply(inst, inc, id, status, etag) => {
-                if self.live(inst, inc) {
-                    let mut out = Vec::new();
-                    let local = self.local(inst, now);
-                    self.instances[inst].fence.head_answered(local, id, status, etag.as_deref(), &mut out);
-                    self.outs(now, inst, out);
-                }
+                self.deliver(now, inst, inc, |fence, local, out| {
+                    fence.head_answered(local, id, status, etag.as_deref(), out)
+                });
             }
             Ev::Timer(inst, inc, tag) => {
-                if self.live(inst, inc) {
-                    let mut out = Vec::new();
-                    let local = self.local(inst, now);
-                    self.instances[inst].fence.timer(local, tag, &mut out);
-                    self.outs(now, inst, out);
-                }
+                self.deliver(now, inst, inc, |fence, local, out| fence.timer(local, tag, out));
             }
             Ev::Notify(inst, inc, r) => {
-                if self.live(inst, inc) {
-                    let mut out = Vec::new();
-                    let local = self.local(inst, now);
-                    self.instances[inst].fence.wake(local, r, &mut out);
-                    self.outs(now, inst, out);
-                }
+                self.deliver(now, inst, inc, |fence, local, out| fence.wake(local, r, out));
             }
             Ev::Fault => self.fault(now),
             Ev::Heal(f) => {
@@ -732,6 +706,18 @@ impl World {
     /// from the world's by a fixed offset each ([`Config::clock_skew`]).
     fn local(&self, inst: usize, now: Nanos) -> Nanos {
         now.saturating_add_signed(self.offsets[inst])
+    }
+
+    /// Tell instance `inst` something at `now` (on its clock), if the incarnation it
+    /// was meant for is still up, and carry out what it says.
+    fn deliver(&mut self, now: Nanos, inst: usize, inc: u64, tell: impl FnOnce(&mut dyn Fence, Nanos, &mut Vec<Out>)) {
+        if !self.live(inst, inc) {
+            return;
+        }
+        let mut out = Vec::new();
+        let local = self.local(inst, now);
+        tell(self.instances[inst].fence.as_mut(), local, &mut out);
+        self.outs(now, inst, out);
     }
 
     fn live(&self, inst: usize, inc: u64) -> bool {
