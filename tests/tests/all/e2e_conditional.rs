@@ -16,7 +16,7 @@
 use crate::late_writes::{
     assert_landed_late, assert_refused_late, given_up_writes_end_by_themselves, hold_old,
     lends_bar_the_resource_past_the_bound, object, release_and_answer, the_version_is_free_once_the_term_is_over,
-    BUCKET, FIRST, KEY, NEW, OLD,
+    ABA_APPLY_BOUND, ABA_TERM, BUCKET, FIRST, KEY, NEW, OLD,
 };
 use fencekeeper_harness::gateway::{start_up_error, start_up_error_in_front_of, Gateway, RecordingUpstream};
 use fencekeeper_harness::moto::Moto;
@@ -182,9 +182,9 @@ fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused_for_i
     // S3's ETag is the body's MD5: A, B, A is a chain that comes back. 33's write
     // conditioned on A is given up on; 34 writes B, then A again, which would let 33's
     // land. The fence refuses that A, and the late 33 fails at the store. Once 33's
-    // term is over (the request timeout plus the store apply bound, 2 s), A goes.
+    // term is over (the request timeout plus the store apply bound, 5 s), A goes.
     let (moto, relay) = store();
-    let args = s3_args(true, &["--request-timeout", "1s", "--store-apply-bound", "1s"]);
+    let args = s3_args(true, &["--request-timeout", "1s", "--store-apply-bound", ABA_APPLY_BOUND]);
     let gateway = Gateway::start(&relay.url(), &args).unwrap();
     let fence = gateway.url();
     assert!(put(&fence, &moto, "32", FIRST).ok);
@@ -201,7 +201,7 @@ fn a_write_that_would_bring_back_a_version_a_late_write_carries_is_refused_for_i
     assert!(late.contains(" 412 "), "{late:?}\n{}", gateway.log());
     assert_eq!(object(&moto), NEW);
     let again = || put(&fence, &moto, "34", FIRST);
-    the_version_is_free_once_the_term_is_over(again, Duration::from_secs(2), || gateway.log());
+    the_version_is_free_once_the_term_is_over(again, ABA_TERM, || gateway.log());
     assert_eq!(object(&moto), FIRST);
 }
 

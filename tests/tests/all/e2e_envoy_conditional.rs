@@ -17,7 +17,7 @@
 use crate::late_writes::{
     assert_landed_late, assert_refused_late, given_up_writes_end_by_themselves, hold_old,
     lends_bar_the_resource_past_the_bound, object, release_and_answer, the_version_is_free_once_the_term_is_over, Held,
-    BUCKET, FIRST, KEY, NEW, OLD,
+    ABA_APPLY_BOUND, ABA_TERM, BUCKET, FIRST, KEY, NEW, OLD,
 };
 use fencekeeper_harness::envoy::{generate, Envoy};
 use fencekeeper_harness::gateway::RecordingUpstream;
@@ -186,7 +186,7 @@ fn two_envoys_without_a_shared_gate_or_conditional_writes_land_the_late_write_la
 #[test]
 fn through_envoy_a_write_that_would_bring_back_a_late_writes_version_is_refused_for_its_term() {
     let (moto, relay, etcd) = store();
-    let envoy = envoy(relay.addr, &etcd, true, &["--request-timeout", "1s", "--store-apply-bound", "1s"]);
+    let envoy = envoy(relay.addr, &etcd, true, &["--request-timeout", "1s", "--store-apply-bound", ABA_APPLY_BOUND]);
     assert!(put(&envoy, &moto, "32", FIRST).ok);
     let held = hold_old(&relay);
     assert_eq!(old_put_held(&envoy, &moto, &held).join().unwrap().status, Some(504));
@@ -199,9 +199,9 @@ fn through_envoy_a_write_that_would_bring_back_a_late_writes_version_is_refused_
     assert!(late.contains(" 412 "), "{late:?}\n{}", envoy.log());
     assert_eq!(object(&moto), NEW);
     // The held write's term (the route timeout plus the store apply bound) is over
-    // 2 s after it was sent: FIRST goes by itself, as through the gateway.
+    // 5 s after it was sent: FIRST goes by itself, as through the gateway.
     let again = || put(&envoy, &moto, "34", FIRST);
-    the_version_is_free_once_the_term_is_over(again, Duration::from_secs(2), || envoy.log());
+    the_version_is_free_once_the_term_is_over(again, ABA_TERM, || envoy.log());
     assert_eq!(object(&moto), FIRST);
 }
 

@@ -136,6 +136,14 @@ pub fn given_up_writes_end_by_themselves(
     assert_eq!(object(moto), NEW);
 }
 
+/// The store apply bound of the stories that write a late write's version again: with
+/// the 1 s request timeout, a held write's term is 5 s from when it was sent. Three
+/// boto3 clients run inside it (about 0.7 s each to start, more on a loaded machine);
+/// a 2 s term ran out under them and let the A-B-A write through before it was tried.
+pub const ABA_APPLY_BOUND: &str = "4s";
+/// The term that [`ABA_APPLY_BOUND`] makes.
+pub const ABA_TERM: Duration = Duration::from_secs(5);
+
 /// After [`hold_old`]'s write was given up on and refused late, the version it was
 /// conditioned on (FIRST's) is barred only for its term: writing FIRST again (`put`,
 /// a new holder's) is refused while the term lasts, then goes by itself, with no
