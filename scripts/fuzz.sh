@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run every fuzz target in fuzz/ and host/capi/fuzz/ (tests/README.md, "Fuzzing") for
-# SECONDS each, one after the other; CI runs them for a short, fixed time through
+# SECONDS each, one per core at a time; CI runs them for a short, fixed time through
 # scripts/test.sh. host/capi/fuzz is its own cargo-fuzz directory because its target
 # (the C ABI) links the host library and wasmtime, which fuzz/'s pure targets must not
 # build.
@@ -19,6 +19,7 @@
 #   FK_FUZZ_DIRS=fuzz           only the targets in these directories (default: fuzz
 #                               host/capi/fuzz; CI leaves out host/capi/fuzz, whose
 #                               build compiles wasmtime again)
+#   FK_FUZZ_JOBS=N              targets run at once (default: one per core)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,7 +66,9 @@ fi
 for target in "${targets[@]}"; do
     [[ -n ${dir_of[$target]:-} ]] || { say "no fuzz target $target in ${fuzz_dirs[*]}"; exit 2; }
 done
-say "$(rustc -V), cargo-fuzz $cargo_fuzz_version, sanitizer $sanitizer, ${seconds}s per target"
+at_once=${FK_FUZZ_JOBS:-$(nproc)}
+[[ $at_once =~ ^[0-9]+$ && $at_once -gt 0 ]] || { say "FK_FUZZ_JOBS must be a positive number"; exit 2; }
+say "$(rustc -V), cargo-fuzz $cargo_fuzz_version, sanitizer $sanitizer, ${seconds}s per target, $at_once at a time"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -84,17 +87,34 @@ for dir in "${fuzz_dirs[@]}"; do
 done
 started=$SECONDS
 
+# One target per core at a time: each fuzzer runs on one thread, so on two cores two
+# targets take about the wall time of one (each does 75 to 90% of the runs it does alone).
+run_target() { # target -> its log, and its one-line result in $work/$target.result
+    local target=$1 dir=${dir_of[$1]} log=$work/$1.log
+    mkdir -p "$work/$target"
+    local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
+    [[ -f $dir/dict/$target.dict ]] && args+=(-dict="$dir/dict/$target.dict")
+    if cargo fuzz run "${flags[@]}" --fuzz-dir "$dir" "$target" "$work/$target" "$dir/corpus/$target" -- "${args[@]}" >"$log" 2>&1; then
+        stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
+        echo "ok, $(stat number_of_executed_units) runs, $(stat average_exec_per_sec) exec/s, $(stat new_units_added) new inputs" \
+            >"$work/$target.result"
+    else
+        echo CRASHED >"$work/$target.result"
+    fi
+}
+for target in "${targets[@]}"; do
+    while (($(jobs -rp | wc -l) >= at_once)); do wait -n || true; done
+    run_target "$target" &
+done
+wait
+
 failed=()
 for target in "${targets[@]}"; do
     dir=${dir_of[$target]}
     log=$work/$target.log
-    mkdir -p "$work/$target"
-    args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1)
-    [[ -f $dir/dict/$target.dict ]] && args+=(-dict="$dir/dict/$target.dict")
-    if cargo fuzz run "${flags[@]}" --fuzz-dir "$dir" "$target" "$work/$target" "$dir/corpus/$target" -- "${args[@]}" >"$log" 2>&1; then
-        stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
-        say "$target: ok, $(stat number_of_executed_units) runs, $(stat average_exec_per_sec) exec/s," \
-            "$(stat new_units_added) new inputs"
+    result=$(cat "$work/$target.result" 2>/dev/null || echo CRASHED)
+    if [[ $result != CRASHED ]]; then
+        say "$target: $result"
     else
         # What failed: the panic, or libFuzzer's own finding (timeout, out of memory).
         grep -m1 -A6 -e 'panicked at' -e '^==[0-9]*== ERROR: libFuzzer' "$log" >&2 || tail -n 40 "$log" >&2

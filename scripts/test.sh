@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each part says when it starts, so that a run's log shows where its time goes (CI
+# keeps the whole run under 30 minutes on 2 cores).
+section() { printf '== %s (at %dm%02ds)\n' "$1" $((SECONDS / 60)) $((SECONDS % 60)) >&2; }
+
 # A full disk fails deep inside rustc or a store's write with an error that names
 # neither; say it first. A run here takes about 3 GiB (target/ and the temporary stores).
 need_kib=$((4 * 1024 * 1024))
@@ -41,7 +45,7 @@ on_exit() {
 }
 trap on_exit EXIT
 
-echo "== format" >&2
+section "format"
 if cargo fmt --version >/dev/null 2>&1; then
     for ws in . guest/validator guest/filter fuzz host/capi/fuzz; do
         (cd "$ws" && cargo fmt --all --check >/dev/null) \
@@ -51,48 +55,48 @@ else
     echo "rustfmt is not installed; format not checked (rustup component add rustfmt)" >&2
 fi
 
-echo "== guest artifacts: rebuild from source and compare" >&2
+section "guest artifacts: rebuild from source and compare"
 # On the reference toolchain this fails when a committed .wasm differs from its
 # rebuild. On the fallback toolchain it prints FENCEKEEPER_GUEST_DIR=<fresh build>,
 # and the tests then load the guests from there instead of the committed bytes.
 guest_env=$(scripts/build-guests.sh --check)
 if [[ $guest_env == FENCEKEEPER_GUEST_DIR=* ]]; then
     export "${guest_env?}"
-    echo "== tests run against the fresh fallback build in ${FENCEKEEPER_GUEST_DIR}" >&2
+    section "tests run against the fresh fallback build in ${FENCEKEEPER_GUEST_DIR}"
 fi
 
-echo "== the library crates package on their own" >&2
+section "the library crates package on their own"
 # The quick half of `cargo publish --dry-run` (docs/building.md): metadata and file lists.
 cargo package -q --no-verify --allow-dirty --locked -p fencekeeper-core -p fencekeeper-engine -p fencekeeper-chain -p fencekeeper-etcd-wire -p fencekeeper
 
-echo "== build" >&2
+section "build"
 # --lib builds the Redis module (a cdylib, libfencekeeper_redis.so), which the Redis
 # tests load into redis-server, and libfencekeeper_capi.{so,a} in target/release, for
 # the Python and Go callers below (`cargo test` leaves them in target/release/deps).
 cargo build --release --workspace --lib --bins --examples --locked
 
-echo "== the PostgreSQL extension (built above) installed into Debian's PostgreSQL 15" >&2
+section "the PostgreSQL extension (built above) installed into Debian's PostgreSQL 15"
 # tests/tests/all/postgres_*.rs start their own servers from this installation, and fail
 # if what is installed is not this build.
 scripts/install-postgres-extension.sh --no-build
 
-echo "== tests" >&2
+section "tests"
 log=$(mktemp)
 # The proxy-wasm filter is its own workspace (it builds for wasm32); its unit tests
 # run natively.
 (cd guest/filter && cargo test --release --locked) 2>&1 | tee -a "$log"
 cargo test --release --workspace --locked 2>&1 | tee -a "$log"
 
-echo "== callers of the C ABI outside Rust (the C programs ran above, in host/capi/tests)" >&2
+section "callers of the C ABI outside Rust (the C programs ran above, in host/capi/tests)"
 # Over target/release/libfencekeeper_capi.so, which the tests above built.
 (cd host/capi/python && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
 (cd host/capi/go && go test -count=1 -v ./...) 2>&1 | grep -v '^=== RUN' | tee -a "$log"
 
-echo "== the committed validator component in other hosts: wasmtime-py, Node (jco, bare core module)" >&2
+section "the committed validator component in other hosts: wasmtime-py, Node (jco, bare core module)"
 (cd host/runtimes/python && python3 -m pytest -q -p no:cacheprovider) 2>&1 | tee -a "$log"
 (cd host/runtimes/node && npm test --silent) 2>&1 | tee -a "$log" | grep -E '^(not ok|# (pass|fail))'
 
-echo "== torture: lock holders, a nemesis and a checker (tests/README.md, Torture)" >&2
+section "torture: lock holders, a nemesis and a checker (tests/README.md, Torture)"
 # Three minutes of load under faults, at least 60,000 checked writes (about 400 a second
 # on 2 cores with the shared ordering gate); a violation fails the run and leaves its
 # history window and SVG in the printed directory. (It was four: the simulator below
@@ -105,7 +109,7 @@ scripts/torture.sh --seconds 180 --min-writes 60000 --max-seconds 240 2>&1 | tee
     exit 1
 }
 
-echo "== torture with conditional writes: the gateways and Envoys, no store apply bound, no start grace" >&2
+section "torture with conditional writes: the gateways and Envoys, no store apply bound, no start grace"
 # The store honours If-Match here; every write that lands out of order on a claimed
 # group is a violation, late or not (about 100 s).
 scripts/torture.sh --conditional --target all --seconds 60 2>&1 | tee -a "$log" | grep -v -E '^torture: (fault|[0-9]+ writes, )' || {
@@ -114,7 +118,7 @@ scripts/torture.sh --conditional --target all --seconds 60 2>&1 | tee -a "$log" 
     exit 1
 }
 
-echo "== the deterministic simulator: a minute on fresh seeds (tests/sim/README.md)" >&2
+section "the deterministic simulator: a minute on fresh seeds (tests/sim/README.md)"
 # Each run prints its seed; a violation prints the shortened trace and the command that
 # replays it. About 55 s of writes and 15 s of judging them: the ordering gate local
 # and shared; conditional writes, whose lend terms are read on the instances' clocks,
@@ -125,7 +129,7 @@ scripts/simulate.sh --seconds 12 --shared-gate 2>&1 | tee -a "$log"
 scripts/simulate.sh --seconds 14 --conditional --clock-skew 90 2>&1 | tee -a "$log"
 scripts/simulate.sh --seconds 10 --filter 2>&1 | tee -a "$log"
 
-echo "== the quickstart, as a newcomer runs it: a paused holder's late write refused in front of a real store" >&2
+section "the quickstart, as a newcomer runs it: a paused holder's late write refused in front of a real store"
 # On the binary the workspace build above made: `cargo build -p fencekeeper-cli` alone
 # unifies features differently and would build the library again (about 2 minutes).
 quick=$(FENCEKEEPER_SKIP_BUILD=1 scripts/quickstart.sh 2>&1) || { echo "$quick" >&2; echo "the quickstart failed" >&2; exit 1; }
@@ -135,7 +139,7 @@ if ! grep -q '^HTTP/1.1 409 Conflict$' <<<"$quick" || ! grep -qx 'from B, token 
     exit 1
 fi
 
-echo "== release artifacts, used as a user would: the sums, the command from its tarball, a C program against the library's" >&2
+section "release artifacts, used as a user would: the sums, the command from its tarball, a C program against the library's"
 dist=$(mktemp -d)
 scripts/release.sh --no-build "$dist" 2>&1 | tee -a "$log"
 (cd "$dist" && sha256sum -c SHA256SUMS) | tee -a "$log"
@@ -229,7 +233,7 @@ cc -o "$dist/release_check" scripts/lib/release_check.c -I "$library/include" -L
 "$dist/release_check" | tee -a "$log"
 rm -rf "$dist"
 
-echo "== an installed binary is enough: the CLI alone, run from elsewhere, writes a working Envoy setup" >&2
+section "an installed binary is enough: the CLI alone, run from elsewhere, writes a working Envoy setup"
 # The binary the build above made, copied out of the checkout as `cargo install` would
 # (not `cargo install` itself: its feature set differs from the workspace's, so it
 # would rebuild wasmtime, minutes on a 2-core machine, to prove nothing more; that
@@ -244,13 +248,13 @@ install -D -m 755 target/release/fencekeeper "$installed/bin/fencekeeper"
     envoy --mode validate --disable-hot-restart -c envoy/envoy.yaml >/dev/null
 ) || { echo "the installed fencekeeper's Envoy configuration was refused" >&2; exit 1; }
 
-echo "== fuzz: every target in fuzz/ for 10 s (scripts/fuzz.sh)" >&2
+section "fuzz: every target in fuzz/ for 10 s, one per core at a time (scripts/fuzz.sh)"
 # Not host/capi/fuzz's `abi`: its build instruments wasmtime, a second wasmtime build
 # of about six minutes on 2 cores. The C ABI's own tests ran above; run the target
 # with `scripts/fuzz.sh 60 abi`.
 FK_FUZZ_DIRS=fuzz scripts/fuzz.sh 10
 
-echo "== nothing the tests started is still running" >&2
+section "nothing the tests started is still running"
 # A service that outlives its test keeps its port and its files; one line per leftover.
 leftovers_checked=yes
 scripts/lib/leftovers.sh
@@ -262,3 +266,4 @@ awk '/^test result:/ { passed += $4; failed += $6; ignored += $8 }
      /^--- PASS: / { passed++ } /^--- FAIL: / { failed++ }
      /^# pass / { passed += $3 } /^# fail / { failed += $3 }
      END { printf "fencekeeper: %d passed, %d failed, %d skipped\n", passed, failed, ignored }' "$log"
+section "done"
