@@ -40,6 +40,10 @@ case "${1:-}" in
   *) echo "usage: scripts/build-guests.sh [--check]" >&2; exit 2 ;;
 esac
 say() { echo "build-guests: $*" >&2; }
+# Each guest builds in its own target directory under the stage below. A caller's
+# CARGO_TARGET_DIR would give them one: a guest's variants then overwrite each other's
+# output, and the validator built with its test faults was copied as the validator.
+unset CARGO_TARGET_DIR
 
 toolchain=""
 for candidate in "$reference" stable; do

@@ -10,6 +10,7 @@
 use super::Request;
 use crate::conditional::{self, Step, Update};
 use crate::etcd;
+use crate::origin::Origin;
 use crate::Tally;
 use fencekeeper_chain::{self as chain, Change, Version};
 use fencekeeper_core::{Class, Token, Verdict};
@@ -239,7 +240,8 @@ impl Request {
         }
         // The store's answer, as the host can tell (without `response.code_details`, by
         // its status: a 5xx, 408 or 499 is taken as given up, which keeps a write lent).
-        let via_upstream = self.answered_by_store();
+        let origin = self.answer_origin();
+        let via_upstream = origin == Origin::Store;
         let status = self.get_http_response_header_bytes(":status").unwrap_or_default();
         let status = std::str::from_utf8(&status).ok().and_then(|s| s.parse::<u16>().ok()).unwrap_or(0);
         let etag = self.get_http_response_header_bytes("etag");
@@ -249,7 +251,11 @@ impl Request {
         let c = self.cond.as_mut()?;
         // Envoy's own answer (a route timeout, a reset, a 413 over its buffer) says
         // nothing of whether the store will still apply the write.
-        let delivery = if via_upstream { Delivery::Answered(status, etag.as_deref()) } else { Delivery::GivenUp };
+        let delivery = match origin {
+            Origin::Store => Delivery::Answered(status, etag.as_deref()),
+            Origin::NeverSent => Delivery::NotSent,
+            Origin::Proxy => Delivery::GivenUp,
+        };
         let next = c.write.delivered(delivery);
         // A local reply to a write the fence refused comes here too: it goes on.
         match self.carry_out(next) {

@@ -493,20 +493,32 @@ impl Request {
 }
 
 impl Request {
-    /// Whether the response whose headers arrive now is the store's (`origin`). On
-    /// Envoy its `response.code_details` says; a portable host is not asked for a
-    /// property it may not have, and is judged by the status.
-    pub(super) fn answered_by_store(&self) -> bool {
-        let details = match self.filter.config.host {
-            Host::Envoy => hostcalls::get_property(vec!["response", "code_details"]).ok().flatten(),
-            Host::Portable => None,
-        };
+    /// Where the response whose headers arrive now came from (`origin`). On Envoy its
+    /// `response.code_details` says whether the store answered, and for a local reply
+    /// its response flags whether anything was sent; a portable host is not asked for
+    /// properties it may not have, and is judged by the status.
+    pub(super) fn answer_origin(&self) -> Origin {
+        let envoy = self.filter.config.host == Host::Envoy;
+        let property = |path: Vec<&str>| hostcalls::get_property(path).ok().flatten();
+        let details = if envoy { property(vec!["response", "code_details"]) } else { None };
         let status = || {
             let value = hostcalls::get_map_value_bytes(MapType::HttpResponseHeaders, ":status").ok().flatten()?;
             origin::status(&value)
         };
         let status = if details.is_none() { status() } else { None };
-        origin::of(details.as_deref(), status) == Origin::Store
+        match origin::of(details.as_deref(), status) {
+            // Read only for Envoy's own answers: never on a write the store answered.
+            Origin::Proxy if envoy => {
+                let (flags, attempts) =
+                    (property(vec!["response", "flags"]), property(vec!["upstream", "request_attempt_count"]));
+                if origin::never_sent(flags.as_deref(), attempts.as_deref()) {
+                    Origin::NeverSent
+                } else {
+                    Origin::Proxy
+                }
+            }
+            origin => origin,
+        }
     }
 }
 
@@ -710,10 +722,12 @@ impl HttpContext for Request {
         if gate.is_none() && self.upload.is_none() {
             return Action::Continue;
         }
-        let via_upstream = self.answered_by_store();
-        if let Some(g) = gate.filter(|_| via_upstream) {
+        let origin = self.answer_origin();
+        // Answered by the store, or never sent: either way nothing of it lands later.
+        if let Some(g) = gate.filter(|_| origin != Origin::Proxy) {
             g.answered(self.context);
         }
+        let via_upstream = origin == Origin::Store;
         // The status is read only for a multipart step (a host call saved on every
         // other write).
         let Some((step, token)) = self.upload.take().filter(|_| via_upstream) else { return Action::Continue };
