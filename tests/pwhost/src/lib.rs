@@ -23,5 +23,5 @@ pub mod vm;
 pub mod world;
 
 pub use profile::{ConfigureFailure, Profile};
-pub use proxy::{Answer, Answerer, Binary, Error, Proxy, Request, State, StreamId};
+pub use proxy::{Answer, Answerer, Binary, CallId, Error, Proxy, Request, State, StreamId};
 pub use vm::{CallAnswer, Callout};

@@ -157,6 +157,16 @@ pub struct Proxy {
     hung: u32,
     /// What answers the filter's HTTP calls.
     callouts: Option<Box<Answerer>>,
+    /// HTTP calls kept for the test to answer later ([`Proxy::start_deferring`]).
+    deferred: Option<Vec<(CallId, Callout)>>,
+}
+
+/// An HTTP call the filter made, kept for [`Proxy::answer_call`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct CallId {
+    worker: usize,
+    context: u32,
+    token: u32,
 }
 
 /// What answers an HTTP call the filter makes: the test's stand-in for the proxy's
@@ -175,6 +185,7 @@ impl Proxy {
             forwarded_bodies: BTreeMap::new(),
             hung: 0,
             callouts: None,
+            deferred: None,
         };
         proxy.add_workers(binary, config, workers)?;
         Ok(proxy)
@@ -187,7 +198,7 @@ impl Proxy {
         for _ in 0..workers {
             let worker = self.workers.len();
             let mut state = VmState::new(worker, Rc::clone(&self.world), Rc::clone(&self.profile), config.into());
-            state.callouts = self.callouts.is_some();
+            state.callouts = self.callouts.is_some() || self.deferred.is_some();
             let mut store = Store::new(&binary.engine, state);
             let instance =
                 linker.instantiate(&mut store, &binary.module).map_err(|e| Error::Instantiate(format!("{e:#}")))?;
@@ -219,6 +230,31 @@ impl Proxy {
         proxy.callouts = Some(answerer);
         proxy.add_workers(binary, config, workers)?;
         Ok(proxy)
+    }
+
+    /// Start as [`Proxy::start`], keeping every HTTP call the filter makes (from
+    /// configure on) until the test answers it, in any order and at any time
+    /// ([`Proxy::take_calls`], [`Proxy::answer_call`]): an etcd on a network of the
+    /// test's, whose answers are late, or never come.
+    pub fn start_deferring(binary: &Binary, profile: Profile, config: &str, workers: usize) -> Result<Proxy, Error> {
+        let mut proxy = Proxy::start(binary, profile, "", 0)?;
+        proxy.deferred = Some(Vec::new());
+        proxy.add_workers(binary, config, workers)?;
+        Ok(proxy)
+    }
+
+    /// The HTTP calls made since the last take, in the order made (with
+    /// [`Proxy::start_deferring`]; none otherwise).
+    pub fn take_calls(&mut self) -> Vec<(CallId, Callout)> {
+        self.deferred.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Answer call `id` (taken with [`Proxy::take_calls`]) with `answer`, and act on
+    /// what the filter does then. A call whose request ended meanwhile is dropped, as
+    /// a host cancels it with its stream.
+    pub fn answer_call(&mut self, id: CallId, answer: CallAnswer) {
+        self.deliver_call(id, answer);
+        self.settle();
     }
 
     /// Initialize the VM, create its root context and configure it.
@@ -356,7 +392,11 @@ impl Proxy {
                 let calls = std::mem::take(&mut self.workers[worker].store.data_mut().http);
                 for (context, token, callout) in calls {
                     progress = true;
-                    self.answer_call(worker, context, token, &callout);
+                    let id = CallId { worker, context, token };
+                    match self.deferred.as_mut() {
+                        Some(kept) => kept.push((id, callout)),
+                        None => self.answer_now(id, &callout),
+                    }
                 }
                 let calls = std::mem::take(&mut self.workers[worker].store.data_mut().grpc);
                 for (context, token) in calls {
@@ -382,10 +422,19 @@ impl Proxy {
         }
     }
 
-    /// Answer HTTP call `token` of `context` with what the answerer says.
-    fn answer_call(&mut self, worker: usize, context: u32, token: u32, callout: &Callout) {
+    /// Answer HTTP call `id` with what the answerer says.
+    fn answer_now(&mut self, id: CallId, callout: &Callout) {
         let Some(answerer) = self.callouts.as_mut() else { return };
         let answer = answerer(callout);
+        self.deliver_call(id, answer);
+    }
+
+    /// Run the filter's `proxy_on_http_call_response` for call `id` with `answer`.
+    fn deliver_call(&mut self, id: CallId, answer: CallAnswer) {
+        let CallId { worker, context, token } = id;
+        if !self.workers.get(worker).is_some_and(|w| w.alive) {
+            return;
+        }
         let vm = self.workers[worker].store.data_mut();
         if context != vm.root && !vm.streams.contains_key(&context) {
             // Its stream ended: a host cancels the call with it.

@@ -49,7 +49,8 @@ pub struct Config {
     /// every kind the run's shape has.
     pub fault_kinds: Option<Vec<&'static str>>,
     /// Each instance is the Envoy filter's `.wasm` in the in-process proxy-wasm host,
-    /// its marks its own shared data (with `shared_marks` off).
+    /// its marks in the simulated etcd (with `shared_marks` and `etcd_marks`), else its
+    /// own shared data.
     pub filter: bool,
     /// With `shared_marks` off, each instance's marks are in the library's file store
     /// (a file in a directory of the run's own, removed after it), opened again when
@@ -120,9 +121,16 @@ impl Config {
         }
     }
 
-    /// The defaults with the Envoy filter as every instance: each Envoy's marks are its
-    /// own shared data, which die with it, so no instance crashes are drawn.
+    /// The defaults with the Envoy filter as every instance, as `envoy-config`
+    /// configures it: correctness mode, marks in the simulated etcd through its JSON
+    /// API, each Envoy's own gate. Every kind of fault is drawn.
     pub fn filter(seed: u64, requests: u64) -> Config {
+        Config { filter: true, ..Config::new(seed, requests) }
+    }
+
+    /// The Envoy filter with each Envoy's marks its own shared data (efficiency mode),
+    /// which die with it, so no instance crashes (nor etcd faults) are drawn.
+    pub fn filter_own_marks(seed: u64, requests: u64) -> Config {
         let faults = vec!["store-slow", "store-past-bound"];
         Config { filter: true, shared_marks: false, fault_kinds: Some(faults), ..Config::new(seed, requests) }
     }

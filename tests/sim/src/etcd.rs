@@ -10,6 +10,7 @@
 //! ([`crate::admits::Admits`]). Nothing about the loop (reads, swaps, lost races,
 //! confirms, provenance off) is the simulator's own.
 
+use crate::kv::Kv;
 use fencekeeper::store::{AwaitableMarks, Pending, Read};
 use fencekeeper::{MarkStore, StoreError, Swap, Token};
 use std::collections::BTreeMap;
@@ -34,6 +35,14 @@ pub enum Call {
     },
     /// Check that the mark is still `mark`.
     Confirm(String, Token),
+    /// A call to etcd's JSON API, as the Envoy filter makes it (`--filter` with marks
+    /// in etcd): its path and body.
+    Json {
+        /// The path (`/v3/kv/txn`).
+        path: String,
+        /// The JSON body.
+        body: String,
+    },
 }
 
 /// What etcd answered a call.
@@ -43,12 +52,16 @@ pub enum Answer {
     Mark(Option<Token>),
     /// A swap's or a confirm's outcome.
     Swap(Swap),
+    /// The JSON API's answer: status and body.
+    Json(u16, String),
 }
 
 /// The marks as etcd holds them, shared by every instance's client.
 #[derive(Clone, Debug, Default)]
 pub struct Server {
     marks: BTreeMap<String, Token>,
+    /// The key space the JSON API serves (the filter's records, by its own keys).
+    kv: Kv,
 }
 
 impl Server {
@@ -56,6 +69,10 @@ impl Server {
     /// that writes a swap whose mark moved (a lost compare-and-swap).
     pub fn apply(&mut self, call: &Call, lose_compare: bool) -> Answer {
         match call {
+            Call::Json { path, body } => {
+                let (status, answer) = self.kv.call(path, body.as_bytes());
+                Answer::Json(status, String::from_utf8_lossy(&answer).into_owned())
+            }
             Call::Get(resource) => Answer::Mark(self.marks.get(resource).copied()),
             Call::Confirm(resource, mark) => Answer::Swap(match self.marks.get(resource) {
                 Some(m) if m == mark => Swap::Swapped,
@@ -72,6 +89,11 @@ impl Server {
                 }
             }
         }
+    }
+
+    /// The value of `key` in the JSON API's key space, read at once.
+    pub fn value(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.kv.get(key).map(<[u8]>::to_vec)
     }
 
     /// The resource's mark, read at once (the marks read back after a fault).

@@ -11,14 +11,25 @@
 //! forwarded to the world's store with the `fencing-admitted-token` the filter put on
 //! it; one it answered is answered.
 //!
-//! Marks are the filter's shared data, one Envoy's own (`--own-marks`), so the filter
-//! runs in efficiency mode (it refuses correctness mode without etcd: such marks die
-//! with the process). For the same reason instance crashes are not drawn for it, and
-//! the marks are not read back (the checker's third rule is not judged here).
+//! Marks are in the world's simulated etcd, as `envoy-config` configures the filter:
+//! correctness mode, every etcd call a Txn through etcd's JSON API (`"api": "json"`),
+//! made by the world's etcd some hops later, linearizably, whether or not the Envoy
+//! that sent it is still up, and answered late or never (then the host's call
+//! timeout, `etcd.timeout_ms`, fails it). Crashes are drawn: a restarted Envoy's
+//! shared data is empty, its marks are etcd's, read back and judged (rule 3). The
+//! gate is each Envoy's own (`gate.shared` off: its registry needs etcd's leases,
+//! which the simulated etcd does not keep), so only writes pinned to one Envoy are
+//! claimed for the order.
+//!
+//! With `--own-marks` the marks are the filter's shared data, one Envoy's own, so the
+//! filter runs in efficiency mode (it refuses correctness mode without etcd: such
+//! marks die with the process); then no crashes are drawn and the marks are not read
+//! back.
 
+use crate::etcd::{Answer as EtcdAnswer, Call, SharedServer};
 use crate::fence::{Answer, Bug, Fence, Out, Request, Settings};
 use crate::queue::{Nanos, MS};
-use fencekeeper_pwhost::{Binary, Profile, Proxy, Request as HttpRequest, State, StreamId};
+use fencekeeper_pwhost::{Binary, CallAnswer, CallId, Profile, Proxy, Request as HttpRequest, State, StreamId};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -39,8 +50,15 @@ fn binary() -> Result<&'static Binary, String> {
 /// How often the filter's root ticks (re-checks held writes).
 const TICK_MS: u64 = 10;
 
-/// A timer's tag for the root's tick (the upstream timeouts' are write ids, even).
+/// A timer's tag for the root's tick (the upstream timeouts' are write ids, even;
+/// an etcd call's timeout is its number, odd and above this).
 const TICK: u64 = 1;
+
+/// The filter's etcd calls' budget (`etcd.timeout_ms`, its default).
+const ETCD_TIMEOUT_MS: u64 = 1_000;
+
+/// Where the filter keeps its marks in etcd (`etcd.key_prefix`).
+const KEY_PREFIX: &str = "/fencekeeper/marks";
 
 /// One Envoy with the filter.
 pub struct FilterFence {
@@ -54,34 +72,63 @@ pub struct FilterFence {
     /// Open writes: their streams, and whether each went upstream.
     open: BTreeMap<u64, (StreamId, bool)>,
     ticking: bool,
+    /// The world's etcd, with marks there (read back at once for rule 3).
+    etcd: Option<SharedServer>,
+    /// The filter's etcd calls in flight, by number (odd, so that each is its own
+    /// timeout's tag).
+    calls: BTreeMap<u64, CallId>,
+    next_call: u64,
 }
 
 impl FilterFence {
     /// An Envoy with the filter configured for `settings`, over the resources named in
-    /// `names`. The filter's code is the committed binary's, so no bug can be put into
-    /// it; `Bug::SkipGate` is its configuration with the gate off (`"gate": null`,
-    /// documented as unsafe), and the others are refused.
-    pub fn new(names: Rc<[String]>, settings: Settings, bug: Option<Bug>) -> Result<FilterFence, String> {
+    /// `names`, its marks in `etcd` (else its own shared data). The filter's code is
+    /// the committed binary's, so no bug can be put into it; `Bug::SkipGate` is its
+    /// configuration with the gate off (`"gate": null`, documented as unsafe), and the
+    /// others are refused.
+    pub fn new(
+        names: Rc<[String]>,
+        settings: Settings,
+        bug: Option<Bug>,
+        etcd: Option<SharedServer>,
+    ) -> Result<FilterFence, String> {
         let ms = |n: Nanos| n / MS;
         let gate = match bug {
             None => format!(
-                r#"{{"budget_ms": {}, "apply_bound_ms": {}, "tick_ms": {TICK_MS}}}"#,
+                r#"{{"budget_ms": {}, "apply_bound_ms": {}, "tick_ms": {TICK_MS}, "shared": false}}"#,
                 ms(settings.gate_budget),
                 ms(settings.apply_bound)
             ),
             Some(Bug::SkipGate) => "null".to_owned(),
             Some(other) => return Err(format!("--bug {} has no counterpart in the filter's binary", other.name())),
         };
-        let config = format!(
-            r#"{{"etcd": null, "mode": "efficiency", "start_grace_ms": {}, "gate": {gate}}}"#,
-            ms(settings.start_grace)
-        );
+        let marks = if etcd.is_some() {
+            format!(
+                r#""etcd": {{"cluster": "etcd", "api": "json", "key_prefix": "{KEY_PREFIX}", "timeout_ms": {ETCD_TIMEOUT_MS}}}, "mode": "correctness""#
+            )
+        } else {
+            r#""etcd": null, "mode": "efficiency""#.to_owned()
+        };
+        let config = format!(r#"{{{marks}, "start_grace_ms": {}, "gate": {gate}}}"#, ms(settings.start_grace));
         let mut proxy = start(&config)?;
         // Started its start grace before the run: the other instances start with no
         // grace either (a restart has one).
         proxy.advance(ms(settings.start_grace) + 1);
         let origin = proxy.now_ms();
-        Ok(FilterFence { proxy, config, names, settings, base: 0, origin, open: BTreeMap::new(), ticking: false })
+        let (open, calls) = (BTreeMap::new(), BTreeMap::new());
+        Ok(FilterFence {
+            proxy,
+            config,
+            names,
+            settings,
+            base: 0,
+            origin,
+            open,
+            ticking: false,
+            etcd,
+            calls,
+            next_call: 1,
+        })
     }
 
     /// Move the host's clock up to `now`, firing the ticks that came due.
@@ -94,8 +141,17 @@ impl FilterFence {
     }
 
     /// Look at every open write: forward what the filter let go, answer what it
-    /// answered.
+    /// answered; and send the etcd calls it made.
     fn scan(&mut self, now: Nanos, out: &mut Vec<Out>) {
+        for (id, callout) in self.proxy.take_calls() {
+            self.next_call += 2;
+            let n = self.next_call;
+            self.calls.insert(n, id);
+            let path = callout.header(":path").unwrap_or_default();
+            let body = String::from_utf8_lossy(&callout.body).into_owned();
+            out.push(Out::Etcd { call: n, op: Call::Json { path, body } });
+            out.push(Out::Timer { at: now + u64::from(callout.timeout_ms) * MS, tag: n });
+        }
         let mut done = Vec::new();
         for (&id, (stream, sent)) in self.open.iter_mut() {
             match self.proxy.state(*stream) {
@@ -133,7 +189,8 @@ impl FilterFence {
 }
 
 fn start(config: &str) -> Result<Proxy, String> {
-    Proxy::start(binary()?, Profile::envoy(), config, 1).map_err(|e| format!("the filter did not start: {e}"))
+    // Every call is kept for the world to carry (none are made without etcd).
+    Proxy::start_deferring(binary()?, Profile::envoy(), config, 1).map_err(|e| format!("the filter did not start: {e}"))
 }
 
 impl Fence for FilterFence {
@@ -158,12 +215,29 @@ impl Fence for FilterFence {
         self.scan(now, out);
     }
 
-    fn etcd_answered(&mut self, _: Nanos, _: u64, _: Result<crate::etcd::Answer, String>, _: &mut Vec<Out>) {}
+    fn etcd_answered(&mut self, now: Nanos, call: u64, answer: Result<EtcdAnswer, String>, out: &mut Vec<Out>) {
+        self.sync(now);
+        // Answered once: a call its timeout failed first gets nothing more.
+        if let Some(id) = self.calls.remove(&call) {
+            let answer = match answer {
+                Ok(EtcdAnswer::Json(status, body)) => CallAnswer::new(status, body.into_bytes()),
+                _ => CallAnswer::failed(),
+            };
+            self.proxy.answer_call(id, answer);
+        }
+        self.scan(now, out);
+    }
 
     fn timer(&mut self, now: Nanos, tag: u64, out: &mut Vec<Out>) {
         self.sync(now);
         if tag == TICK {
             self.ticking = false;
+        } else if tag & 1 == 1 {
+            // An etcd call's timeout: the host fails it, as Envoy does a callout past
+            // its timeout.
+            if let Some(id) = self.calls.remove(&tag) {
+                self.proxy.answer_call(id, CallAnswer::failed());
+            }
         } else if let Some(&(stream, true)) = self.open.get(&(tag >> 1)) {
             // The route timeout: Envoy answers 504 and the filter sees the stream end
             // without the store's answer (given up on).
@@ -178,6 +252,7 @@ impl Fence for FilterFence {
 
     fn crash(&mut self, now: Nanos) {
         self.open.clear();
+        self.calls.clear();
         self.ticking = false;
         self.base = now;
     }
@@ -191,7 +266,80 @@ impl Fence for FilterFence {
         self.base = now;
     }
 
-    fn mark(&self, _resource: usize) -> Option<u64> {
-        None
+    fn mark(&self, resource: usize) -> Option<u64> {
+        // The filter's own record, checked as it reads it: a damaged one is no mark.
+        let name = self.names[resource].as_bytes();
+        let key = [KEY_PREFIX.as_bytes(), name].concat();
+        let value = self.etcd.as_ref()?.lock().unwrap_or_else(|p| p.into_inner()).value(&key)?;
+        let token = fencekeeper_core::record::decode(name, &value).ok()?;
+        token.to_string().parse().ok()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// Carry out what the filter asked until it answers write `id`: its etcd calls made
+    /// at once on `etcd`, its forward answered 201 by the store. The answer.
+    fn drive(f: &mut FilterFence, etcd: &SharedServer, id: u64, mut out: Vec<Out>) -> Answer {
+        let mut now = 10 * MS;
+        for _ in 0..100 {
+            now += MS;
+            let mut next = Vec::new();
+            for o in out.drain(..) {
+                match o {
+                    Out::Etcd { call, op } => {
+                        let answer = etcd.lock().unwrap().apply(&op, false);
+                        f.etcd_answered(now, call, Ok(answer), &mut next);
+                    }
+                    Out::Forward { id: w, .. } => f.store_answered(now, w, 201, None, &mut next),
+                    Out::Answer { id: w, answer } if w == id => return answer,
+                    _ => {}
+                }
+            }
+            out = next;
+        }
+        panic!("no answer for w{id}");
+    }
+
+    #[test]
+    fn marks_go_to_the_simulated_etcd_as_the_filters_own_records_and_a_new_envoy_reads_them() {
+        let settings = Config::new(1, 1).settings;
+        let names: Rc<[String]> = vec!["/r".to_owned()].into();
+        let etcd = SharedServer::default();
+        let mut first = FilterFence::new(names.clone(), settings, None, Some(etcd.clone())).unwrap();
+        let write = |id, token| Request { id, resource: 0, token, content: 0, forged: None };
+        let mut out = Vec::new();
+        first.request(MS, write(1, 34), &mut out);
+        assert!(out.iter().any(|o| matches!(o, Out::Etcd { op: Call::Json { .. }, .. })), "an etcd call: {out:?}");
+        assert_eq!(drive(&mut first, &etcd, 1, out).status, 201);
+        assert_eq!(first.mark(0), Some(34), "the record in etcd, read back");
+        // Another Envoy, its shared data empty: etcd's mark refuses the stale token.
+        let mut second = FilterFence::new(names, settings, None, Some(etcd.clone())).unwrap();
+        let mut out = Vec::new();
+        second.request(MS, write(2, 33), &mut out);
+        let stale = drive(&mut second, &etcd, 2, out);
+        assert_eq!((stale.status, stale.highest), (409, Some(34)), "{stale:?}");
+        // An etcd call that is never answered fails at the filter's call timeout:
+        // undecided (503), nothing forwarded.
+        let mut out = Vec::new();
+        second.request(2 * MS, write(3, 35), &mut out);
+        let Some(Out::Timer { at, tag }) =
+            out.iter().find(|o| matches!(o, Out::Timer { tag, .. } if tag & 1 == 1)).cloned()
+        else {
+            panic!("no call timeout: {out:?}")
+        };
+        let mut next = Vec::new();
+        second.timer(at, tag, &mut next);
+        let answer = next.iter().find_map(|o| match o {
+            Out::Answer { id: 3, answer } => Some(answer.clone()),
+            Out::Forward { .. } => panic!("forwarded without etcd's word"),
+            _ => None,
+        });
+        assert_eq!(answer.map(|a| a.status), Some(503));
+        assert_eq!(second.mark(0), Some(34));
     }
 }

@@ -10,6 +10,7 @@
 //! * [`conditional`]: an instance with conditional writes: the library's admit and
 //!   the engine's conditional-write machine ([`conditional::ConditionalFence`]);
 //! * [`etcd`]: marks in a simulated etcd;
+//! * [`kv`]: that etcd's key space as its JSON API serves the Envoy filter;
 //! * [`admits`]: an instance's admits, the library's async admit polled by hand over
 //!   the simulated etcd, or its blocking admit over a memory or file store;
 //! * [`filter`]: an instance that is the Envoy filter's `.wasm` in the in-process
@@ -25,6 +26,7 @@ pub mod config;
 pub mod etcd;
 pub mod fence;
 pub mod filter;
+pub mod kv;
 pub mod queue;
 pub mod rng;
 pub mod shrink;

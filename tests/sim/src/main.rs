@@ -122,7 +122,8 @@ fn parse() -> Result<Args, String> {
         return Err("--file-marks gives each instance its own file store: not with --filter or --shared-gate".into());
     }
     if args.filter && (args.shared_gate || args.conditional) {
-        return Err("--filter runs Envoy's filter with its marks in its own shared data: not with --shared-gate or \
+        return Err("--filter runs Envoy's filter with each Envoy's own gate and no conditional writes (the \
+                    simulated etcd keeps no leases for the shared gate's registry): not with --shared-gate or \
                     --conditional"
             .into());
     }
@@ -172,13 +173,15 @@ fn main() -> ExitCode {
     let requests = args.requests.unwrap_or(if args.seconds.is_some() { u64::MAX } else { 100_000 });
     let mut config = if args.conditional {
         Config::conditional(seed, requests)
+    } else if args.filter && args.own_marks {
+        Config::filter_own_marks(seed, requests)
     } else if args.filter {
         Config::filter(seed, requests)
     } else {
         Config::new(seed, requests)
     };
     config.shared_gate = args.shared_gate;
-    config.shared_marks = !args.own_marks && !args.filter && !args.file_marks;
+    config.shared_marks = !args.own_marks && !args.file_marks;
     config.file_marks = args.file_marks;
     config.bug = args.bug;
     config.clock_skew = args.clock_skew_ms * MS;
@@ -325,7 +328,7 @@ fn replay_command(config: &Config) -> String {
     }
     if config.file_marks {
         replay += " --file-marks";
-    } else if !config.shared_marks && !config.filter {
+    } else if !config.shared_marks {
         replay += " --own-marks";
     }
     if config.conditional {

@@ -307,7 +307,7 @@ fn the_envoy_filters_own_binary_breaks_no_rule_and_without_its_gate_is_caught() 
     // Each instance is the committed filter .wasm in the in-process proxy-wasm host:
     // its own admit, its own gate over shared data, clients' forged headers stripped.
     for seed in 1..=2 {
-        let o = sim(&Config::filter(seed, 10_000));
+        let o = sim(&Config::filter_own_marks(seed, 10_000));
         assert_eq!(o.violations(), 0, "{}", findings(&o));
         for class in ["stored", "stale", "upstream-failed"] {
             assert!(o.report.classes.get(class).copied().unwrap_or(0) > 0, "no {class}: {:?}", o.report.classes);
@@ -315,9 +315,29 @@ fn the_envoy_filters_own_binary_breaks_no_rule_and_without_its_gate_is_caught() 
     }
     // The same binary configured with its gate off ("gate": null, documented unsafe).
     for seed in 1..=3 {
-        let o = sim(&Config { bug: Some(Bug::SkipGate), ..Config::filter(seed, 20_000) });
+        let o = sim(&Config { bug: Some(Bug::SkipGate), ..Config::filter_own_marks(seed, 20_000) });
         assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: the gate's absence not found");
     }
+}
+
+#[test]
+fn the_envoy_filter_with_marks_in_etcd_breaks_no_rule_through_crashes_and_etcd_faults() {
+    // As envoy-config configures it: correctness mode, marks in the simulated etcd
+    // through its JSON API. Crashes are drawn (a restarted Envoy's shared data is
+    // empty; its marks are etcd's, read back and judged), with etcd's stalls and lost
+    // answers.
+    for seed in 1..=2 {
+        let kinds = ["instance-crash", "etcd-stall", "etcd-lost-replies", "store-slow"];
+        let o = sim(&only(&kinds, Config::filter(seed, 15_000)));
+        assert_eq!(o.violations(), 0, "{}", findings(&o));
+        assert!(o.faults.get("instance-crash").copied().unwrap_or(0) > 0, "{:?}", o.faults);
+        for class in ["stored", "stale", "undecided"] {
+            assert!(o.report.classes.get(class).copied().unwrap_or(0) > 0, "no {class}: {:?}", o.report.classes);
+        }
+    }
+    // Its gate off ("gate": null): a slow store lets a lower token land last.
+    let o = sim(&only(&["store-slow"], Config { bug: Some(Bug::SkipGate), ..Config::filter(1, 20_000) }));
+    assert!(o.report.violations.iter().any(|f| f.rule == 1), "the gate's absence not found");
 }
 
 #[test]

@@ -333,13 +333,20 @@ fn masks(c: &Config) -> String {
 }
 
 /// Instance `i`'s name as a target: `f1`, `f2`, ...
-fn target(i: usize) -> String {
-    format!("f{}", i + 1)
+fn target(filter: bool, i: usize) -> String {
+    // The checker knows an Envoy by its name: its refusals report the filter's local
+    // copy of the mark, which may be behind etcd's (a documented limit, judged apart).
+    if filter {
+        format!("envoy{}", i + 1)
+    } else {
+        format!("f{}", i + 1)
+    }
 }
 
 /// The instance a target names ([`target`]'s inverse).
 fn instance_of(target: &str) -> usize {
-    target.strip_prefix('f').and_then(|n| n.parse::<usize>().ok()).map_or(0, |n| n - 1)
+    let number = target.strip_prefix("envoy").or_else(|| target.strip_prefix('f'));
+    number.and_then(|n| n.parse::<usize>().ok()).map_or(0, |n| n - 1)
 }
 
 impl World {
@@ -347,20 +354,30 @@ impl World {
         let n = cfg.instances.max(1);
         let mut shape = Shape::default();
         for i in 0..n {
-            shape.add(format!("pin-{}", target(i)), vec![target(i)], true, cfg.resources_per_group);
+            shape.add(
+                format!("pin-{}", target(cfg.filter, i)),
+                vec![target(cfg.filter, i)],
+                true,
+                cfg.resources_per_group,
+            );
         }
         if cfg.shared_marks && n > 1 {
             // Through several gates that do not see each other's writes, the order is
             // not claimed; with the shared gate it is, and with conditional writes on
             // chains every instance shares.
             let claimed = cfg.shared_gate || cfg.conditional;
-            shape.add("spread".into(), (0..n).map(target).collect(), claimed, cfg.resources_per_group);
+            shape.add(
+                "spread".into(),
+                (0..n).map(|i| target(cfg.filter, i)).collect(),
+                claimed,
+                cfg.resources_per_group,
+            );
         }
         let holders_end = shape.names.len();
         let mut probe_resource = Vec::new();
         for i in 0..n {
             probe_resource.push(shape.names.len());
-            shape.add(format!("probe-{}", target(i)), vec![target(i)], true, 1);
+            shape.add(format!("probe-{}", target(cfg.filter, i)), vec![target(cfg.filter, i)], true, 1);
         }
         let Shape { names, group_of, groups } = shape;
         let names: Rc<[String]> = names.into();
@@ -379,14 +396,16 @@ impl World {
                 } else if cfg.shared_marks {
                     Admits::new(shared_store.clone(), None)
                 } else if cfg.file_marks {
-                    Admits::file(validator.clone(), files.path.join(format!("{}.redb", target(i))), cfg.bug)
+                    Admits::file(validator.clone(), files.path.join(format!("{}.redb", target(cfg.filter, i))), cfg.bug)
                         .map_err(SimError::Store)?
                 } else {
                     Admits::new(GuardFence::memory_guard(validator.clone()), None)
                 };
                 let gate = if cfg.shared_gate { shared_registry.clone() } else { registry() };
                 let fence: Box<dyn Fence> = if cfg.filter {
-                    let fence = FilterFence::new(names.clone(), cfg.settings, cfg.bug).map_err(SimError::Filter)?;
+                    let etcd = (cfg.shared_marks && cfg.etcd_marks).then(|| server.clone());
+                    let fence =
+                        FilterFence::new(names.clone(), cfg.settings, cfg.bug, etcd).map_err(SimError::Filter)?;
                     Box::new(fence)
                 } else if cfg.conditional {
                     Box::new(ConditionalFence::new(admits, names.clone(), cfg.settings, cfg.bug))
@@ -493,6 +512,9 @@ impl World {
         if self.cfg.filter {
             self.trace.line(format_args!("envoy-filter"));
         }
+        if self.cfg.filter && self.cfg.shared_marks {
+            self.trace.line(format_args!("envoy-filter marks-in-etcd"));
+        }
         if self.cfg.file_marks && !self.cfg.shared_marks {
             self.trace.line(format_args!("file-marks"));
         }
@@ -570,7 +592,7 @@ impl World {
                     resource: w.resource.clone(),
                     // What the store takes for the admitted token: the header it got.
                     token: if token == 0 { String::new() } else { token.to_string() },
-                    target: target(inst),
+                    target: target(self.cfg.filter, inst),
                     id: w.id.clone(),
                 });
                 self.trace.line(format_args!("{now} apply w{id} t{token} {}", w.resource));
@@ -622,8 +644,8 @@ impl World {
                 self.instances[inst].up = true;
                 let local = self.local(inst, now);
                 self.instances[inst].fence.restart(local);
-                self.trace.line(format_args!("{now} restart {}", target(inst)));
-                let source = if self.cfg.shared_marks { "etcd".to_owned() } else { target(inst) };
+                self.trace.line(format_args!("{now} restart {}", target(self.cfg.filter, inst)));
+                let source = if self.cfg.shared_marks { "etcd".to_owned() } else { target(self.cfg.filter, inst) };
                 self.snapshot(now, Some(self.faults[f].n), source, inst);
                 self.healed(now, f);
             }
@@ -692,7 +714,8 @@ impl World {
         let lose_compare = self.cfg.bug == Some(Bug::CasLowers);
         let answer = self.server.lock().unwrap_or_else(|p| p.into_inner()).apply(&op, lose_compare);
         let lost = self.losing > 0 && self.rng.chance(500_000);
-        self.trace.line(format_args!("{now} etcd {} c{call} {op:?} {answer:?} lost {lost}", target(inst)));
+        self.trace
+            .line(format_args!("{now} etcd {} c{call} {op:?} {answer:?} lost {lost}", target(self.cfg.filter, inst)));
         if lost {
             let why = "etcd's answer did not come within the call's timeout".to_owned();
             self.q.after(100 * MS, Ev::EtcdReply(inst, inc, call, Err(why)));
@@ -829,7 +852,7 @@ impl World {
             client: holder.map_or_else(|| format!("probe{}", fault.unwrap_or(0)), |h| format!("h{h}")),
             group: group.name.clone(),
             resource: self.names[r].clone(),
-            target: target(inst),
+            target: target(self.cfg.filter, inst),
             kind,
             token: Some(token.to_string()),
             start: now,
@@ -847,7 +870,7 @@ impl World {
         let forged = (self.cfg.forged_headers && self.rng.chance(5_000)).then_some(token + 1_000);
         self.sent.push(Sent { holder, resource: r, instance: inst, open: true, probe: fault, content, forged });
         let lie = forged.map_or(String::new(), |f| format!(" forged t{f}"));
-        self.trace.line(format_args!("{now} send w{id} r{r} t{token} {} {kind:?}{lie}", target(inst)));
+        self.trace.line(format_args!("{now} send w{id} r{r} t{token} {} {kind:?}{lie}", target(self.cfg.filter, inst)));
         let d = self.hop();
         self.q.after(d, Ev::Arrive(id));
         self.q.after(self.cfg.client_budget, Ev::ClientTimeout(id));
@@ -878,7 +901,7 @@ impl World {
                     self.instances[inst].open.remove(&id);
                     self.trace.line(format_args!(
                         "{now} {} answers w{id} {} {:?}",
-                        target(inst),
+                        target(self.cfg.filter, inst),
                         answer.status,
                         answer.highest
                     ));
@@ -886,7 +909,7 @@ impl World {
                     self.q.after(d, Ev::Reply(id, Reply::Http(answer)));
                 }
                 Out::Forward { id, token, precondition } => {
-                    self.trace.line(format_args!("{now} {} forwards w{id} t{token}", target(inst)));
+                    self.trace.line(format_args!("{now} {} forwards w{id} t{token}", target(self.cfg.filter, inst)));
                     if let Some(p) = precondition {
                         self.preconditions.insert(id, p);
                     }
@@ -973,7 +996,7 @@ impl World {
             self.q.after(self.cfg.liveness_bound + gap, Ev::Fault);
             return;
         }
-        let all: Vec<String> = (0..self.instances.len()).map(target).collect();
+        let all: Vec<String> = (0..self.instances.len()).map(|i| target(self.cfg.filter, i)).collect();
         let s = self.cfg.settings;
         // Writes given up on hold their resources until the apply bound after the
         // upstream timeout: the gate's refusals meanwhile are the fault's doing.
@@ -1023,9 +1046,9 @@ impl World {
             // what the store did with them is news to the others: a 412, a version
             // the chain must ask for, a body that would repeat a lent version.
             let shared = self.cfg.shared_gate || (self.cfg.conditional && self.cfg.shared_marks);
-            let targets = if shared { all } else { vec![target(inst)] };
+            let targets = if shared { all } else { vec![target(self.cfg.filter, inst)] };
             let lingers = lingers.max(s.start_grace / MS + 2);
-            ("instance-crash", targets, lingers, format!("{} down for {} ms", target(inst), down / MS))
+            ("instance-crash", targets, lingers, format!("{} down for {} ms", target(self.cfg.filter, inst), down / MS))
         } else if kind == "store-slow" {
             self.slow += 1;
             let span = self.rng.between(100 * MS, 1_000 * MS);
@@ -1092,9 +1115,9 @@ impl World {
     }
 
     fn snapshot(&mut self, now: Nanos, after_fault: Option<u64>, source: String, inst: usize) {
-        // The filter's marks are in its shared data, which the simulator does not
-        // decode: no read-back, and the third rule is not judged.
-        if self.cfg.filter {
+        // The filter's own marks are in its shared data, which the simulator does not
+        // decode: no read-back, and the third rule is not judged. In etcd they are.
+        if self.cfg.filter && !self.cfg.shared_marks {
             return;
         }
         let fence = &self.instances[inst].fence;
@@ -1110,7 +1133,7 @@ impl World {
             self.snapshot(end, None, "etcd".into(), 0);
         } else {
             for inst in 0..self.instances.len() {
-                self.snapshot(end, None, target(inst), inst);
+                self.snapshot(end, None, target(self.cfg.filter, inst), inst);
             }
         }
         let s = self.cfg.settings;
@@ -1118,7 +1141,7 @@ impl World {
             seed: self.cfg.seed,
             seconds: end / 1_000_000_000,
             groups: self.groups.clone(),
-            targets: (0..self.instances.len()).map(|i| (target(i), self.cfg.shared_marks)).collect(),
+            targets: (0..self.instances.len()).map(|i| (target(self.cfg.filter, i), self.cfg.shared_marks)).collect(),
             liveness_bound_ms: self.cfg.liveness_bound / MS,
             start_grace_ms: s.start_grace / MS,
             apply_bound_ms: s.apply_bound / MS,
