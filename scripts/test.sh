@@ -123,7 +123,8 @@ section "the deterministic simulator: a minute on fresh seeds (tests/sim/README.
 # replays it. About 55 s of writes and 15 s of judging them: the ordering gate local
 # and shared; conditional writes, whose lend terms are read on the instances' clocks,
 # apart by up to 90 ms either way (less than the 200 ms upstream timeout, which absorbs
-# it); and the Envoy filter's own binary in the in-process proxy-wasm host.
+# it); and the Envoy filter's own binary in the in-process proxy-wasm host, its marks in
+# the simulated etcd as envoy-config configures it.
 scripts/simulate.sh --seconds 18 2>&1 | tee -a "$log"
 scripts/simulate.sh --seconds 12 --shared-gate 2>&1 | tee -a "$log"
 scripts/simulate.sh --seconds 14 --conditional --clock-skew 90 2>&1 | tee -a "$log"
