@@ -176,9 +176,22 @@ pub type Answerer = dyn FnMut(&Callout) -> CallAnswer;
 impl Proxy {
     /// Start `workers` workers of `binary` under `profile`, each configured with `config`.
     pub fn start(binary: &Binary, profile: Profile, config: &str, workers: usize) -> Result<Proxy, Error> {
+        Proxy::start_seeded(binary, profile, config, workers, 0x5eed)
+    }
+
+    /// Start as [`Proxy::start`], WASI's random bits drawn from `seed`: two proxies
+    /// that must not draw the same (each VM names itself with them, as the filter's
+    /// workers do in etcd's in-flight registry) are given two seeds.
+    fn start_seeded(
+        binary: &Binary,
+        profile: Profile,
+        config: &str,
+        workers: usize,
+        seed: u64,
+    ) -> Result<Proxy, Error> {
         let mut proxy = Proxy {
             workers: Vec::new(),
-            world: Rc::new(RefCell::new(World::new(0x5eed))),
+            world: Rc::new(RefCell::new(World::new(seed))),
             profile: Rc::new(profile),
             ended: BTreeMap::new(),
             forwarded: BTreeMap::new(),
@@ -235,9 +248,17 @@ impl Proxy {
     /// Start as [`Proxy::start`], keeping every HTTP call the filter makes (from
     /// configure on) until the test answers it, in any order and at any time
     /// ([`Proxy::take_calls`], [`Proxy::answer_call`]): an etcd on a network of the
-    /// test's, whose answers are late, or never come.
-    pub fn start_deferring(binary: &Binary, profile: Profile, config: &str, workers: usize) -> Result<Proxy, Error> {
-        let mut proxy = Proxy::start(binary, profile, "", 0)?;
+    /// test's, whose answers are late, or never come. WASI's random bits are drawn
+    /// from `seed`: proxies sharing an etcd are given distinct seeds, as real ones
+    /// draw distinct names.
+    pub fn start_deferring(
+        binary: &Binary,
+        profile: Profile,
+        config: &str,
+        workers: usize,
+        seed: u64,
+    ) -> Result<Proxy, Error> {
+        let mut proxy = Proxy::start_seeded(binary, profile, "", 0, seed)?;
         proxy.deferred = Some(Vec::new());
         proxy.add_workers(binary, config, workers)?;
         Ok(proxy)

@@ -91,6 +91,11 @@ impl Server {
         }
     }
 
+    /// The world's clock moved to `now_ms` (leases run out on it).
+    pub fn advance(&mut self, now_ms: u64) {
+        self.kv.advance(now_ms);
+    }
+
     /// The value of `key` in the JSON API's key space, read at once.
     pub fn value(&self, key: &[u8]) -> Option<Vec<u8>> {
         self.kv.get(key).map(<[u8]>::to_vec)

@@ -187,12 +187,17 @@ pub enum Bug {
     /// Etcd makes a compare-and-swap whose mark moved meanwhile (a lost race written
     /// anyway), which may lower the mark.
     CasLowers,
+    /// With `--shared-gate`: each instance's gate is its own after all, while writes to
+    /// one resource still go through every instance (the opt-out, `--local-gate`, on
+    /// instances scaled out on one etcd).
+    LocalGate,
 }
 
 impl Bug {
     /// Every bug's name, as `--bug` takes it.
     pub const NAMES: &'static str =
-        "skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lost-marks, lend-unchecked, lend-stale, release-given-up";
+        "skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lost-marks, lend-unchecked, lend-stale, release-given-up, \
+         local-gate";
 
     /// Its name, as `--bug` takes it.
     pub fn name(self) -> &'static str {
@@ -206,6 +211,7 @@ impl Bug {
             Bug::HeaderKept => "header-kept",
             Bug::LostMarks => "lost-marks",
             Bug::LendStale => "lend-stale",
+            Bug::LocalGate => "local-gate",
         }
     }
 }
@@ -223,6 +229,7 @@ impl std::str::FromStr for Bug {
             "header-kept" => Ok(Bug::HeaderKept),
             "lost-marks" => Ok(Bug::LostMarks),
             "lend-stale" => Ok(Bug::LendStale),
+            "local-gate" => Ok(Bug::LocalGate),
             _ => Err(format!("unknown bug {s:?} ({})", Bug::NAMES)),
         }
     }

@@ -17,9 +17,9 @@
 //! that sent it is still up, and answered late or never (then the host's call
 //! timeout, `etcd.timeout_ms`, fails it). Crashes are drawn: a restarted Envoy's
 //! shared data is empty, its marks are etcd's, read back and judged (rule 3). The
-//! gate is each Envoy's own (`gate.shared` off: its registry needs etcd's leases,
-//! which the simulated etcd does not keep), so only writes pinned to one Envoy are
-//! claimed for the order.
+//! gate is each Envoy's own, or with `--shared-gate` also the filter's in-flight
+//! registry in that etcd (`gate.shared`: flights put under leases the simulated etcd
+//! ends on the world's clock), which claims the writes through every Envoy too.
 //!
 //! With `--own-marks` the marks are the filter's shared data, one Envoy's own, so the
 //! filter runs in efficiency mode (it refuses correctness mode without etcd: such
@@ -57,6 +57,14 @@ const TICK: u64 = 1;
 /// The filter's etcd calls' budget (`etcd.timeout_ms`, its default).
 const ETCD_TIMEOUT_MS: u64 = 1_000;
 
+/// How long a dead Envoy's flights in the shared registry may hold their resources
+/// after it died (ms), for `flight` and `bound` (ms): its worker's last lease, granted
+/// at most 5 s before, lasts the route timeout plus the bound plus 10 s (the grant
+/// period and a margin), rounded up to whole seconds (docs/envoy.md).
+pub fn dead_flights_hold_ms(flight: u64, bound: u64) -> u64 {
+    (flight + bound + 10_000).div_ceil(1000) * 1000
+}
+
 /// Where the filter keeps its marks in etcd (`etcd.key_prefix`).
 const KEY_PREFIX: &str = "/fencekeeper/marks";
 
@@ -78,6 +86,8 @@ pub struct FilterFence {
     /// timeout's tag).
     calls: BTreeMap<u64, CallId>,
     next_call: u64,
+    /// Which Envoy this is, and how many times it started: its VMs' random bits.
+    seed: u64,
 }
 
 impl FilterFence {
@@ -87,17 +97,24 @@ impl FilterFence {
     /// configuration with the gate off (`"gate": null`, documented as unsafe), and the
     /// others are refused.
     pub fn new(
+        instance: usize,
         names: Rc<[String]>,
         settings: Settings,
         bug: Option<Bug>,
         etcd: Option<SharedServer>,
+        shared_gate: bool,
     ) -> Result<FilterFence, String> {
         let ms = |n: Nanos| n / MS;
         let gate = match bug {
-            None => format!(
-                r#"{{"budget_ms": {}, "apply_bound_ms": {}, "tick_ms": {TICK_MS}, "shared": false}}"#,
+            // With the shared gate (which the local-gate bug turns off: `shared_gate`
+            // comes without it), a flight lives at most the route timeout before the
+            // store answers or Envoy gives up (`gate.flight_ms`).
+            None | Some(Bug::LocalGate) => format!(
+                r#"{{"budget_ms": {}, "apply_bound_ms": {}, "tick_ms": {TICK_MS}, "shared": {}, "flight_ms": {}}}"#,
                 ms(settings.gate_budget),
-                ms(settings.apply_bound)
+                ms(settings.apply_bound),
+                shared_gate,
+                ms(settings.upstream_timeout)
             ),
             Some(Bug::SkipGate) => "null".to_owned(),
             Some(other) => return Err(format!("--bug {} has no counterpart in the filter's binary", other.name())),
@@ -110,7 +127,9 @@ impl FilterFence {
             r#""etcd": null, "mode": "efficiency""#.to_owned()
         };
         let config = format!(r#"{{{marks}, "start_grace_ms": {}, "gate": {gate}}}"#, ms(settings.start_grace));
-        let mut proxy = start(&config)?;
+        // Far apart per Envoy: each start draws a few words from its seed on.
+        let seed = (instance as u64 + 1) << 40;
+        let mut proxy = start(&config, seed)?;
         // Started its start grace before the run: the other instances start with no
         // grace either (a restart has one).
         proxy.advance(ms(settings.start_grace) + 1);
@@ -128,6 +147,7 @@ impl FilterFence {
             etcd,
             calls,
             next_call: 1,
+            seed,
         })
     }
 
@@ -188,9 +208,12 @@ impl FilterFence {
     }
 }
 
-fn start(config: &str) -> Result<Proxy, String> {
-    // Every call is kept for the world to carry (none are made without etcd).
-    Proxy::start_deferring(binary()?, Profile::envoy(), config, 1).map_err(|e| format!("the filter did not start: {e}"))
+/// Envoy number `seed`'s start: every call is kept for the world to carry (none are
+/// made without etcd); each start draws other random bits, as a real Envoy's workers
+/// name themselves in etcd's in-flight registry with distinct random ids.
+fn start(config: &str, seed: u64) -> Result<Proxy, String> {
+    Proxy::start_deferring(binary()?, Profile::envoy(), config, 1, seed)
+        .map_err(|e| format!("the filter did not start: {e}"))
 }
 
 impl Fence for FilterFence {
@@ -259,7 +282,8 @@ impl Fence for FilterFence {
 
     fn restart(&mut self, now: Nanos) {
         // A new process: its shared data (the marks, the flights) starts empty.
-        if let Ok(proxy) = start(&self.config) {
+        self.seed += 1 << 20;
+        if let Ok(proxy) = start(&self.config, self.seed) {
             self.origin = proxy.now_ms();
             self.proxy = proxy;
         }
@@ -310,7 +334,7 @@ mod tests {
         let settings = Config::new(1, 1).settings;
         let names: Rc<[String]> = vec!["/r".to_owned()].into();
         let etcd = SharedServer::default();
-        let mut first = FilterFence::new(names.clone(), settings, None, Some(etcd.clone())).unwrap();
+        let mut first = FilterFence::new(0, names.clone(), settings, None, Some(etcd.clone()), false).unwrap();
         let write = |id, token| Request { id, resource: 0, token, content: 0, forged: None };
         let mut out = Vec::new();
         first.request(MS, write(1, 34), &mut out);
@@ -318,7 +342,7 @@ mod tests {
         assert_eq!(drive(&mut first, &etcd, 1, out).status, 201);
         assert_eq!(first.mark(0), Some(34), "the record in etcd, read back");
         // Another Envoy, its shared data empty: etcd's mark refuses the stale token.
-        let mut second = FilterFence::new(names, settings, None, Some(etcd.clone())).unwrap();
+        let mut second = FilterFence::new(1, names, settings, None, Some(etcd.clone()), false).unwrap();
         let mut out = Vec::new();
         second.request(MS, write(2, 33), &mut out);
         let stale = drive(&mut second, &etcd, 2, out);

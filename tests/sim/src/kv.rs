@@ -4,10 +4,12 @@
 //! A Txn's compares decide which of its two op lists runs; ranges, puts and deletes
 //! answer as etcd's gateway writes them (64-bit numbers as strings, bytes in base64).
 //!
-//! Only what the filter's calls use is kept: no leases (a lease id is stored and
-//! compared, never expires), no watches, no history (a range at an old revision is
-//! refused). What the filter sends is hostile input here too: a body that is not a
-//! Txn etcd would take gets etcd's 400, never a guess.
+//! Leases (`POST /v3/lease/grant`) are granted for their TTL on the world's clock and
+//! never kept alive (the filter's registry grants new ones); one that ran out takes
+//! its keys with it, in a revision of its own, before the next call is made. Only
+//! what the filter's calls use is kept: no watches, no history (a range at an old
+//! revision is refused). What the filter sends is hostile input here too: a body that
+//! is not a call etcd would take gets etcd's 400, never a guess.
 
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -22,17 +24,22 @@ struct Entry {
     lease: i64,
 }
 
-/// The keys and the revision.
+/// The keys, the revision and the leases.
 #[derive(Clone, Debug)]
 pub struct Kv {
     revision: i64,
     keys: BTreeMap<Vec<u8>, Entry>,
+    /// Each lease's end, on the world's clock (ms).
+    leases: BTreeMap<i64, u64>,
+    next_lease: i64,
+    /// The world's clock as of the last call (ms).
+    now_ms: u64,
 }
 
 impl Default for Kv {
     fn default() -> Kv {
         // etcd starts at revision 1.
-        Kv { revision: 1, keys: BTreeMap::new() }
+        Kv { revision: 1, keys: BTreeMap::new(), leases: BTreeMap::new(), next_lease: 0x1000, now_ms: 0 }
     }
 }
 
@@ -40,17 +47,38 @@ impl Default for Kv {
 type Refusal = (u16, String);
 
 impl Kv {
+    /// The world's clock moved to `now_ms`: the leases that ran out end, and their
+    /// keys go (one revision for them all, as etcd's lessor revokes a lease).
+    pub fn advance(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        let ended: Vec<i64> = self.leases.iter().filter(|(_, end)| **end <= self.now_ms).map(|(id, _)| *id).collect();
+        for id in ended {
+            self.leases.remove(&id);
+            let before = self.keys.len();
+            self.keys.retain(|_, e| e.lease != id);
+            if self.keys.len() < before {
+                self.revision += 1;
+            }
+        }
+    }
+
     /// Answer one JSON API call: its path and body, to a status and a body.
     pub fn call(&mut self, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
         let answer = match path {
             "/v3/kv/txn" => self.txn(body),
+            "/v3/lease/grant" => self.grant(body),
             other => Err((404, format!("the simulated etcd serves no {other}"))),
         };
         match answer {
             Ok(v) => (200, v.to_string().into_bytes()),
             Err((status, message)) => {
-                // As etcd's gateway writes a failure: gRPC's code and the message.
-                let code = if status == 404 { 12 } else { 3 };
+                // As etcd's gateway writes a failure: gRPC's code and the message
+                // (NOT_FOUND for a lease, UNIMPLEMENTED for a path, INVALID_ARGUMENT).
+                let code = match status {
+                    404 if message.contains("lease") => 5,
+                    404 => 12,
+                    _ => 3,
+                };
                 (status, json!({"error": message, "code": code, "message": message}).to_string().into_bytes())
             }
         }
@@ -59,6 +87,24 @@ impl Kv {
     /// The value of `key`, if it has one.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
         self.keys.get(key).map(|e| e.value.as_slice())
+    }
+
+    fn grant(&mut self, body: &[u8]) -> Result<Value, Refusal> {
+        let grant: Value = serde_json::from_slice(body).map_err(|e| bad(format!("not JSON: {e}")))?;
+        let ttl = int(&grant, "TTL")?;
+        if ttl <= 0 {
+            return Err(bad(format!("a lease TTL of {ttl}")));
+        }
+        let id = match int(&grant, "ID")? {
+            0 => {
+                self.next_lease += 1;
+                self.next_lease
+            }
+            taken if self.leases.contains_key(&taken) => return Err(bad(format!("lease {taken} exists"))),
+            chosen => chosen,
+        };
+        self.leases.insert(id, self.now_ms.saturating_add(ttl as u64 * 1000));
+        Ok(json!({"header": self.header(), "ID": id.to_string(), "TTL": ttl.to_string()}))
     }
 
     fn txn(&mut self, body: &[u8]) -> Result<Value, Refusal> {
@@ -149,6 +195,9 @@ impl Kv {
             }
             let value = bytes(p, "value")?;
             let lease = int(p, "lease")?;
+            if lease != 0 && !self.leases.contains_key(&lease) {
+                return Err((404, "etcdserver: requested lease not found".into()));
+            }
             let prev = self.keys.get(&key).cloned();
             let entry = match &prev {
                 Some(e) => Entry { value, create: e.create, modified: next, version: e.version + 1, lease },
@@ -431,7 +480,31 @@ mod tests {
             let (status, answer) = kv.call("/v3/kv/txn", body.as_bytes());
             assert_eq!(status, 400, "{body}: {}", String::from_utf8_lossy(&answer));
         }
-        assert_eq!(kv.call("/v3/lease/grant", b"{}").0, 404);
+        assert_eq!(kv.call("/v3/lease/grant", b"{}").0, 400, "no TTL");
+        assert_eq!(kv.call("/v3/lease/revoke", b"{}").0, 404);
+        let on_no_lease = r#"{"success": [{"request_put": {"key": "YQ==", "value": "YQ==", "lease": "7"}}]}"#;
+        assert_eq!(kv.call("/v3/kv/txn", on_no_lease.as_bytes()).0, 404);
         assert_eq!((kv.revision, kv.get(b"a")), (1, None), "a refused Txn wrote nothing");
+    }
+
+    #[test]
+    fn a_lease_takes_its_keys_when_it_runs_out_on_the_worlds_clock() {
+        let mut kv = Kv::default();
+        kv.advance(1_000);
+        let (status, body) = kv.call("/v3/lease/grant", br#"{"TTL": "2"}"#);
+        assert_eq!(status, 200);
+        let granted: Value = serde_json::from_slice(&body).unwrap();
+        let id = granted["ID"].as_str().unwrap().to_owned();
+        assert_eq!(granted["TTL"], json!("2"));
+        txn(&mut kv, json!({"success": [{"request_put": {"key": b64("/f/1"), "value": b64("x"), "lease": id}}]}));
+        txn(&mut kv, json!({"success": [{"request_put": {"key": b64("/m/1"), "value": b64("34")}}]}));
+        kv.advance(2_999);
+        assert!(kv.get(b"/f/1").is_some(), "not yet");
+        let before = kv.revision;
+        kv.advance(3_000);
+        assert_eq!((kv.get(b"/f/1"), kv.get(b"/m/1")), (None, Some(&b"34"[..])), "only the lease's key went");
+        assert_eq!(kv.revision, before + 1);
+        let late = json!({"success": [{"request_put": {"key": b64("/f/2"), "value": b64("x"), "lease": id}}]});
+        assert_eq!(kv.call("/v3/kv/txn", late.to_string().as_bytes()).0, 404, "a put under an ended lease");
     }
 }

@@ -121,11 +121,13 @@ fn parse() -> Result<Args, String> {
     if args.file_marks && (args.filter || args.shared_gate) {
         return Err("--file-marks gives each instance its own file store: not with --filter or --shared-gate".into());
     }
-    if args.filter && (args.shared_gate || args.conditional) {
-        return Err("--filter runs Envoy's filter with each Envoy's own gate and no conditional writes (the \
-                    simulated etcd keeps no leases for the shared gate's registry): not with --shared-gate or \
-                    --conditional"
+    if args.filter && args.conditional {
+        return Err("--filter runs Envoy's filter without conditional writes (its chains are not simulated): not \
+                    with --conditional"
             .into());
+    }
+    if args.filter && args.shared_gate && args.own_marks {
+        return Err("--filter --shared-gate puts the filter's flights in etcd: not with --own-marks".into());
     }
     if args.shared_gate && args.clock_skew_ms > 0 {
         return Err(
@@ -134,6 +136,9 @@ fn parse() -> Result<Args, String> {
                     a flight until its owner deletes its key (on the owner's clock) or etcd ends its lease"
                 .into(),
         );
+    }
+    if args.bug == Some(Bug::LocalGate) && !args.shared_gate {
+        return Err("--bug local-gate undoes --shared-gate: give both".into());
     }
     if args.requests.is_some() && args.seconds.is_some() {
         return Err("give --requests or --seconds, not both".into());

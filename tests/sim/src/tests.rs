@@ -7,6 +7,7 @@ use crate::queue::MS;
 use crate::shrink::{shrink, Budget, Shrunk};
 use crate::{run, Config, Outcome};
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 fn sim(config: &Config) -> Outcome {
@@ -101,6 +102,17 @@ fn a_gate_that_lets_an_equal_token_past_lower_writes_is_caught() {
     for seed in 1..=3 {
         let o = sim(&only(&["store-slow"], Config { bug: Some(Bug::EqualPasses), ..Config::new(seed, 20_000) }));
         assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: equal-passes not found");
+    }
+}
+
+#[test]
+fn instances_on_one_etcd_whose_gates_are_each_their_own_are_caught() {
+    // Writes to one resource through every instance, each gate its own: the opt-out
+    // on instances scaled out on one etcd, which loses the order under a slow store.
+    for seed in 1..=3 {
+        let config = Config { shared_gate: true, bug: Some(Bug::LocalGate), ..Config::new(seed, 20_000) };
+        let o = sim(&only(&["store-slow"], config));
+        assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: local-gate not found");
     }
 }
 
@@ -338,6 +350,29 @@ fn the_envoy_filter_with_marks_in_etcd_breaks_no_rule_through_crashes_and_etcd_f
     // Its gate off ("gate": null): a slow store lets a lower token land last.
     let o = sim(&only(&["store-slow"], Config { bug: Some(Bug::SkipGate), ..Config::filter(1, 20_000) }));
     assert!(o.report.violations.iter().any(|f| f.rule == 1), "the gate's absence not found");
+}
+
+#[test]
+fn envoys_sharing_the_filters_in_flight_registry_in_etcd_keep_the_order_of_writes_through_all_of_them() {
+    // gate.shared, envoy-config's default with etcd: each Envoy's flights are keys
+    // under leases in the simulated etcd, so the resources written through every
+    // Envoy are claimed too. Without it (the local-gate bug) a slow store puts a lower
+    // token last on them.
+    // A dead Envoy's flights hold their resources until its lease ends: the others'
+    // writes there are refused meanwhile, within the crash's window.
+    let mut drawn = BTreeMap::new();
+    for seed in 1..=2 {
+        let kinds = ["store-slow", "instance-crash"];
+        let o = sim(&only(&kinds, Config { shared_gate: true, ..Config::filter(seed, 15_000) }));
+        assert_eq!(o.violations(), 0, "{}", findings(&o));
+        for (kind, n) in &o.faults {
+            *drawn.entry(kind.clone()).or_insert(0) += n;
+        }
+    }
+    assert!(drawn.len() == 2, "both kinds of fault drawn: {drawn:?}");
+    let local = Config { shared_gate: true, bug: Some(Bug::LocalGate), ..Config::filter(1, 20_000) };
+    let o = sim(&only(&["store-slow"], local));
+    assert!(o.report.violations.iter().any(|f| f.rule == 1), "the registry's absence not found");
 }
 
 #[test]

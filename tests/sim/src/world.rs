@@ -22,7 +22,7 @@ use crate::conditional::ConditionalFence;
 use crate::config::Config;
 use crate::etcd::{Answer as EtcdAnswer, Call, Client, SharedServer};
 use crate::fence::{registry, Answer, Bug, Fence, GuardFence, Out, Request};
-use crate::filter::FilterFence;
+use crate::filter::{self, FilterFence};
 use crate::queue::{Nanos, Queue, MS};
 use crate::rng::Rng;
 use crate::trace::Trace;
@@ -401,16 +401,18 @@ impl World {
                 } else {
                     Admits::new(GuardFence::memory_guard(validator.clone()), None)
                 };
-                let gate = if cfg.shared_gate { shared_registry.clone() } else { registry() };
+                // The local-gate bug: the spread group stays claimed, the table is not shared.
+                let shared_gate = cfg.shared_gate && cfg.bug != Some(Bug::LocalGate);
+                let gate = if shared_gate { shared_registry.clone() } else { registry() };
                 let fence: Box<dyn Fence> = if cfg.filter {
                     let etcd = (cfg.shared_marks && cfg.etcd_marks).then(|| server.clone());
-                    let fence =
-                        FilterFence::new(names.clone(), cfg.settings, cfg.bug, etcd).map_err(SimError::Filter)?;
+                    let fence = FilterFence::new(i, names.clone(), cfg.settings, cfg.bug, etcd, shared_gate)
+                        .map_err(SimError::Filter)?;
                     Box::new(fence)
                 } else if cfg.conditional {
                     Box::new(ConditionalFence::new(admits, names.clone(), cfg.settings, cfg.bug))
                 } else {
-                    Box::new(GuardFence::new(i, admits, names.clone(), gate, cfg.shared_gate, cfg.settings, cfg.bug))
+                    Box::new(GuardFence::new(i, admits, names.clone(), gate, shared_gate, cfg.settings, cfg.bug))
                 };
                 Ok(Instance { fence, up: true, incarnation: 0, open: BTreeSet::new() })
             })
@@ -712,7 +714,11 @@ impl World {
     /// change made or not).
     fn etcd_apply(&mut self, now: Nanos, inst: usize, inc: u64, call: u64, op: Call) {
         let lose_compare = self.cfg.bug == Some(Bug::CasLowers);
-        let answer = self.server.lock().unwrap_or_else(|p| p.into_inner()).apply(&op, lose_compare);
+        let answer = {
+            let mut server = self.server.lock().unwrap_or_else(|p| p.into_inner());
+            server.advance(now / MS);
+            server.apply(&op, lose_compare)
+        };
         let lost = self.losing > 0 && self.rng.chance(500_000);
         self.trace
             .line(format_args!("{now} etcd {} c{call} {op:?} {answer:?} lost {lost}", target(self.cfg.filter, inst)));
@@ -1047,7 +1053,12 @@ impl World {
             // the chain must ask for, a body that would repeat a lent version.
             let shared = self.cfg.shared_gate || (self.cfg.conditional && self.cfg.shared_marks);
             let targets = if shared { all } else { vec![target(self.cfg.filter, inst)] };
-            let lingers = lingers.max(s.start_grace / MS + 2);
+            let mut lingers = lingers.max(s.start_grace / MS + 2);
+            if self.cfg.filter && self.cfg.shared_gate {
+                // A dead Envoy's flights in etcd hold their resources until its lease
+                // ends: the others' writes there wait, and are refused past the budget.
+                lingers = lingers.max(filter::dead_flights_hold_ms(s.upstream_timeout / MS, s.apply_bound / MS) + 2);
+            }
             ("instance-crash", targets, lingers, format!("{} down for {} ms", target(self.cfg.filter, inst), down / MS))
         } else if kind == "store-slow" {
             self.slow += 1;
