@@ -123,12 +123,12 @@ section "the deterministic simulator: a minute on fresh seeds (tests/sim/README.
 # replays it. About 55 s of writes and 15 s of judging them: the ordering gate local
 # and shared; conditional writes, whose lend terms are read on the instances' clocks,
 # apart by up to 90 ms either way (less than the 200 ms upstream timeout, which absorbs
-# it); and the Envoy filter's own binary in the in-process proxy-wasm host, its marks in
-# the simulated etcd as envoy-config configures it.
+# it); and the Envoy filter's own binary in the in-process proxy-wasm host, as
+# envoy-config configures it: marks and the in-flight registry in the simulated etcd.
 scripts/simulate.sh --seconds 18 2>&1 | tee -a "$log"
 scripts/simulate.sh --seconds 12 --shared-gate 2>&1 | tee -a "$log"
 scripts/simulate.sh --seconds 14 --conditional --clock-skew 90 2>&1 | tee -a "$log"
-scripts/simulate.sh --seconds 10 --filter 2>&1 | tee -a "$log"
+scripts/simulate.sh --seconds 10 --filter --shared-gate 2>&1 | tee -a "$log"
 
 section "the quickstart, as a newcomer runs it: a paused holder's late write refused in front of a real store"
 # On the binary the workspace build above made: `cargo build -p fencekeeper-cli` alone
