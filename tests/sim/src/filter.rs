@@ -57,10 +57,11 @@ const TICK: u64 = 1;
 /// The filter's etcd calls' budget (`etcd.timeout_ms`, its default).
 const ETCD_TIMEOUT_MS: u64 = 1_000;
 
-/// How long a dead Envoy's flights in the shared registry may hold their resources
-/// after it died (ms), for `flight` and `bound` (ms): its worker's last lease, granted
-/// at most 5 s before, lasts the route timeout plus the bound plus 10 s (the grant
-/// period and a margin), rounded up to whole seconds (docs/envoy.md).
+/// How long a flight in the shared registry that its Envoy did not delete (it died,
+/// or etcd answered its put too late or never) may hold its resource (ms), for
+/// `flight` and `bound` (ms): the worker's lease it was put under, granted at most 5 s
+/// before, lasts the route timeout plus the bound plus 10 s (the grant period and a
+/// margin), rounded up to whole seconds (docs/envoy.md).
 pub fn dead_flights_hold_ms(flight: u64, bound: u64) -> u64 {
     (flight + bound + 10_000).div_ceil(1000) * 1000
 }

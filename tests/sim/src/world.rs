@@ -1022,6 +1022,14 @@ impl World {
         if let Some(kinds) = self.cfg.fault_kinds.as_ref().filter(|k| !k.is_empty() && !k.contains(&kind)) {
             kind = kinds[pick as usize % kinds.len()];
         }
+        // The filter's in-flight registry: a flight whose put was answered too late
+        // or never (its Txn made), or whose owner died, is not deleted and holds its
+        // resource until its lease ends.
+        let flights_linger = if self.cfg.filter && self.cfg.shared_gate {
+            filter::dead_flights_hold_ms(s.upstream_timeout / MS, s.apply_bound / MS) + 2
+        } else {
+            0
+        };
         let (kind, targets, lingers_ms, detail) = if kind == "instance-crash" {
             let inst = self.rng.index(self.instances.len());
             let down = self.rng.between(50 * MS, 1_000 * MS);
@@ -1053,12 +1061,9 @@ impl World {
             // the chain must ask for, a body that would repeat a lent version.
             let shared = self.cfg.shared_gate || (self.cfg.conditional && self.cfg.shared_marks);
             let targets = if shared { all } else { vec![target(self.cfg.filter, inst)] };
-            let mut lingers = lingers.max(s.start_grace / MS + 2);
-            if self.cfg.filter && self.cfg.shared_gate {
-                // A dead Envoy's flights in etcd hold their resources until its lease
-                // ends: the others' writes there wait, and are refused past the budget.
-                lingers = lingers.max(filter::dead_flights_hold_ms(s.upstream_timeout / MS, s.apply_bound / MS) + 2);
-            }
+            // A dead Envoy's flights in etcd hold their resources until its lease ends:
+            // the others' writes there wait, and are refused past the budget.
+            let lingers = lingers.max(s.start_grace / MS + 2).max(flights_linger);
             ("instance-crash", targets, lingers, format!("{} down for {} ms", target(self.cfg.filter, inst), down / MS))
         } else if kind == "store-slow" {
             self.slow += 1;
@@ -1077,13 +1082,13 @@ impl World {
             let span = self.rng.between(100 * MS, 1_000 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
             // A write whose lend waited may be given up on: its lend holds to its term.
-            ("etcd-stall", all, lingers + 400, format!("for {} ms", span / MS))
+            ("etcd-stall", all, (lingers + 400).max(flights_linger), format!("for {} ms", span / MS))
         } else {
             self.losing += 1;
             let span = self.rng.between(100 * MS, 1_000 * MS);
             self.q.after(span, Ev::Heal(self.faults.len()));
             // A change made whose answer was lost leaves a lend until its term.
-            ("etcd-lost-replies", all, lingers, format!("for {} ms", span / MS))
+            ("etcd-lost-replies", all, lingers.max(flights_linger), format!("for {} ms", span / MS))
         };
         // Deadlines and terms are on the clock of the instance that set them: read on
         // another's, they last up to twice the skew longer.
