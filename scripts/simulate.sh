@@ -3,12 +3,14 @@
 # a slow store on a virtual clock, one thread, every draw from one seed, judged by the
 # torture checker's rules. Bugs, put in on purpose to show the checker finds them:
 # skip-gate, admit-stale, equal-passes, header-kept, cas-lowers, lost-marks (with
-# --file-marks), and with --conditional lend-unchecked, lend-stale, release-given-up.
-# --faults draws only those kinds: instance-crash, store-slow, store-past-bound,
-# etcd-stall, etcd-lost-replies. --filter: the instances are the Envoy filter's .wasm.
+# --file-marks), with --shared-gate local-gate, and with --conditional lend-unchecked,
+# lend-stale, release-given-up. --faults draws only those kinds: instance-crash,
+# store-slow, store-past-bound, etcd-stall, etcd-lost-replies. --filter: the instances
+# are the Envoy filter's .wasm, marks in the simulated etcd (with --shared-gate its
+# in-flight registry there too; with --own-marks its shared data).
 #
 #   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
-#                       [--shared-gate | --conditional | --filter]
+#                       [--shared-gate | --conditional] [--filter]
 #                       [--own-marks | --file-marks] [--clock-skew MS]
 #                       [--faults K1,K2] [--bug NAME]
 #                       [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]

@@ -49,9 +49,9 @@ struct Args {
     no_shrink: bool,
 }
 
-const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional | --filter] \
+const USAGE: &str = "usage: fencekeeper-sim [--seed N] [--requests N | --seconds S] [--shared-gate | --conditional] [--filter] \
                      [--own-marks | --file-marks] [--clock-skew MS] [--faults K1,K2] [--bug NAME] [--skip-faults 1,4] [--skip-pauses 2,9] [--no-shrink]; bugs: skip-gate, \
-                     admit-stale, equal-passes, header-kept, cas-lowers, lost-marks, lend-unchecked, lend-stale, release-given-up";
+                     admit-stale, equal-passes, header-kept, cas-lowers, lost-marks, lend-unchecked, lend-stale, release-given-up, local-gate";
 
 /// The kinds of fault the nemesis may draw.
 const FAULT_KINDS: [&str; 5] = ["instance-crash", "store-slow", "store-past-bound", "etcd-stall", "etcd-lost-replies"];
