@@ -41,7 +41,14 @@ if [[ -z $seed ]]; then
     seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
 fi
 
-cargo build -q --release --locked -p fencekeeper-sim || exit 2
+# FENCEKEEPER_SKIP_BUILD=1: run target/release/fencekeeper-sim as it is, as
+# scripts/test.sh does after building the workspace.
+if [[ -z ${FENCEKEEPER_SKIP_BUILD:-} ]]; then
+    cargo build -q --release --locked -p fencekeeper-sim || exit 2
+elif [[ ! -x target/release/fencekeeper-sim ]]; then
+    echo "simulate.sh: FENCEKEEPER_SKIP_BUILD is set but target/release/fencekeeper-sim was not built" >&2
+    exit 2
+fi
 status=0
 target/release/fencekeeper-sim --seed "$seed" "${args[@]}" || status=$?
 if ((status == 1)); then
