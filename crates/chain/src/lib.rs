@@ -225,9 +225,17 @@ impl Chain {
         let lend = self.lends.remove(at);
         let believed = self.current.as_ref() == Some(&lend.on);
         match answer {
-            // Applied: the store was at `on`, and is now at what it answered. Recorded
-            // even if the fence believed otherwise: that belief was the wrong one.
-            Answer::Applied(Some(version)) => self.current = Some(version.clone()),
+            // Applied: the store was at `on`, then at what it answered. Recorded when the
+            // chain is still at `on`. Otherwise something else moved it after this
+            // write was lent (another write's settle, a read, a refusal), and which of
+            // the two the store applied last is not known: two writes lent on one
+            // version both apply when the first writes the same bytes again, and their
+            // settles may come in either order. Taking this answer then would put the
+            // chain back at an older version, and the next write would be refused by
+            // the store (412) although nothing went wrong; unknown, the next write asks
+            // the store (a HEAD) or the client (a read).
+            Answer::Applied(Some(version)) if believed => self.current = Some(version.clone()),
+            Answer::Applied(Some(_)) => self.current = None,
             // Applied, but the store did not say at which version: unknown.
             Answer::Applied(None) => self.current = None,
             // The store is not at `on`: if the fence thought it was, it does not know.
@@ -393,6 +401,32 @@ mod tests {
 
     fn none(_: &str) -> Option<&'static [u8]> {
         None
+    }
+
+    #[test]
+    fn a_write_settled_after_a_later_ones_settle_leaves_the_version_unknown_not_older() {
+        // Both lent on A; the store applies the first (A again: the same bytes), then
+        // the second (B). The second's settle comes first: the chain is at B. The
+        // first's settle must not put it back at A, where the store no longer is.
+        let a = Version::Tag("\"a\"".into());
+        let b = Version::Tag("\"b\"".into());
+        let mut chain = Chain::new();
+        chain.current = Some(a.clone());
+        let term = Term { now_ms: 0, lifetime_ms: None };
+        let first = chain.lend(Token::parse("7").unwrap(), Some(&a), term).unwrap();
+        let second = chain.lend(Token::parse("8").unwrap(), Some(&b), term).unwrap();
+        chain.settle(second.id, &Answer::Applied(Some(b.clone())));
+        assert_eq!(chain.current, Some(b.clone()));
+        chain.settle(first.id, &Answer::Applied(Some(a.clone())));
+        assert_eq!(chain.current, None, "the store's order of the two is not known: asked, not guessed");
+        // In the store's order, each settle finds the chain where its write was lent.
+        let mut chain = Chain::new();
+        chain.current = Some(a.clone());
+        let first = chain.lend(Token::parse("7").unwrap(), Some(&a), term).unwrap();
+        let second = chain.lend(Token::parse("8").unwrap(), Some(&b), term).unwrap();
+        chain.settle(first.id, &Answer::Applied(Some(a.clone())));
+        chain.settle(second.id, &Answer::Applied(Some(b.clone())));
+        assert_eq!(chain.current, Some(b));
     }
 
     #[test]

@@ -268,7 +268,7 @@ fn conditional_writes_lent_below_the_highest_lent_are_caught() {
     // settle before its own lend reaches the chain: reachable because an admit's etcd
     // calls take time, more so while etcd stalls.
     for seed in 1..=3 {
-        let config = Config { bug: Some(Bug::LendStale), ..Config::conditional(seed, 50_000) };
+        let config = Config { bug: Some(Bug::LendStale), ..Config::conditional(seed, 100_000) };
         let o = sim(&only(&["etcd-stall"], config));
         assert!(o.report.violations.iter().any(|f| f.rule == 1), "seed {seed}: lend-stale not found");
     }
