@@ -7,7 +7,8 @@
 # lend-stale, release-given-up. --faults draws only those kinds: instance-crash,
 # store-slow, store-past-bound, etcd-stall, etcd-lost-replies. --filter: the instances
 # are the Envoy filter's .wasm, marks in the simulated etcd (with --shared-gate its
-# in-flight registry there too; with --own-marks its shared data).
+# in-flight registry there too; with --conditional its conditional writes, chains in
+# etcd; with --own-marks its shared data).
 #
 #   scripts/simulate.sh [--seed N] [--requests N | --seconds S]
 #                       [--shared-gate | --conditional] [--filter]

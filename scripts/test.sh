@@ -124,13 +124,14 @@ section "the deterministic simulator: a minute on fresh seeds (tests/sim/README.
 # and shared; conditional writes, whose lend terms are read on the instances' clocks,
 # apart by up to 90 ms either way (less than the 200 ms upstream timeout, which absorbs
 # it); and the Envoy filter's own binary in the in-process proxy-wasm host, as
-# envoy-config configures it: marks and the in-flight registry in the simulated etcd.
+# envoy-config configures it: marks and the in-flight registry in the simulated etcd,
+# or its conditional writes' chains there.
 # On the binary the workspace build made, with no cargo call per run. Each run says
-# when it starts: one CI run spent 5 minutes in this part although its four runs
-# report 74 s between them, and the log is to show where the rest went.
+# when it starts: one CI run spent 5 minutes in this part although its runs
+# reported 74 s between them, and the log is to show where the rest went.
 export FENCEKEEPER_SKIP_BUILD=1
-for run in "--seconds 18" "--seconds 12 --shared-gate" "--seconds 14 --conditional --clock-skew 90" \
-    "--seconds 10 --filter --shared-gate"; do
+for run in "--seconds 16" "--seconds 10 --shared-gate" "--seconds 12 --conditional --clock-skew 90" \
+    "--seconds 8 --filter --shared-gate" "--seconds 8 --filter --conditional"; do
     section "simulate.sh $run"
     read -r -a run_args <<<"$run"
     scripts/simulate.sh "${run_args[@]}" 2>&1 | tee -a "$log"

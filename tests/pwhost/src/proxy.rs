@@ -159,6 +159,9 @@ pub struct Proxy {
     callouts: Option<Box<Answerer>>,
     /// HTTP calls kept for the test to answer later ([`Proxy::start_deferring`]).
     deferred: Option<Vec<(CallId, Callout)>>,
+    /// With deferred calls: answers whose headers the filter paused (for an etcd call),
+    /// finished when it resumes them or answers itself ([`Proxy::resolve`]).
+    paused_answers: BTreeMap<StreamId, Answer>,
 }
 
 /// An HTTP call the filter made, kept for [`Proxy::answer_call`].
@@ -199,6 +202,7 @@ impl Proxy {
             hung: 0,
             callouts: None,
             deferred: None,
+            paused_answers: BTreeMap::new(),
         };
         proxy.add_workers(binary, config, workers)?;
         Ok(proxy)
@@ -250,16 +254,22 @@ impl Proxy {
     /// ([`Proxy::take_calls`], [`Proxy::answer_call`]): an etcd on a network of the
     /// test's, whose answers are late, or never come. WASI's random bits are drawn
     /// from `seed`: proxies sharing an etcd are given distinct seeds, as real ones
-    /// draw distinct names.
+    /// draw distinct names. `clock_ms`: what its clock reads at its start (`None`:
+    /// the epoch), so that a proxy started later in a test's run reads the same time
+    /// as those started before it.
     pub fn start_deferring(
         binary: &Binary,
         profile: Profile,
         config: &str,
         workers: usize,
         seed: u64,
+        clock_ms: Option<u64>,
     ) -> Result<Proxy, Error> {
         let mut proxy = Proxy::start_seeded(binary, profile, "", 0, seed)?;
         proxy.deferred = Some(Vec::new());
+        if let Some(at) = clock_ms {
+            proxy.world.borrow_mut().now_ms = at;
+        }
         proxy.add_workers(binary, config, workers)?;
         Ok(proxy)
     }
@@ -471,7 +481,13 @@ impl Proxy {
     fn resolve(&mut self, id: StreamId) {
         let Some(stream) = self.stream(id) else { return };
         if stream.responding {
-            // `respond_with` waits for it.
+            // `respond_with` waits for it, or, with deferred calls, it is finished here
+            // once the filter let it go or answered itself.
+            if (stream.resume || stream.local.is_some()) && self.paused_answers.contains_key(&id) {
+                if let Some(a) = self.paused_answers.remove(&id) {
+                    self.finish_response(id, a);
+                }
+            }
             return;
         }
         if let Some(reply) = stream.local.take() {
@@ -540,6 +556,9 @@ impl Proxy {
         a: Answer,
     ) {
         let Some(stream) = self.stream(id) else { return };
+        if stream.responding {
+            return; // an answer is in the filter's hands already: the proxy has no second
+        }
         stream.paused = None;
         stream.responding = true;
         let n = response.len() as i32;
@@ -555,6 +574,13 @@ impl Proxy {
             Ok(action) => action,
             Err(_) => return self.trapped(id),
         };
+        if action != 0 && self.deferred.is_some() {
+            // Paused (for an etcd call) that the test answers when it will: the
+            // answer is finished when the filter lets it go ([`Proxy::resolve`]).
+            // The clock is the test's: nothing here moves it.
+            self.paused_answers.insert(id, a);
+            return self.settle();
+        }
         if action != 0 {
             // Paused (for an etcd call): the calls are answered until the filter
             // resumes the answer or gives its own, on the clock, as long as a call may take.
@@ -565,10 +591,18 @@ impl Proxy {
                     _ => break,
                 }
             }
-            if let Some(stream) = self.stream(id) {
-                stream.resume = false;
-            }
         }
+        self.finish_response(id, a);
+    }
+
+    /// The rest of an answer whose headers the filter has let go (or replaced with
+    /// its own answer): its body, then the end of the stream.
+    fn finish_response(&mut self, id: StreamId, a: Answer) {
+        if let Some(stream) = self.stream(id) {
+            stream.resume = false;
+        }
+        let context = id.context as i32;
+        let body_len = self.stream(id).map_or(0, |s| s.response_body.len() as i32);
         // The filter answered itself instead: its answer replaces the upstream's.
         if let Some(reply) = self.stream(id).and_then(|s| s.local.take()) {
             let local = Answer {

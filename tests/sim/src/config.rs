@@ -135,6 +135,15 @@ impl Config {
         Config { filter: true, shared_marks: false, fault_kinds: Some(faults), ..Config::new(seed, requests) }
     }
 
+    /// The Envoy filter with conditional writes, as `envoy-config
+    /// --conditional-writes` configures it: its chains in the simulated etcd, no
+    /// gate, a lend's term the route timeout plus the store apply bound, versions the
+    /// chain does not know asked of the store with a `HEAD`, S3's MD5 ETags (the same
+    /// bytes give the same version).
+    pub fn filter_conditional(seed: u64, requests: u64) -> Config {
+        Config { filter: true, ..Config::conditional(seed, requests) }
+    }
+
     /// The defaults with conditional writes: no start grace (the chain and the store's
     /// preconditions alone keep the order after a crash, as in the conditional
     /// torture run).

@@ -66,6 +66,25 @@ pub fn dead_flights_hold_ms(flight: u64, bound: u64) -> u64 {
     (flight + bound + 10_000).div_ceil(1000) * 1000
 }
 
+/// The proxy's cluster of the store, which the filter's `HEAD`s go through.
+const STORE_CLUSTER: &str = "store";
+
+/// The body a write of `content` carries: with conditional writes the filter hashes
+/// it (MD5, as S3's ETags), and the store's ETag is [`etag_of`] it.
+pub fn body_of(content: u8) -> Vec<u8> {
+    vec![b'a' + content; 16]
+}
+
+/// The ETag the store gives a write of `content` from the filter: the quoted hex MD5
+/// of its body, so the same bytes bring a version back (A-B-A).
+pub fn etag_of(content: u8) -> String {
+    use md5::{Digest, Md5};
+    match fencekeeper_chain::content_version(&Md5::digest(body_of(content)).into()) {
+        fencekeeper_chain::Version::Tag(tag) => tag,
+        fencekeeper_chain::Version::Absent => String::new(),
+    }
+}
+
 /// Where the filter keeps its marks in etcd (`etcd.key_prefix`).
 const KEY_PREFIX: &str = "/fencekeeper/marks";
 
@@ -75,8 +94,8 @@ pub struct FilterFence {
     config: String,
     names: Rc<[String]>,
     settings: Settings,
-    /// World time at the host's start, and what its clock read then (ms).
-    base: Nanos,
+    /// What the host's clock read at world time 0 (ms): a restarted Envoy's clock
+    /// goes on from the wall clock, as a new process's does.
     origin: u64,
     /// Open writes: their streams, and whether each went upstream.
     open: BTreeMap<u64, (StreamId, bool)>,
@@ -104,9 +123,13 @@ impl FilterFence {
         bug: Option<Bug>,
         etcd: Option<SharedServer>,
         shared_gate: bool,
+        conditional: bool,
     ) -> Result<FilterFence, String> {
         let ms = |n: Nanos| n / MS;
         let gate = match bug {
+            // Conditional writes need no gate: the chain and the store's
+            // preconditions keep the order (envoy-config writes "gate": null).
+            None if conditional => "null".to_owned(),
             // With the shared gate (which the local-gate bug turns off: `shared_gate`
             // comes without it), a flight lives at most the route timeout before the
             // store answers or Envoy gives up (`gate.flight_ms`).
@@ -127,10 +150,22 @@ impl FilterFence {
         } else {
             r#""etcd": null, "mode": "efficiency""#.to_owned()
         };
-        let config = format!(r#"{{{marks}, "start_grace_ms": {}, "gate": {gate}}}"#, ms(settings.start_grace));
+        let conditional = if conditional {
+            // A lend lasts the route timeout plus the store apply bound, as
+            // envoy-config sets it; versions the chain does not know are asked of the
+            // store with a HEAD through its cluster.
+            format!(
+                r#", "conditional_writes": true, "conditional_lend_ms": {}, "conditional_store_cluster": "{STORE_CLUSTER}""#,
+                ms(settings.upstream_timeout + settings.apply_bound)
+            )
+        } else {
+            String::new()
+        };
+        let config =
+            format!(r#"{{{marks}, "start_grace_ms": {}, "gate": {gate}{conditional}}}"#, ms(settings.start_grace));
         // Far apart per Envoy: each start draws a few words from its seed on.
         let seed = (instance as u64 + 1) << 40;
-        let mut proxy = start(&config, seed)?;
+        let mut proxy = start(&config, seed, None)?;
         // Started its start grace before the run: the other instances start with no
         // grace either (a restart has one).
         proxy.advance(ms(settings.start_grace) + 1);
@@ -141,7 +176,6 @@ impl FilterFence {
             config,
             names,
             settings,
-            base: 0,
             origin,
             open,
             ticking: false,
@@ -154,7 +188,7 @@ impl FilterFence {
 
     /// Move the host's clock up to `now`, firing the ticks that came due.
     fn sync(&mut self, now: Nanos) {
-        let target = self.origin + now.saturating_sub(self.base) / MS;
+        let target = self.origin + now / MS;
         let at = self.proxy.now_ms();
         if target > at {
             self.proxy.advance(target - at);
@@ -169,8 +203,17 @@ impl FilterFence {
             let n = self.next_call;
             self.calls.insert(n, id);
             let path = callout.header(":path").unwrap_or_default();
-            let body = String::from_utf8_lossy(&callout.body).into_owned();
-            out.push(Out::Etcd { call: n, op: Call::Json { path, body } });
+            if callout.upstream == STORE_CLUSTER {
+                // A conditional write's HEAD of its resource, answered by the store
+                // (`head_answered`, under this call's number).
+                match self.names.iter().position(|name| *name == path) {
+                    Some(resource) => out.push(Out::Head { id: n, resource }),
+                    None => drop(self.calls.remove(&n)),
+                }
+            } else {
+                let body = String::from_utf8_lossy(&callout.body).into_owned();
+                out.push(Out::Etcd { call: n, op: Call::Json { path, body } });
+            }
             out.push(Out::Timer { at: now + u64::from(callout.timeout_ms) * MS, tag: n });
         }
         let mut done = Vec::new();
@@ -180,11 +223,16 @@ impl FilterFence {
                 State::AtUpstream if *sent => {}
                 State::AtUpstream => {
                     *sent = true;
-                    let header = self.proxy.forwarded(*stream).and_then(|h| {
-                        h.iter().find(|(n, _)| n.eq_ignore_ascii_case("fencing-admitted-token")).map(|(_, v)| v.clone())
-                    });
-                    let token = header.and_then(|v| v.parse().ok()).unwrap_or(0);
-                    out.push(Out::Forward { id, token, precondition: None });
+                    let headers = self.proxy.forwarded(*stream).unwrap_or_default();
+                    let header =
+                        |name: &str| headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.clone());
+                    let token = header("fencing-admitted-token").and_then(|v| v.parse().ok()).unwrap_or(0);
+                    let precondition = match (header("if-match"), header("if-none-match")) {
+                        (Some(tag), _) => Some(("if-match", tag)),
+                        (None, Some(any)) => Some(("if-none-match", any)),
+                        (None, None) => None,
+                    };
+                    out.push(Out::Forward { id, token, precondition });
                     out.push(Out::Timer { at: now + self.settings.upstream_timeout, tag: id << 1 });
                 }
                 State::Answered(a) => {
@@ -212,15 +260,16 @@ impl FilterFence {
 /// Envoy number `seed`'s start: every call is kept for the world to carry (none are
 /// made without etcd); each start draws other random bits, as a real Envoy's workers
 /// name themselves in etcd's in-flight registry with distinct random ids.
-fn start(config: &str, seed: u64) -> Result<Proxy, String> {
-    Proxy::start_deferring(binary()?, Profile::envoy(), config, 1, seed)
+fn start(config: &str, seed: u64, clock_ms: Option<u64>) -> Result<Proxy, String> {
+    Proxy::start_deferring(binary()?, Profile::envoy(), config, 1, seed, clock_ms)
         .map_err(|e| format!("the filter did not start: {e}"))
 }
 
 impl Fence for FilterFence {
     fn request(&mut self, now: Nanos, req: Request, out: &mut Vec<Out>) {
         self.sync(now);
-        let mut request = HttpRequest::put(&self.names[req.resource]).token(&req.token.to_string());
+        let mut request =
+            HttpRequest::put(&self.names[req.resource]).token(&req.token.to_string()).body(&body_of(req.content));
         if let Some(forged) = req.forged {
             request = request.header("fencing-admitted-token", &forged.to_string());
         }
@@ -229,12 +278,25 @@ impl Fence for FilterFence {
         self.scan(now, out);
     }
 
-    fn store_answered(&mut self, now: Nanos, id: u64, status: u16, _etag: Option<&str>, out: &mut Vec<Out>) {
+    fn store_answered(&mut self, now: Nanos, id: u64, status: u16, etag: Option<&str>, out: &mut Vec<Out>) {
         self.sync(now);
+        // An answer after Envoy gave up on the write finds no stream: Envoy drops it.
         if let Some(&(stream, true)) = self.open.get(&id) {
             if self.proxy.state(stream) == State::AtUpstream {
-                self.proxy.respond(stream, status);
+                let headers: Vec<(String, String)> =
+                    etag.map(|t| ("etag".to_owned(), t.to_owned())).into_iter().collect();
+                self.proxy.respond_fully(stream, status, &headers, b"");
             }
+        }
+        self.scan(now, out);
+    }
+
+    fn head_answered(&mut self, now: Nanos, call: u64, status: u16, etag: Option<&str>, out: &mut Vec<Out>) {
+        self.sync(now);
+        if let Some(id) = self.calls.remove(&call) {
+            let mut answer = CallAnswer::new(status, Vec::new());
+            answer.headers.extend(etag.map(|t| ("etag".to_owned(), t.as_bytes().to_vec())));
+            self.proxy.answer_call(id, answer);
         }
         self.scan(now, out);
     }
@@ -274,21 +336,20 @@ impl Fence for FilterFence {
 
     fn wake(&mut self, _: Nanos, _: usize, _: &mut Vec<Out>) {}
 
-    fn crash(&mut self, now: Nanos) {
+    fn crash(&mut self, _: Nanos) {
         self.open.clear();
         self.calls.clear();
         self.ticking = false;
-        self.base = now;
     }
 
     fn restart(&mut self, now: Nanos) {
         // A new process: its shared data (the marks, the flights) starts empty.
         self.seed += 1 << 20;
-        if let Ok(proxy) = start(&self.config, self.seed) {
-            self.origin = proxy.now_ms();
+        // Its clock is the wall clock, which went on while it was down; its start
+        // grace begins now.
+        if let Ok(proxy) = start(&self.config, self.seed, Some(self.origin + now / MS)) {
             self.proxy = proxy;
         }
-        self.base = now;
     }
 
     fn mark(&self, resource: usize) -> Option<u64> {
@@ -335,7 +396,7 @@ mod tests {
         let settings = Config::new(1, 1).settings;
         let names: Rc<[String]> = vec!["/r".to_owned()].into();
         let etcd = SharedServer::default();
-        let mut first = FilterFence::new(0, names.clone(), settings, None, Some(etcd.clone()), false).unwrap();
+        let mut first = FilterFence::new(0, names.clone(), settings, None, Some(etcd.clone()), false, false).unwrap();
         let write = |id, token| Request { id, resource: 0, token, content: 0, forged: None };
         let mut out = Vec::new();
         first.request(MS, write(1, 34), &mut out);
@@ -343,7 +404,7 @@ mod tests {
         assert_eq!(drive(&mut first, &etcd, 1, out).status, 201);
         assert_eq!(first.mark(0), Some(34), "the record in etcd, read back");
         // Another Envoy, its shared data empty: etcd's mark refuses the stale token.
-        let mut second = FilterFence::new(1, names, settings, None, Some(etcd.clone()), false).unwrap();
+        let mut second = FilterFence::new(1, names, settings, None, Some(etcd.clone()), false, false).unwrap();
         let mut out = Vec::new();
         second.request(MS, write(2, 33), &mut out);
         let stale = drive(&mut second, &etcd, 2, out);
@@ -366,5 +427,55 @@ mod tests {
         });
         assert_eq!(answer.map(|a| a.status), Some(503));
         assert_eq!(second.mark(0), Some(34));
+    }
+
+    #[test]
+    fn a_conditional_writes_answer_waits_for_its_settle_in_etcd_and_the_clock_stays_the_worlds() {
+        // The store answers the forwarded write; the filter holds that answer while it
+        // settles the write's lend in etcd, a call the world answers when it will.
+        // Nothing moves the Envoy's clock meanwhile but the world (the host used to
+        // step it 10 s while it waited, which aged every call the filter had out).
+        let settings = Config::conditional(1, 1).settings;
+        let names: Rc<[String]> = vec!["/r".to_owned()].into();
+        let etcd = SharedServer::default();
+        let mut f = FilterFence::new(0, names, settings, None, Some(etcd.clone()), false, true).unwrap();
+        let mut out = Vec::new();
+        f.request(MS, Request { id: 1, resource: 0, token: 7, content: 1, forged: None }, &mut out);
+        let mut now = MS;
+        let mut forwarded = None;
+        for _ in 0..20 {
+            let mut next = Vec::new();
+            for o in out.drain(..) {
+                match o {
+                    Out::Etcd { call, op } => {
+                        now += MS;
+                        let answer = etcd.lock().unwrap().apply(&op, false);
+                        f.etcd_answered(now, call, Ok(answer), &mut next);
+                    }
+                    Out::Forward { id, precondition, .. } => forwarded = Some((id, precondition)),
+                    _ => {}
+                }
+            }
+            out = next;
+        }
+        let (id, precondition) = forwarded.expect("the write went to the store");
+        assert_eq!(precondition, Some(("if-none-match", "*".to_owned())), "a new object's precondition");
+        let clock = f.proxy.now_ms();
+        let mut out = Vec::new();
+        f.store_answered(now, id, 200, Some(&etag_of(1)), &mut out);
+        assert_eq!(f.proxy.now_ms(), clock, "the host's clock moved while the filter held the answer");
+        assert!(!out.iter().any(|o| matches!(o, Out::Answer { .. })), "answered before its settle: {out:?}");
+        let settle = out.iter().find_map(|o| match o {
+            Out::Etcd { call, op } => Some((*call, op.clone())),
+            _ => None,
+        });
+        let (call, op) = settle.expect("the settle is an etcd call");
+        let mut answered = Vec::new();
+        f.etcd_answered(now + 500 * MS, call, Ok(etcd.lock().unwrap().apply(&op, false)), &mut answered);
+        let answer = answered.iter().find_map(|o| match o {
+            Out::Answer { id: 1, answer } => Some(answer.status),
+            _ => None,
+        });
+        assert_eq!(answer, Some(200), "the store's answer, once settled: {answered:?}");
     }
 }

@@ -121,13 +121,10 @@ fn parse() -> Result<Args, String> {
     if args.file_marks && (args.filter || args.shared_gate) {
         return Err("--file-marks gives each instance its own file store: not with --filter or --shared-gate".into());
     }
-    if args.filter && args.conditional {
-        return Err("--filter runs Envoy's filter without conditional writes (its chains are not simulated): not \
-                    with --conditional"
+    if args.filter && args.own_marks && (args.shared_gate || args.conditional) {
+        return Err("--filter --shared-gate and --filter --conditional keep flights and chains in etcd: not with \
+                    --own-marks"
             .into());
-    }
-    if args.filter && args.shared_gate && args.own_marks {
-        return Err("--filter --shared-gate puts the filter's flights in etcd: not with --own-marks".into());
     }
     if args.shared_gate && args.clock_skew_ms > 0 {
         return Err(
@@ -177,7 +174,11 @@ fn main() -> ExitCode {
     let seed = args.seed.unwrap_or_else(random_seed);
     let requests = args.requests.unwrap_or(if args.seconds.is_some() { u64::MAX } else { 100_000 });
     let mut config = if args.conditional {
-        Config::conditional(seed, requests)
+        if args.filter {
+            Config::filter_conditional(seed, requests)
+        } else {
+            Config::conditional(seed, requests)
+        }
     } else if args.filter && args.own_marks {
         Config::filter_own_marks(seed, requests)
     } else if args.filter {

@@ -206,6 +206,10 @@ fn validator() -> Result<Arc<Validator>, SimError> {
         .map_err(SimError::Validator)
 }
 
+/// How long after the last write is sent the run goes on at most (virtual time):
+/// far past every bound, lease and lend a write's answer may wait on.
+const DRAIN: Nanos = 600_000 * MS;
+
 /// Run one simulation. `stop`, when given, is asked after each holder's write
 /// whether to stop sending: the run then behaves as if `requests` had been the
 /// number sent so far, so that `(seed, requests)` replays it.
@@ -215,6 +219,13 @@ pub fn run(config: &Config, stop: Option<&dyn Fn() -> bool>) -> Result<Outcome, 
     world.start();
     while let Some(ev) = world.q.take() {
         world.handle(ev, stop);
+        // A write the fence never answers (a host that forgot to resume it) would
+        // keep a host's ticks coming forever: the run ends long after the last
+        // write was sent, and the write's missing answer is a finding (rule 5).
+        if world.stopped_at.is_some_and(|at| world.q.now() > at + DRAIN) {
+            world.trace.line(format_args!("{} drained: writes still open are unanswered", world.q.now()));
+            break;
+        }
     }
     Ok(world.finish())
 }
@@ -241,6 +252,8 @@ struct World {
     requests: u64,
     probes: u64,
     stopped: bool,
+    /// When the holders stopped writing.
+    stopped_at: Option<Nanos>,
     limit: u64,
     slow: u32,
     past_bound: u32,
@@ -406,8 +419,9 @@ impl World {
                 let gate = if shared_gate { shared_registry.clone() } else { registry() };
                 let fence: Box<dyn Fence> = if cfg.filter {
                     let etcd = (cfg.shared_marks && cfg.etcd_marks).then(|| server.clone());
-                    let fence = FilterFence::new(i, names.clone(), cfg.settings, cfg.bug, etcd, shared_gate)
-                        .map_err(SimError::Filter)?;
+                    let fence =
+                        FilterFence::new(i, names.clone(), cfg.settings, cfg.bug, etcd, shared_gate, cfg.conditional)
+                            .map_err(SimError::Filter)?;
                     Box::new(fence)
                 } else if cfg.conditional {
                     Box::new(ConditionalFence::new(admits, names.clone(), cfg.settings, cfg.bug))
@@ -443,6 +457,7 @@ impl World {
             requests: 0,
             probes: 0,
             stopped: false,
+            stopped_at: None,
             slow: 0,
             past_bound: 0,
             pauses: (0, 0),
@@ -673,7 +688,10 @@ impl World {
         if !holds {
             return (412, None);
         }
-        let etag = crate::conditional::etag_of(sent.content);
+        // The filter hashes the body it holds; the library's instances take the
+        // content's own digest.
+        let etag =
+            if self.cfg.filter { filter::etag_of(sent.content) } else { crate::conditional::etag_of(sent.content) };
         self.versions[sent.resource] = Some(etag.clone());
         (200, Some(etag))
     }
@@ -784,6 +802,7 @@ impl World {
     fn step(&mut self, now: Nanos, h: usize, stop: Option<&dyn Fn() -> bool>) {
         if !self.stopped && self.requests >= self.limit {
             self.stopped = true;
+            self.stopped_at = Some(now);
             self.trace.line(format_args!("{now} stop after {}", self.requests));
         }
         if self.stopped {
