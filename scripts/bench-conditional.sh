@@ -20,6 +20,10 @@
 #              conditional writes a chain (lend and settle: two more commits).
 #
 # Usage: scripts/bench-conditional.sh [SECONDS] [CONNECTIONS]   (default 10 s, 16)
+#   BEFORE_FILTER=FILE.wasm   adds envoy-etcd-conditional-before: the same Envoy with an
+#                             earlier build of the filter (git show REV:guest/artifacts/...)
+#   FK_BENCH_TARGETS="a b"    only these targets (names as in the table)
+#   ROUNDS=N                  every row N times, interleaved round by round (default 1)
 # Prints a Markdown table for BENCHMARKS.md. Needs wrk, moto_server, etcd
 # (scripts/install-deps.sh).
 set -euo pipefail
@@ -51,6 +55,10 @@ start_gateway gw_etcd_c gateway-etcd-conditional "127.0.0.1:$mp" --etcd "http://
 envoy_args=(--etcd "127.0.0.1:$ec" --protocol s3 --provenance off)
 start_envoy envoy envoy-etcd "127.0.0.1:$mp" "${envoy_args[@]}"
 start_envoy envoy_c envoy-etcd-conditional "127.0.0.1:$mp" "${envoy_args[@]}" $(conditional envoy)
+if [[ -n ${BEFORE_FILTER:-} ]]; then
+    start_envoy envoy_c_before envoy-etcd-conditional-before "127.0.0.1:$mp" "${envoy_args[@]}" \
+        $(conditional envoy-before) --filter "$BEFORE_FILTER"
+fi
 
 cat >"$work/steady.lua" <<LUA
 wrk.method = "PUT"
@@ -77,6 +85,9 @@ LUA
 
 run() { # LABEL PORT WORKLOAD
     local out
+    if [[ -n ${FK_BENCH_TARGETS:-} && " $FK_BENCH_TARGETS " != *" $1 "* ]]; then
+        return
+    fi
     wrk -t"$threads" -c"$connections" -d2s -s "$work/$3.lua" "http://127.0.0.1:$2/bench/warm-$1-$3" >/dev/null 2>&1
     out=$(wrk -t"$threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$3.lua" \
         "http://127.0.0.1:$2/bench/$1-$3" 2>&1)
@@ -88,12 +99,17 @@ echo "wrk -t$threads -c$connections -d${seconds}s --latency, PUT 1-byte bodies t
 echo
 echo "| target | workload | requests/s | p50 | p99 | non-2xx |"
 echo "|---|---|---:|---:|---:|---:|"
-for workload in steady distinct advancing; do
-    run moto-direct "$mp" "$workload"
-    run gateway-file "$gw_file" "$workload"
-    run gateway-file-conditional "$gw_file_c" "$workload"
-    run gateway-etcd "$gw_etcd" "$workload"
-    run gateway-etcd-conditional "$gw_etcd_c" "$workload"
-    run envoy-etcd "$envoy" "$workload"
-    run envoy-etcd-conditional "$envoy_c" "$workload"
+for ((round = 1; round <= ${ROUNDS:-1}; round++)); do
+    for workload in steady distinct advancing; do
+        run moto-direct "$mp" "$workload"
+        run gateway-file "$gw_file" "$workload"
+        run gateway-file-conditional "$gw_file_c" "$workload"
+        run gateway-etcd "$gw_etcd" "$workload"
+        run gateway-etcd-conditional "$gw_etcd_c" "$workload"
+        run envoy-etcd "$envoy" "$workload"
+        run envoy-etcd-conditional "$envoy_c" "$workload"
+        if [[ -n ${BEFORE_FILTER:-} ]]; then
+            run envoy-etcd-conditional-before "$envoy_c_before" "$workload"
+        fi
+    done
 done

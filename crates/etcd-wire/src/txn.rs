@@ -120,6 +120,14 @@ impl TxnAnswer {
         }
     }
 
+    /// The read that ends the branch that ran (one appended with
+    /// [`crate::grpc::also_reading`]): the value of its key, `None` when absent.
+    pub fn last_read(&self) -> Result<Option<Vec<u8>>, WireError> {
+        let last =
+            self.ranges.len().checked_sub(1).ok_or_else(|| WireError("etcd's Txn answer has no operation".into()))?;
+        Ok(self.read(last)?.into_iter().next().map(|kv| kv.value))
+    }
+
     /// How many operations the branch that ran answered.
     pub fn operations(&self) -> usize {
         self.ranges.len()

@@ -88,6 +88,25 @@ impl Update {
         (update, read)
     }
 
+    /// A change of `resource`'s chain decided on `raw`, the record (`None`: no
+    /// record) a read of this request's returned just now: the read its admit's Txn
+    /// made beside the mark, which is as fresh as a read of the change's own would be,
+    /// one round trip earlier. Its first step: a swap to send, or done with nothing to
+    /// write (a peek, a refusal), or failed (a damaged record).
+    pub fn decided_on(key_prefix: &str, resource: &str, change: Change, raw: Option<Vec<u8>>) -> (Update, Step) {
+        let mut update = Update {
+            resource: resource.to_owned(),
+            key: fencekeeper_etcd_wire::chain_key(key_prefix, resource),
+            change,
+            rounds: 0,
+            swapping: None,
+            last: None,
+            optimistic: false,
+        };
+        let step = update.apply(raw);
+        (update, step)
+    }
+
     /// The record last seen in etcd or put there by this change (`Some(None)`: no
     /// record), for the request's next change to start from.
     pub fn last(&self) -> Option<Option<Vec<u8>>> {
@@ -266,6 +285,33 @@ mod tests {
         let (mut u, first) = Update::start("/p/", "r", change, Some(Some(old)));
         assert_eq!(first, grpc::read_txn(b"/p.chains/r"));
         assert!(matches!(u.answered(&read(Some(record.as_bytes()))), Step::Send(_)), "the fresh record lends");
+    }
+
+    #[test]
+    fn a_change_decided_on_the_record_the_admit_read_makes_no_read_of_its_own() {
+        // A peek on it is done at once: no call at all.
+        let (peek, step) = Update::decided_on("/p/", "r", Change::Peek(token!("5"), Term::UNBOUNDED), None);
+        assert!(matches!(step, Step::Done(Done::Lent(l)) if l.on == Version::Absent));
+        assert_eq!(peek.last(), Some(None), "the next change swaps from the record read");
+        // A lend on it is its swap, first.
+        let change = Change::Lend { token: token!("5"), makes: None, on: None, term: Term::UNBOUNDED };
+        let (mut lend, step) = Update::decided_on("/p/", "r", change, None);
+        let mut lent = Chain::new();
+        lent.lend(token!("5"), None, Term::UNBOUNDED).unwrap();
+        let record = chain::encode("r", &lent);
+        assert!(matches!(&step, Step::Send(swap) if *swap == grpc::swap_txn(b"/p.chains/r", None, record.as_bytes())));
+        assert!(matches!(lend.answered(&Ok(txn_answer(true, 11, &[]))), Step::Done(Done::Lent(_))));
+        // A refusal on it stands (the record is as fresh as a read now), and a damaged
+        // one fails, never a new chain.
+        let mut theirs = Chain::new();
+        theirs.lend(token!("7"), None, Term::UNBOUNDED).unwrap();
+        let higher = chain::encode("r", &theirs).into_bytes();
+        let (_, step) = Update::decided_on("/p/", "r", Change::Peek(token!("5"), Term::UNBOUNDED), Some(higher));
+        assert!(matches!(step, Step::Done(Done::Refused(Refusal::Stale(t))) if t == token!("7")));
+        let mut damaged = record.into_bytes();
+        damaged[5] ^= 1;
+        let (_, step) = Update::decided_on("/p/", "r", Change::Peek(token!("5"), Term::UNBOUNDED), Some(damaged));
+        assert!(matches!(step, Step::Failed(why) if why.contains("damaged")));
     }
 
     #[test]

@@ -450,6 +450,19 @@ pub fn read_txn(key: &[u8]) -> Vec<u8> {
     txn(&[], &[Op::Range(Range::of(key))], &[])
 }
 
+/// `message`, a Txn request, that also reads `key` last in whichever branch runs, so
+/// that one round trip answers the Txn and a read of another key (a conditional
+/// write's admit reads its version chain with its mark). Appended as protobuf
+/// merges repeated fields: the Txn's own operations keep their places, and the read
+/// is the answer's last operation ([`crate::txn::TxnAnswer::last_read`]).
+pub fn also_reading(mut message: Vec<u8>, key: &[u8]) -> Vec<u8> {
+    let mut m = Message::default();
+    m.message(2, op(&Op::Range(Range::of(key))));
+    m.message(3, op(&Op::Range(Range::of(key))));
+    message.extend_from_slice(&m.0);
+    message
+}
+
 /// Put `new` at `key` if it still holds `expected` (`None`: absent), else read it
 /// back in the same round trip (the failure branch's one read).
 pub fn swap_txn(key: &[u8], expected: Option<&[u8]>, new: &[u8]) -> Vec<u8> {
@@ -564,6 +577,32 @@ mod tests {
         let put = &nested(&nested(&first, 2)[0], 2)[0];
         let new = record::encode(b"k", &token!("1"));
         assert_eq!(decoded(put), vec![(1, Err(b"/k".to_vec())), (2, Err(new.as_bytes().to_vec()))]);
+    }
+
+    #[test]
+    fn a_txn_also_reading_a_key_reads_it_last_in_both_branches_and_the_answer_gives_it() {
+        let m = also_reading(mark_txn("/m/r", "r", Some(&token!("5")), &token!("6")), b"/c/r");
+        let key_of = |op: &Vec<u8>| nested(&nested(op, 1)[0], 1)[0].clone();
+        let success = nested(&m, 2);
+        assert_eq!(success.len(), 2, "the put, then the read");
+        assert!(nested(&success[0], 1).is_empty() && !nested(&success[0], 2).is_empty(), "the put stays first");
+        assert_eq!(key_of(&success[1]), b"/c/r".to_vec());
+        let failure: Vec<Vec<u8>> = nested(&m, 3).iter().map(key_of).collect();
+        assert_eq!(failure, [b"/m/r".to_vec(), b"/c/r".to_vec()], "the mark's read-back keeps its place");
+        // Over etcd's JSON API, each branch one array, in that order.
+        let json = crate::json::request(crate::json::Call::Txn, &m).unwrap();
+        let text = String::from_utf8(json).unwrap();
+        let (m64, c64) = ("L20vcg==", "L2Mvcg==");
+        let failure = &text[text.find("\"failure\"").unwrap()..];
+        assert!(failure.find(m64).unwrap() < failure.find(c64).unwrap(), "{text}");
+        // The answer: the chain's record is the last read, or none.
+        let kv = KeyValue { key: b"/c/r".to_vec(), value: b"chain".to_vec(), create_revision: 3, mod_revision: 8 };
+        let mark = KeyValue { key: b"/m/r".to_vec(), value: b"mark".to_vec(), create_revision: 2, mod_revision: 7 };
+        let lost = parse_txn(&txn_answer(false, 9, &[Some(&[mark]), Some(&[kv])])).unwrap();
+        assert_eq!(lost.last_read().unwrap(), Some(b"chain".to_vec()));
+        let won = parse_txn(&txn_answer(true, 9, &[None, Some(&[])])).unwrap();
+        assert_eq!(won.last_read().unwrap(), None, "no chain yet");
+        assert!(parse_txn(&txn_answer(true, 9, &[])).unwrap().last_read().is_err(), "no read: an error");
     }
 
     #[test]

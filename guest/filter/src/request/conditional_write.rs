@@ -29,6 +29,9 @@ pub(super) struct Cond {
     /// The chain's record as this request last saw or put it, for its next change to
     /// swap from without reading first.
     record: Option<Option<Vec<u8>>>,
+    /// The chain's record as the admit's Txn read it beside the mark: the first
+    /// change is decided on it, with no read of its own (a peek costs no call).
+    read_with_admit: Option<Option<Vec<u8>>>,
 }
 
 /// How long the store has to answer the filter's HEAD: the gate timeout, as a write
@@ -67,7 +70,8 @@ impl Request {
         let can_ask = settings.is_some_and(|c| c.store_cluster.is_some());
         let mut write = Write::new(resource, token, delete, self.reply.form, lifetime_ms, can_ask);
         let first = write.start(body, crate::gate::now_ms());
-        self.cond = Some(Cond { write, update: None, record: None });
+        let read_with_admit = self.chain_read.take();
+        self.cond = Some(Cond { write, update: None, record: None, read_with_admit });
         match self.carry_out(first) {
             Then::Request => Action::Continue,
             Then::Wait | Then::Response | Then::Nothing => Action::Pause,
@@ -138,14 +142,29 @@ impl Request {
             command = match command {
                 Command::Chain(change) => {
                     let prefix = f.config.etcd.as_ref().map_or("", |e| e.key_prefix.as_str());
-                    let (update, message) = Update::start(prefix, c.write.resource(), change, c.record.take());
-                    c.update = Some(update);
-                    match conditional::send(&f, &message) {
-                        Ok(_) => return Then::Wait,
-                        Err(why) => {
-                            c.update = None;
-                            c.write.chain_failed(&why)
+                    let (update, step) = match c.read_with_admit.take() {
+                        Some(raw) => Update::decided_on(prefix, c.write.resource(), change, raw),
+                        None => {
+                            let (update, message) = Update::start(prefix, c.write.resource(), change, c.record.take());
+                            (update, Step::Send(message))
                         }
+                    };
+                    match step {
+                        Step::Send(message) => {
+                            c.update = Some(update);
+                            match conditional::send(&f, &message) {
+                                Ok(_) => return Then::Wait,
+                                Err(why) => {
+                                    c.update = None;
+                                    c.write.chain_failed(&why)
+                                }
+                            }
+                        }
+                        Step::Done(done) => {
+                            c.record = update.last();
+                            c.write.chain_done(done, crate::gate::now_ms())
+                        }
+                        Step::Failed(why) => c.write.chain_failed(&why),
                     }
                 }
                 Command::AskStore => {

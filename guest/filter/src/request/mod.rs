@@ -81,6 +81,9 @@ pub struct Request {
     headers_end: bool,
     /// Conditional writes: a write that will be lent once admitted (`delete`).
     to_lend: Option<bool>,
+    /// Conditional writes: the version chain's record (`None` inside: no record), as
+    /// the mark's Txn read it in the same round trip, for the write's first change.
+    chain_read: Option<Option<Vec<u8>>>,
     /// Conditional writes: the admitted write's progress on its version chain.
     cond: Option<Cond>,
     /// Conditional writes: a read whose answer may teach its resource's version.
@@ -139,6 +142,7 @@ impl Request {
             reading_upload_id: None,
             headers_end: false,
             to_lend: None,
+            chain_read: None,
             cond: None,
             read_of: None,
             learning: None,
@@ -324,9 +328,19 @@ impl Request {
             etcd::vouch(&key, vouch::lock(&f.config.provenance, &p.resource).as_deref())
         } else {
             p.stage = Stage::Mark;
-            match p.expected {
+            let txn = match p.expected {
                 Some(expected) => etcd::txn(&key, &p.resource, Some(&expected), &p.token),
                 None => etcd::create(&e.key_prefix, &key, &p.resource, p.floor.as_ref(), &p.token),
+            };
+            // A write to be lent reads its version chain in the same Txn: its first
+            // change (the peek for its head's precondition, or its lend) needs no
+            // read of its own.
+            match self.to_lend {
+                Some(_) => {
+                    let chain = fencekeeper_etcd_wire::chain_key(&e.key_prefix, &p.resource);
+                    grpc::also_reading(txn, chain.as_bytes())
+                }
+                None => txn,
             }
         };
         let resource = p.resource.clone();
@@ -592,6 +606,10 @@ impl Request {
                 self.resume_http_request();
             }
             return;
+        }
+        if stage == Stage::Mark && self.to_lend.is_some() {
+            // What the chain's read answered (an answer without it: read it anew).
+            self.chain_read = etcd::txn_answer(&response).ok().and_then(|a| a.last_read().ok());
         }
         let answered = match stage {
             Stage::Vouch => self.on_vouch(etcd::parse_vouch(&response, &resource)),
