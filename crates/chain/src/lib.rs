@@ -47,7 +47,11 @@
 //! answer was lost): that costs a 412 and an unknown version, never a late write,
 //! because a write conditioned on a wrong version does not apply. An unknown version
 //! is learned again from a read of the object through the fence (a GET or HEAD
-//! answer's strong ETag, or a 404).
+//! answer's strong ETag, or a 404). A 412 is read for what it most likely means
+//! first: when exactly one write is still lent on the refused version and the version
+//! it makes is known, it was that write, given up on and applied after all, that
+//! moved the store, and the chain takes its version (a guess the store checks like
+//! any other belief).
 
 mod change;
 mod record;
@@ -137,6 +141,9 @@ pub struct Lend {
     pub token: Token,
     /// The version it is conditioned on.
     pub on: Version,
+    /// The version it would make, when that was told in advance (a content-addressed
+    /// store's MD5 of the body, absent for a delete).
+    pub makes: Option<Version>,
     /// Unix time in milliseconds past which the store can no longer apply the write:
     /// the lend then ends by itself. `None`: only by hand.
     pub until: Option<u64>,
@@ -211,7 +218,7 @@ impl Chain {
                 return Err(Refusal::Repeats(makes.clone()));
             }
         }
-        let lend = Lend { id: self.next, token, on: current, until: term.until() };
+        let lend = Lend { id: self.next, token, on: current, makes: makes.cloned(), until: term.until() };
         self.next += 1;
         self.highest = Some(token);
         self.lends.push(lend.clone());
@@ -235,14 +242,33 @@ impl Chain {
             // the store (412) although nothing went wrong; unknown, the next write asks
             // the store (a HEAD) or the client (a read).
             Answer::Applied(Some(version)) if believed => self.current = Some(version.clone()),
+            // Applied at the version the chain holds already (a guess, below, that
+            // this answer bears out).
+            Answer::Applied(Some(version)) if self.current.as_ref() == Some(version) => {}
             Answer::Applied(Some(_)) => self.current = None,
             // Applied, but the store did not say at which version: unknown.
             Answer::Applied(None) => self.current = None,
-            // The store is not at `on`: if the fence thought it was, it does not know.
-            Answer::PreconditionFailed if believed => self.current = None,
+            // The store is not at `on`: if the fence thought it was, it does not know,
+            // unless one write lent on `on` is still open and its version is known
+            // (a write given up on that the store applied after all, the usual
+            // cause): the store is taken to be at that version. A guess, which the
+            // store checks: a wrong one costs the next write a 412, never a late
+            // write, and spares stores the fence may not read (SigV4) a refusal of
+            // every write until a client reads the object through the fence.
+            Answer::PreconditionFailed if believed => self.current = self.sole_successor(&lend.on),
             // The object is absent (`If-Match` on a missing object answers 404).
             Answer::Missing if believed => self.current = Some(Version::Absent),
             Answer::PreconditionFailed | Answer::Missing | Answer::NotApplied => {}
+        }
+    }
+
+    /// The version the one open lend on `on` would make, when exactly one is open on
+    /// it and that version is known.
+    fn sole_successor(&self, on: &Version) -> Option<Version> {
+        let mut on_it = self.lends.iter().filter(|l| l.on == *on);
+        match (on_it.next(), on_it.next()) {
+            (Some(only), None) => only.makes.clone(),
+            _ => None,
         }
     }
 

@@ -3,17 +3,22 @@
 //! error, never an empty chain that would forget a write that may still apply.
 //!
 //! ```text
-//! value   = "fkc2 " highest " " current " " next " " count (" " id " " token " " on " " until)* " " crc
+//! value   = "fkc3 " highest " " current " " next " " count (" " id " " token " " on " " until " " makes)* " " crc
 //! highest = the highest token lent, or "-"
 //! current = "?" (unknown) | version
 //! on      = version
 //! until   = "-" (ends only by hand) | Unix milliseconds past which the lend ends
+//! makes   = "?" (not told) | version: the version the write would make
 //! version = "-" (absent) | the ETag's bytes in lowercase hex
 //! crc     = 8 lowercase hex digits: fencekeeper_core::record::checksum(resource, value up to the crc)
 //! ```
 //!
-//! `fkc1`, written before lends had terms, is the same without `until`: it is still
-//! read (its lends end only by hand), and written back as `fkc2` at its next change.
+//! `fkc2`, written before lends kept the version they would make, is the same
+//! without `makes`, and `fkc1`, written before lends had terms, also without `until`:
+//! both are still read (their lends make versions not told; `fkc1`'s end only by
+//! hand), and written back as `fkc3` at their next change. A host older than `fkc3`
+//! refuses an `fkc3` record as not a chain: upgrade every instance on one etcd prefix
+//! together.
 
 use crate::{Chain, Lend, Version, MAX_LENDS, MAX_VERSION};
 use fencekeeper_core::record::checksum;
@@ -25,6 +30,7 @@ use std::fmt::{self, Write};
 enum Format {
     Fkc1,
     Fkc2,
+    Fkc3,
 }
 
 impl Format {
@@ -32,6 +38,7 @@ impl Format {
         match self {
             Format::Fkc1 => "fkc1",
             Format::Fkc2 => "fkc2",
+            Format::Fkc3 => "fkc3",
         }
     }
 }
@@ -50,7 +57,7 @@ pub enum ChainRecordError {
 impl fmt::Display for ChainRecordError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ChainRecordError::NotARecord => "it is not a version chain record (expected \"fkc2 ...\")",
+            ChainRecordError::NotARecord => "it is not a version chain record (expected \"fkc3 ...\")",
             ChainRecordError::Mismatch => {
                 "its checksum does not match its contents: the record is damaged or belongs to another resource"
             }
@@ -63,7 +70,7 @@ impl std::error::Error for ChainRecordError {}
 
 /// The record of `chain` as `resource`'s.
 pub fn encode(resource: &str, chain: &Chain) -> String {
-    encode_as(Format::Fkc2, resource, chain)
+    encode_as(Format::Fkc3, resource, chain)
 }
 
 fn encode_as(format: Format, resource: &str, chain: &Chain) -> String {
@@ -73,10 +80,16 @@ fn encode_as(format: Format, resource: &str, chain: &Chain) -> String {
     let _ = write!(out, "{} {highest} {current} {} {}", format.tag(), chain.next, chain.lends.len());
     for lend in &chain.lends {
         let _ = write!(out, " {} {} {}", lend.id, lend.token, version(&lend.on));
-        if format == Format::Fkc2 {
+        if format != Format::Fkc1 {
             let _ = match lend.until {
                 Some(until) => write!(out, " {until}"),
                 None => write!(out, " -"),
+            };
+        }
+        if format == Format::Fkc3 {
+            let _ = match &lend.makes {
+                Some(makes) => write!(out, " {}", version(makes)),
+                None => write!(out, " ?"),
             };
         }
     }
@@ -90,6 +103,7 @@ fn encode_as(format: Format, resource: &str, chain: &Chain) -> String {
 pub fn decode(resource: &str, value: &[u8]) -> Result<Chain, ChainRecordError> {
     let text = std::str::from_utf8(value).map_err(|_| ChainRecordError::NotARecord)?;
     let format = match text.get(..5) {
+        Some("fkc3 ") => Format::Fkc3,
         Some("fkc2 ") => Format::Fkc2,
         Some("fkc1 ") => Format::Fkc1,
         _ => return Err(ChainRecordError::NotARecord),
@@ -127,12 +141,19 @@ fn fields(format: Format, body: &str) -> Option<Chain> {
         let on = unversion(words.next()?)?;
         let until = match format {
             Format::Fkc1 => None,
-            Format::Fkc2 => match words.next()? {
+            Format::Fkc2 | Format::Fkc3 => match words.next()? {
                 "-" => None,
                 ms => Some(ms.parse::<u64>().ok()?),
             },
         };
-        lends.push(Lend { id, token, on, until });
+        let makes = match format {
+            Format::Fkc1 | Format::Fkc2 => None,
+            Format::Fkc3 => match words.next()? {
+                "?" => None,
+                v => Some(unversion(v)?),
+            },
+        };
+        lends.push(Lend { id, token, on, makes, until });
     }
     words.next().is_none().then_some(Chain { highest, current, lends, next })
 }

@@ -247,7 +247,7 @@ mod tests {
     }
 
     fn lend(t: &str, on: Version) -> Lend {
-        Lend { id: 1, token: token(t), on, until: None }
+        Lend { id: 1, token: token(t), on, makes: None, until: None }
     }
 
     fn counted(r: &Refused) -> (u16, Option<Class>, Option<Event>) {

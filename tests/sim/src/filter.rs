@@ -21,6 +21,14 @@
 //! registry in that etcd (`gate.shared`: flights put under leases the simulated etcd
 //! ends on the world's clock), which claims the writes through every Envoy too.
 //!
+//! With `--conditional` the filter runs conditional writes instead of its gate, as
+//! `envoy-config --conditional-writes` configures it: its version chains in the same
+//! etcd, a lend's term the route timeout plus the apply bound, and the versions the
+//! chain does not know asked of the store with a `HEAD` through the store's cluster,
+//! which the world answers. Each write carries a body the filter hashes (S3's MD5
+//! ETags, [`etag_of`]); the store checks the precondition the filter set on the
+//! forwarded request.
+//!
 //! With `--own-marks` the marks are the filter's shared data, one Envoy's own, so the
 //! filter runs in efficiency mode (it refuses correctness mode without etcd: such
 //! marks die with the process); then no crashes are drawn and the marks are not read

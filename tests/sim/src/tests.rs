@@ -121,8 +121,9 @@ fn conditional_runs_replay_and_break_no_rule() {
     let config = Config::conditional(7, 5_000);
     let (a, b) = (sim(&config), sim(&config));
     assert_eq!(a.digest, b.digest);
-    // Pinned, as the other runs' digest is.
-    assert_eq!(a.digest, "d83d1365254babed");
+    // Pinned, as the other runs' digest is. Changed when a 412 with one write still
+    // lent on the refused version began to take the version that write makes.
+    assert_eq!(a.digest, "732ac5fc80649106");
     for seed in 1..=3 {
         for shared_marks in [true, false] {
             let o = sim(&Config { shared_marks, ..Config::conditional(seed, 30_000) });
@@ -245,8 +246,9 @@ fn seeds_that_found_something_stay_clean() {
     let then =
         Config { etcd_marks: false, forged_headers: false, ..Config::conditional(9_219_095_423_011_918_456, 629_333) };
     let o = sim(&then);
-    // The digest it had then, but for the line that now names the memory marks.
-    assert_eq!(o.digest, "dc33f871f84b50cc");
+    // The digest it had then, but for the line that now names the memory marks, and
+    // the versions a 412 now takes from the one write still lent on the refused one.
+    assert_eq!(o.digest, "fb694312f24f7684");
     assert_eq!(o.violations(), 0, "{}", findings(&o));
 }
 

@@ -206,6 +206,30 @@ fn through_envoy_a_write_that_would_bring_back_a_late_writes_version_is_refused_
 }
 
 #[test]
+fn through_envoy_after_a_write_given_up_on_that_the_store_applied_one_write_is_refused_and_its_retry_goes() {
+    // A write Envoy gave up on (its route timed out) that moto applied anyway: Envoy
+    // never sees that answer, and moto refuses the fence's own anonymous HEAD (as a
+    // SigV4 store does), so the filter cannot read the version. The next write's
+    // If-Match on the version before fails (412, a 409 to the client). The one write
+    // still lent on that version makes the object's bytes, so the fence takes their
+    // version, and the client's retry goes with no read (before, every write was
+    // refused until a client read the object through the fence).
+    let (moto, relay, etcd) = store();
+    let envoy = envoy(relay.addr, &etcd, true, &["--request-timeout", "1s"]);
+    assert!(put(&envoy, &moto, "32", FIRST).ok, "{}", envoy.log());
+    let held = hold_old(&relay);
+    assert_eq!(old_put_held(&envoy, &moto, &held).join().unwrap().status, Some(504));
+    let late = release_and_answer(held);
+    assert!(late.contains(" 200 "), "moto applied the late write: {late:?}");
+    assert_eq!(object(&moto), OLD);
+    let refused = put(&envoy, &moto, "34", NEW);
+    assert_eq!((refused.status, refused.code.as_str()), (Some(409), "FencingVersionConflict"), "{refused:?}");
+    let retry = put(&envoy, &moto, "34", NEW);
+    assert!(retry.ok, "the retry goes with no read: {retry:?}\n{}", envoy.log());
+    assert_eq!(object(&moto), NEW);
+}
+
+#[test]
 fn through_envoy_more_writes_given_up_on_than_the_bound_end_by_themselves() {
     let (moto, relay, etcd) = store();
     let envoy = envoy(relay.addr, &etcd, true, &["--request-timeout", "300ms", "--store-apply-bound", "700ms"]);

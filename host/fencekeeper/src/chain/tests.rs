@@ -118,7 +118,7 @@ fn records_round_trip_and_damage_is_caught() {
     chain.lend(t(8), None, U).unwrap();
     chain.lend(t(8), None, at(1_700_000_000_000)).unwrap();
     let value = encode("orders/q3.csv", &chain);
-    assert!(value.starts_with("fkc2 8 ") && value.contains(" 1700000000100 "), "{value}");
+    assert!(value.starts_with("fkc3 8 ") && value.contains(" 1700000000100 ?"), "{value}");
     assert_eq!(decode("orders/q3.csv", value.as_bytes()), Ok(chain.clone()));
     assert_eq!(decode("orders/q4.csv", value.as_bytes()), Err(ChainRecordError::Mismatch));
     for i in 0..value.len() {
@@ -132,8 +132,77 @@ fn records_round_trip_and_damage_is_caught() {
     let old = format!("{body}{:08x}", fencekeeper_core::record::checksum(b"r", body.as_bytes()));
     let chain = decode("r", old.as_bytes()).unwrap();
     assert_eq!((chain.lends.len(), chain.lends[0].until, chain.current.clone()), (1, None, Some(tag("a"))));
-    assert!(encode("r", &chain).starts_with("fkc2 "), "and written back in the new format");
+    assert!(encode("r", &chain).starts_with("fkc3 "), "and written back in the new format");
+    // One written before lends kept the version they make: read, each making none told.
+    let body = "fkc2 8 226122 2 1 1 8 226122 1700000000100 ";
+    let old = format!("{body}{:08x}", fencekeeper_core::record::checksum(b"r", body.as_bytes()));
+    let chain = decode("r", old.as_bytes()).unwrap();
+    assert_eq!((chain.lends[0].until, chain.lends[0].makes.clone()), (Some(1_700_000_000_100), None));
+    assert!(encode("r", &chain).starts_with("fkc3 "), "and written back in the new format");
+    // The version a lend makes goes into the record and comes back.
+    let mut chain = Chain::new();
+    chain.lend(t(9), Some(&tag("b")), U).unwrap();
+    chain.lend(t(9), Some(&Version::Absent), U).unwrap();
+    let value = encode("r", &chain);
+    assert!(value.contains(&format!(" {} ", hex(&tag("b")))) && value.contains(" - - - "), "{value}");
+    assert_eq!(decode("r", value.as_bytes()), Ok(chain));
     assert_eq!(decode("r", b""), Err(ChainRecordError::NotARecord));
+}
+
+/// A version as the record writes it: its bytes in lowercase hex.
+fn hex(v: &Version) -> String {
+    match v {
+        Version::Absent => "-".to_owned(),
+        Version::Tag(t) => t.bytes().map(|b| format!("{b:02x}")).collect(),
+    }
+}
+
+#[test]
+fn a_412_with_one_write_still_lent_on_the_refused_version_takes_the_version_that_write_makes() {
+    // A write given up on (its client went away) that the store applied anyway: the
+    // next write, lent on the version before it, gets the store's 412. The one write
+    // still lent on that version makes "b", so the store is taken to be at "b" and
+    // the write after goes on it, with no read through the fence.
+    let mut chain = Chain::new();
+    let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
+    chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+    let _given_up = chain.lend(t(1), Some(&tag("b")), U).unwrap();
+    let next = chain.lend(t(1), Some(&tag("c")), U).unwrap();
+    assert_eq!(next.on, tag("a"));
+    chain.settle(next.id, &Answer::PreconditionFailed);
+    assert_eq!(chain.current, Some(tag("b")), "the given-up write's version");
+    let after = chain.lend(t(1), Some(&tag("c")), U).unwrap();
+    assert_eq!(after.on, tag("b"));
+    // The store bears the guess out: it stays.
+    chain.settle(after.id, &Answer::Applied(Some(tag("c"))));
+    assert_eq!(chain.current, Some(tag("c")));
+
+    // Two writes still lent on the refused version, or one whose version was not
+    // told (a store that is not content-addressed): nothing to go on, unknown.
+    for makes in [[Some(tag("b")), Some(tag("d"))], [None, None]] {
+        let mut chain = Chain::new();
+        let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
+        chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+        chain.lend(t(1), makes[0].as_ref(), U).unwrap();
+        if makes[1].is_some() {
+            chain.lend(t(1), makes[1].as_ref(), U).unwrap();
+        }
+        let next = chain.lend(t(1), Some(&tag("c")), U).unwrap();
+        chain.settle(next.id, &Answer::PreconditionFailed);
+        assert_eq!(chain.current, None, "{makes:?}");
+    }
+
+    // A wrong guess costs one 412 more, then the version is unknown: no write goes
+    // on a version the store is not at.
+    let mut chain = Chain::new();
+    let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
+    chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+    chain.lend(t(1), Some(&tag("b")), U).unwrap();
+    let next = chain.lend(t(1), Some(&tag("c")), U).unwrap();
+    chain.settle(next.id, &Answer::PreconditionFailed);
+    let wrong = chain.lend(t(1), Some(&tag("c")), U).unwrap();
+    chain.settle(wrong.id, &Answer::PreconditionFailed);
+    assert_eq!(chain.current, None);
 }
 
 #[test]
