@@ -157,15 +157,21 @@ fn hex(v: &Version) -> String {
     }
 }
 
+/// A chain whose first write, token 1, applied at version "a".
+fn at_a() -> Chain {
+    let mut chain = Chain::new();
+    let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
+    chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+    chain
+}
+
 #[test]
 fn a_412_with_one_write_still_lent_on_the_refused_version_takes_the_version_that_write_makes() {
     // A write given up on (its client went away) that the store applied anyway: the
     // next write, lent on the version before it, gets the store's 412. The one write
     // still lent on that version makes "b", so the store is taken to be at "b" and
     // the write after goes on it, with no read through the fence.
-    let mut chain = Chain::new();
-    let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
-    chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+    let mut chain = at_a();
     let _given_up = chain.lend(t(1), Some(&tag("b")), U).unwrap();
     let next = chain.lend(t(1), Some(&tag("c")), U).unwrap();
     assert_eq!(next.on, tag("a"));
@@ -180,9 +186,7 @@ fn a_412_with_one_write_still_lent_on_the_refused_version_takes_the_version_that
     // Two writes still lent on the refused version, or one whose version was not
     // told (a store that is not content-addressed): nothing to go on, unknown.
     for makes in [[Some(tag("b")), Some(tag("d"))], [None, None]] {
-        let mut chain = Chain::new();
-        let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
-        chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+        let mut chain = at_a();
         chain.lend(t(1), makes[0].as_ref(), U).unwrap();
         if makes[1].is_some() {
             chain.lend(t(1), makes[1].as_ref(), U).unwrap();
@@ -194,9 +198,7 @@ fn a_412_with_one_write_still_lent_on_the_refused_version_takes_the_version_that
 
     // A wrong guess costs one 412 more, then the version is unknown: no write goes
     // on a version the store is not at.
-    let mut chain = Chain::new();
-    let a = chain.lend(t(1), Some(&tag("a")), U).unwrap();
-    chain.settle(a.id, &Answer::Applied(Some(tag("a"))));
+    let mut chain = at_a();
     chain.lend(t(1), Some(&tag("b")), U).unwrap();
     let next = chain.lend(t(1), Some(&tag("c")), U).unwrap();
     chain.settle(next.id, &Answer::PreconditionFailed);
