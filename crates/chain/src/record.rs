@@ -74,7 +74,7 @@ pub fn encode(resource: &str, chain: &Chain) -> String {
 }
 
 fn encode_as(format: Format, resource: &str, chain: &Chain) -> String {
-    let mut out = String::with_capacity(64 + chain.lends.len() * 112);
+    let mut out = String::with_capacity(64 + chain.lends.len() * 192);
     let highest = chain.highest.map_or_else(|| "-".to_owned(), |t| t.to_string());
     let current = chain.current.as_ref().map_or_else(|| "?".to_owned(), version);
     let _ = write!(out, "{} {highest} {current} {} {}", format.tag(), chain.next, chain.lends.len());

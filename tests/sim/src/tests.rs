@@ -393,8 +393,9 @@ fn the_envoy_filters_conditional_writes_break_no_rule_through_every_fault() {
             *classes.entry(*class).or_insert(0) += n;
         }
     }
-    // Stored, refused stale by the chain or the store, and refused because the body
-    // would bring back a version a write still lent is conditioned on (A-B-A).
+    // Stored, refused stale by the chain or the store, and version conflicts (a
+    // version the chain does not know or that moved, or a body that would bring back
+    // a version a write still lent is conditioned on).
     for class in ["stored", "stale", "conflict"] {
         assert!(classes.get(class).copied().unwrap_or(0) > 0, "no {class}: {classes:?}");
     }
