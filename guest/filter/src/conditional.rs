@@ -67,17 +67,8 @@ impl Update {
         change: Change,
         known: Option<Option<Vec<u8>>>,
     ) -> (Update, Vec<u8>) {
-        let key = fencekeeper_etcd_wire::chain_key(key_prefix, resource);
-        let read = grpc::read_txn(key.as_bytes());
-        let mut update = Update {
-            resource: resource.to_owned(),
-            key,
-            change,
-            rounds: 0,
-            swapping: None,
-            last: None,
-            optimistic: known.is_some(),
-        };
+        let mut update = Update::new(key_prefix, resource, change, known.is_some());
+        let read = grpc::read_txn(update.key.as_bytes());
         if let Some(raw) = known {
             if let Step::Send(swap) = update.apply(raw) {
                 return (update, swap);
@@ -94,17 +85,21 @@ impl Update {
     /// one round trip earlier. Its first step: a swap to send, or done with nothing to
     /// write (a peek, a refusal), or failed (a damaged record).
     pub fn decided_on(key_prefix: &str, resource: &str, change: Change, raw: Option<Vec<u8>>) -> (Update, Step) {
-        let mut update = Update {
+        let mut update = Update::new(key_prefix, resource, change, false);
+        let step = update.apply(raw);
+        (update, step)
+    }
+
+    fn new(key_prefix: &str, resource: &str, change: Change, optimistic: bool) -> Update {
+        Update {
             resource: resource.to_owned(),
             key: fencekeeper_etcd_wire::chain_key(key_prefix, resource),
             change,
             rounds: 0,
             swapping: None,
             last: None,
-            optimistic: false,
-        };
-        let step = update.apply(raw);
-        (update, step)
+            optimistic,
+        }
     }
 
     /// The record last seen in etcd or put there by this change (`Some(None)`: no
