@@ -154,7 +154,10 @@ scripts/release.sh --no-build "$dist" 2>&1 | tee -a "$log"
 (cd "$dist" && sha256sum -c SHA256SUMS) | tee -a "$log"
 for archive in "$dist"/*.tar.gz; do tar -C "$dist" -xzf "$archive"; done
 released=$(echo "$dist"/fencekeeper-*-linux)
-"$released/bin/fencekeeper" --version | grep -q "filter sha256:$(sha256sum guest/artifacts/fencekeeper_filter.wasm | cut -d' ' -f1)"
+# Each output is taken whole before grep reads it: `producer | grep -q` under pipefail
+# fails when grep's early exit leaves the producer writing into a closed pipe.
+version=$("$released/bin/fencekeeper" --version)
+grep -q "filter sha256:$(sha256sum guest/artifacts/fencekeeper_filter.wasm | cut -d' ' -f1)" <<<"$version"
 "$released/bin/fencekeeper" admit --store "$dist/marks.redb" orders/2026-11.csv 34
 if "$released/bin/fencekeeper" admit --store "$dist/marks.redb" orders/2026-11.csv 33; then
     echo "the released command admitted a stale token" >&2
@@ -198,7 +201,7 @@ golib=$(echo "$dist"/libfencekeeper_capi-*-linux)
 (cd "$dist/goapp" && go mod init example.com/goapp >/dev/null 2>&1 &&
     go mod edit -require fencekeeper@v0.0.0 -replace "fencekeeper=$golib/go" &&
     GOFLAGS=-mod=mod GOPROXY=off go build -o goapp . &&
-    ldd goapp | grep -q "$golib/go/../lib/libfencekeeper_capi.so" && ./goapp) | tee -a "$log"
+    linked=$(ldd goapp) && grep -q "$golib/go/../lib/libfencekeeper_capi.so" <<<"$linked" && ./goapp) | tee -a "$log"
 # The Python wheel in a fresh venv outside the checkout, with no hint of where the
 # library is: it must use the one it carries.
 python3 -m venv "$dist/venv"

@@ -120,12 +120,22 @@ impl TxnAnswer {
         }
     }
 
-    /// The read that ends the branch that ran (one appended with
-    /// [`crate::grpc::also_reading`]): the value of its key, `None` when absent.
-    pub fn last_read(&self) -> Result<Option<Vec<u8>>, WireError> {
+    /// The read of `key` that ends the branch that ran (one appended with
+    /// [`crate::grpc::also_reading`]): its value, `None` when absent. A read that
+    /// answered another key, or more than one, is an error: a record must never be
+    /// taken for another key's.
+    pub fn last_read(&self, key: &[u8]) -> Result<Option<Vec<u8>>, WireError> {
         let last =
             self.ranges.len().checked_sub(1).ok_or_else(|| WireError("etcd's Txn answer has no operation".into()))?;
-        Ok(self.read(last)?.into_iter().next().map(|kv| kv.value))
+        match self.read(last)?.as_slice() {
+            [] => Ok(None),
+            [kv] if kv.key == key => Ok(Some(kv.value.clone())),
+            other => Err(WireError(format!(
+                "etcd's Txn answer's last read gave {} key(s), not the one asked ({})",
+                other.len(),
+                String::from_utf8_lossy(key)
+            ))),
+        }
     }
 
     /// How many operations the branch that ran answered.

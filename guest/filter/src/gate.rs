@@ -7,17 +7,23 @@
 //! (`fencekeeper_core::gate`), on the resource's entry in the shared-data slots that
 //! every worker shares (`slots`):
 //!
-//! * it is registered there as a *flight* (its VM, its context, its token) in the
-//!   same compare-and-swap that checks that no live flight has a lower token and none
-//!   a higher one, and that raises the local mark copy to its token;
+//! * it is registered there as in *flight* in the same compare-and-swap that checks
+//!   that no live flight has a lower token and none a higher one, and that raises the
+//!   local mark copy to its token. A worker publishes its unanswered writes of one
+//!   token on one resource as one flight (its VM, context 0, the token) and counts
+//!   them itself: only the first of them writes the entry, and only the last one's
+//!   end takes the flight out. A holder writing again through one worker then costs
+//!   the gate one read of the entry, not two compare-and-swaps a write;
 //! * a write that finds a lower flight is held (`Action::Pause`), and its worker's
 //!   wake queue is added to the entry; a write that finds a higher one, or a higher
 //!   mark, is stale (409);
-//! * when a flight's stream ends (`on_log`, which runs for answers and resets alike),
-//!   its worker removes it if the upstream answered (its response came *via
-//!   upstream*), or gives it a deadline of now plus the store apply bound if the
-//!   write was given up on (a timeout, a reset, a client gone): the store may still
-//!   apply it until then. Removing a flight wakes the queues listed on the entry;
+//! * when a write's stream ends (`on_log`, which runs for answers and resets alike),
+//!   its worker counts it out; a write given up on (a timeout, a reset, a client gone:
+//!   its response did not come *via upstream*) is put in the entry as a flight of its
+//!   own (its VM, its context, its token) with a deadline of now plus the store apply
+//!   bound: the store may still apply it until then. When the worker's count of a
+//!   token's writes comes to zero, it takes their flight out, which wakes the queues
+//!   listed on the entry;
 //! * every worker's root context ticks: it re-checks the writes it holds (a flight
 //!   past its deadline no longer holds them), refuses those held past the budget
 //!   (503 with `Retry-After`), and stamps the worker's heartbeat;
@@ -54,6 +60,11 @@ use std::time::{Duration, UNIX_EPOCH};
 /// as given up at its last stamp.
 const PRESUMED_GONE_MS: u64 = 2_000;
 
+/// The context a worker's published flight carries: "this VM's unanswered writes of
+/// this token on this resource", not one request's (proxy-wasm numbers contexts from
+/// 1). A flight given up on carries its request's own context.
+const UNANSWERED: u32 = 0;
+
 /// The gate's state in one worker's VM.
 pub struct Gate {
     /// Budget, apply bound and tick.
@@ -66,9 +77,13 @@ pub struct Gate {
     held: RefCell<Vec<Held>>,
     /// Flights this VM registered, by request context.
     mine: RefCell<HashMap<u32, Mine>>,
-    /// Flights whose end could not be written yet (the slot kept changing): retried on
-    /// every tick, so a resource is never left held by a flight that ended.
-    unfinished: RefCell<Vec<(String, Mine, u32)>>,
+    /// How many of them are unanswered, by resource and token: each count above zero
+    /// is published in the resource's entry as one flight (`UNANSWERED`). A resource's
+    /// tokens are few (those of the holders writing it now).
+    counts: RefCell<HashMap<String, Vec<(Token, u32)>>>,
+    /// Ends that could not be written yet (the slot kept changing): retried on every
+    /// tick, so a resource is never left held by writes that ended.
+    unfinished: RefCell<Vec<Landing>>,
     /// The in-flight registry shared with other instances (`gate.shared`).
     pub shared: Option<Shared>,
 }
@@ -89,10 +104,19 @@ struct Held {
 #[derive(Clone)]
 struct Mine {
     resource: String,
+    token: Token,
     /// It went upstream (else it waits in the shared registry, and its end is at once).
     forwarded: bool,
     /// Its response came from the upstream: the store will not apply it later.
     answered: bool,
+}
+
+/// What a write's end changes in its resource's entry.
+struct Landing {
+    resource: String,
+    token: Token,
+    /// The write was given up on: its own flight, holding until its deadline.
+    given_up: Option<SharedFlight>,
 }
 
 /// What the gate says of a write.
@@ -138,8 +162,8 @@ fn stamp(vm: u64) -> Option<u64> {
 impl Gate {
     /// A VM's gate, ordering across instances too with `shared`.
     pub fn new(config: GateConfig, vm: u64, queue: Option<u32>, shared: Option<Shared>) -> Gate {
-        let (held, mine, unfinished) = (RefCell::default(), RefCell::default(), RefCell::default());
-        Gate { config, vm, queue, held, mine, unfinished, shared }
+        let (held, mine, counts, unfinished) = Default::default();
+        Gate { config, vm, queue, held, mine, counts, unfinished, shared }
     }
 
     /// Stamp this VM's heartbeat (it alone writes its key, so creating it races no one).
@@ -179,8 +203,14 @@ impl Gate {
     ) -> (Vec<Flight>, bool) {
         let before = entry.flights.len();
         let mut judged = Vec::new();
+        let key = &entry.key;
         entry.flights.retain(|f| {
             if f.owner == self.vm && f.context == context {
+                return true;
+            }
+            // This VM's writes of a token, all answered: their end is still to be
+            // written (`unfinished`), and holds nothing.
+            if f.owner == self.vm && f.context == UNANSWERED && !self.unanswered(key, &f.token) {
                 return true;
             }
             if f.token == *token && f.deadline == 0 {
@@ -208,30 +238,37 @@ impl Gate {
             let entry = read.entry_mut(resource);
             let (flights, pruned) = self.judged(entry, context, &token, now, stamp);
             let passage = pass(&token, entry.mark.as_ref(), flights, now);
+            // Whether the entry changed, and must be written back.
+            let mut changed = pruned;
             let step = match passage {
-                Passage::Stale(higher) if !pruned => return Step::Stale(higher),
                 Passage::Stale(higher) => Step::Stale(higher),
                 Passage::Wait { until } => {
-                    slots::raise(entry, token);
+                    changed |= slots::raise(entry, token);
                     if let Some(q) = self.queue.filter(|q| !entry.wakers.contains(q)) {
                         entry.wakers.push(q);
+                        changed = true;
                     }
                     Step::Wait(until)
                 }
                 Passage::Go => {
-                    slots::raise(entry, token);
-                    if register {
-                        entry.flights.push(SharedFlight { owner: self.vm, context, token, deadline: 0 });
+                    changed |= slots::raise(entry, token);
+                    let ours = |fl: &SharedFlight| {
+                        fl.owner == self.vm && fl.context == UNANSWERED && fl.token == token && fl.deadline == 0
+                    };
+                    if register && !entry.flights.iter().any(ours) {
+                        entry.flights.push(SharedFlight { owner: self.vm, context: UNANSWERED, token, deadline: 0 });
+                        changed = true;
                     }
                     Step::Go
                 }
             };
-            match f.slots.store(&mut read) {
+            // Nothing to write (this VM's writes of the token already published, the
+            // mark already there): the read decided.
+            let stored = if changed { f.slots.store(&mut read) } else { Ok(true) };
+            match stored {
                 Ok(true) => {
                     if let (Step::Go, true) = (&step, register) {
-                        let forwarded = self.shared.is_none();
-                        let mine = Mine { resource: resource.to_owned(), forwarded, answered: false };
-                        self.mine.borrow_mut().insert(context, mine);
+                        self.registered(context, resource, token);
                     }
                     return step;
                 }
@@ -240,6 +277,51 @@ impl Gate {
             }
         }
         Step::Failed("the ordering gate's shared-data compare-and-swap kept losing".to_owned())
+    }
+
+    /// Count request `context`'s write of `token` on `resource` as in flight; its
+    /// VM's flight for the token is in the entry.
+    fn registered(&self, context: u32, resource: &str, token: Token) {
+        let forwarded = self.shared.is_none();
+        let mine = Mine { resource: resource.to_owned(), token, forwarded, answered: false };
+        {
+            let mut counts = self.counts.borrow_mut();
+            let tokens = match counts.get_mut(resource) {
+                Some(tokens) => tokens,
+                None => counts.entry(resource.to_owned()).or_default(),
+            };
+            match tokens.iter_mut().find(|(t, _)| *t == token) {
+                Some((_, n)) => *n += 1,
+                None => tokens.push((token, 1)),
+            }
+        }
+        let before = self.mine.borrow_mut().insert(context, mine);
+        if let Some(before) = before {
+            // Registered twice: counted once.
+            self.count_out(&before);
+        }
+    }
+
+    /// Whether this VM has writes of `token` on `resource` in flight.
+    fn unanswered(&self, resource: &str, token: &Token) -> bool {
+        self.counts.borrow().get(resource).is_some_and(|tokens| tokens.iter().any(|(t, _)| t == token))
+    }
+
+    /// Count `mine` out of its token's writes; true when it was the last.
+    fn count_out(&self, mine: &Mine) -> bool {
+        let mut counts = self.counts.borrow_mut();
+        let Some(tokens) = counts.get_mut(&mine.resource) else { return true };
+        if let Some(i) = tokens.iter().position(|(t, _)| *t == mine.token) {
+            if tokens[i].1 > 1 {
+                tokens[i].1 -= 1;
+                return false;
+            }
+            tokens.swap_remove(i);
+        }
+        if tokens.is_empty() {
+            counts.remove(&mine.resource);
+        }
+        true
     }
 
     /// The request's response arrived from the upstream: the store applied the write
@@ -273,8 +355,20 @@ impl Gate {
             f.metrics.gate(Event::GivenUp);
         }
         let answered = mine.answered;
-        if !self.land(f, &mine, context) {
-            self.unfinished.borrow_mut().push((mine.resource.clone(), mine, context));
+        let last = self.count_out(&mine);
+        let bound = Duration::from_millis(self.config.apply_bound_ms);
+        let given_up = match engine::end(answered, now_ms(), bound) {
+            End::Now => None,
+            // 0 is "no deadline" in a slot.
+            End::At(until) => Some(SharedFlight { owner: self.vm, context, token: mine.token, deadline: until.max(1) }),
+        };
+        // Another write of the token still in flight, and this one answered: the
+        // entry stays as it is.
+        if last || given_up.is_some() {
+            let landing = Landing { resource: mine.resource, token: mine.token, given_up };
+            if !self.land(f, &landing) {
+                self.unfinished.borrow_mut().push(landing);
+            }
         }
         if let Some(shared) = &self.shared {
             // Its key is deleted from the root: the effective context is the root's
@@ -283,26 +377,26 @@ impl Gate {
         }
     }
 
-    /// Write a flight's end into its entry, and wake the workers waiting on it. False
-    /// when the slot could not be written.
-    fn land(&self, f: &Filter, mine: &Mine, context: u32) -> bool {
-        let bound = Duration::from_millis(self.config.apply_bound_ms);
+    /// Write a write's end into its entry: its own flight if it was given up on, and
+    /// when this VM has no other write of the token in flight, their flight out, which
+    /// wakes the workers waiting on it. False when the slot could not be written.
+    fn land(&self, f: &Filter, landing: &Landing) -> bool {
+        let published = |fl: &SharedFlight| {
+            fl.owner == self.vm && fl.context == UNANSWERED && fl.token == landing.token && fl.deadline == 0
+        };
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Ok(mut read) = f.slots.read(&mine.resource) else { return false };
+            let Ok(mut read) = f.slots.read(&landing.resource) else { return false };
             let now = now_ms();
-            let entry = read.entry_mut(&mine.resource);
-            let own = |fl: &SharedFlight| fl.owner == self.vm && fl.context == context;
-            let removed = match engine::end(mine.answered, now, bound) {
-                End::Now => {
-                    entry.flights.retain(|fl| !own(fl));
-                    true
-                }
-                End::At(until) => {
-                    // 0 is "no deadline" in a slot.
-                    entry.flights.iter_mut().filter(|fl| own(fl)).for_each(|fl| fl.deadline = until.max(1));
-                    false
-                }
-            };
+            let entry = read.entry_mut(&landing.resource);
+            // Read now, not when the write ended: a landing retried on the tick finds
+            // the token's writes in flight again, and leaves their flight in.
+            let idle = !self.unanswered(&landing.resource, &landing.token);
+            let before = entry.flights.len();
+            if idle {
+                entry.flights.retain(|fl| !published(fl));
+            }
+            let removed = entry.flights.len() != before;
+            entry.flights.extend(landing.given_up);
             // Flights given up on whose bound has passed go too.
             entry.flights.retain(|fl| fl.deadline == 0 || fl.deadline > now);
             let wakers = if removed { std::mem::take(&mut entry.wakers) } else { Vec::new() };
@@ -326,9 +420,9 @@ impl Gate {
     pub fn tick(&self, f: &Filter) {
         let _ = self.heartbeat();
         let unfinished = std::mem::take(&mut *self.unfinished.borrow_mut());
-        for (resource, mine, context) in unfinished {
-            if !self.land(f, &mine, context) {
-                self.unfinished.borrow_mut().push((resource, mine, context));
+        for landing in unfinished {
+            if !self.land(f, &landing) {
+                self.unfinished.borrow_mut().push(landing);
             }
         }
         self.recheck(f);
@@ -524,6 +618,32 @@ mod tests {
             ]
         );
         assert_eq!(entry.flights.len(), 4, "only the flight whose bound passed is dropped");
+    }
+
+    #[test]
+    fn this_vms_flight_of_a_token_holds_while_a_write_of_it_is_counted_in_flight() {
+        let g = gate();
+        let published = || Entry {
+            key: "/r".into(),
+            mark: Some(token!("33")),
+            flights: vec![flight(1, UNANSWERED, "33", 0)],
+            wakers: vec![],
+        };
+        let judge = |g: &Gate| g.judged(&mut published(), 5, &token!("34"), 999, |_| None);
+        assert_eq!(judge(&g), (vec![], false), "no write of 33 counted: its end is still to be written");
+        g.registered(6, "/r", token!("33"));
+        g.registered(7, "/r", token!("33"));
+        g.registered(7, "/r", token!("33")); // the same request twice: counted once
+        assert_eq!(judge(&g).0, [Flight { token: token!("33"), until: Until::Answered }]);
+        let out = |context| {
+            let mine = g.mine.borrow_mut().remove(&context).unwrap();
+            g.count_out(&mine)
+        };
+        assert!(!out(6), "one write of 33 is still in flight");
+        assert_eq!(judge(&g).0.len(), 1);
+        assert!(out(7), "the last write of 33");
+        assert_eq!(judge(&g), (vec![], false));
+        assert!(g.counts.borrow().is_empty(), "nothing left counted");
     }
 
     #[test]

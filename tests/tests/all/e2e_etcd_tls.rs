@@ -186,7 +186,8 @@ fn envoy_keeps_its_marks_in_a_tls_etcd() {
 
 /// Several TLS members (the one member listed twice): the generated cluster speaks
 /// HTTP/2 with ALPN h2, and its health check speaks HTTP/2 too, which etcd's TLS
-/// listener serves `/health` on. Checks pass (none fail), and writes are fenced.
+/// listener serves `/health` on. Checks pass (over a protocol etcd does not serve
+/// there, every one would fail), and writes are fenced.
 #[test]
 fn envoy_health_checks_tls_members_over_http2() {
     let etcd = SecureEtcd::start_without_users().unwrap();
@@ -214,7 +215,12 @@ fn envoy_health_checks_tls_members_over_http2() {
         assert!(std::time::Instant::now() < deadline, "no health check passed; log:\n{}", envoy.log());
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert_eq!(envoy.stat("cluster.fencekeeper_etcd.health_check.failure").unwrap(), 0, "{}", envoy.log());
+    // Not none: on a loaded machine a check can miss its one-second timeout.
+    let (passed, failed) = (
+        envoy.stat("cluster.fencekeeper_etcd.health_check.success").unwrap(),
+        envoy.stat("cluster.fencekeeper_etcd.health_check.failure").unwrap(),
+    );
+    assert!(failed < passed, "{passed} checks passed, {failed} failed; log:\n{}", envoy.log());
     let put = |token: &str| envoy.send("PUT", "/orders", &[("fencing-token", token)], b"x").unwrap();
     assert!(matches!(put("34").status, 201 | 204));
     assert_eq!(put("33").status, 409);

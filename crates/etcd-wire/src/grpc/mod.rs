@@ -599,10 +599,18 @@ mod tests {
         let kv = KeyValue { key: b"/c/r".to_vec(), value: b"chain".to_vec(), create_revision: 3, mod_revision: 8 };
         let mark = KeyValue { key: b"/m/r".to_vec(), value: b"mark".to_vec(), create_revision: 2, mod_revision: 7 };
         let lost = parse_txn(&txn_answer(false, 9, &[Some(&[mark]), Some(&[kv])])).unwrap();
-        assert_eq!(lost.last_read().unwrap(), Some(b"chain".to_vec()));
+        assert_eq!(lost.last_read(b"/c/r").unwrap(), Some(b"chain".to_vec()));
         let won = parse_txn(&txn_answer(true, 9, &[None, Some(&[])])).unwrap();
-        assert_eq!(won.last_read().unwrap(), None, "no chain yet");
-        assert!(parse_txn(&txn_answer(true, 9, &[])).unwrap().last_read().is_err(), "no read: an error");
+        assert_eq!(won.last_read(b"/c/r").unwrap(), None, "no chain yet");
+        assert!(parse_txn(&txn_answer(true, 9, &[])).unwrap().last_read(b"/c/r").is_err(), "no read: an error");
+        // An answer whose last read is another key's (the mark's, say) is never taken
+        // for the chain's record, nor is one with two records.
+        let other = KeyValue { key: b"/m/r".to_vec(), value: b"mark".to_vec(), create_revision: 2, mod_revision: 7 };
+        assert!(lost.last_read(b"/c/other").is_err(), "another key's record");
+        assert!(parse_txn(&txn_answer(false, 9, &[Some(&[other.clone()])])).unwrap().last_read(b"/c/r").is_err());
+        let kv = KeyValue { key: b"/c/r".to_vec(), value: b"chain".to_vec(), create_revision: 3, mod_revision: 8 };
+        let two = parse_txn(&txn_answer(false, 9, &[Some(&[kv, other])])).unwrap();
+        assert!(two.last_read(b"/c/r").is_err(), "two records");
     }
 
     #[test]

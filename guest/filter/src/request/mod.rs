@@ -607,9 +607,11 @@ impl Request {
             }
             return;
         }
-        if stage == Stage::Mark && self.to_lend.is_some() {
-            // What the chain's read answered (an answer without it: read it anew).
-            self.chain_read = etcd::txn_answer(&response).ok().and_then(|a| a.last_read().ok());
+        if let (Stage::Mark, Some(_), Some(e)) = (stage, &self.to_lend, &self.filter.config.etcd) {
+            // What the chain's read answered (an answer without it, or with another
+            // key's record: read it anew).
+            let chain = fencekeeper_etcd_wire::chain_key(&e.key_prefix, &resource);
+            self.chain_read = etcd::txn_answer(&response).ok().and_then(|a| a.last_read(chain.as_bytes()).ok());
         }
         let answered = match stage {
             Stage::Vouch => self.on_vouch(etcd::parse_vouch(&response, &resource)),

@@ -59,6 +59,48 @@ fn a_higher_token_waits_while_a_lower_write_is_in_flight_then_goes() {
     assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
 }
 
+/// The gate's shared-data entry of a resource, written by a worker's writes of one
+/// token in flight: once when the first goes, once when the last is answered, not
+/// twice per write; and a higher token waits for the last of them.
+#[test]
+fn a_workers_writes_of_one_token_in_flight_write_the_gates_entry_once_and_hold_a_higher_token_until_the_last() {
+    const SLOTS: &str = "fencekeeper/slot/";
+    let mut proxy = start(Profile::envoy(), &efficiency(None), 2);
+    let first = write(&mut proxy, 0, Request::put("/r").token("33"));
+    assert_eq!(first.status, 201, "{first:?}");
+    let before = proxy.shared_writes(SLOTS);
+    let writes: Vec<_> = (0..8).map(|_| proxy.send(0, Request::put("/r").token("33"))).collect();
+    assert!(writes.iter().all(|&w| proxy.state(w) == State::AtUpstream));
+    assert_eq!(proxy.shared_writes(SLOTS) - before, 1, "the first of the eight publishes them; the rest only read");
+    let higher = proxy.send(1, Request::put("/r").token("34"));
+    assert_eq!(proxy.state(higher), State::Held, "33's writes may still reach the store");
+    for &w in &writes[..7] {
+        proxy.respond(w, 201);
+        assert_eq!(proxy.state(higher), State::Held, "a write of 33 is still unanswered");
+    }
+    proxy.respond(writes[7], 201);
+    assert_eq!(proxy.state(higher), State::AtUpstream, "the last of 33's writes answered: 34 goes at once");
+    proxy.respond(higher, 201);
+    let late = write(&mut proxy, 0, Request::put("/r").token("33"));
+    assert_eq!(late.status, 409, "{late:?}");
+    assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
+}
+
+/// A write given up on among a worker's writes of one token holds the resource for
+/// the store apply bound on its own, after its fellows were answered.
+#[test]
+fn a_write_given_up_on_among_a_workers_writes_of_one_token_still_holds_a_higher_token() {
+    let mut proxy = start(Profile::envoy(), &efficiency(None), 2);
+    let (a, b) = (proxy.send(0, Request::put("/r").token("33")), proxy.send(0, Request::put("/r").token("33")));
+    proxy.give_up(a);
+    proxy.respond(b, 201);
+    let higher = proxy.send(1, Request::put("/r").token("34"));
+    assert_eq!(proxy.state(higher), State::Held, "33's write given up on may still reach the store");
+    proxy.advance(5_200);
+    assert_eq!(answer(&mut proxy, higher).status, 503, "held past the budget");
+    assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
+}
+
 #[test]
 fn a_write_held_past_the_budget_behind_one_given_up_on_gets_503_with_retry_after() {
     let mut proxy = start(Profile::envoy(), &efficiency(None), 1);
