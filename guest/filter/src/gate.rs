@@ -60,10 +60,11 @@ use std::time::{Duration, UNIX_EPOCH};
 /// as given up at its last stamp.
 const PRESUMED_GONE_MS: u64 = 2_000;
 
-/// The context a worker's published flight carries: "this VM's unanswered writes of
-/// this token on this resource", not one request's (proxy-wasm numbers contexts from
-/// 1). A flight given up on carries its request's own context.
-const UNANSWERED: u32 = 0;
+/// The context of a worker's published flight on a host without shared queues. With
+/// one it carries the worker's wake queue instead: a write that waits for the flight
+/// wakes its owner, which may be keeping it published with nothing in flight (`idle`).
+/// A published flight is told from a flight given up on by its deadline (0).
+const NO_QUEUE: u32 = 0;
 
 /// The gate's state in one worker's VM.
 pub struct Gate {
@@ -78,9 +79,13 @@ pub struct Gate {
     /// Flights this VM registered, by request context.
     mine: RefCell<HashMap<u32, Mine>>,
     /// How many of them are unanswered, by resource and token: each count above zero
-    /// is published in the resource's entry as one flight (`UNANSWERED`). A resource's
-    /// tokens are few (those of the holders writing it now).
+    /// is published in the resource's entry as one flight. A resource's tokens are
+    /// few (those of the holders writing it now).
     counts: RefCell<HashMap<String, Vec<(Token, u32)>>>,
+    /// Published flights whose writes were all answered, left in their entries so that
+    /// the holder's next write need not publish again: taken out on the tick, when a
+    /// waiting write wakes this worker, or at once when one already waits.
+    idle: RefCell<Vec<(String, Token)>>,
     /// Ends that could not be written yet (the slot kept changing): retried on every
     /// tick, so a resource is never left held by writes that ended.
     unfinished: RefCell<Vec<Landing>>,
@@ -162,8 +167,8 @@ fn stamp(vm: u64) -> Option<u64> {
 impl Gate {
     /// A VM's gate, ordering across instances too with `shared`.
     pub fn new(config: GateConfig, vm: u64, queue: Option<u32>, shared: Option<Shared>) -> Gate {
-        let (held, mine, counts, unfinished) = Default::default();
-        Gate { config, vm, queue, held, mine, counts, unfinished, shared }
+        let (held, mine, counts, idle, unfinished) = Default::default();
+        Gate { config, vm, queue, held, mine, counts, idle, unfinished, shared }
     }
 
     /// Stamp this VM's heartbeat (it alone writes its key, so creating it races no one).
@@ -190,13 +195,12 @@ impl Gate {
         }
     }
 
-    /// The flights of `entry` other than `context`'s own that can decide anything
-    /// for `token` (equal tokens never do), with how long each holds; flights that no
-    /// longer hold are removed from the entry (true when any was).
+    /// The flights of `entry` that can decide anything for `token` (equal tokens
+    /// never do), with how long each holds; flights that no longer hold are removed
+    /// from the entry (true when any was).
     fn judged(
         &self,
         entry: &mut Entry,
-        context: u32,
         token: &Token,
         now: u64,
         heartbeat: impl Fn(u64) -> Option<u64>,
@@ -205,12 +209,9 @@ impl Gate {
         let mut judged = Vec::new();
         let key = &entry.key;
         entry.flights.retain(|f| {
-            if f.owner == self.vm && f.context == context {
-                return true;
-            }
-            // This VM's writes of a token, all answered: their end is still to be
-            // written (`unfinished`), and holds nothing.
-            if f.owner == self.vm && f.context == UNANSWERED && !self.unanswered(key, &f.token) {
+            // This VM's writes of a token, all answered: their flight is idle, or its
+            // end still to be written (`unfinished`), and holds nothing.
+            if f.owner == self.vm && f.deadline == 0 && !self.unanswered(key, &f.token) {
                 return true;
             }
             if f.token == *token && f.deadline == 0 {
@@ -236,10 +237,11 @@ impl Gate {
             };
             let now = now_ms();
             let entry = read.entry_mut(resource);
-            let (flights, pruned) = self.judged(entry, context, &token, now, stamp);
+            let (flights, pruned) = self.judged(entry, &token, now, stamp);
             let passage = pass(&token, entry.mark.as_ref(), flights, now);
             // Whether the entry changed, and must be written back.
             let mut changed = pruned;
+            let mut owners: Vec<u32> = Vec::new();
             let step = match passage {
                 Passage::Stale(higher) => Step::Stale(higher),
                 Passage::Wait { until } => {
@@ -248,15 +250,27 @@ impl Gate {
                         entry.wakers.push(q);
                         changed = true;
                     }
+                    // Newly waiting: wake the workers whose published flights hold it,
+                    // which may be keeping them idle (a flight of an earlier filter
+                    // carries a request's context: a stray wake only re-checks).
+                    if changed {
+                        owners = entry
+                            .flights
+                            .iter()
+                            .filter(|fl| fl.owner != self.vm && fl.deadline == 0 && fl.context != NO_QUEUE)
+                            .filter(|fl| fl.token.partial_cmp(&token) != Some(std::cmp::Ordering::Greater))
+                            .filter(|fl| fl.token != token)
+                            .map(|fl| fl.context)
+                            .collect();
+                    }
                     Step::Wait(until)
                 }
                 Passage::Go => {
                     changed |= slots::raise(entry, token);
-                    let ours = |fl: &SharedFlight| {
-                        fl.owner == self.vm && fl.context == UNANSWERED && fl.token == token && fl.deadline == 0
-                    };
+                    let ours = |fl: &SharedFlight| fl.owner == self.vm && fl.token == token && fl.deadline == 0;
                     if register && !entry.flights.iter().any(ours) {
-                        entry.flights.push(SharedFlight { owner: self.vm, context: UNANSWERED, token, deadline: 0 });
+                        let context = self.queue.unwrap_or(NO_QUEUE);
+                        entry.flights.push(SharedFlight { owner: self.vm, context, token, deadline: 0 });
                         changed = true;
                     }
                     Step::Go
@@ -269,6 +283,11 @@ impl Gate {
                 Ok(true) => {
                     if let (Step::Go, true) = (&step, register) {
                         self.registered(context, resource, token);
+                    }
+                    owners.dedup();
+                    for q in owners {
+                        // A queue of a VM since reloaded is gone: nobody to wake there.
+                        let _ = wake::wake_gate(q);
                     }
                     return step;
                 }
@@ -363,8 +382,15 @@ impl Gate {
             End::At(until) => Some(SharedFlight { owner: self.vm, context, token: mine.token, deadline: until.max(1) }),
         };
         // Another write of the token still in flight, and this one answered: the
-        // entry stays as it is.
-        if last || given_up.is_some() {
+        // entry stays as it is. The last one answered, and nothing waits for the
+        // flight: it stays published, idle.
+        let idle = last && given_up.is_none() && self.queue.is_some() && !self.awaited(f, &mine.resource, &mine.token);
+        if idle {
+            let mut list = self.idle.borrow_mut();
+            if !list.iter().any(|(r, t)| *r == mine.resource && *t == mine.token) {
+                list.push((mine.resource, mine.token));
+            }
+        } else if last || given_up.is_some() {
             let landing = Landing { resource: mine.resource, token: mine.token, given_up };
             if !self.land(f, &landing) {
                 self.unfinished.borrow_mut().push(landing);
@@ -377,13 +403,35 @@ impl Gate {
         }
     }
 
+    /// Whether a write waits for this VM's flight of `token` on `resource`: one is
+    /// listed to be woken, or raised the mark above the token. Unreadable: taken to
+    /// wait (the flight is then taken out, which is always safe).
+    fn awaited(&self, f: &Filter, resource: &str, token: &Token) -> bool {
+        let Ok(mut read) = f.slots.read(resource) else { return true };
+        let entry = read.entry_mut(resource);
+        !entry.wakers.is_empty() || entry.mark.is_some_and(|m| m.partial_cmp(token) != Some(std::cmp::Ordering::Equal))
+    }
+
+    /// Take out the idle flights whose writes are still all answered (waking the
+    /// workers waiting on them).
+    fn land_idle(&self, f: &Filter) {
+        let idle = std::mem::take(&mut *self.idle.borrow_mut());
+        for (resource, token) in idle {
+            if self.unanswered(&resource, &token) {
+                continue; // published again, by a write in flight now
+            }
+            let landing = Landing { resource, token, given_up: None };
+            if !self.land(f, &landing) {
+                self.unfinished.borrow_mut().push(landing);
+            }
+        }
+    }
+
     /// Write a write's end into its entry: its own flight if it was given up on, and
     /// when this VM has no other write of the token in flight, their flight out, which
     /// wakes the workers waiting on it. False when the slot could not be written.
     fn land(&self, f: &Filter, landing: &Landing) -> bool {
-        let published = |fl: &SharedFlight| {
-            fl.owner == self.vm && fl.context == UNANSWERED && fl.token == landing.token && fl.deadline == 0
-        };
+        let published = |fl: &SharedFlight| fl.owner == self.vm && fl.token == landing.token && fl.deadline == 0;
         for _ in 0..MAX_CAS_ATTEMPTS {
             let Ok(mut read) = f.slots.read(&landing.resource) else { return false };
             let now = now_ms();
@@ -434,6 +482,10 @@ impl Gate {
     /// Re-check every write held back (woken by a flight's end, or on the tick): pass
     /// the ones that may go, refuse the stale and the ones held past the budget.
     pub fn recheck(&self, f: &Filter) {
+        // Woken, or ticking: a write elsewhere may wait for an idle flight.
+        if !self.idle.borrow().is_empty() {
+            self.land_idle(f);
+        }
         let held = std::mem::take(&mut *self.held.borrow_mut());
         let mut keep = Vec::new();
         let mut tally = crate::Tally::default();
@@ -594,21 +646,22 @@ mod tests {
     }
 
     #[test]
-    fn judging_skips_the_own_flight_and_equal_tokens_and_prunes_what_is_over() {
+    fn judging_skips_equal_tokens_and_prunes_what_is_over() {
         let g = gate();
         let mut entry = Entry {
             key: "/r".into(),
             mark: Some(token!("34")),
             flights: vec![
-                flight(1, 5, "34", 0),     // the request's own
-                flight(1, 6, "34", 0),     // the same holder's other write
+                flight(1, 5, "34", 0),     // this VM's writes of the request's token
+                flight(2, 6, "34", 0),     // the same holder's writes on another VM
                 flight(1, 7, "33", 0),     // lower, in flight on this VM
                 flight(1, 8, "32", 1_000), // lower, given up, still holding at 999
                 flight(1, 9, "31", 10),    // lower, given up, over
             ],
             wakers: vec![],
         };
-        let (judged, pruned) = g.judged(&mut entry, 5, &token!("34"), 999, |_| None);
+        g.registered(70, "/r", token!("33")); // 33 in flight on this VM
+        let (judged, pruned) = g.judged(&mut entry, &token!("34"), 999, |_| None);
         assert!(pruned);
         assert_eq!(
             judged,
@@ -626,10 +679,10 @@ mod tests {
         let published = || Entry {
             key: "/r".into(),
             mark: Some(token!("33")),
-            flights: vec![flight(1, UNANSWERED, "33", 0)],
+            flights: vec![flight(1, 9, "33", 0)],
             wakers: vec![],
         };
-        let judge = |g: &Gate| g.judged(&mut published(), 5, &token!("34"), 999, |_| None);
+        let judge = |g: &Gate| g.judged(&mut published(), &token!("34"), 999, |_| None);
         assert_eq!(judge(&g), (vec![], false), "no write of 33 counted: its end is still to be written");
         g.registered(6, "/r", token!("33"));
         g.registered(7, "/r", token!("33"));
