@@ -9,11 +9,13 @@
 //!
 //! * it is registered there as in *flight* in the same compare-and-swap that checks
 //!   that no live flight has a lower token and none a higher one, and that raises the
-//!   local mark copy to its token. A worker publishes its unanswered writes of one
-//!   token on one resource as one flight (its VM, context 0, the token) and counts
-//!   them itself: only the first of them writes the entry, and only the last one's
-//!   end takes the flight out. A holder writing again through one worker then costs
-//!   the gate one read of the entry, not two compare-and-swaps a write;
+//!   local mark copy to its token. A worker publishes its writes of one token on one
+//!   resource as one flight (its VM, its wake queue, the token) and counts them
+//!   itself: only the first of them writes the entry. When the last is answered the
+//!   flight stays published, idle, unless a write already waits for it; a write that
+//!   comes to wait for it wakes its worker, which takes it out, and the tick takes idle
+//!   flights out too. A holder writing again then costs the gate one read of the entry,
+//!   not two compare-and-swaps a write;
 //! * a write that finds a lower flight is held (`Action::Pause`), and its worker's
 //!   wake queue is added to the entry; a write that finds a higher one, or a higher
 //!   mark, is stale (409);
@@ -21,9 +23,8 @@
 //!   its worker counts it out; a write given up on (a timeout, a reset, a client gone:
 //!   its response did not come *via upstream*) is put in the entry as a flight of its
 //!   own (its VM, its context, its token) with a deadline of now plus the store apply
-//!   bound: the store may still apply it until then. When the worker's count of a
-//!   token's writes comes to zero, it takes their flight out, which wakes the queues
-//!   listed on the entry;
+//!   bound: the store may still apply it until then. Taking a flight out wakes the
+//!   queues listed on the entry;
 //! * every worker's root context ticks: it re-checks the writes it holds (a flight
 //!   past its deadline no longer holds them), refuses those held past the budget
 //!   (503 with `Retry-After`), and stamps the worker's heartbeat;
