@@ -7,24 +7,17 @@
 //! (`fencekeeper_core::gate`), on the resource's entry in the shared-data slots that
 //! every worker shares (`slots`):
 //!
-//! * it is registered there as in *flight* in the same compare-and-swap that checks
-//!   that no live flight has a lower token and none a higher one, and that raises the
-//!   local mark copy to its token. A worker publishes its writes of one token on one
-//!   resource as one flight (its VM, its wake queue, the token) and counts them
-//!   itself: only the first of them writes the entry. When the last is answered the
-//!   flight stays published, idle, unless a write already waits for it; a write that
-//!   comes to wait for it wakes its worker, which takes it out, and the tick takes idle
-//!   flights out too. A holder writing again then costs the gate one read of the entry,
-//!   not two compare-and-swaps a write;
+//! * it is registered there as a *flight* (its VM, its context, its token) in the
+//!   same compare-and-swap that checks that no live flight has a lower token and none
+//!   a higher one, and that raises the local mark copy to its token;
 //! * a write that finds a lower flight is held (`Action::Pause`), and its worker's
 //!   wake queue is added to the entry; a write that finds a higher one, or a higher
 //!   mark, is stale (409);
-//! * when a write's stream ends (`on_log`, which runs for answers and resets alike),
-//!   its worker counts it out; a write given up on (a timeout, a reset, a client gone:
-//!   its response did not come *via upstream*) is put in the entry as a flight of its
-//!   own (its VM, its context, its token) with a deadline of now plus the store apply
-//!   bound: the store may still apply it until then. Taking a flight out wakes the
-//!   queues listed on the entry;
+//! * when a flight's stream ends (`on_log`, which runs for answers and resets alike),
+//!   its worker removes it if the upstream answered (its response came *via
+//!   upstream*), or gives it a deadline of now plus the store apply bound if the
+//!   write was given up on (a timeout, a reset, a client gone): the store may still
+//!   apply it until then. Removing a flight wakes the queues listed on the entry;
 //! * every worker's root context ticks: it re-checks the writes it holds (a flight
 //!   past its deadline no longer holds them), refuses those held past the budget
 //!   (503 with `Retry-After`), and stamps the worker's heartbeat;
@@ -61,12 +54,6 @@ use std::time::{Duration, UNIX_EPOCH};
 /// as given up at its last stamp.
 const PRESUMED_GONE_MS: u64 = 2_000;
 
-/// The context of a worker's published flight on a host without shared queues. With
-/// one it carries the worker's wake queue instead: a write that waits for the flight
-/// wakes its owner, which may be keeping it published with nothing in flight (`idle`).
-/// A published flight is told from a flight given up on by its deadline (0).
-const NO_QUEUE: u32 = 0;
-
 /// The gate's state in one worker's VM.
 pub struct Gate {
     /// Budget, apply bound and tick.
@@ -79,17 +66,9 @@ pub struct Gate {
     held: RefCell<Vec<Held>>,
     /// Flights this VM registered, by request context.
     mine: RefCell<HashMap<u32, Mine>>,
-    /// How many of them are unanswered, by resource and token: each count above zero
-    /// is published in the resource's entry as one flight. A resource's tokens are
-    /// few (those of the holders writing it now).
-    counts: RefCell<HashMap<String, Vec<(Token, u32)>>>,
-    /// Published flights whose writes were all answered, left in their entries so that
-    /// the holder's next write need not publish again: taken out on the tick, when a
-    /// waiting write wakes this worker, or at once when one already waits.
-    idle: RefCell<Vec<(String, Token)>>,
-    /// Ends that could not be written yet (the slot kept changing): retried on every
-    /// tick, so a resource is never left held by writes that ended.
-    unfinished: RefCell<Vec<Landing>>,
+    /// Flights whose end could not be written yet (the slot kept changing): retried on
+    /// every tick, so a resource is never left held by a flight that ended.
+    unfinished: RefCell<Vec<(String, Mine, u32)>>,
     /// The in-flight registry shared with other instances (`gate.shared`).
     pub shared: Option<Shared>,
 }
@@ -110,19 +89,10 @@ struct Held {
 #[derive(Clone)]
 struct Mine {
     resource: String,
-    token: Token,
     /// It went upstream (else it waits in the shared registry, and its end is at once).
     forwarded: bool,
     /// Its response came from the upstream: the store will not apply it later.
     answered: bool,
-}
-
-/// What a write's end changes in its resource's entry.
-struct Landing {
-    resource: String,
-    token: Token,
-    /// The write was given up on: its own flight, holding until its deadline.
-    given_up: Option<SharedFlight>,
 }
 
 /// What the gate says of a write.
@@ -168,8 +138,8 @@ fn stamp(vm: u64) -> Option<u64> {
 impl Gate {
     /// A VM's gate, ordering across instances too with `shared`.
     pub fn new(config: GateConfig, vm: u64, queue: Option<u32>, shared: Option<Shared>) -> Gate {
-        let (held, mine, counts, idle, unfinished) = Default::default();
-        Gate { config, vm, queue, held, mine, counts, idle, unfinished, shared }
+        let (held, mine, unfinished) = (RefCell::default(), RefCell::default(), RefCell::default());
+        Gate { config, vm, queue, held, mine, unfinished, shared }
     }
 
     /// Stamp this VM's heartbeat (it alone writes its key, so creating it races no one).
@@ -196,23 +166,21 @@ impl Gate {
         }
     }
 
-    /// The flights of `entry` that can decide anything for `token` (equal tokens
-    /// never do), with how long each holds; flights that no longer hold are removed
-    /// from the entry (true when any was).
+    /// The flights of `entry` other than `context`'s own that can decide anything
+    /// for `token` (equal tokens never do), with how long each holds; flights that no
+    /// longer hold are removed from the entry (true when any was).
     fn judged(
         &self,
         entry: &mut Entry,
+        context: u32,
         token: &Token,
         now: u64,
         heartbeat: impl Fn(u64) -> Option<u64>,
     ) -> (Vec<Flight>, bool) {
         let before = entry.flights.len();
         let mut judged = Vec::new();
-        let key = &entry.key;
         entry.flights.retain(|f| {
-            // This VM's writes of a token, all answered: their flight is idle, or its
-            // end still to be written (`unfinished`), and holds nothing.
-            if f.owner == self.vm && f.deadline == 0 && !self.unanswered(key, &f.token) {
+            if f.owner == self.vm && f.context == context {
                 return true;
             }
             if f.token == *token && f.deadline == 0 {
@@ -238,57 +206,32 @@ impl Gate {
             };
             let now = now_ms();
             let entry = read.entry_mut(resource);
-            let (flights, pruned) = self.judged(entry, &token, now, stamp);
+            let (flights, pruned) = self.judged(entry, context, &token, now, stamp);
             let passage = pass(&token, entry.mark.as_ref(), flights, now);
-            // Whether the entry changed, and must be written back.
-            let mut changed = pruned;
-            let mut owners: Vec<u32> = Vec::new();
             let step = match passage {
+                Passage::Stale(higher) if !pruned => return Step::Stale(higher),
                 Passage::Stale(higher) => Step::Stale(higher),
                 Passage::Wait { until } => {
-                    changed |= slots::raise(entry, token);
+                    slots::raise(entry, token);
                     if let Some(q) = self.queue.filter(|q| !entry.wakers.contains(q)) {
                         entry.wakers.push(q);
-                        changed = true;
-                    }
-                    // Newly waiting: wake the workers whose published flights hold it,
-                    // which may be keeping them idle (a flight of an earlier filter
-                    // carries a request's context: a stray wake only re-checks).
-                    if changed {
-                        owners = entry
-                            .flights
-                            .iter()
-                            .filter(|fl| fl.owner != self.vm && fl.deadline == 0 && fl.context != NO_QUEUE)
-                            .filter(|fl| fl.token.partial_cmp(&token) != Some(std::cmp::Ordering::Greater))
-                            .filter(|fl| fl.token != token)
-                            .map(|fl| fl.context)
-                            .collect();
                     }
                     Step::Wait(until)
                 }
                 Passage::Go => {
-                    changed |= slots::raise(entry, token);
-                    let ours = |fl: &SharedFlight| fl.owner == self.vm && fl.token == token && fl.deadline == 0;
-                    if register && !entry.flights.iter().any(ours) {
-                        let context = self.queue.unwrap_or(NO_QUEUE);
+                    slots::raise(entry, token);
+                    if register {
                         entry.flights.push(SharedFlight { owner: self.vm, context, token, deadline: 0 });
-                        changed = true;
                     }
                     Step::Go
                 }
             };
-            // Nothing to write (this VM's writes of the token already published, the
-            // mark already there): the read decided.
-            let stored = if changed { f.slots.store(&mut read) } else { Ok(true) };
-            match stored {
+            match f.slots.store(&mut read) {
                 Ok(true) => {
                     if let (Step::Go, true) = (&step, register) {
-                        self.registered(context, resource, token);
-                    }
-                    owners.dedup();
-                    for q in owners {
-                        // A queue of a VM since reloaded is gone: nobody to wake there.
-                        let _ = wake::wake_gate(q);
+                        let forwarded = self.shared.is_none();
+                        let mine = Mine { resource: resource.to_owned(), forwarded, answered: false };
+                        self.mine.borrow_mut().insert(context, mine);
                     }
                     return step;
                 }
@@ -297,51 +240,6 @@ impl Gate {
             }
         }
         Step::Failed("the ordering gate's shared-data compare-and-swap kept losing".to_owned())
-    }
-
-    /// Count request `context`'s write of `token` on `resource` as in flight; its
-    /// VM's flight for the token is in the entry.
-    fn registered(&self, context: u32, resource: &str, token: Token) {
-        let forwarded = self.shared.is_none();
-        let mine = Mine { resource: resource.to_owned(), token, forwarded, answered: false };
-        {
-            let mut counts = self.counts.borrow_mut();
-            let tokens = match counts.get_mut(resource) {
-                Some(tokens) => tokens,
-                None => counts.entry(resource.to_owned()).or_default(),
-            };
-            match tokens.iter_mut().find(|(t, _)| *t == token) {
-                Some((_, n)) => *n += 1,
-                None => tokens.push((token, 1)),
-            }
-        }
-        let before = self.mine.borrow_mut().insert(context, mine);
-        if let Some(before) = before {
-            // Registered twice: counted once.
-            self.count_out(&before);
-        }
-    }
-
-    /// Whether this VM has writes of `token` on `resource` in flight.
-    fn unanswered(&self, resource: &str, token: &Token) -> bool {
-        self.counts.borrow().get(resource).is_some_and(|tokens| tokens.iter().any(|(t, _)| t == token))
-    }
-
-    /// Count `mine` out of its token's writes; true when it was the last.
-    fn count_out(&self, mine: &Mine) -> bool {
-        let mut counts = self.counts.borrow_mut();
-        let Some(tokens) = counts.get_mut(&mine.resource) else { return true };
-        if let Some(i) = tokens.iter().position(|(t, _)| *t == mine.token) {
-            if tokens[i].1 > 1 {
-                tokens[i].1 -= 1;
-                return false;
-            }
-            tokens.swap_remove(i);
-        }
-        if tokens.is_empty() {
-            counts.remove(&mine.resource);
-        }
-        true
     }
 
     /// The request's response arrived from the upstream: the store applied the write
@@ -375,27 +273,8 @@ impl Gate {
             f.metrics.gate(Event::GivenUp);
         }
         let answered = mine.answered;
-        let last = self.count_out(&mine);
-        let bound = Duration::from_millis(self.config.apply_bound_ms);
-        let given_up = match engine::end(answered, now_ms(), bound) {
-            End::Now => None,
-            // 0 is "no deadline" in a slot.
-            End::At(until) => Some(SharedFlight { owner: self.vm, context, token: mine.token, deadline: until.max(1) }),
-        };
-        // Another write of the token still in flight, and this one answered: the
-        // entry stays as it is. The last one answered, and nothing waits for the
-        // flight: it stays published, idle.
-        let idle = last && given_up.is_none() && self.queue.is_some() && !self.awaited(f, &mine.resource, &mine.token);
-        if idle {
-            let mut list = self.idle.borrow_mut();
-            if !list.iter().any(|(r, t)| *r == mine.resource && *t == mine.token) {
-                list.push((mine.resource, mine.token));
-            }
-        } else if last || given_up.is_some() {
-            let landing = Landing { resource: mine.resource, token: mine.token, given_up };
-            if !self.land(f, &landing) {
-                self.unfinished.borrow_mut().push(landing);
-            }
+        if !self.land(f, &mine, context) {
+            self.unfinished.borrow_mut().push((mine.resource.clone(), mine, context));
         }
         if let Some(shared) = &self.shared {
             // Its key is deleted from the root: the effective context is the root's
@@ -404,48 +283,26 @@ impl Gate {
         }
     }
 
-    /// Whether a write waits for this VM's flight of `token` on `resource`: one is
-    /// listed to be woken, or raised the mark above the token. Unreadable: taken to
-    /// wait (the flight is then taken out, which is always safe).
-    fn awaited(&self, f: &Filter, resource: &str, token: &Token) -> bool {
-        let Ok(mut read) = f.slots.read(resource) else { return true };
-        let entry = read.entry_mut(resource);
-        !entry.wakers.is_empty() || entry.mark.is_some_and(|m| m.partial_cmp(token) != Some(std::cmp::Ordering::Equal))
-    }
-
-    /// Take out the idle flights whose writes are still all answered (waking the
-    /// workers waiting on them).
-    fn land_idle(&self, f: &Filter) {
-        let idle = std::mem::take(&mut *self.idle.borrow_mut());
-        for (resource, token) in idle {
-            if self.unanswered(&resource, &token) {
-                continue; // published again, by a write in flight now
-            }
-            let landing = Landing { resource, token, given_up: None };
-            if !self.land(f, &landing) {
-                self.unfinished.borrow_mut().push(landing);
-            }
-        }
-    }
-
-    /// Write a write's end into its entry: its own flight if it was given up on, and
-    /// when this VM has no other write of the token in flight, their flight out, which
-    /// wakes the workers waiting on it. False when the slot could not be written.
-    fn land(&self, f: &Filter, landing: &Landing) -> bool {
-        let published = |fl: &SharedFlight| fl.owner == self.vm && fl.token == landing.token && fl.deadline == 0;
+    /// Write a flight's end into its entry, and wake the workers waiting on it. False
+    /// when the slot could not be written.
+    fn land(&self, f: &Filter, mine: &Mine, context: u32) -> bool {
+        let bound = Duration::from_millis(self.config.apply_bound_ms);
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let Ok(mut read) = f.slots.read(&landing.resource) else { return false };
+            let Ok(mut read) = f.slots.read(&mine.resource) else { return false };
             let now = now_ms();
-            let entry = read.entry_mut(&landing.resource);
-            // Read now, not when the write ended: a landing retried on the tick finds
-            // the token's writes in flight again, and leaves their flight in.
-            let idle = !self.unanswered(&landing.resource, &landing.token);
-            let before = entry.flights.len();
-            if idle {
-                entry.flights.retain(|fl| !published(fl));
-            }
-            let removed = entry.flights.len() != before;
-            entry.flights.extend(landing.given_up);
+            let entry = read.entry_mut(&mine.resource);
+            let own = |fl: &SharedFlight| fl.owner == self.vm && fl.context == context;
+            let removed = match engine::end(mine.answered, now, bound) {
+                End::Now => {
+                    entry.flights.retain(|fl| !own(fl));
+                    true
+                }
+                End::At(until) => {
+                    // 0 is "no deadline" in a slot.
+                    entry.flights.iter_mut().filter(|fl| own(fl)).for_each(|fl| fl.deadline = until.max(1));
+                    false
+                }
+            };
             // Flights given up on whose bound has passed go too.
             entry.flights.retain(|fl| fl.deadline == 0 || fl.deadline > now);
             let wakers = if removed { std::mem::take(&mut entry.wakers) } else { Vec::new() };
@@ -469,9 +326,9 @@ impl Gate {
     pub fn tick(&self, f: &Filter) {
         let _ = self.heartbeat();
         let unfinished = std::mem::take(&mut *self.unfinished.borrow_mut());
-        for landing in unfinished {
-            if !self.land(f, &landing) {
-                self.unfinished.borrow_mut().push(landing);
+        for (resource, mine, context) in unfinished {
+            if !self.land(f, &mine, context) {
+                self.unfinished.borrow_mut().push((resource, mine, context));
             }
         }
         self.recheck(f);
@@ -483,10 +340,6 @@ impl Gate {
     /// Re-check every write held back (woken by a flight's end, or on the tick): pass
     /// the ones that may go, refuse the stale and the ones held past the budget.
     pub fn recheck(&self, f: &Filter) {
-        // Woken, or ticking: a write elsewhere may wait for an idle flight.
-        if !self.idle.borrow().is_empty() {
-            self.land_idle(f);
-        }
         let held = std::mem::take(&mut *self.held.borrow_mut());
         let mut keep = Vec::new();
         let mut tally = crate::Tally::default();
@@ -647,22 +500,21 @@ mod tests {
     }
 
     #[test]
-    fn judging_skips_equal_tokens_and_prunes_what_is_over() {
+    fn judging_skips_the_own_flight_and_equal_tokens_and_prunes_what_is_over() {
         let g = gate();
         let mut entry = Entry {
             key: "/r".into(),
             mark: Some(token!("34")),
             flights: vec![
-                flight(1, 5, "34", 0),     // this VM's writes of the request's token
-                flight(2, 6, "34", 0),     // the same holder's writes on another VM
+                flight(1, 5, "34", 0),     // the request's own
+                flight(1, 6, "34", 0),     // the same holder's other write
                 flight(1, 7, "33", 0),     // lower, in flight on this VM
                 flight(1, 8, "32", 1_000), // lower, given up, still holding at 999
                 flight(1, 9, "31", 10),    // lower, given up, over
             ],
             wakers: vec![],
         };
-        g.registered(70, "/r", token!("33")); // 33 in flight on this VM
-        let (judged, pruned) = g.judged(&mut entry, &token!("34"), 999, |_| None);
+        let (judged, pruned) = g.judged(&mut entry, 5, &token!("34"), 999, |_| None);
         assert!(pruned);
         assert_eq!(
             judged,
@@ -672,32 +524,6 @@ mod tests {
             ]
         );
         assert_eq!(entry.flights.len(), 4, "only the flight whose bound passed is dropped");
-    }
-
-    #[test]
-    fn this_vms_flight_of_a_token_holds_while_a_write_of_it_is_counted_in_flight() {
-        let g = gate();
-        let published = || Entry {
-            key: "/r".into(),
-            mark: Some(token!("33")),
-            flights: vec![flight(1, 9, "33", 0)],
-            wakers: vec![],
-        };
-        let judge = |g: &Gate| g.judged(&mut published(), &token!("34"), 999, |_| None);
-        assert_eq!(judge(&g), (vec![], false), "no write of 33 counted: its end is still to be written");
-        g.registered(6, "/r", token!("33"));
-        g.registered(7, "/r", token!("33"));
-        g.registered(7, "/r", token!("33")); // the same request twice: counted once
-        assert_eq!(judge(&g).0, [Flight { token: token!("33"), until: Until::Answered }]);
-        let out = |context| {
-            let mine = g.mine.borrow_mut().remove(&context).unwrap();
-            g.count_out(&mine)
-        };
-        assert!(!out(6), "one write of 33 is still in flight");
-        assert_eq!(judge(&g).0.len(), 1);
-        assert!(out(7), "the last write of 33");
-        assert_eq!(judge(&g), (vec![], false));
-        assert!(g.counts.borrow().is_empty(), "nothing left counted");
     }
 
     #[test]

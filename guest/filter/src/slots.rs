@@ -145,14 +145,11 @@ impl Read {
     }
 }
 
-/// Raise `entry`'s mark to `token` (never lower it; another arity is left to etcd);
-/// true when it rose.
-pub fn raise(entry: &mut Entry, token: Token) -> bool {
-    let raised = entry.mark.is_none_or(|m| m < token);
-    if raised {
+/// Raise `entry`'s mark to `token` (never lower it; another arity is left to etcd).
+pub fn raise(entry: &mut Entry, token: Token) {
+    if entry.mark.is_none_or(|m| m < token) {
         entry.mark = Some(token);
     }
-    raised
 }
 
 impl Slots {

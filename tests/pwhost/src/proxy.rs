@@ -731,11 +731,6 @@ impl Proxy {
         entries
     }
 
-    /// How many shared-data writes took on keys that start with `prefix`.
-    pub fn shared_writes(&self, prefix: &str) -> u64 {
-        self.world.borrow().shared_writes.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, n)| n).sum()
-    }
-
     /// What the filter did that a real host would crash on or refuse, and traps.
     pub fn violations(&self) -> Vec<String> {
         self.world.borrow().violations.clone()

@@ -48,8 +48,6 @@ pub(crate) struct World {
     rng: u64,
     /// `proxy_grpc_call`s made (dispatched or refused).
     pub grpc_calls: usize,
-    /// Shared-data writes that took, by key.
-    pub shared_writes: HashMap<String, u64>,
 }
 
 impl World {
@@ -67,7 +65,6 @@ impl World {
             next_context: 1,
             rng: seed,
             grpc_calls: 0,
-            shared_writes: HashMap::new(),
         }
     }
 
@@ -79,7 +76,6 @@ impl World {
                 return false;
             }
         }
-        *self.shared_writes.entry(key.to_owned()).or_default() += 1;
         match value {
             Some(v) => {
                 self.next_cas = self.next_cas.wrapping_add(1).max(1);

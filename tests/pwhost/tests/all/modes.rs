@@ -59,60 +59,6 @@ fn a_higher_token_waits_while_a_lower_write_is_in_flight_then_goes() {
     assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
 }
 
-/// The gate's shared-data entry of a resource, written by a worker's writes of one
-/// token: once when the first goes, not twice per write, and its flight left there
-/// while nothing waits for it; a higher token waits for the last write in flight, and
-/// a flight left idle is taken out as soon as a higher token waits for it.
-#[test]
-fn a_workers_writes_of_one_token_write_the_gates_entry_once_and_hold_a_higher_token_no_longer_than_the_last() {
-    const SLOTS: &str = "fencekeeper/slot/";
-    let mut proxy = start(Profile::envoy(), &efficiency(None), 2);
-    let before = proxy.shared_writes(SLOTS);
-    let writes: Vec<_> = (0..8).map(|_| proxy.send(0, Request::put("/r").token("33"))).collect();
-    assert!(writes.iter().all(|&w| proxy.state(w) == State::AtUpstream));
-    let written = proxy.shared_writes(SLOTS) - before;
-    assert_eq!(written, 2, "the first of the eight raises the mark, then publishes their flight; the rest only read");
-    let higher = proxy.send(1, Request::put("/r").token("34"));
-    assert_eq!(proxy.state(higher), State::Held, "33's writes may still reach the store");
-    for &w in &writes[..7] {
-        proxy.respond(w, 201);
-        assert_eq!(proxy.state(higher), State::Held, "a write of 33 is still unanswered");
-    }
-    proxy.respond(writes[7], 201);
-    assert_eq!(proxy.state(higher), State::AtUpstream, "the last of 33's writes answered: 34 goes at once");
-    proxy.respond(higher, 201);
-    // One holder writing again, one write at a time: its flight stays while idle, and
-    // the writes after the first write nothing.
-    assert_eq!(write(&mut proxy, 0, Request::put("/r").token("35")).status, 201);
-    let before = proxy.shared_writes(SLOTS);
-    for _ in 0..4 {
-        let again = write(&mut proxy, 0, Request::put("/r").token("35"));
-        assert_eq!(again.status, 201, "{again:?}");
-    }
-    assert_eq!(proxy.shared_writes(SLOTS) - before, 0, "35's flight stayed published between its writes");
-    let next = proxy.send(1, Request::put("/r").token("36"));
-    assert_eq!(proxy.state(next), State::AtUpstream, "36 woke the worker keeping 35's idle flight, which took it out");
-    proxy.respond(next, 201);
-    let late = write(&mut proxy, 0, Request::put("/r").token("35"));
-    assert_eq!(late.status, 409, "{late:?}");
-    assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
-}
-
-/// A write given up on among a worker's writes of one token holds the resource for
-/// the store apply bound on its own, after its fellows were answered.
-#[test]
-fn a_write_given_up_on_among_a_workers_writes_of_one_token_still_holds_a_higher_token() {
-    let mut proxy = start(Profile::envoy(), &efficiency(None), 2);
-    let (a, b) = (proxy.send(0, Request::put("/r").token("33")), proxy.send(0, Request::put("/r").token("33")));
-    proxy.give_up(a);
-    proxy.respond(b, 201);
-    let higher = proxy.send(1, Request::put("/r").token("34"));
-    assert_eq!(proxy.state(higher), State::Held, "33's write given up on may still reach the store");
-    proxy.advance(5_200);
-    assert_eq!(answer(&mut proxy, higher).status, 503, "held past the budget");
-    assert!(proxy.violations().is_empty(), "{:?}", proxy.violations());
-}
-
 #[test]
 fn a_write_held_past_the_budget_behind_one_given_up_on_gets_503_with_retry_after() {
     let mut proxy = start(Profile::envoy(), &efficiency(None), 1);
